@@ -1,0 +1,178 @@
+// Command api serves Gatehouse's REST API. Subcommands: "migrate" applies the
+// database migrations; "merchant create" adds a merchant from the shell.
+// Configuration comes from the environment only (see docs/operations.md).
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/gatehouse-pay/gatehouse/internal/apikeys"
+	"github.com/gatehouse-pay/gatehouse/internal/apperr"
+	"github.com/gatehouse-pay/gatehouse/internal/auth"
+	"github.com/gatehouse-pay/gatehouse/internal/cache"
+	"github.com/gatehouse-pay/gatehouse/internal/config"
+	"github.com/gatehouse-pay/gatehouse/internal/httpapi"
+	"github.com/gatehouse-pay/gatehouse/internal/logging"
+	"github.com/gatehouse-pay/gatehouse/internal/merchants"
+	"github.com/gatehouse-pay/gatehouse/internal/metrics"
+	"github.com/gatehouse-pay/gatehouse/internal/ratelimit"
+	"github.com/gatehouse-pay/gatehouse/internal/store"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
+}
+
+const usage = `usage:
+  api                       serve the HTTP API on HTTP_ADDR
+  api migrate               apply database migrations and exit
+  api merchant create --email E --password P --name N
+                            create a merchant and print it as JSON`
+
+// run is the whole program; it returns the exit code.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	fail := func(err error) int {
+		fmt.Fprintln(stderr, "gatehouse api:", err)
+		return 1
+	}
+	switch {
+	case len(args) == 0 || args[0] == "serve":
+		if err := serve(ctx, getenv, stderr); err != nil {
+			return fail(err)
+		}
+	case args[0] == "migrate":
+		if err := migrate(ctx, getenv); err != nil {
+			return fail(err)
+		}
+		fmt.Fprintln(stdout, "migrations applied")
+	case len(args) >= 2 && args[0] == "merchant" && args[1] == "create":
+		if err := createMerchant(ctx, args[2:], getenv, stdout, stderr); err != nil {
+			return fail(err)
+		}
+	case args[0] == "-h" || args[0] == "--help" || args[0] == "help":
+		fmt.Fprintln(stdout, usage)
+	default:
+		fmt.Fprintln(stderr, usage)
+		return 2
+	}
+	return 0
+}
+
+func migrate(ctx context.Context, getenv func(string) string) error {
+	cfg, err := config.Load(getenv, config.Needs{Database: true})
+	if err != nil {
+		return err
+	}
+	pool, err := store.Open(ctx, cfg.DatabaseURL.Reveal())
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	return store.Migrate(ctx, pool)
+}
+
+func createMerchant(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("merchant create", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	email := fs.String("email", "", "login email")
+	password := fs.String("password", "", "login password (8 to 256 characters)")
+	name := fs.String("name", "", "display name")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cfg, err := config.Load(getenv, config.Needs{Database: true})
+	if err != nil {
+		return err
+	}
+	pool, err := store.Open(ctx, cfg.DatabaseURL.Reveal())
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	svc := merchants.NewService(store.New(pool), auth.NewHasher(1), time.Now)
+	m, err := svc.Create(ctx, *email, *password, *name)
+	if err != nil {
+		if ae, ok := apperr.As(err); ok && ae.Kind != apperr.KindInternal {
+			return errors.New(ae.Message)
+		}
+		return err
+	}
+	return json.NewEncoder(stdout).Encode(httpapi.PresentMerchant(m))
+}
+
+func serve(ctx context.Context, getenv func(string) string, stderr io.Writer) error {
+	cfg, err := config.Load(getenv, config.Needs{Database: true, Redis: true, JWT: true, Encryption: true})
+	if err != nil {
+		return err
+	}
+	log := logging.New(stderr, cfg.LogLevel, "api")
+
+	pool, err := store.Open(ctx, cfg.DatabaseURL.Reveal())
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	rdb, err := cache.NewClient(cfg.RedisURL.Reveal())
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+
+	reg := metrics.NewRegistry()
+	db := store.New(pool)
+	rc := cache.New(rdb)
+	hasher := auth.NewHasher(cfg.MaxConcurrentHashes)
+	tokens := auth.NewTokens([]byte(cfg.JWTSecret.Reveal()), cfg.JWTIssuer, cfg.JWTAudience, time.Now)
+	draining := new(atomic.Bool)
+
+	app := httpapi.NewServer(httpapi.Deps{
+		Config:         cfg,
+		Log:            log,
+		Auth:           auth.NewService(db, db, rc, hasher, tokens, time.Now, log),
+		Keys:           apikeys.NewService(db, rc, time.Now, log),
+		Merchants:      merchants.NewService(db, hasher, time.Now),
+		Limiter:        ratelimit.New(rdb, ratelimit.NewMetrics(reg), log),
+		Metrics:        metrics.NewHTTP(reg),
+		MetricsHandler: metrics.Handler(reg),
+		Checks: map[string]func(context.Context) error{
+			"postgres": db.Ping,
+			"redis":    func(ctx context.Context) error { return rdb.Ping(ctx).Err() },
+		},
+		Draining: draining,
+	})
+
+	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("listen on HTTP_ADDR %s: %w", cfg.HTTPAddr, err)
+	}
+	log.Info("api listening", "addr", ln.Addr().String())
+	served := make(chan error, 1)
+	go func() { served <- app.Listener(ln) }()
+
+	select {
+	case err := <-served:
+		return err
+	case <-ctx.Done():
+	}
+	// Drain: readiness turns false, in-flight requests finish, then exit 0.
+	draining.Store(true)
+	log.Info("shutting down", "timeout", cfg.ShutdownTimeout.String())
+	if err := app.ShutdownWithTimeout(cfg.ShutdownTimeout); err != nil {
+		log.Error("shutdown incomplete", "err", err)
+	}
+	log.Info("stopped")
+	return nil
+}

@@ -1,0 +1,150 @@
+// Command worker runs Gatehouse's background jobs on asynq: provider calls,
+// webhook deliveries and housekeeping, with scheduled retries. It serves
+// /healthz, /readyz and /metrics on METRICS_ADDR.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/gatehouse-pay/gatehouse/internal/auth"
+	"github.com/gatehouse-pay/gatehouse/internal/cache"
+	"github.com/gatehouse-pay/gatehouse/internal/config"
+	"github.com/gatehouse-pay/gatehouse/internal/jobs"
+	"github.com/gatehouse-pay/gatehouse/internal/logging"
+	"github.com/gatehouse-pay/gatehouse/internal/metrics"
+	"github.com/gatehouse-pay/gatehouse/internal/store"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
+}
+
+// run is the whole program; it returns the exit code.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		fmt.Fprintln(stdout, "usage: worker   (configured through the environment; see docs/operations.md)")
+		if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+			return 0
+		}
+		return 2
+	}
+	if err := work(ctx, getenv, stderr); err != nil {
+		fmt.Fprintln(stderr, "gatehouse worker:", err)
+		return 1
+	}
+	return 0
+}
+
+func work(ctx context.Context, getenv func(string) string, stderr io.Writer) error {
+	cfg, err := config.Load(getenv, config.Needs{Database: true, Redis: true, Encryption: true})
+	if err != nil {
+		return err
+	}
+	log := logging.New(stderr, cfg.LogLevel, "worker")
+
+	pool, err := store.Open(ctx, cfg.DatabaseURL.Reveal())
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	rdb, err := cache.NewClient(cfg.RedisURL.Reveal())
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	redisOpt, err := asynq.ParseRedisURI(cfg.RedisURL.Reveal())
+	if err != nil {
+		return errors.New("REDIS_URL is not a valid redis URL")
+	}
+
+	reg := metrics.NewRegistry()
+	db := store.New(pool)
+	sessions := auth.NewService(nil, db, cache.New(rdb), nil, nil, time.Now, log)
+	handlers := &jobs.Handlers{Auth: sessions, Log: log, Metrics: metrics.NewJobs(reg)}
+
+	srv := asynq.NewServer(redisOpt, jobs.ServerConfig(log, cfg.ShutdownTimeout))
+	scheduler := asynq.NewScheduler(redisOpt, &asynq.SchedulerOpts{Logger: handlers.Logger(), LogLevel: asynq.WarnLevel})
+	if err := jobs.Register(scheduler); err != nil {
+		return err
+	}
+
+	draining := new(atomic.Bool)
+	ln, err := net.Listen("tcp", cfg.MetricsAddr)
+	if err != nil {
+		return fmt.Errorf("listen on METRICS_ADDR %s: %w", cfg.MetricsAddr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", metrics.Handler(reg))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		checks := map[string]string{"postgres": "ok", "redis": "ok"}
+		status := http.StatusOK
+		rctx, cancel := context.WithTimeout(r.Context(), time.Second)
+		defer cancel()
+		if err := pool.Ping(rctx); err != nil {
+			checks["postgres"], status = "unavailable", http.StatusServiceUnavailable
+		}
+		if err := srv.Ping(); err != nil {
+			checks["redis"], status = "unavailable", http.StatusServiceUnavailable
+		}
+		if draining.Load() {
+			status = http.StatusServiceUnavailable
+		}
+		state := "ok"
+		if status != http.StatusOK {
+			state = "unavailable"
+		}
+		writeJSON(w, status, map[string]any{"status": state, "checks": checks})
+	})
+	httpSrv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := httpSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics server stopped", "err", err)
+		}
+	}()
+
+	if err := srv.Start(handlers.Mux()); err != nil {
+		return fmt.Errorf("start asynq server: %w", err)
+	}
+	if err := scheduler.Start(); err != nil {
+		srv.Shutdown()
+		return fmt.Errorf("start scheduler: %w", err)
+	}
+	log.Info("worker running", "metrics_addr", ln.Addr().String())
+
+	<-ctx.Done()
+	// Drain: stop taking tasks, let in-flight ones finish (asynq re-queues any
+	// still running after ShutdownTimeout), then exit 0.
+	draining.Store(true)
+	log.Info("shutting down", "timeout", cfg.ShutdownTimeout.String())
+	scheduler.Shutdown()
+	srv.Shutdown()
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = httpSrv.Shutdown(sctx)
+	log.Info("stopped")
+	return nil
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

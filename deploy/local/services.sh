@@ -1,0 +1,394 @@
+#!/usr/bin/env bash
+# PostgreSQL and Redis for local development.
+#
+# Sourced by deploy/local/run.sh (`make run`), or run on its own:
+#
+#   deploy/local/services.sh up       find or start Postgres and Redis, print their URLs
+#   deploy/local/services.sh down     stop the project-local instances under .dev/
+#   deploy/local/services.sh status   say what is running
+#
+# How a service is chosen (the first that answers wins):
+#   Postgres  1. $DATABASE_URL
+#             2. a server on 127.0.0.1:5432 that lets user postgres in without a
+#                password; database gatehouse_dev is created there if missing
+#             3. a project-local server in .dev/postgres on port 54329, started
+#                with the installed PostgreSQL binaries (initdb, pg_ctl)
+#   Redis     1. $REDIS_URL
+#             2. 127.0.0.1:6379, db 0
+#             3. a project-local redis-server in .dev/redis on port 63799
+#                (no persistence)
+#
+# Settings:
+#   GATEHOUSE_DEV_LOCAL=1     skip 1 and 2: always use the .dev/ instances
+#   GATEHOUSE_DEV_PG_PORT     port of the .dev Postgres (default 54329)
+#   GATEHOUSE_DEV_REDIS_PORT  port of the .dev Redis (default 63799)
+
+# This file is meant to be sourced; these are the defaults.
+: "${GATEHOUSE_ROOT:=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}"
+DEV_DIR="$GATEHOUSE_ROOT/.dev"
+DEV_PG_DIR="$DEV_DIR/postgres"
+DEV_PG_DATA="$DEV_PG_DIR/data"
+DEV_PG_PORT="${GATEHOUSE_DEV_PG_PORT:-54329}"
+DEV_REDIS_DIR="$DEV_DIR/redis"
+DEV_REDIS_PORT="${GATEHOUSE_DEV_REDIS_PORT:-63799}"
+DEV_DB_NAME=gatehouse_dev
+
+# Set to 1 by ensure_postgres / ensure_redis when they start a .dev instance.
+# shellcheck disable=SC2034 # read by run.sh
+STARTED_PG=0
+STARTED_REDIS=0
+
+log() { printf '[run] %s\n' "$*" >&2; }
+fail() {
+	printf '[run] ERROR: %s\n' "$*" >&2
+	exit 1
+}
+
+# port_open HOST PORT: something accepts TCP connections there.
+port_open() {
+	(exec 3<>"/dev/tcp/$1/$2") 2>/dev/null
+}
+
+# --- PostgreSQL -------------------------------------------------------------
+
+# pg_bindir: the directory with initdb/pg_ctl/postgres/psql, or nothing.
+# Prefers the binaries matching an existing .dev data directory's version.
+pg_bindir() {
+	local want="" d
+	[ -f "$DEV_PG_DATA/PG_VERSION" ] && want=$(cat "$DEV_PG_DATA/PG_VERSION")
+	if [ -n "$want" ] && [ -x "/usr/lib/postgresql/$want/bin/initdb" ]; then
+		echo "/usr/lib/postgresql/$want/bin"
+		return 0
+	fi
+	if command -v initdb >/dev/null 2>&1 && command -v pg_ctl >/dev/null 2>&1; then
+		dirname "$(command -v initdb)"
+		return 0
+	fi
+	# Debian/Ubuntu, RHEL/Fedora (PGDG), Homebrew, Postgres.app; newest version first.
+	for d in $(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -t/ -k5,5nr) \
+		$(ls -d /usr/pgsql-*/bin 2>/dev/null | sort -r) \
+		$(ls -d /opt/homebrew/opt/postgresql*/bin /usr/local/opt/postgresql*/bin 2>/dev/null | sort -r) \
+		$(ls -d /Applications/Postgres.app/Contents/Versions/latest/bin 2>/dev/null); do
+		if [ -x "$d/initdb" ] && [ -x "$d/pg_ctl" ]; then
+			echo "$d"
+			return 0
+		fi
+	done
+	return 1
+}
+
+# psql_cmd: a psql client, from PATH or beside the server binaries.
+psql_cmd() {
+	local d
+	if command -v psql >/dev/null 2>&1; then
+		command -v psql
+	elif d=$(pg_bindir) && [ -x "$d/psql" ]; then
+		echo "$d/psql"
+	else
+		return 1
+	fi
+}
+
+# pg_query URL SQL: run SQL without ever prompting for a password.
+pg_query() {
+	local psql
+	psql=$(psql_cmd) || return 1
+	PGCONNECT_TIMEOUT=3 "$psql" -w -X -q -At -d "$1" -c "$2" </dev/null
+}
+
+pg_answers() { pg_query "$1" 'SELECT 1' >/dev/null 2>&1; }
+
+# pg_ensure_db ADMIN_URL: create $DEV_DB_NAME on that server if it is missing.
+pg_ensure_db() {
+	local exists
+	exists=$(pg_query "$1" "SELECT 1 FROM pg_database WHERE datname = '$DEV_DB_NAME'") ||
+		fail "cannot query the databases of $(redact_url "$1")"
+	if [ "$exists" != 1 ]; then
+		log "creating database $DEV_DB_NAME"
+		pg_query "$1" "CREATE DATABASE $DEV_DB_NAME" >/dev/null ||
+			fail "could not create database $DEV_DB_NAME"
+	fi
+}
+
+# The .dev server runs as an unprivileged user when we are root: initdb and
+# pg_ctl refuse to run as root.
+pg_user() {
+	if [ "$(id -u)" -ne 0 ]; then
+		id -un
+	elif [ -d "$DEV_PG_DATA" ]; then
+		stat -c %U "$DEV_PG_DATA" 2>/dev/null || stat -f %Su "$DEV_PG_DATA"
+	elif id postgres >/dev/null 2>&1; then
+		echo postgres
+	else
+		echo nobody
+	fi
+}
+
+# as_pg_user CMD...: run CMD as the owner of the .dev cluster.
+as_pg_user() {
+	if [ "$(id -u)" -ne 0 ]; then
+		"$@"
+	else
+		local user
+		user=$(pg_user)
+		if command -v runuser >/dev/null 2>&1; then
+			runuser -u "$user" -- "$@"
+		else
+			su "$user" -s /bin/sh -c '"$@"' sh "$@"
+		fi
+	fi
+}
+
+dev_pg_running() {
+	local bin
+	[ -f "$DEV_PG_DATA/postmaster.pid" ] || return 1
+	bin=$(pg_bindir) || return 1
+	as_pg_user "$bin/pg_ctl" -D "$DEV_PG_DATA" status >/dev/null 2>&1
+}
+
+pg_install_help() {
+	cat >&2 <<'EOF'
+[run] No PostgreSQL server answers and no PostgreSQL server binaries (initdb, pg_ctl)
+[run] were found to start a project-local one. Install PostgreSQL, then run again:
+[run]     Debian/Ubuntu:  sudo apt-get install postgresql
+[run]     macOS:          brew install postgresql
+[run] Or point DATABASE_URL at a server you have: DATABASE_URL=postgres://... make run
+EOF
+	exit 1
+}
+
+start_dev_postgres() {
+	local bin user url
+	bin=$(pg_bindir) || pg_install_help
+	url="postgres://postgres@127.0.0.1:$DEV_PG_PORT/postgres?sslmode=disable"
+
+	if dev_pg_running; then
+		log "reusing the .dev Postgres already running on port $DEV_PG_PORT (stop it: deploy/local/services.sh down)"
+	else
+		if port_open 127.0.0.1 "$DEV_PG_PORT"; then
+			fail "port $DEV_PG_PORT is taken by another program; set GATEHOUSE_DEV_PG_PORT to a free port"
+		fi
+		user=$(pg_user)
+		mkdir -p "$DEV_PG_DIR"
+		if [ "$(id -u)" -eq 0 ]; then
+			chown "$user" "$DEV_PG_DIR"
+		fi
+		if [ ! -f "$DEV_PG_DATA/PG_VERSION" ]; then
+			log "initialising a project-local Postgres in .dev/postgres (as $user, $bin)"
+			rm -rf "$DEV_PG_DATA"
+			as_pg_user test -w "$DEV_PG_DIR" ||
+				fail "user $user cannot write to $DEV_PG_DIR (is a parent directory private?); use DATABASE_URL instead"
+			as_pg_user "$bin/initdb" -D "$DEV_PG_DATA" -U postgres -A trust -E UTF8 --locale=C \
+				>"$DEV_PG_DIR/initdb.log" 2>&1 ||
+				fail "initdb failed; see .dev/postgres/initdb.log"
+			cat >>"$DEV_PG_DATA/postgresql.conf" <<'EOF'
+
+# gatehouse dev (deploy/local/services.sh): loopback TCP only, no socket files
+listen_addresses = '127.0.0.1'
+unix_socket_directories = ''
+EOF
+		fi
+		log "starting the .dev Postgres on 127.0.0.1:$DEV_PG_PORT (log: .dev/postgres/postgres.log)"
+		as_pg_user "$bin/pg_ctl" -D "$DEV_PG_DATA" -l "$DEV_PG_DIR/postgres.log" -w -t 60 \
+			-o "-p $DEV_PG_PORT" start >/dev/null ||
+			fail "the .dev Postgres did not start; see .dev/postgres/postgres.log"
+		# shellcheck disable=SC2034 # read by run.sh
+		STARTED_PG=1
+	fi
+	pg_answers "$url" || fail "the .dev Postgres does not answer on 127.0.0.1:$DEV_PG_PORT"
+	pg_ensure_db "$url"
+	DATABASE_URL="postgres://postgres@127.0.0.1:$DEV_PG_PORT/$DEV_DB_NAME?sslmode=disable"
+}
+
+stop_dev_postgres() {
+	local bin
+	dev_pg_running || return 0
+	bin=$(pg_bindir) || return 0
+	log "stopping the .dev Postgres"
+	as_pg_user "$bin/pg_ctl" -D "$DEV_PG_DATA" -m fast -w -t 30 stop >/dev/null 2>&1 ||
+		log "WARNING: pg_ctl stop failed; see .dev/postgres/postgres.log"
+}
+
+# ensure_postgres: set DATABASE_URL to a Postgres that answers.
+ensure_postgres() {
+	local shared="postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+	if [ "${GATEHOUSE_DEV_LOCAL:-0}" = 1 ]; then
+		log "GATEHOUSE_DEV_LOCAL=1: using the project-local Postgres"
+		start_dev_postgres
+		return
+	fi
+	if [ -n "${DATABASE_URL:-}" ]; then
+		if ! psql_cmd >/dev/null; then
+			log "no psql client to check DATABASE_URL; using it as given"
+			return
+		fi
+		if pg_answers "$DATABASE_URL"; then
+			log "Postgres: using DATABASE_URL ($(redact_url "$DATABASE_URL"))"
+			return
+		fi
+		log "WARNING: DATABASE_URL is set but does not answer ($(redact_url "$DATABASE_URL")); looking elsewhere"
+	fi
+	if psql_cmd >/dev/null && pg_answers "$shared"; then
+		log "Postgres: using the server on 127.0.0.1:5432, database $DEV_DB_NAME"
+		pg_ensure_db "$shared"
+		DATABASE_URL="postgres://postgres@127.0.0.1:5432/$DEV_DB_NAME?sslmode=disable"
+		return
+	fi
+	start_dev_postgres
+}
+
+# --- Redis ------------------------------------------------------------------
+
+# with_timeout SECONDS CMD...: run CMD, bounded when timeout(1) exists.
+with_timeout() {
+	local secs=$1
+	shift
+	if command -v timeout >/dev/null 2>&1; then
+		timeout "$secs" "$@"
+	else
+		"$@"
+	fi
+}
+
+# redis_answers URL: the server answers PING with PONG (with the URL's credentials).
+redis_answers() {
+	local url=$1 reply
+	if command -v redis-cli >/dev/null 2>&1; then
+		reply=$(with_timeout 3 redis-cli -u "$url" ping 2>/dev/null </dev/null) || return 1
+		[ "$reply" = PONG ]
+	else
+		# No redis-cli: speak the protocol by hand (host and port only).
+		local hostport host port
+		hostport=${url#*://}
+		hostport=${hostport#*@}
+		hostport=${hostport%%/*}
+		host=${hostport%:*}
+		port=${hostport##*:}
+		[ "$host" = "$hostport" ] && port=6379
+		reply=$(
+			exec 3<>"/dev/tcp/$host/$port" || exit 1
+			printf 'PING\r\n' >&3
+			IFS= read -r -t 3 line <&3 && printf '%s' "${line%$'\r'}"
+		) 2>/dev/null || return 1
+		[ "$reply" = "+PONG" ]
+	fi
+}
+
+dev_redis_pid() {
+	local pid
+	[ -f "$DEV_REDIS_DIR/redis.pid" ] || return 1
+	pid=$(cat "$DEV_REDIS_DIR/redis.pid" 2>/dev/null) || return 1
+	[ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 1
+	echo "$pid"
+}
+
+redis_install_help() {
+	cat >&2 <<'EOF'
+[run] No Redis server answers and redis-server was not found to start a project-local one.
+[run] Install Redis, then run again:
+[run]     Debian/Ubuntu:  sudo apt-get install redis-server
+[run]     macOS:          brew install redis
+[run] Or point REDIS_URL at a server you have: REDIS_URL=redis://host:6379/0 make run
+EOF
+	exit 1
+}
+
+start_dev_redis() {
+	local url="redis://127.0.0.1:$DEV_REDIS_PORT/0" i
+	if dev_redis_pid >/dev/null && redis_answers "$url"; then
+		log "reusing the .dev Redis already running on port $DEV_REDIS_PORT (stop it: deploy/local/services.sh down)"
+	else
+		command -v redis-server >/dev/null 2>&1 || redis_install_help
+		if port_open 127.0.0.1 "$DEV_REDIS_PORT"; then
+			fail "port $DEV_REDIS_PORT is taken by another program; set GATEHOUSE_DEV_REDIS_PORT to a free port"
+		fi
+		mkdir -p "$DEV_REDIS_DIR"
+		rm -f "$DEV_REDIS_DIR/redis.pid"
+		log "starting the .dev Redis on 127.0.0.1:$DEV_REDIS_PORT (log: .dev/redis/redis.log)"
+		redis-server --daemonize yes --bind 127.0.0.1 --port "$DEV_REDIS_PORT" \
+			--pidfile "$DEV_REDIS_DIR/redis.pid" --dir "$DEV_REDIS_DIR" \
+			--logfile "$DEV_REDIS_DIR/redis.log" --save "" --appendonly no </dev/null >/dev/null ||
+			fail "redis-server did not start; see .dev/redis/redis.log"
+		# shellcheck disable=SC2034 # read by run.sh
+		STARTED_REDIS=1
+		for ((i = 0; i < 50; i++)); do
+			redis_answers "$url" && break
+			sleep 0.2
+		done
+	fi
+	redis_answers "$url" || fail "the .dev Redis does not answer on 127.0.0.1:$DEV_REDIS_PORT; see .dev/redis/redis.log"
+	REDIS_URL=$url
+}
+
+stop_dev_redis() {
+	local pid i
+	pid=$(dev_redis_pid) || return 0
+	log "stopping the .dev Redis"
+	kill -TERM "$pid" 2>/dev/null || true
+	for ((i = 0; i < 50; i++)); do
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.2
+	done
+	if kill -0 "$pid" 2>/dev/null; then
+		kill -KILL "$pid" 2>/dev/null || true
+	fi
+	rm -f "$DEV_REDIS_DIR/redis.pid"
+}
+
+# ensure_redis: set REDIS_URL to a Redis that answers.
+ensure_redis() {
+	local shared="redis://127.0.0.1:6379/0"
+	if [ "${GATEHOUSE_DEV_LOCAL:-0}" = 1 ]; then
+		log "GATEHOUSE_DEV_LOCAL=1: using the project-local Redis"
+		start_dev_redis
+		return
+	fi
+	if [ -n "${REDIS_URL:-}" ]; then
+		if redis_answers "$REDIS_URL"; then
+			log "Redis: using REDIS_URL ($(redact_url "$REDIS_URL"))"
+			return
+		fi
+		log "WARNING: REDIS_URL is set but does not answer ($(redact_url "$REDIS_URL")); looking elsewhere"
+	fi
+	if redis_answers "$shared"; then
+		log "Redis: using the server on 127.0.0.1:6379, db 0"
+		REDIS_URL=$shared
+		return
+	fi
+	start_dev_redis
+}
+
+# redact_url URL: hide a password in scheme://user:password@host.
+redact_url() {
+	printf '%s' "$1" | sed -E 's#(://[^:/@]*):[^@/]*@#\1:***@#'
+}
+
+# --- CLI --------------------------------------------------------------------
+
+services_main() {
+	set -euo pipefail
+	case "${1:-}" in
+	up)
+		ensure_postgres
+		ensure_redis
+		echo "DATABASE_URL=$DATABASE_URL"
+		echo "REDIS_URL=$REDIS_URL"
+		;;
+	down)
+		stop_dev_postgres
+		stop_dev_redis
+		;;
+	status)
+		if dev_pg_running; then echo "postgres: .dev instance running on 127.0.0.1:$DEV_PG_PORT"; else echo "postgres: no .dev instance running"; fi
+		if dev_redis_pid >/dev/null; then echo "redis:    .dev instance running on 127.0.0.1:$DEV_REDIS_PORT"; else echo "redis:    no .dev instance running"; fi
+		;;
+	*)
+		echo "usage: $0 up|down|status" >&2
+		exit 2
+		;;
+	esac
+}
+
+if [ "${BASH_SOURCE[0]}" = "$0" ]; then
+	services_main "$@"
+fi

@@ -1,0 +1,237 @@
+// Package apikeys issues, authenticates and revokes API key pairs. A secret key
+// is shown once, at creation, and stored only as its SHA-256 digest. A shared
+// read-through cache maps digests to keys and is updated synchronously on
+// revoke, so a revoked key is refused by every replica at once; Postgres stays
+// the truth when the cache is down or was flushed.
+package apikeys
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"log/slog"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/gatehouse-pay/gatehouse/internal/apperr"
+	"github.com/gatehouse-pay/gatehouse/internal/ids"
+	"github.com/gatehouse-pay/gatehouse/internal/listing"
+)
+
+// Environments a key can carry. Live is refused in this instance.
+const (
+	Sandbox = "sandbox"
+	Live    = "live"
+)
+
+// Key prefixes of SPEC.md section 2.4.
+const (
+	SecretTestPrefix = "sk_test_"
+	SecretLivePrefix = "sk_live_"
+	PublicTestPrefix = "pk_test_"
+	PublicPrefix     = "pk_"
+)
+
+// Key is the stored half of a key pair; the secret itself is never kept.
+type Key struct {
+	ID           string
+	MerchantID   string
+	Name         string
+	Environment  string
+	PublicKey    string
+	SecretDigest []byte
+	SecretLast4  string
+	CreatedAt    time.Time
+	RevokedAt    *time.Time
+}
+
+// Store persists keys. KeyByDigest and RevokeKey return KindNotFound when
+// there is no such key (for that merchant). RevokeKey is idempotent and keeps
+// the first revocation time.
+type Store interface {
+	CreateKey(ctx context.Context, k Key) error
+	ListKeys(ctx context.Context, merchantID string, p listing.Params) (listing.Page[Key], error)
+	KeyByDigest(ctx context.Context, digest []byte) (Key, error)
+	RevokeKey(ctx context.Context, merchantID, id string) (Key, error)
+}
+
+// Entry is what the cache knows of a digest. Unknown marks a digest that
+// matches no key, so floods of bad keys do not reach Postgres.
+type Entry struct {
+	KeyID       string
+	MerchantID  string
+	Environment string
+	Revoked     bool
+	Unknown     bool
+}
+
+// Cache is the shared digest cache. Errors mean it is unreachable. Fill writes
+// only when no entry exists, so a fill racing a revoke can never bring the key
+// back; Set always overwrites and is what a revoke uses.
+type Cache interface {
+	Key(ctx context.Context, digest []byte) (Entry, bool, error)
+	FillKey(ctx context.Context, digest []byte, e Entry, ttl time.Duration) error
+	SetKey(ctx context.Context, digest []byte, e Entry, ttl time.Duration) error
+}
+
+// Cache lifetimes. Revocations overwrite entries at once; the TTLs bound memory
+// and the staleness left if Redis was unreachable during a revoke.
+const (
+	activeTTL  = 10 * time.Minute
+	revokedTTL = 24 * time.Hour
+	unknownTTL = time.Minute
+)
+
+// Service manages key pairs.
+type Service struct {
+	store Store
+	cache Cache
+	now   func() time.Time
+	log   *slog.Logger
+}
+
+// NewService wires the key service.
+func NewService(store Store, cache Cache, now func() time.Time, log *slog.Logger) *Service {
+	return &Service{store: store, cache: cache, now: now, log: log}
+}
+
+// Digest is the stored form of a secret key.
+func Digest(secret string) []byte {
+	d := sha256.Sum256([]byte(secret))
+	return d[:]
+}
+
+const alphabet = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+// randomToken returns n characters of base62 from crypto/rand (about 5.95 bits each).
+func randomToken(n int) string {
+	out := make([]byte, n)
+	buf := make([]byte, n*2)
+	for i := 0; i < n; {
+		if _, err := rand.Read(buf); err != nil {
+			panic(err) // crypto/rand never fails on supported platforms
+		}
+		for _, b := range buf {
+			if b < 248 && i < n { // 248 = 4*62: unbiased
+				out[i] = alphabet[int(b)%62]
+				i++
+			}
+		}
+	}
+	return string(out)
+}
+
+// Created is a new key with its secret, which exists only in this value.
+type Created struct {
+	Key    Key
+	Secret string
+}
+
+// Create issues a key pair for the merchant. environment "" means sandbox;
+// "live" is refused with live_mode_disabled.
+func (s *Service) Create(ctx context.Context, merchantID, environment, name string) (Created, error) {
+	switch environment {
+	case "", Sandbox:
+	case Live:
+		return Created{}, apperr.LiveMode()
+	default:
+		return Created{}, apperr.Invalid("environment", "environment must be sandbox or live.")
+	}
+	name = strings.TrimSpace(name)
+	if utf8.RuneCountInString(name) > 100 {
+		return Created{}, apperr.Invalid("name", "name must be at most 100 characters.")
+	}
+	secret := SecretTestPrefix + randomToken(32)
+	k := Key{
+		ID:           ids.New("key"),
+		MerchantID:   merchantID,
+		Name:         name,
+		Environment:  Sandbox,
+		PublicKey:    PublicTestPrefix + randomToken(24),
+		SecretDigest: Digest(secret),
+		SecretLast4:  secret[len(secret)-4:],
+		CreatedAt:    s.now().UTC().Truncate(time.Millisecond),
+	}
+	if err := s.store.CreateKey(ctx, k); err != nil {
+		return Created{}, err
+	}
+	return Created{Key: k, Secret: secret}, nil
+}
+
+// List returns one page of the merchant's keys, newest first.
+func (s *Service) List(ctx context.Context, merchantID string, p listing.Params) (listing.Page[Key], error) {
+	return s.store.ListKeys(ctx, merchantID, p)
+}
+
+var (
+	errUnknownKey = apperr.Unauthenticated(apperr.CodeInvalidToken, "Invalid API key.")
+	errRevokedKey = apperr.Unauthenticated(apperr.CodeTokenRevoked, "This API key has been revoked.")
+)
+
+// Authenticate resolves a secret key to its entry. It returns invalid_token
+// for an unknown key, token_revoked for a revoked one and live_mode_disabled
+// for a live key.
+func (s *Service) Authenticate(ctx context.Context, secret string) (Entry, error) {
+	if strings.HasPrefix(secret, SecretLivePrefix) {
+		return Entry{}, apperr.LiveMode()
+	}
+	if !strings.HasPrefix(secret, SecretTestPrefix) || len(secret) > 128 {
+		return Entry{}, errUnknownKey
+	}
+	digest := Digest(secret)
+	e, found, cerr := s.cache.Key(ctx, digest)
+	if cerr != nil || !found {
+		k, err := s.store.KeyByDigest(ctx, digest)
+		switch {
+		case err == nil:
+			e = Entry{KeyID: k.ID, MerchantID: k.MerchantID, Environment: k.Environment, Revoked: k.RevokedAt != nil}
+		case apperr.KindOf(err) == apperr.KindNotFound:
+			e = Entry{Unknown: true}
+		default:
+			return Entry{}, err
+		}
+		if cerr == nil {
+			if err := s.cache.FillKey(ctx, digest, e, ttlOf(e)); err != nil {
+				s.log.WarnContext(ctx, "key cache unavailable", "op", "fill", "err", err)
+			}
+		}
+	}
+	switch {
+	case e.Unknown:
+		return Entry{}, errUnknownKey
+	case e.Revoked:
+		return Entry{}, errRevokedKey
+	case e.Environment == Live:
+		return Entry{}, apperr.LiveMode()
+	}
+	return e, nil
+}
+
+func ttlOf(e Entry) time.Duration {
+	switch {
+	case e.Unknown:
+		return unknownTTL
+	case e.Revoked:
+		return revokedTTL
+	}
+	return activeTTL
+}
+
+// Revoke revokes one of the merchant's keys in Postgres and then in the shared
+// cache, so every replica refuses it from the next request on. Revoking a
+// revoked key returns it unchanged. A key of another merchant is not found.
+func (s *Service) Revoke(ctx context.Context, merchantID, id string) (Key, error) {
+	if !ids.Valid("key", id) {
+		return Key{}, apperr.NotFound("api_key")
+	}
+	k, err := s.store.RevokeKey(ctx, merchantID, id)
+	if err != nil {
+		return Key{}, err
+	}
+	e := Entry{KeyID: k.ID, MerchantID: k.MerchantID, Environment: k.Environment, Revoked: true}
+	if err := s.cache.SetKey(ctx, k.SecretDigest, e, revokedTTL); err != nil {
+		s.log.ErrorContext(ctx, "key cache not updated on revoke", "key_id", k.ID, "err", err)
+	}
+	return k, nil
+}

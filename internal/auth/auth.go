@@ -1,0 +1,230 @@
+// Package auth signs merchants in and out and says who is calling. Passwords
+// are argon2id hashes; sessions are HS256 JWTs whose state lives in Postgres
+// (the truth) and is cached in Redis, so a logout is seen by every replica at
+// once and survives a Redis flush or outage.
+package auth
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/gatehouse-pay/gatehouse/internal/apperr"
+	"github.com/gatehouse-pay/gatehouse/internal/ids"
+	"github.com/gatehouse-pay/gatehouse/internal/merchants"
+)
+
+// Principal is the authenticated caller of a request: a dashboard session
+// (SessionID set) or an API secret key (KeyID and Environment set).
+type Principal struct {
+	MerchantID  string
+	SessionID   string
+	KeyID       string
+	Environment string
+}
+
+// IsSession reports whether the caller used a session token.
+func (p Principal) IsSession() bool { return p.SessionID != "" }
+
+// Session is one login. RevokedAt is set by logout.
+type Session struct {
+	ID         string
+	MerchantID string
+	CreatedAt  time.Time
+	ExpiresAt  time.Time
+	RevokedAt  *time.Time
+}
+
+// Store persists sessions. SessionByID returns KindNotFound when there is none.
+// RevokeSession is idempotent and keeps the first revocation time.
+type Store interface {
+	CreateSession(ctx context.Context, s Session) error
+	SessionByID(ctx context.Context, id string) (Session, error)
+	RevokeSession(ctx context.Context, id string) (Session, error)
+	DeleteSessionsExpiredBefore(ctx context.Context, t time.Time) (int64, error)
+}
+
+// Session states held by the cache (with the merchant id, see cacheValue).
+const (
+	StateActive  = "active"
+	StateRevoked = "revoked"
+)
+
+// Cache is a shared read-through cache of session states. Errors mean the cache
+// is unreachable; the service then asks the Store. FillSessionState writes only
+// when no entry exists, so a fill racing a logout can never overwrite "revoked";
+// SetSessionState always overwrites and is what a logout uses.
+type Cache interface {
+	SessionState(ctx context.Context, sessionID string) (state string, found bool, err error)
+	FillSessionState(ctx context.Context, sessionID, state string, ttl time.Duration) error
+	SetSessionState(ctx context.Context, sessionID, state string, ttl time.Duration) error
+}
+
+// MerchantFinder finds the merchant signing in.
+type MerchantFinder interface {
+	MerchantByEmail(ctx context.Context, email string) (merchants.Merchant, error)
+}
+
+// Service logs merchants in and out and authenticates session tokens.
+type Service struct {
+	merchants MerchantFinder
+	store     Store
+	cache     Cache
+	hasher    *Hasher
+	tokens    *Tokens
+	now       func() time.Time
+	log       *slog.Logger
+}
+
+// NewService wires the session service.
+func NewService(m MerchantFinder, store Store, cache Cache, hasher *Hasher, tokens *Tokens, now func() time.Time, log *slog.Logger) *Service {
+	return &Service{merchants: m, store: store, cache: cache, hasher: hasher, tokens: tokens, now: now, log: log}
+}
+
+// activeCacheTTL bounds how long an "active" state may be served from the
+// cache; revocations overwrite it at once, so it only matters if Redis was
+// unreachable during a logout and later came back with its old data.
+const activeCacheTTL = 5 * time.Minute
+
+// Login is the result of a successful sign-in.
+type Login struct {
+	Token     string
+	ExpiresAt time.Time
+	Merchant  merchants.Merchant
+}
+
+// ErrInvalidCredentials is the one answer to a wrong email or a wrong password.
+var errInvalidCredentials = apperr.Unauthenticated(apperr.CodeInvalidCredentials, "Invalid email or password.")
+
+// Login checks the credentials and opens a 24-hour session. A wrong email and
+// a wrong password give the same error after the same amount of hashing.
+func (s *Service) Login(ctx context.Context, email, password string) (Login, error) {
+	if email == "" {
+		return Login{}, apperr.Missing("email")
+	}
+	if password == "" {
+		return Login{}, apperr.Missing("password")
+	}
+	if len(password) > merchants.MaxPasswordLen {
+		return Login{}, errInvalidCredentials
+	}
+	m, err := s.merchants.MerchantByEmail(ctx, merchants.NormalizeEmail(email))
+	if err != nil && apperr.KindOf(err) != apperr.KindNotFound {
+		return Login{}, err
+	}
+	ok, verr := s.hasher.Verify(ctx, m.PasswordHash, password) // m is zero when unknown: a dummy hash runs
+	if verr != nil {
+		return Login{}, verr
+	}
+	if err != nil || !ok {
+		return Login{}, errInvalidCredentials
+	}
+
+	issued := s.now().UTC().Truncate(time.Second)
+	sess := Session{ID: ids.New("ses"), MerchantID: m.ID, CreatedAt: issued, ExpiresAt: issued.Add(SessionTTL)}
+	if err := s.store.CreateSession(ctx, sess); err != nil {
+		return Login{}, err
+	}
+	token, err := s.tokens.Issue(m.ID, sess.ID, sess.CreatedAt, sess.ExpiresAt)
+	if err != nil {
+		return Login{}, apperr.Internal(err)
+	}
+	if err := s.cache.FillSessionState(ctx, sess.ID, cacheValue(StateActive, m.ID), activeCacheTTL); err != nil {
+		s.log.WarnContext(ctx, "session cache unavailable", "op", "login", "err", err)
+	}
+	return Login{Token: token, ExpiresAt: sess.ExpiresAt, Merchant: m}, nil
+}
+
+var (
+	errBadToken     = apperr.Unauthenticated(apperr.CodeInvalidToken, "Invalid or expired session token.")
+	errRevokedToken = apperr.Unauthenticated(apperr.CodeTokenRevoked, "This session token has been revoked.")
+)
+
+// VerifyToken checks a token's signature and claims without looking up its state.
+func (s *Service) VerifyToken(token string) (Claims, error) {
+	c, err := s.tokens.Verify(token)
+	if err != nil {
+		return Claims{}, errBadToken
+	}
+	return c, nil
+}
+
+// Authenticate verifies a session token and checks that its session is still
+// open: the cache answers when it can, Postgres otherwise, so a logged-out
+// token is refused even when Redis is down or was flushed.
+func (s *Service) Authenticate(ctx context.Context, token string) (Principal, error) {
+	c, err := s.VerifyToken(token)
+	if err != nil {
+		return Principal{}, err
+	}
+	p := Principal{MerchantID: c.MerchantID, SessionID: c.SessionID}
+
+	cached, found, cerr := s.cache.SessionState(ctx, c.SessionID)
+	if cerr == nil && found {
+		state, merchantID, _ := strings.Cut(cached, ":")
+		switch {
+		case merchantID != c.MerchantID:
+			return Principal{}, errBadToken
+		case state == StateActive:
+			return p, nil
+		}
+		return Principal{}, errRevokedToken
+	}
+
+	sess, err := s.store.SessionByID(ctx, c.SessionID)
+	if err != nil {
+		if apperr.KindOf(err) == apperr.KindNotFound {
+			return Principal{}, errBadToken
+		}
+		return Principal{}, err
+	}
+	if sess.MerchantID != c.MerchantID {
+		return Principal{}, errBadToken
+	}
+	state := StateActive
+	if sess.RevokedAt != nil {
+		state = StateRevoked
+	}
+	if cerr == nil {
+		if err := s.cache.FillSessionState(ctx, sess.ID, cacheValue(state, sess.MerchantID), s.ttl(state, sess.ExpiresAt)); err != nil {
+			s.log.WarnContext(ctx, "session cache unavailable", "op", "fill", "err", err)
+		}
+	}
+	if state == StateRevoked {
+		return Principal{}, errRevokedToken
+	}
+	return p, nil
+}
+
+// cacheValue is a session's cache entry: its state and the merchant it belongs
+// to, so a token naming another merchant is refused even on a cache hit.
+func cacheValue(state, merchantID string) string { return state + ":" + merchantID }
+
+func (s *Service) ttl(state string, expiresAt time.Time) time.Duration {
+	left := expiresAt.Sub(s.now()) + time.Minute
+	if state == StateActive {
+		return max(time.Second, min(activeCacheTTL, left))
+	}
+	return max(time.Second, left)
+}
+
+// Logout revokes the caller's session in Postgres, then marks it revoked in the
+// shared cache so that every replica refuses the token from now on.
+func (s *Service) Logout(ctx context.Context, p Principal) error {
+	sess, err := s.store.RevokeSession(ctx, p.SessionID)
+	if err != nil {
+		return err
+	}
+	if err := s.cache.SetSessionState(ctx, sess.ID, cacheValue(StateRevoked, sess.MerchantID), s.ttl(StateRevoked, sess.ExpiresAt)); err != nil {
+		// Postgres already refuses the token; replicas that cannot reach Redis
+		// read Postgres. The active TTL bounds a stale entry if Redis returns.
+		s.log.ErrorContext(ctx, "session cache not updated on logout", "session_id", sess.ID, "err", err)
+	}
+	return nil
+}
+
+// PruneExpired deletes sessions that expired more than a day ago and returns how many.
+func (s *Service) PruneExpired(ctx context.Context) (int64, error) {
+	return s.store.DeleteSessionsExpiredBefore(ctx, s.now().Add(-24*time.Hour))
+}

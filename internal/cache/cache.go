@@ -1,0 +1,180 @@
+// Package cache is the Redis side of authentication: the shared read-through
+// caches of session states and API key digests, and the Redis client every
+// binary uses. Postgres holds the truth; these entries only save round trips.
+package cache
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/gatehouse-pay/gatehouse/internal/apikeys"
+)
+
+// NewClient returns a UniversalClient for a redis:// or rediss:// URL. Timeouts
+// are short: a Redis that does not answer quickly is treated as down, and the
+// callers fall back (Postgres for auth, a local limiter for rate limits).
+func NewClient(url string) (redis.UniversalClient, error) {
+	opts, err := redis.ParseURL(url)
+	if err != nil {
+		return nil, errors.New("cache: REDIS_URL is not a valid redis URL")
+	}
+	opts.DialTimeout = 500 * time.Millisecond
+	opts.ReadTimeout = 500 * time.Millisecond
+	opts.WriteTimeout = 500 * time.Millisecond
+	opts.MaxRetries = 1
+	opts.PoolTimeout = time.Second
+	c := redis.NewClient(opts)
+	c.AddHook(&breaker{})
+	return c, nil
+}
+
+// ErrDown is returned without a network round trip while Redis is considered down.
+var ErrDown = errors.New("cache: redis is down")
+
+// breaker short-circuits commands for a second after a network failure, so
+// that while Redis is unreachable each request pays nothing for trying it and
+// the callers go straight to their fallbacks.
+type breaker struct {
+	downUntil atomic.Int64 // unix nanoseconds
+}
+
+const breakerOpen = time.Second
+
+func (b *breaker) down() bool { return time.Now().UnixNano() < b.downUntil.Load() }
+
+func (b *breaker) observe(err error) {
+	if err == nil || errors.Is(err, redis.Nil) || errors.Is(err, context.Canceled) {
+		return
+	}
+	var reply redis.Error
+	if errors.As(err, &reply) {
+		return // Redis answered; it is up
+	}
+	b.downUntil.Store(time.Now().Add(breakerOpen).UnixNano())
+}
+
+func (b *breaker) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (b *breaker) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if b.down() {
+			cmd.SetErr(ErrDown)
+			return ErrDown
+		}
+		err := next(ctx, cmd)
+		b.observe(err)
+		return err
+	}
+}
+
+func (b *breaker) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if b.down() {
+			for _, c := range cmds {
+				c.SetErr(ErrDown)
+			}
+			return ErrDown
+		}
+		err := next(ctx, cmds)
+		b.observe(err)
+		return err
+	}
+}
+
+// Cache implements auth.Cache and apikeys.Cache on Redis.
+type Cache struct {
+	rdb redis.UniversalClient
+}
+
+// New returns a Cache on rdb.
+func New(rdb redis.UniversalClient) *Cache { return &Cache{rdb: rdb} }
+
+func sessionKey(id string) string { return "gh:sess:" + id }
+
+// SessionState returns the cached state of a session.
+func (c *Cache) SessionState(ctx context.Context, id string) (string, bool, error) {
+	v, err := c.rdb.Get(ctx, sessionKey(id)).Result()
+	if errors.Is(err, redis.Nil) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, err
+	}
+	return v, true, nil
+}
+
+// FillSessionState caches state unless an entry exists.
+func (c *Cache) FillSessionState(ctx context.Context, id, state string, ttl time.Duration) error {
+	return c.rdb.SetNX(ctx, sessionKey(id), state, ttl).Err()
+}
+
+// SetSessionState caches state, overwriting any entry.
+func (c *Cache) SetSessionState(ctx context.Context, id, state string, ttl time.Duration) error {
+	return c.rdb.Set(ctx, sessionKey(id), state, ttl).Err()
+}
+
+func keyKey(digest []byte) string { return "gh:key:" + hex.EncodeToString(digest) }
+
+// Entries are stored as "merchant|key|environment|state".
+func encodeEntry(e apikeys.Entry) string {
+	state := "active"
+	switch {
+	case e.Unknown:
+		return "|||unknown"
+	case e.Revoked:
+		state = "revoked"
+	}
+	return e.MerchantID + "|" + e.KeyID + "|" + e.Environment + "|" + state
+}
+
+func decodeEntry(v string) (apikeys.Entry, error) {
+	p := strings.Split(v, "|")
+	if len(p) != 4 {
+		return apikeys.Entry{}, fmt.Errorf("cache: malformed key entry")
+	}
+	e := apikeys.Entry{MerchantID: p[0], KeyID: p[1], Environment: p[2]}
+	switch p[3] {
+	case "active":
+	case "revoked":
+		e.Revoked = true
+	case "unknown":
+		e.Unknown = true
+	default:
+		return apikeys.Entry{}, fmt.Errorf("cache: malformed key entry state")
+	}
+	return e, nil
+}
+
+// Key returns the cached entry for a secret key digest. A malformed entry is
+// reported as a miss so the caller reads Postgres.
+func (c *Cache) Key(ctx context.Context, digest []byte) (apikeys.Entry, bool, error) {
+	v, err := c.rdb.Get(ctx, keyKey(digest)).Result()
+	if errors.Is(err, redis.Nil) {
+		return apikeys.Entry{}, false, nil
+	}
+	if err != nil {
+		return apikeys.Entry{}, false, err
+	}
+	e, err := decodeEntry(v)
+	if err != nil {
+		return apikeys.Entry{}, false, nil
+	}
+	return e, true, nil
+}
+
+// FillKey caches e unless an entry exists.
+func (c *Cache) FillKey(ctx context.Context, digest []byte, e apikeys.Entry, ttl time.Duration) error {
+	return c.rdb.SetNX(ctx, keyKey(digest), encodeEntry(e), ttl).Err()
+}
+
+// SetKey caches e, overwriting any entry.
+func (c *Cache) SetKey(ctx context.Context, digest []byte, e apikeys.Entry, ttl time.Duration) error {
+	return c.rdb.Set(ctx, keyKey(digest), encodeEntry(e), ttl).Err()
+}

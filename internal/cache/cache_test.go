@@ -1,0 +1,82 @@
+package cache_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/gatehouse-pay/gatehouse/internal/apikeys"
+	"github.com/gatehouse-pay/gatehouse/internal/cache"
+	"github.com/gatehouse-pay/gatehouse/internal/testenv"
+)
+
+func TestFillNeverOverwritesARevocation(t *testing.T) {
+	c := cache.New(testenv.NewRedis(t, testenv.RedisDBCache))
+	ctx := context.Background()
+	digest := apikeys.Digest("sk_test_x")
+	active := apikeys.Entry{KeyID: "key_1", MerchantID: "mer_1", Environment: "sandbox"}
+	revoked := active
+	revoked.Revoked = true
+
+	if err := c.SetKey(ctx, digest, revoked, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	// A reader that saw the key active before the revoke fills late.
+	if err := c.FillKey(ctx, digest, active, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	got, found, err := c.Key(ctx, digest)
+	if err != nil || !found || got != revoked {
+		t.Fatalf("got %+v found=%v err=%v, want the revoked entry", got, found, err)
+	}
+
+	if err := c.SetSessionState(ctx, "ses_1", "revoked", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.FillSessionState(ctx, "ses_1", "active", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if state, found, err := c.SessionState(ctx, "ses_1"); err != nil || !found || state != "revoked" {
+		t.Fatalf("session state %q found=%v err=%v, want revoked", state, found, err)
+	}
+}
+
+func TestEntriesRoundTrip(t *testing.T) {
+	c := cache.New(testenv.NewRedis(t, testenv.RedisDBCache))
+	ctx := context.Background()
+	for i, e := range []apikeys.Entry{
+		{KeyID: "key_1", MerchantID: "mer_1", Environment: "sandbox"},
+		{KeyID: "key_2", MerchantID: "mer_2", Environment: "sandbox", Revoked: true},
+		{Unknown: true},
+	} {
+		d := apikeys.Digest(string(rune('a' + i)))
+		if err := c.FillKey(ctx, d, e, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		got, found, err := c.Key(ctx, d)
+		if err != nil || !found || got != e {
+			t.Errorf("round trip of %+v: got %+v found=%v err=%v", e, got, found, err)
+		}
+	}
+	if _, found, err := c.Key(ctx, apikeys.Digest("never")); found || err != nil {
+		t.Fatalf("miss: found=%v err=%v", found, err)
+	}
+}
+
+func TestBreakerAnswersAtOnceWhileDown(t *testing.T) {
+	rdb, err := cache.NewClient("redis://127.0.0.1:1/0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rdb.Close()
+	ctx := context.Background()
+	if err := rdb.Ping(ctx).Err(); err == nil {
+		t.Fatal("ping of a closed port succeeded")
+	}
+	// Within the open second, calls fail with ErrDown without touching the network.
+	for i := 0; i < 100; i++ {
+		if err := rdb.Get(ctx, "k").Err(); err != cache.ErrDown {
+			t.Fatalf("call %d while down: %v, want ErrDown", i, err)
+		}
+	}
+}

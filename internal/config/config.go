@@ -1,0 +1,248 @@
+// Package config loads Gatehouse's settings from the environment. Load reads
+// every variable, collects every problem at once and reports them in one line,
+// so an operator fixes a bad deployment in one round. Secrets are held in the
+// Secret type, which never prints its value.
+package config
+
+import (
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Secret is a string that never prints its value through fmt or slog.
+type Secret string
+
+// String hides the value.
+func (s Secret) String() string {
+	if s == "" {
+		return ""
+	}
+	return "[redacted]"
+}
+
+// GoString hides the value from %#v.
+func (s Secret) GoString() string { return s.String() }
+
+// LogValue hides the value from slog.
+func (s Secret) LogValue() slog.Value { return slog.StringValue(s.String()) }
+
+// Reveal returns the value; call it only where the secret is used.
+func (s Secret) Reveal() string { return string(s) }
+
+// Limit is a rate limit: at most N requests in any trailing Window.
+type Limit struct {
+	N      int
+	Window time.Duration
+}
+
+// String renders the limit in the form it is configured, e.g. "100/1m0s".
+func (l Limit) String() string { return fmt.Sprintf("%d/%s", l.N, l.Window) }
+
+// ParseLimit parses "N/duration" such as "100/1m" or "10/5m".
+func ParseLimit(s string) (Limit, error) {
+	n, w, ok := strings.Cut(strings.TrimSpace(s), "/")
+	if !ok {
+		return Limit{}, fmt.Errorf("want N/duration such as 100/1m, got %q", s)
+	}
+	count, err := strconv.Atoi(n)
+	if err != nil || count < 1 {
+		return Limit{}, fmt.Errorf("want a positive count before '/', got %q", s)
+	}
+	window, err := time.ParseDuration(w)
+	if err != nil || window < time.Second {
+		return Limit{}, fmt.Errorf("want a window of at least 1s after '/', got %q", s)
+	}
+	return Limit{N: count, Window: window}, nil
+}
+
+// Config holds every setting of both binaries.
+type Config struct {
+	DatabaseURL   Secret // may carry a password
+	RedisURL      Secret // may carry a password
+	JWTSecret     Secret
+	EncryptionKey []byte // 32 bytes, from 64 hex characters
+
+	HTTPAddr        string
+	MetricsAddr     string
+	TrustedProxies  []netip.Prefix
+	LogLevel        slog.Level
+	ShutdownTimeout time.Duration
+
+	WebhookRetrySchedule        []time.Duration
+	WebhookTimeout              time.Duration
+	WebhookAllowPrivateNetworks bool
+
+	DefaultProvider string
+	StripeSecretKey Secret
+	StripeAPIBase   string
+
+	RateLimitCharges Limit
+	RateLimitLogin   Limit
+	RateLimitDefault Limit
+
+	// MaxConcurrentHashes caps concurrent password hashes (argon2id uses 19 MiB each).
+	MaxConcurrentHashes int
+	// JWTIssuer and JWTAudience are stamped into and required of every session token.
+	JWTIssuer   string
+	JWTAudience string
+}
+
+// Needs says which settings a command cannot run without.
+type Needs struct {
+	Database, Redis, JWT, Encryption bool
+}
+
+// Providers names the payment providers a charge may use.
+var Providers = []string{"sandbox", "stripe"}
+
+// Load reads the configuration through getenv and checks it against needs.
+// The error, if any, names every problem in one line and never a secret value.
+func Load(getenv func(string) string, needs Needs) (Config, error) {
+	var problems []string
+	bad := func(name, format string, args ...any) {
+		problems = append(problems, name+" "+fmt.Sprintf(format, args...))
+	}
+	get := func(name, def string) string {
+		if v := strings.TrimSpace(getenv(name)); v != "" {
+			return v
+		}
+		return def
+	}
+
+	c := Config{
+		DatabaseURL:     Secret(get("DATABASE_URL", "")),
+		RedisURL:        Secret(get("REDIS_URL", "")),
+		JWTSecret:       Secret(getenv("JWT_SECRET")),
+		HTTPAddr:        get("HTTP_ADDR", ":8080"),
+		MetricsAddr:     get("METRICS_ADDR", ":9091"),
+		DefaultProvider: get("DEFAULT_PROVIDER", "sandbox"),
+		StripeSecretKey: Secret(get("STRIPE_SECRET_KEY", "")),
+		StripeAPIBase:   get("STRIPE_API_BASE", "https://api.stripe.com"),
+		JWTIssuer:       get("JWT_ISSUER", "gatehouse"),
+		JWTAudience:     get("JWT_AUDIENCE", "gatehouse-dashboard"),
+	}
+
+	if c.DatabaseURL == "" {
+		if needs.Database {
+			bad("DATABASE_URL", "is required (e.g. postgres://user@127.0.0.1:5432/gatehouse)")
+		}
+	} else if u, err := url.Parse(c.DatabaseURL.Reveal()); err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+		bad("DATABASE_URL", "must be a postgres:// URL")
+	}
+	if c.RedisURL == "" {
+		if needs.Redis {
+			bad("REDIS_URL", "is required (e.g. redis://127.0.0.1:6379/0)")
+		}
+	} else if u, err := url.Parse(c.RedisURL.Reveal()); err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") {
+		bad("REDIS_URL", "must be a redis:// or rediss:// URL")
+	}
+	if len(c.JWTSecret) == 0 {
+		if needs.JWT {
+			bad("JWT_SECRET", "is required (at least 32 bytes)")
+		}
+	} else if len(c.JWTSecret) < 32 {
+		bad("JWT_SECRET", "must be at least 32 bytes, got %d", len(c.JWTSecret))
+	}
+	if v := getenv("ENCRYPTION_KEY"); v == "" {
+		if needs.Encryption {
+			bad("ENCRYPTION_KEY", "is required (32 bytes as 64 hex characters)")
+		}
+	} else if k, err := hex.DecodeString(strings.TrimSpace(v)); err != nil || len(k) != 32 {
+		bad("ENCRYPTION_KEY", "must be 32 bytes as 64 hex characters")
+	} else {
+		c.EncryptionKey = k
+	}
+
+	for _, addr := range []struct{ name, v string }{{"HTTP_ADDR", c.HTTPAddr}, {"METRICS_ADDR", c.MetricsAddr}} {
+		if _, port, ok := strings.Cut(addr.v, ":"); !ok || port == "" {
+			bad(addr.name, "must be host:port or :port, got %q", addr.v)
+		}
+	}
+
+	if v := get("TRUSTED_PROXIES", ""); v != "" {
+		for _, p := range strings.Split(v, ",") {
+			p = strings.TrimSpace(p)
+			if p == "" {
+				continue
+			}
+			if prefix, err := netip.ParsePrefix(p); err == nil {
+				c.TrustedProxies = append(c.TrustedProxies, prefix.Masked())
+			} else if addr, err := netip.ParseAddr(p); err == nil {
+				c.TrustedProxies = append(c.TrustedProxies, netip.PrefixFrom(addr.Unmap(), addr.Unmap().BitLen()))
+			} else {
+				bad("TRUSTED_PROXIES", "has %q, which is neither an IP address nor a CIDR", p)
+			}
+		}
+	}
+
+	if err := c.LogLevel.UnmarshalText([]byte(get("LOG_LEVEL", "info"))); err != nil {
+		bad("LOG_LEVEL", "must be debug, info, warn or error")
+	}
+
+	duration := func(name, def string, min time.Duration) time.Duration {
+		d, err := time.ParseDuration(get(name, def))
+		if err != nil || d < min {
+			bad(name, "must be a duration of at least %s such as %s", min, def)
+		}
+		return d
+	}
+	c.ShutdownTimeout = duration("SHUTDOWN_TIMEOUT", "25s", time.Second)
+	c.WebhookTimeout = duration("WEBHOOK_TIMEOUT", "5s", time.Millisecond)
+
+	for _, s := range strings.Split(get("WEBHOOK_RETRY_SCHEDULE", "0s,5m,30m,2h,24h"), ",") {
+		d, err := time.ParseDuration(strings.TrimSpace(s))
+		if err != nil || d < 0 {
+			bad("WEBHOOK_RETRY_SCHEDULE", "must be a comma-separated list of durations such as 0s,5m,30m,2h,24h")
+			break
+		}
+		c.WebhookRetrySchedule = append(c.WebhookRetrySchedule, d)
+	}
+
+	if v := get("WEBHOOK_ALLOW_PRIVATE_NETWORKS", "false"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			bad("WEBHOOK_ALLOW_PRIVATE_NETWORKS", "must be true or false")
+		}
+		c.WebhookAllowPrivateNetworks = b
+	}
+
+	known := false
+	for _, p := range Providers {
+		known = known || p == c.DefaultProvider
+	}
+	if !known {
+		bad("DEFAULT_PROVIDER", "must be one of %s", strings.Join(Providers, ", "))
+	}
+	if c.DefaultProvider == "stripe" && c.StripeSecretKey == "" {
+		bad("STRIPE_SECRET_KEY", "is required when DEFAULT_PROVIDER is stripe")
+	}
+
+	limit := func(name, def string) Limit {
+		l, err := ParseLimit(get(name, def))
+		if err != nil {
+			bad(name, "%v", err)
+		}
+		return l
+	}
+	c.RateLimitCharges = limit("RATE_LIMIT_CHARGES", "100/1m")
+	c.RateLimitLogin = limit("RATE_LIMIT_LOGIN", "10/5m")
+	c.RateLimitDefault = limit("RATE_LIMIT_DEFAULT", "500/1m")
+
+	n, err := strconv.Atoi(get("MAX_CONCURRENT_HASHES", "2"))
+	if err != nil || n < 1 {
+		bad("MAX_CONCURRENT_HASHES", "must be a positive integer")
+	}
+	c.MaxConcurrentHashes = n
+
+	if len(problems) > 0 {
+		return Config{}, errors.New("invalid configuration: " + strings.Join(problems, "; "))
+	}
+	return c, nil
+}

@@ -1,0 +1,120 @@
+package config
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func envOf(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+var valid = map[string]string{
+	"DATABASE_URL":   "postgres://u:hunter2@db:5432/gatehouse",
+	"REDIS_URL":      "redis://:hunter3@redis:6379/0",
+	"JWT_SECRET":     strings.Repeat("j", 32),
+	"ENCRYPTION_KEY": strings.Repeat("0f", 32),
+}
+
+func TestLoadDefaults(t *testing.T) {
+	c, err := Load(envOf(valid), Needs{Database: true, Redis: true, JWT: true, Encryption: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := []any{c.HTTPAddr, c.MetricsAddr, c.DefaultProvider, c.RateLimitCharges, c.RateLimitLogin, c.RateLimitDefault, c.WebhookTimeout, c.WebhookRetrySchedule, c.WebhookAllowPrivateNetworks, len(c.EncryptionKey)}
+	want := []any{":8080", ":9091", "sandbox", Limit{100, time.Minute}, Limit{10, 5 * time.Minute}, Limit{500, time.Minute}, 5 * time.Second,
+		[]time.Duration{0, 5 * time.Minute, 30 * time.Minute, 2 * time.Hour, 24 * time.Hour}, false, 32}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("defaults (-want +got):\n%s", diff)
+	}
+}
+
+func TestLoadReportsEveryProblemOnceWithoutSecrets(t *testing.T) {
+	env := map[string]string{
+		"DATABASE_URL":           "mysql://root:topsecretpw@x/y",
+		"JWT_SECRET":             "short-secret-value",
+		"ENCRYPTION_KEY":         "nothex",
+		"RATE_LIMIT_CHARGES":     "lots",
+		"WEBHOOK_RETRY_SCHEDULE": "0s,soon",
+		"LOG_LEVEL":              "loud",
+		"TRUSTED_PROXIES":        "10.0.0.0/8,not-an-ip",
+		"DEFAULT_PROVIDER":       "paypal",
+	}
+	_, err := Load(envOf(env), Needs{Database: true, Redis: true, JWT: true, Encryption: true})
+	if err == nil {
+		t.Fatal("want an error")
+	}
+	msg := err.Error()
+	for _, name := range []string{"DATABASE_URL", "REDIS_URL", "JWT_SECRET", "ENCRYPTION_KEY", "RATE_LIMIT_CHARGES", "WEBHOOK_RETRY_SCHEDULE", "LOG_LEVEL", "TRUSTED_PROXIES", "DEFAULT_PROVIDER"} {
+		if !strings.Contains(msg, name) {
+			t.Errorf("error does not name %s: %s", name, msg)
+		}
+	}
+	for _, secret := range []string{"topsecretpw", "short-secret-value"} {
+		if strings.Contains(msg, secret) {
+			t.Errorf("error leaks %q: %s", secret, msg)
+		}
+	}
+	if strings.Contains(msg, "\n") {
+		t.Errorf("error is not one line: %q", msg)
+	}
+}
+
+func TestNeeds(t *testing.T) {
+	if _, err := Load(envOf(map[string]string{"DATABASE_URL": valid["DATABASE_URL"]}), Needs{Database: true}); err != nil {
+		t.Fatalf("migrate needs only DATABASE_URL: %v", err)
+	}
+	if _, err := Load(envOf(map[string]string{}), Needs{Database: true}); err == nil || !strings.Contains(err.Error(), "DATABASE_URL is required") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestParseLimit(t *testing.T) {
+	cases := []struct {
+		in   string
+		want Limit
+		ok   bool
+	}{
+		{"100/1m", Limit{100, time.Minute}, true},
+		{"10/5m", Limit{10, 5 * time.Minute}, true},
+		{" 7/30s ", Limit{7, 30 * time.Second}, true},
+		{"0/1m", Limit{}, false},
+		{"-1/1m", Limit{}, false},
+		{"5/500ms", Limit{}, false},
+		{"5", Limit{}, false},
+		{"x/1m", Limit{}, false},
+	}
+	for _, c := range cases {
+		got, err := ParseLimit(c.in)
+		if (err == nil) != c.ok || got != c.want {
+			t.Errorf("ParseLimit(%q) = %v, %v; want %v ok=%v", c.in, got, err, c.want, c.ok)
+		}
+	}
+}
+
+func TestTrustedProxies(t *testing.T) {
+	env := map[string]string{"TRUSTED_PROXIES": "10.0.0.0/8, 192.168.1.7 ,::1"}
+	c, err := Load(envOf(env), Needs{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("192.168.1.7/32"), netip.MustParsePrefix("::1/128")}
+	if diff := cmp.Diff(fmt.Sprint(want), fmt.Sprint(c.TrustedProxies)); diff != "" {
+		t.Fatal(diff)
+	}
+}
+
+func TestSecretNeverPrints(t *testing.T) {
+	s := Secret("sk_test_supersecret")
+	for _, out := range []string{fmt.Sprint(s), fmt.Sprintf("%v %s %#v", s, s, s), s.LogValue().String()} {
+		if strings.Contains(out, "supersecret") {
+			t.Fatalf("secret printed: %s", out)
+		}
+	}
+	if s.Reveal() != "sk_test_supersecret" {
+		t.Fatal("Reveal lost the value")
+	}
+}

@@ -1,0 +1,85 @@
+package httpapi
+
+import (
+	"errors"
+	"net/http"
+
+	"github.com/gofiber/fiber/v2"
+
+	"github.com/gatehouse-pay/gatehouse/internal/apperr"
+)
+
+// statusOf is the one table from error kind to HTTP status.
+var statusOf = map[apperr.Kind]int{
+	apperr.KindInternal:         http.StatusInternalServerError,
+	apperr.KindInvalid:          http.StatusBadRequest,
+	apperr.KindUnauthenticated:  http.StatusUnauthorized,
+	apperr.KindForbidden:        http.StatusForbidden,
+	apperr.KindNotFound:         http.StatusNotFound,
+	apperr.KindMethodNotAllowed: http.StatusMethodNotAllowed,
+	apperr.KindConflict:         http.StatusConflict,
+	apperr.KindTooLarge:         http.StatusRequestEntityTooLarge,
+	apperr.KindUnsupportedMedia: http.StatusUnsupportedMediaType,
+	apperr.KindUnprocessable:    http.StatusUnprocessableEntity,
+	apperr.KindRateLimited:      http.StatusTooManyRequests,
+	apperr.KindUnavailable:      http.StatusServiceUnavailable,
+}
+
+type errorBody struct {
+	Error errorDetail `json:"error"`
+}
+
+type errorDetail struct {
+	Code      string `json:"code"`
+	Message   string `json:"message"`
+	Param     string `json:"param,omitempty"`
+	RequestID string `json:"request_id"`
+}
+
+// fromFiber turns the router's and the body reader's errors into ours.
+func fromFiber(c *fiber.Ctx, fe *fiber.Error) *apperr.Error {
+	switch fe.Code {
+	case fiber.StatusNotFound:
+		return &apperr.Error{Kind: apperr.KindNotFound, Code: apperr.CodeNotFound,
+			Message: "Unrecognized request URL (" + c.Method() + " " + c.Path() + ")."}
+	case fiber.StatusMethodNotAllowed:
+		return &apperr.Error{Kind: apperr.KindMethodNotAllowed, Code: apperr.CodeMethodNotAllowed,
+			Message: "Method " + c.Method() + " is not allowed on " + c.Path() + "."}
+	case fiber.StatusRequestEntityTooLarge:
+		return &apperr.Error{Kind: apperr.KindTooLarge, Code: apperr.CodePayloadTooLarge,
+			Message: "Request body is larger than 64 KiB."}
+	case fiber.StatusRequestHeaderFieldsTooLarge, fiber.StatusBadRequest, fiber.StatusRequestTimeout:
+		return apperr.Invalid("", "Malformed HTTP request.")
+	}
+	if fe.Code >= 500 {
+		return apperr.Internal(fe)
+	}
+	return apperr.Invalid("", "Malformed HTTP request.")
+}
+
+// renderError writes err as the contract's error body. It is Fiber's error
+// handler and is also called by observe, so the status is known when the
+// request is logged and counted.
+func (s *server) renderError(c *fiber.Ctx, err error) error {
+	var ae *apperr.Error
+	var fe *fiber.Error
+	switch {
+	case errors.As(err, &ae):
+	case errors.As(err, &fe):
+		ae = fromFiber(c, fe)
+	default:
+		ae = apperr.Internal(err)
+	}
+	status, ok := statusOf[ae.Kind]
+	if !ok {
+		status = http.StatusInternalServerError
+	}
+	id := requestID(c)
+	if status >= 500 {
+		s.Log.ErrorContext(c.UserContext(), "request failed",
+			"method", c.Method(), "route", c.Route().Path, "status", status, "code", ae.Code, "err", err)
+	}
+	return writeJSON(c, status, errorBody{Error: errorDetail{
+		Code: ae.Code, Message: ae.Message, Param: ae.Param, RequestID: id,
+	}})
+}

@@ -1,0 +1,159 @@
+package httpapi
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+
+	"github.com/gatehouse-pay/gatehouse/internal/apikeys"
+	"github.com/gatehouse-pay/gatehouse/internal/apperr"
+	"github.com/gatehouse-pay/gatehouse/internal/ids"
+	"github.com/gatehouse-pay/gatehouse/internal/merchants"
+)
+
+func (s *server) healthz(c *fiber.Ctx) error {
+	return writeJSON(c, fiber.StatusOK, fiber.Map{"status": "ok"})
+}
+
+// readyz answers 200 only while Postgres and Redis answer and the process is
+// not draining, so a load balancer stops sending before shutdown.
+func (s *server) readyz(c *fiber.Ctx) error {
+	if s.Draining.Load() {
+		return apperr.Unavailable(nil)
+	}
+	checks := map[string]string{}
+	var failed []string
+	for name, check := range s.Checks {
+		ctx, cancel := context.WithTimeout(c.UserContext(), time.Second)
+		err := check(ctx)
+		cancel()
+		checks[name] = "ok"
+		if err != nil {
+			checks[name] = "unavailable"
+			failed = append(failed, name)
+		}
+	}
+	if len(failed) > 0 {
+		e := apperr.Unavailable(nil)
+		e.Message = "Not ready: " + strings.Join(failed, ", ") + " unreachable."
+		return e
+	}
+	return writeJSON(c, fiber.StatusOK, fiber.Map{"status": "ok", "checks": checks})
+}
+
+type merchantJSON struct {
+	ID        string `json:"id"`
+	Object    string `json:"object"`
+	Email     string `json:"email"`
+	Name      string `json:"name"`
+	CreatedAt string `json:"created_at"`
+}
+
+// PresentMerchant is the public form of a merchant, shared with the CLI.
+func PresentMerchant(m merchants.Merchant) merchantJSON {
+	return merchantJSON{ID: m.ID, Object: "merchant", Email: m.Email, Name: m.Name, CreatedAt: timestamp(m.CreatedAt)}
+}
+
+type loginRequest struct {
+	Email    string `json:"email"`
+	Password string `json:"password"`
+}
+
+func (s *server) login(c *fiber.Ctx) error {
+	var req loginRequest
+	if err := decodeJSON(c, &req); err != nil {
+		return err
+	}
+	l, err := s.Auth.Login(c.UserContext(), req.Email, req.Password)
+	if err != nil {
+		return err
+	}
+	return writeJSON(c, fiber.StatusOK, fiber.Map{
+		"token":      l.Token,
+		"token_type": "Bearer",
+		"expires_at": timestamp(l.ExpiresAt),
+		"merchant":   PresentMerchant(l.Merchant),
+	})
+}
+
+func (s *server) logout(c *fiber.Ctx) error {
+	if err := s.Auth.Logout(c.UserContext(), principal(c)); err != nil {
+		return err
+	}
+	return c.SendStatus(fiber.StatusNoContent)
+}
+
+func (s *server) me(c *fiber.Ctx) error {
+	m, err := s.Merchants.Get(c.UserContext(), principal(c).MerchantID)
+	if err != nil {
+		return err
+	}
+	return writeJSON(c, fiber.StatusOK, PresentMerchant(m))
+}
+
+type keyJSON struct {
+	ID          string  `json:"id"`
+	Object      string  `json:"object"`
+	Name        string  `json:"name"`
+	Environment string  `json:"environment"`
+	PublicKey   string  `json:"public_key"`
+	SecretKey   string  `json:"secret_key,omitempty"`
+	SecretLast4 string  `json:"secret_key_last4"`
+	CreatedAt   string  `json:"created_at"`
+	RevokedAt   *string `json:"revoked_at"`
+}
+
+func presentKey(k apikeys.Key) keyJSON {
+	return keyJSON{
+		ID: k.ID, Object: "api_key", Name: k.Name, Environment: k.Environment, PublicKey: k.PublicKey,
+		SecretLast4: k.SecretLast4, CreatedAt: timestamp(k.CreatedAt), RevokedAt: timestampOrNil(k.RevokedAt),
+	}
+}
+
+type createKeyRequest struct {
+	Environment string `json:"environment"`
+	Name        string `json:"name"`
+}
+
+func (s *server) createKey(c *fiber.Ctx) error {
+	var req createKeyRequest
+	if err := decodeJSON(c, &req); err != nil {
+		return err
+	}
+	created, err := s.Keys.Create(c.UserContext(), principal(c).MerchantID, req.Environment, req.Name)
+	if err != nil {
+		return err
+	}
+	out := presentKey(created.Key)
+	out.SecretKey = created.Secret // the one time it is shown
+	c.Set(fiber.HeaderCacheControl, "no-store")
+	return writeJSON(c, fiber.StatusCreated, out)
+}
+
+func (s *server) listKeys(c *fiber.Ctx) error {
+	p, err := listParams(c, func(id string) bool { return ids.Valid("key", id) })
+	if err != nil {
+		return err
+	}
+	page, err := s.Keys.List(c.UserContext(), principal(c).MerchantID, p)
+	if err != nil {
+		return err
+	}
+	return writeJSON(c, fiber.StatusOK, newList(page, presentKey))
+}
+
+func (s *server) revokeKey(c *fiber.Ctx) error {
+	k, err := s.Keys.Revoke(c.UserContext(), principal(c).MerchantID, strings.Clone(c.Params("id")))
+	if err != nil {
+		return err
+	}
+	return writeJSON(c, fiber.StatusOK, presentKey(k))
+}
+
+// createCharge holds the place of charge creation: the route already
+// authenticates and counts against the per-key limit.
+func (s *server) createCharge(c *fiber.Ctx) error {
+	return &apperr.Error{Kind: apperr.KindNotFound, Code: apperr.CodeNotFound, Message: "Charge creation is not available yet."}
+}

@@ -1,0 +1,211 @@
+package httpapi_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/gatehouse-pay/gatehouse/internal/apikeys"
+	"github.com/gatehouse-pay/gatehouse/internal/auth"
+	"github.com/gatehouse-pay/gatehouse/internal/cache"
+	"github.com/gatehouse-pay/gatehouse/internal/config"
+	"github.com/gatehouse-pay/gatehouse/internal/httpapi"
+	"github.com/gatehouse-pay/gatehouse/internal/merchants"
+	"github.com/gatehouse-pay/gatehouse/internal/metrics"
+	"github.com/gatehouse-pay/gatehouse/internal/ratelimit"
+	"github.com/gatehouse-pay/gatehouse/internal/store"
+	"github.com/gatehouse-pay/gatehouse/internal/testenv"
+)
+
+const testJWTSecret = "0123456789abcdef0123456789abcdef-test"
+
+// harness is one API instance on a fresh database and a flushed Redis DB.
+type harness struct {
+	t         *testing.T
+	app       *fiber.App
+	base      string
+	db        testenv.DB
+	rdb       redis.UniversalClient
+	spec      *testenv.Spec
+	merchants *merchants.Service
+	cfg       config.Config
+}
+
+func testConfig(t *testing.T, mutate func(map[string]string)) config.Config {
+	t.Helper()
+	env := map[string]string{
+		"JWT_SECRET":     testJWTSecret,
+		"ENCRYPTION_KEY": strings.Repeat("ab", 32),
+	}
+	if mutate != nil {
+		mutate(env)
+	}
+	cfg, err := config.Load(func(k string) string { return env[k] }, config.Needs{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func newHarness(t *testing.T, mutateEnv func(map[string]string)) *harness {
+	t.Helper()
+	cfg := testConfig(t, mutateEnv)
+	db := testenv.NewDB(t)
+	testenv.NewRedis(t, testenv.RedisDBHTTPAPI) // flushes the DB index
+	rdb, err := cache.NewClient(testenv.RedisURLFor(testenv.RedisDBHTTPAPI))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rdb.Close() })
+
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	reg := metrics.NewRegistry()
+	st := store.New(db.Pool)
+	rc := cache.New(rdb)
+	hasher := auth.NewHasher(2)
+	tokens := auth.NewTokens([]byte(cfg.JWTSecret.Reveal()), cfg.JWTIssuer, cfg.JWTAudience, time.Now)
+	ms := merchants.NewService(st, hasher, time.Now)
+	app := httpapi.NewServer(httpapi.Deps{
+		Config:         cfg,
+		Log:            log,
+		Auth:           auth.NewService(st, st, rc, hasher, tokens, time.Now, log),
+		Keys:           apikeys.NewService(st, rc, time.Now, log),
+		Merchants:      ms,
+		Limiter:        ratelimit.New(rdb, ratelimit.NewMetrics(reg), log),
+		Metrics:        metrics.NewHTTP(reg),
+		MetricsHandler: metrics.Handler(reg),
+		Checks: map[string]func(context.Context) error{
+			"postgres": st.Ping,
+			"redis":    func(ctx context.Context) error { return rdb.Ping(ctx).Err() },
+		},
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = app.Listener(ln) }()
+	t.Cleanup(func() { _ = app.ShutdownWithTimeout(5 * time.Second) })
+	return &harness{t: t, app: app, base: "http://" + ln.Addr().String(), db: db, rdb: rdb, spec: testenv.LoadSpec(t), merchants: ms, cfg: cfg}
+}
+
+var client = &http.Client{Timeout: 15 * time.Second}
+
+// response is one answer, its body decoded when it is JSON.
+type response struct {
+	status int
+	header http.Header
+	raw    []byte
+	body   map[string]any
+}
+
+// errCode returns error.code of an error body, or "".
+func (r response) errCode() string {
+	e, _ := r.body["error"].(map[string]any)
+	code, _ := e["code"].(string)
+	return code
+}
+
+func (r response) errField(name string) string {
+	e, _ := r.body["error"].(map[string]any)
+	v, _ := e[name].(string)
+	return v
+}
+
+// do sends a request through the app and validates the answer against the
+// OpenAPI spec. headers are name, value pairs.
+func (h *harness) do(method, path, body string, headers ...string) response {
+	h.t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, h.base+path, rd)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		if headers[i+1] == "" {
+			req.Header.Del(headers[i])
+			continue
+		}
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		h.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.spec.Check(h.t, req, resp, raw)
+	r := response{status: resp.StatusCode, header: resp.Header, raw: raw}
+	if len(raw) > 0 {
+		if err := json.Unmarshal(raw, &r.body); err != nil && strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
+			h.t.Fatalf("%s %s: body is not JSON: %s", method, path, raw)
+		}
+	}
+	return r
+}
+
+func bearer(token string) []string { return []string{"Authorization", "Bearer " + token} }
+
+// want fails the test unless r has the status and, when code is set, the error code.
+func want(t *testing.T, r response, status int, code string) {
+	t.Helper()
+	if r.status != status || (code != "" && r.errCode() != code) {
+		t.Fatalf("got %d %s, want %d %s\nbody: %s", r.status, r.errCode(), status, code, r.raw)
+	}
+}
+
+// merchant creates a merchant and returns its id.
+func (h *harness) merchant(email, password string) string {
+	h.t.Helper()
+	m, err := h.merchants.Create(context.Background(), email, password, "Test "+email)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return m.ID
+}
+
+// login returns a session token.
+func (h *harness) login(email, password string) string {
+	h.t.Helper()
+	r := h.do("POST", "/v1/auth/login", `{"email":"`+email+`","password":"`+password+`"}`)
+	want(h.t, r, 200, "")
+	return r.body["token"].(string)
+}
+
+// newKey creates a key with a session token and returns its id and secret.
+func (h *harness) newKey(token string) (id, secret string) {
+	h.t.Helper()
+	r := h.do("POST", "/v1/me/api_keys", "", bearer(token)...)
+	want(h.t, r, 201, "")
+	return r.body["id"].(string), r.body["secret_key"].(string)
+}
+
+// account is a merchant signed in with one key.
+type account struct {
+	merchantID, token, keyID, secret string
+}
+
+func (h *harness) account(email string) account {
+	h.t.Helper()
+	a := account{merchantID: h.merchant(email, "correct horse battery")}
+	a.token = h.login(email, "correct horse battery")
+	a.keyID, a.secret = h.newKey(a.token)
+	return a
+}

@@ -1,0 +1,143 @@
+package httpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"mime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+
+	"github.com/gatehouse-pay/gatehouse/internal/apperr"
+	"github.com/gatehouse-pay/gatehouse/internal/listing"
+)
+
+const contentTypeJSON = "application/json; charset=utf-8"
+
+// writeJSON renders v with the contract's content type.
+func writeJSON(c *fiber.Ctx, status int, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return apperr.Internal(err)
+	}
+	c.Status(status)
+	c.Set(fiber.HeaderContentType, contentTypeJSON)
+	return c.Send(b)
+}
+
+// timestamp renders t as RFC 3339 UTC with milliseconds.
+func timestamp(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z") }
+
+func timestampOrNil(t *time.Time) *string {
+	if t == nil {
+		return nil
+	}
+	s := timestamp(*t)
+	return &s
+}
+
+var (
+	errNotJSON     = &apperr.Error{Kind: apperr.KindUnsupportedMedia, Code: apperr.CodeUnsupportedMedia, Message: "Request bodies must be JSON: send Content-Type: application/json."}
+	errNotAnObject = &apperr.Error{Kind: apperr.KindInvalid, Code: apperr.CodeInvalidJSON, Message: "Request body must be a JSON object."}
+)
+
+// decodeJSON reads the body into dst strictly: it must be one JSON object
+// whose fields dst knows, with the right types. An empty body is an empty
+// object, so required fields are reported as missing by the caller.
+func decodeJSON(c *fiber.Ctx, dst any) error {
+	body := c.Body()
+	if len(bytes.TrimSpace(body)) == 0 {
+		return nil
+	}
+	mt, _, err := mime.ParseMediaType(c.Get(fiber.HeaderContentType))
+	if err != nil || !(mt == "application/json" || strings.HasSuffix(mt, "+json")) {
+		return errNotJSON
+	}
+	if b := bytes.TrimLeft(body, " \t\r\n"); len(b) == 0 || b[0] != '{' {
+		if !json.Valid(body) {
+			return &apperr.Error{Kind: apperr.KindInvalid, Code: apperr.CodeInvalidJSON, Message: "Request body is not valid JSON."}
+		}
+		return errNotAnObject
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(dst); err != nil {
+		return decodeError(err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return &apperr.Error{Kind: apperr.KindInvalid, Code: apperr.CodeInvalidJSON, Message: "Request body must hold exactly one JSON object."}
+	}
+	return nil
+}
+
+func decodeError(err error) error {
+	var typeErr *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &typeErr):
+		if typeErr.Field == "" {
+			return errNotAnObject
+		}
+		return apperr.Invalid(typeErr.Field, "Invalid type for parameter %s: expected %s.", typeErr.Field, jsonType(typeErr.Type.Kind().String()))
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		field, _ := strconv.Unquote(strings.TrimPrefix(err.Error(), "json: unknown field "))
+		return apperr.Invalid(field, "Received unknown parameter: %s.", field)
+	}
+	return &apperr.Error{Kind: apperr.KindInvalid, Code: apperr.CodeInvalidJSON, Message: "Request body is not valid JSON."}
+}
+
+func jsonType(goKind string) string {
+	switch goKind {
+	case "string":
+		return "a string"
+	case "bool":
+		return "a boolean"
+	case "int", "int64", "int32", "uint", "uint64", "float64":
+		return "a number"
+	case "slice", "array":
+		return "an array"
+	}
+	return "an object"
+}
+
+// listParams parses limit, starting_after and ending_before; idPrefix is the
+// prefix the cursors must carry.
+func listParams(c *fiber.Ctx, valid func(string) bool) (listing.Params, error) {
+	p := listing.Params{Limit: listing.DefaultLimit}
+	if v := c.Query("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > listing.MaxLimit {
+			return p, apperr.Invalid("limit", "limit must be an integer from 1 to %d.", listing.MaxLimit)
+		}
+		p.Limit = n
+	}
+	p.StartingAfter = strings.Clone(c.Query("starting_after"))
+	p.EndingBefore = strings.Clone(c.Query("ending_before"))
+	switch {
+	case p.StartingAfter != "" && p.EndingBefore != "":
+		return p, apperr.Invalid("ending_before", "Pass at most one of starting_after and ending_before.")
+	case p.StartingAfter != "" && !valid(p.StartingAfter):
+		return p, apperr.Invalid("starting_after", "starting_after must be an id from this list.")
+	case p.EndingBefore != "" && !valid(p.EndingBefore):
+		return p, apperr.Invalid("ending_before", "ending_before must be an id from this list.")
+	}
+	return p, nil
+}
+
+// list is the contract's list body.
+type list[T any] struct {
+	Object  string `json:"object"`
+	Data    []T    `json:"data"`
+	HasMore bool   `json:"has_more"`
+}
+
+func newList[T, U any](page listing.Page[T], present func(T) U) list[U] {
+	out := list[U]{Object: "list", Data: make([]U, 0, len(page.Items)), HasMore: page.HasMore}
+	for _, item := range page.Items {
+		out.Data = append(out.Data, present(item))
+	}
+	return out
+}

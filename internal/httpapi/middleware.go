@@ -1,0 +1,219 @@
+package httpapi
+
+import (
+	"errors"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+	"github.com/gofiber/fiber/v2/utils"
+	"github.com/google/uuid"
+
+	"github.com/gatehouse-pay/gatehouse/internal/apikeys"
+	"github.com/gatehouse-pay/gatehouse/internal/apperr"
+	"github.com/gatehouse-pay/gatehouse/internal/auth"
+	"github.com/gatehouse-pay/gatehouse/internal/config"
+	"github.com/gatehouse-pay/gatehouse/internal/logging"
+)
+
+const (
+	headerRequestID = "X-Request-Id"
+	localRequestID  = "gatehouse.request_id"
+	localPrincipal  = "gatehouse.principal"
+)
+
+// validRequestID accepts at most 64 characters from a safe set; anything else
+// a client sends is replaced, so ids are safe to log and echo.
+func validRequestID(id string) bool {
+	if id == "" || len(id) > 64 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		b := id[i]
+		if !('a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || '0' <= b && b <= '9' || b == '-' || b == '_' || b == '.' || b == ':') {
+			return false
+		}
+	}
+	return true
+}
+
+// requestID returns the request's id, assigning one if the request never
+// went through observe (errors raised while reading the request).
+func requestID(c *fiber.Ctx) string {
+	if id, ok := c.Locals(localRequestID).(string); ok {
+		return id
+	}
+	id := uuid.NewString()
+	c.Locals(localRequestID, id)
+	c.Set(headerRequestID, id)
+	return id
+}
+
+// observe assigns the request id, renders any error the chain returns, and
+// records the request's metrics and access log with its final status.
+func (s *server) observe(c *fiber.Ctx) error {
+	start := time.Now()
+	id := c.Get(headerRequestID)
+	if validRequestID(id) {
+		id = utils.CopyString(id)
+	} else {
+		id = uuid.NewString()
+	}
+	c.Locals(localRequestID, id)
+	c.Set(headerRequestID, id)
+	c.SetUserContext(logging.WithRequestID(c.UserContext(), id))
+	s.Metrics.InFlight.Inc()
+	defer s.Metrics.InFlight.Dec()
+
+	err := c.Next()
+	route := c.Route().Path
+	if err != nil {
+		var fe *fiber.Error
+		if errors.As(err, &fe) && (fe.Code == fiber.StatusNotFound || fe.Code == fiber.StatusMethodNotAllowed) {
+			route = "unmatched" // never a raw path: labels stay bounded
+		}
+		if rerr := s.renderError(c, err); rerr != nil {
+			return rerr
+		}
+	}
+	status := c.Response().StatusCode()
+	elapsed := time.Since(start)
+	method := c.Method()
+	s.Metrics.Requests.WithLabelValues(method, route, strconv.Itoa(status)).Inc()
+	s.Metrics.Duration.WithLabelValues(method, route).Observe(elapsed.Seconds())
+	s.Log.DebugContext(c.UserContext(), "request",
+		"method", method, "route", route, "status", status, "duration_ms", float64(elapsed.Microseconds())/1000)
+	return nil
+}
+
+// trustedProxies are the peers whose X-Forwarded-For is believed.
+type trustedProxies []netip.Prefix
+
+func (t trustedProxies) contains(a netip.Addr) bool {
+	for _, p := range t {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// clientIP is the socket peer, unless the peer is a trusted proxy: then the
+// right-most X-Forwarded-For entry that is not itself a trusted proxy.
+func (s *server) clientIP(c *fiber.Ctx) netip.Addr {
+	peer, _ := netip.AddrFromSlice(c.Context().RemoteIP())
+	peer = peer.Unmap()
+	if len(s.trusted) == 0 || !s.trusted.contains(peer) {
+		return peer
+	}
+	client := peer
+	hops := strings.Split(c.Get(fiber.HeaderXForwardedFor), ",")
+	for i := len(hops) - 1; i >= 0; i-- {
+		a, err := netip.ParseAddr(strings.TrimSpace(hops[i]))
+		if err != nil {
+			break // a garbled entry: trust nothing to its left
+		}
+		client = a.Unmap()
+		if !s.trusted.contains(client) {
+			break
+		}
+	}
+	return client
+}
+
+// limit applies the named limit to the key keyOf derives from the request and
+// sets the RateLimit-* headers; over the limit it answers 429 with Retry-After.
+func (s *server) limit(name string, l config.Limit, keyOf func(*fiber.Ctx) string) fiber.Handler {
+	return func(c *fiber.Ctx) error {
+		d := s.Limiter.Allow(c.UserContext(), name, keyOf(c), l)
+		c.Set("RateLimit-Limit", strconv.Itoa(d.Limit))
+		c.Set("RateLimit-Remaining", strconv.Itoa(d.Remaining))
+		c.Set("RateLimit-Reset", strconv.Itoa(d.ResetSeconds()))
+		if !d.Allowed {
+			c.Set(fiber.HeaderRetryAfter, strconv.Itoa(d.RetryAfter()))
+			return &apperr.Error{Kind: apperr.KindRateLimited, Code: apperr.CodeRateLimited,
+				Message: "Too many requests. Retry after " + strconv.Itoa(d.RetryAfter()) + " seconds."}
+		}
+		return c.Next()
+	}
+}
+
+func (s *server) limitByIP(name string, l config.Limit) fiber.Handler {
+	return s.limit(name, l, func(c *fiber.Ctx) string { return s.clientIP(c).String() })
+}
+
+// limitByKey limits per API key; it runs after authenticate.
+func (s *server) limitByKey(name string, l config.Limit) fiber.Handler {
+	return s.limit(name, l, func(c *fiber.Ctx) string { return principal(c).KeyID })
+}
+
+type accept int
+
+const (
+	acceptSession accept = 1 << iota
+	acceptKey
+)
+
+func principal(c *fiber.Ctx) auth.Principal {
+	p, _ := c.Locals(localPrincipal).(auth.Principal)
+	return p
+}
+
+var (
+	errNoAuth        = apperr.Unauthenticated(apperr.CodeMissingAuthorization, "Missing Authorization header. Send Authorization: Bearer <token>.")
+	errMalformedAuth = apperr.Unauthenticated(apperr.CodeInvalidToken, "Malformed Authorization header. Send Authorization: Bearer <token>.")
+	errPublicKey     = apperr.Unauthenticated(apperr.CodeInvalidTokenType, "Public keys identify your account client-side and cannot authenticate API requests; use your secret key.")
+	errNeedsSession  = apperr.Unauthenticated(apperr.CodeInvalidTokenType, "This endpoint requires a session token from POST /v1/auth/login.")
+	errNeedsKey      = apperr.Unauthenticated(apperr.CodeInvalidTokenType, "This endpoint requires a secret API key; session tokens are for the dashboard only.")
+)
+
+// authenticate resolves the Bearer token to a Principal, accepting the kinds
+// of token the route allows.
+func (s *server) authenticate(allowed accept) fiber.Handler {
+	return func(c *fiber.Ctx) error {
+		p, err := s.resolve(c, allowed)
+		if err != nil {
+			s.Metrics.AuthFailures.WithLabelValues(apperr.CodeOf(err)).Inc()
+			return err
+		}
+		c.Locals(localPrincipal, p)
+		return c.Next()
+	}
+}
+
+func (s *server) resolve(c *fiber.Ctx, allowed accept) (auth.Principal, error) {
+	header := c.Get(fiber.HeaderAuthorization)
+	if strings.TrimSpace(header) == "" {
+		return auth.Principal{}, errNoAuth
+	}
+	scheme, token, ok := strings.Cut(strings.TrimSpace(header), " ")
+	token = strings.TrimSpace(token)
+	if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
+		return auth.Principal{}, errMalformedAuth
+	}
+	ctx := c.UserContext()
+	switch {
+	case strings.HasPrefix(token, apikeys.PublicPrefix):
+		return auth.Principal{}, errPublicKey
+	case strings.HasPrefix(token, apikeys.SecretLivePrefix):
+		return auth.Principal{}, apperr.LiveMode()
+	case strings.HasPrefix(token, "sk_"):
+		if allowed&acceptKey == 0 {
+			return auth.Principal{}, errNeedsSession
+		}
+		e, err := s.Keys.Authenticate(ctx, token)
+		if err != nil {
+			return auth.Principal{}, err
+		}
+		return auth.Principal{MerchantID: e.MerchantID, KeyID: e.KeyID, Environment: e.Environment}, nil
+	}
+	if allowed&acceptSession == 0 {
+		if _, err := s.Auth.VerifyToken(token); err != nil {
+			return auth.Principal{}, err
+		}
+		return auth.Principal{}, errNeedsKey
+	}
+	return s.Auth.Authenticate(ctx, token)
+}

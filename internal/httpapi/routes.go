@@ -1,0 +1,34 @@
+package httpapi
+
+import (
+	"github.com/gofiber/fiber/v2"
+	"github.com/gofiber/fiber/v2/middleware/adaptor"
+	"github.com/gofiber/fiber/v2/middleware/recover"
+)
+
+// routes is the whole API surface in one place.
+func (s *server) routes(app *fiber.App) {
+	app.Use(s.observe, recover.New())
+
+	app.Get("/healthz", s.healthz)
+	app.Get("/readyz", s.readyz)
+	app.Get("/metrics", adaptor.HTTPHandler(s.MetricsHandler))
+
+	cfg := s.Config
+	login := s.limitByIP("login", cfg.RateLimitLogin)
+	perIP := s.limitByIP("default", cfg.RateLimitDefault)
+	perKey := s.limitByKey("charges", cfg.RateLimitCharges)
+	session := s.authenticate(acceptSession)
+	secret := s.authenticate(acceptKey)
+	either := s.authenticate(acceptSession | acceptKey)
+
+	app.Post("/v1/auth/login", login, s.login)
+	app.Delete("/v1/auth/logout", perIP, session, s.logout)
+
+	app.Get("/v1/me", perIP, either, s.me)
+	app.Post("/v1/me/api_keys", perIP, session, s.createKey)
+	app.Get("/v1/me/api_keys", perIP, either, s.listKeys)
+	app.Delete("/v1/me/api_keys/:id", perIP, secret, s.revokeKey)
+
+	app.Post("/v1/charges", secret, perKey, s.createCharge)
+}

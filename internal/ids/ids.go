@@ -1,0 +1,35 @@
+// Package ids makes Gatehouse's identifiers. Prefixed ids ("mer_", "key_",
+// "we_", ...) and bare UUIDs are both built on UUIDv7, so every id sorts by
+// creation time and lists can page on the id alone.
+package ids
+
+import (
+	"encoding/base32"
+	"strings"
+
+	"github.com/google/uuid"
+)
+
+// sortable is base32hex in lower case: its alphabet is in ASCII order, so the
+// encoded ids sort like the UUIDv7 bytes beneath them.
+var sortable = base32.NewEncoding("0123456789abcdefghijklmnopqrstuv").WithPadding(base32.NoPadding)
+
+// New returns prefix + "_" + a 26-character time-ordered random id.
+func New(prefix string) string {
+	u := uuid.Must(uuid.NewV7())
+	return prefix + "_" + sortable.EncodeToString(u[:])
+}
+
+// NewUUID returns a UUIDv7 string for charges, refunds, events and deliveries.
+func NewUUID() string { return uuid.Must(uuid.NewV7()).String() }
+
+// Valid reports whether id has the given prefix and the shape New makes.
+// Lookups use it to answer "not found" without a database round trip.
+func Valid(prefix, id string) bool {
+	rest, ok := strings.CutPrefix(id, prefix+"_")
+	if !ok || len(rest) != 26 {
+		return false
+	}
+	_, err := sortable.DecodeString(rest)
+	return err == nil
+}

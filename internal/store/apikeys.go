@@ -1,0 +1,62 @@
+package store
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/gatehouse-pay/gatehouse/internal/apikeys"
+	"github.com/gatehouse-pay/gatehouse/internal/listing"
+)
+
+const keyColumns = `id, merchant_id, name, environment, public_key, secret_digest, secret_last4, created_at, revoked_at`
+
+const insertKey = `INSERT INTO api_keys (` + keyColumns + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, NULL)`
+
+// CreateKey stores a new key.
+func (s *Store) CreateKey(ctx context.Context, k apikeys.Key) error {
+	_, err := s.pool.Exec(ctx, insertKey, k.ID, k.MerchantID, k.Name, k.Environment, k.PublicKey, k.SecretDigest, k.SecretLast4, k.CreatedAt)
+	return mapErr(err, "api_key")
+}
+
+const (
+	listKeysFirst  = `SELECT ` + keyColumns + ` FROM api_keys WHERE merchant_id = $1 ORDER BY id DESC LIMIT $2`
+	listKeysAfter  = `SELECT ` + keyColumns + ` FROM api_keys WHERE merchant_id = $1 AND id < $3 ORDER BY id DESC LIMIT $2`
+	listKeysBefore = `SELECT ` + keyColumns + ` FROM api_keys WHERE merchant_id = $1 AND id > $3 ORDER BY id ASC LIMIT $2`
+)
+
+// ListKeys returns one page of the merchant's keys, newest first.
+func (s *Store) ListKeys(ctx context.Context, merchantID string, p listing.Params) (listing.Page[apikeys.Key], error) {
+	query, args := listKeysFirst, []any{merchantID, p.Limit + 1}
+	switch {
+	case p.StartingAfter != "":
+		query, args = listKeysAfter, append(args, p.StartingAfter)
+	case p.EndingBefore != "":
+		query, args = listKeysBefore, append(args, p.EndingBefore)
+	}
+	rows, _ := s.pool.Query(ctx, query, args...)
+	keys, err := pgx.CollectRows(rows, pgx.RowToStructByPos[apikeys.Key])
+	if err != nil {
+		return listing.Page[apikeys.Key]{}, mapErr(err, "api_key")
+	}
+	return listing.Trim(keys, p), nil
+}
+
+const selectKeyByDigest = `SELECT ` + keyColumns + ` FROM api_keys WHERE secret_digest = $1`
+
+// KeyByDigest returns the key whose secret has this digest, or NotFound.
+func (s *Store) KeyByDigest(ctx context.Context, digest []byte) (apikeys.Key, error) {
+	rows, _ := s.pool.Query(ctx, selectKeyByDigest, digest)
+	k, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByPos[apikeys.Key])
+	return k, mapErr(err, "api_key")
+}
+
+const revokeKey = `UPDATE api_keys SET revoked_at = COALESCE(revoked_at, now())
+WHERE id = $1 AND merchant_id = $2 RETURNING ` + keyColumns
+
+// RevokeKey revokes one of the merchant's keys; another merchant's key is NotFound.
+func (s *Store) RevokeKey(ctx context.Context, merchantID, id string) (apikeys.Key, error) {
+	rows, _ := s.pool.Query(ctx, revokeKey, id, merchantID)
+	k, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByPos[apikeys.Key])
+	return k, mapErr(err, "api_key")
+}

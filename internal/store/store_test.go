@@ -1,0 +1,119 @@
+package store_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/gatehouse-pay/gatehouse/internal/apikeys"
+	"github.com/gatehouse-pay/gatehouse/internal/apperr"
+	"github.com/gatehouse-pay/gatehouse/internal/auth"
+	"github.com/gatehouse-pay/gatehouse/internal/ids"
+	"github.com/gatehouse-pay/gatehouse/internal/listing"
+	"github.com/gatehouse-pay/gatehouse/internal/merchants"
+	"github.com/gatehouse-pay/gatehouse/internal/store"
+	"github.com/gatehouse-pay/gatehouse/internal/testenv"
+)
+
+func newStore(t *testing.T) *store.Store {
+	t.Helper()
+	return store.New(testenv.NewDB(t).Pool)
+}
+
+func newMerchant(t *testing.T, s *store.Store, email string) merchants.Merchant {
+	t.Helper()
+	m := merchants.Merchant{ID: ids.New("mer"), Email: email, Name: "n", PasswordHash: "h", CreatedAt: time.Now().UTC().Truncate(time.Millisecond)}
+	if err := s.CreateMerchant(context.Background(), m); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func TestMerchants(t *testing.T) {
+	s := newStore(t)
+	ctx := context.Background()
+	m := newMerchant(t, s, "ada@example.com")
+
+	got, err := s.MerchantByEmail(ctx, "ADA@example.com")
+	if err != nil || got.ID != m.ID || !got.CreatedAt.Equal(m.CreatedAt) {
+		t.Fatalf("by email: %+v, %v", got, err)
+	}
+	if _, err := s.MerchantByID(ctx, "mer_missing"); apperr.KindOf(err) != apperr.KindNotFound {
+		t.Fatalf("missing merchant: %v, want NotFound", err)
+	}
+	dup := m
+	dup.ID, dup.Email = ids.New("mer"), "Ada@Example.com"
+	if err := s.CreateMerchant(ctx, dup); apperr.KindOf(err) != apperr.KindConflict {
+		t.Fatalf("duplicate email in another case: %v, want Conflict", err)
+	}
+}
+
+func TestSessions(t *testing.T) {
+	s := newStore(t)
+	ctx := context.Background()
+	m := newMerchant(t, s, "ada@example.com")
+	now := time.Now().UTC().Truncate(time.Second)
+	live := auth.Session{ID: ids.New("ses"), MerchantID: m.ID, CreatedAt: now, ExpiresAt: now.Add(24 * time.Hour)}
+	old := auth.Session{ID: ids.New("ses"), MerchantID: m.ID, CreatedAt: now.Add(-72 * time.Hour), ExpiresAt: now.Add(-48 * time.Hour)}
+	for _, sess := range []auth.Session{live, old} {
+		if err := s.CreateSession(ctx, sess); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first, err := s.RevokeSession(ctx, live.ID)
+	if err != nil || first.RevokedAt == nil {
+		t.Fatalf("revoke: %+v %v", first, err)
+	}
+	second, err := s.RevokeSession(ctx, live.ID)
+	if err != nil || !second.RevokedAt.Equal(*first.RevokedAt) {
+		t.Fatalf("second revoke changed revoked_at: %v -> %v (%v)", first.RevokedAt, second.RevokedAt, err)
+	}
+	n, err := s.DeleteSessionsExpiredBefore(ctx, now.Add(-24*time.Hour))
+	if err != nil || n != 1 {
+		t.Fatalf("pruned %d (%v), want 1", n, err)
+	}
+	if _, err := s.SessionByID(ctx, old.ID); apperr.KindOf(err) != apperr.KindNotFound {
+		t.Fatalf("pruned session still there: %v", err)
+	}
+	if _, err := s.RevokeSession(ctx, "ses_missing"); apperr.KindOf(err) != apperr.KindNotFound {
+		t.Fatalf("revoke missing: %v", err)
+	}
+}
+
+func TestKeys(t *testing.T) {
+	s := newStore(t)
+	ctx := context.Background()
+	a := newMerchant(t, s, "a@example.com")
+	b := newMerchant(t, s, "b@example.com")
+	var keys []apikeys.Key
+	for i := 0; i < 5; i++ {
+		k := apikeys.Key{ID: ids.New("key"), MerchantID: a.ID, Environment: "sandbox", PublicKey: ids.New("pk"),
+			SecretDigest: apikeys.Digest(ids.New("sk")), SecretLast4: "abcd", CreatedAt: time.Now().UTC()}
+		if err := s.CreateKey(ctx, k); err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, k)
+	}
+	got, err := s.KeyByDigest(ctx, keys[2].SecretDigest)
+	if err != nil || got.ID != keys[2].ID {
+		t.Fatalf("by digest: %v %v", got.ID, err)
+	}
+	page, err := s.ListKeys(ctx, a.ID, listing.Params{Limit: 2, StartingAfter: keys[4].ID})
+	if err != nil || len(page.Items) != 2 || page.Items[0].ID != keys[3].ID || page.Items[1].ID != keys[2].ID || !page.HasMore {
+		t.Fatalf("page after newest: %+v %v", page, err)
+	}
+	page, err = s.ListKeys(ctx, a.ID, listing.Params{Limit: 10, EndingBefore: keys[2].ID})
+	if err != nil || len(page.Items) != 2 || page.Items[0].ID != keys[4].ID || page.HasMore {
+		t.Fatalf("page before the middle: %+v %v", page, err)
+	}
+	if page, _ := s.ListKeys(ctx, b.ID, listing.Params{Limit: 10}); len(page.Items) != 0 {
+		t.Fatalf("b sees a's keys: %+v", page.Items)
+	}
+	if _, err := s.RevokeKey(ctx, b.ID, keys[0].ID); apperr.KindOf(err) != apperr.KindNotFound {
+		t.Fatalf("b revoked a's key: %v", err)
+	}
+	k, err := s.RevokeKey(ctx, a.ID, keys[0].ID)
+	if err != nil || k.RevokedAt == nil {
+		t.Fatalf("revoke: %+v %v", k, err)
+	}
+}
