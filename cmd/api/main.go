@@ -125,6 +125,7 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer) er
 		return err
 	}
 	defer pool.Close()
+	cache.SetLogger(log)
 	rdb, err := cache.NewClient(cfg.RedisURL.Reveal())
 	if err != nil {
 		return err
@@ -167,9 +168,17 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer) er
 		return err
 	case <-ctx.Done():
 	}
-	// Drain: readiness turns false, in-flight requests finish, then exit 0.
+	// Drain: readiness turns false (and, for SHUTDOWN_DELAY, requests are still
+	// served while load balancers notice), in-flight requests finish, exit 0.
 	draining.Store(true)
-	log.Info("shutting down", "timeout", cfg.ShutdownTimeout.String())
+	log.Info("shutting down", "delay", cfg.ShutdownDelay.String(), "timeout", cfg.ShutdownTimeout.String())
+	if cfg.ShutdownDelay > 0 {
+		select {
+		case <-time.After(cfg.ShutdownDelay):
+		case err := <-served:
+			return err
+		}
+	}
 	if err := app.ShutdownWithTimeout(cfg.ShutdownTimeout); err != nil {
 		log.Error("shutdown incomplete", "err", err)
 	}

@@ -13,10 +13,12 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
 
 	"github.com/gatehouse-pay/gatehouse/internal/auth"
@@ -62,6 +64,7 @@ func work(ctx context.Context, getenv func(string) string, stderr io.Writer) err
 		return err
 	}
 	defer pool.Close()
+	cache.SetLogger(log)
 	rdb, err := cache.NewClient(cfg.RedisURL.Reveal())
 	if err != nil {
 		return err
@@ -94,26 +97,29 @@ func work(ctx context.Context, getenv func(string) string, stderr io.Writer) err
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		checks := map[string]string{"postgres": "ok", "redis": "ok"}
-		status := http.StatusOK
 		rctx, cancel := context.WithTimeout(r.Context(), time.Second)
 		defer cancel()
+		var failed []string
+		if draining.Load() {
+			failed = append(failed, "draining")
+		}
 		if err := pool.Ping(rctx); err != nil {
-			checks["postgres"], status = "unavailable", http.StatusServiceUnavailable
+			failed = append(failed, "postgres")
 		}
 		if err := srv.Ping(); err != nil {
-			checks["redis"], status = "unavailable", http.StatusServiceUnavailable
+			failed = append(failed, "redis")
 		}
-		if draining.Load() {
-			status = http.StatusServiceUnavailable
+		if len(failed) > 0 {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": map[string]string{
+				"code":       "service_unavailable",
+				"message":    "Not ready: " + strings.Join(failed, ", ") + ".",
+				"request_id": w.Header().Get("X-Request-Id"),
+			}})
+			return
 		}
-		state := "ok"
-		if status != http.StatusOK {
-			state = "unavailable"
-		}
-		writeJSON(w, status, map[string]any{"status": state, "checks": checks})
+		writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "checks": map[string]string{"postgres": "ok", "redis": "ok"}})
 	})
-	httpSrv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	httpSrv := &http.Server{Handler: withRequestID(mux), ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := httpSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("metrics server stopped", "err", err)
@@ -141,6 +147,14 @@ func work(ctx context.Context, getenv func(string) string, stderr io.Writer) err
 	_ = httpSrv.Shutdown(sctx)
 	log.Info("stopped")
 	return nil
+}
+
+// withRequestID gives every answer an X-Request-Id, as the API does.
+func withRequestID(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Request-Id", uuid.NewString())
+		next.ServeHTTP(w, r)
+	})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -8,6 +8,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -28,64 +30,74 @@ func NewClient(url string) (redis.UniversalClient, error) {
 	opts.DialTimeout = 500 * time.Millisecond
 	opts.ReadTimeout = 500 * time.Millisecond
 	opts.WriteTimeout = 500 * time.Millisecond
-	opts.MaxRetries = 1
+	opts.MaxRetries = 1 // one retry covers a pooled connection that died with a Redis restart
+	opts.DialerRetries = 1
 	opts.PoolTimeout = time.Second
 	c := redis.NewClient(opts)
 	c.AddHook(&breaker{})
 	return c, nil
 }
 
-// ErrDown is returned without a network round trip while Redis is considered down.
+// ErrDown is returned, without a network round trip, for a new connection
+// while Redis is considered down.
 var ErrDown = errors.New("cache: redis is down")
 
-// breaker short-circuits commands for a second after a network failure, so
-// that while Redis is unreachable each request pays nothing for trying it and
-// the callers go straight to their fallbacks.
+// breaker guards dialing. After a failed dial it refuses new connections for a
+// second, so that while Redis is unreachable requests pay nothing for trying
+// it and the callers go straight to their fallbacks. When the second is over
+// one dial probes Redis while the others keep failing fast; its result closes
+// the breaker or opens it for another second. Connections already in the pool
+// fail on their own (reset or read timeout) and are discarded by go-redis.
 type breaker struct {
-	downUntil atomic.Int64 // unix nanoseconds
+	downUntil atomic.Int64 // unix nanoseconds; 0 when closed
 }
 
 const breakerOpen = time.Second
 
-func (b *breaker) down() bool { return time.Now().UnixNano() < b.downUntil.Load() }
-
-func (b *breaker) observe(err error) {
-	if err == nil || errors.Is(err, redis.Nil) || errors.Is(err, context.Canceled) {
-		return
+// allow reports whether a dial may go to Redis.
+func (b *breaker) allow() bool {
+	until := b.downUntil.Load()
+	if until == 0 {
+		return true
 	}
-	var reply redis.Error
-	if errors.As(err, &reply) {
-		return // Redis answered; it is up
+	now := time.Now().UnixNano()
+	if now < until {
+		return false
 	}
-	b.downUntil.Store(time.Now().Add(breakerOpen).UnixNano())
+	return b.downUntil.CompareAndSwap(until, now+int64(breakerOpen)) // this dial probes
 }
 
-func (b *breaker) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (b *breaker) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if b.down() {
-			cmd.SetErr(ErrDown)
-			return ErrDown
+func (b *breaker) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if !b.allow() {
+			return nil, ErrDown
 		}
-		err := next(ctx, cmd)
-		b.observe(err)
-		return err
+		conn, err := next(ctx, network, addr)
+		if err != nil {
+			if !errors.Is(err, context.Canceled) {
+				b.downUntil.Store(time.Now().Add(breakerOpen).UnixNano())
+			}
+			return nil, err
+		}
+		b.downUntil.Store(0)
+		return conn, nil
 	}
 }
+
+func (b *breaker) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
 
 func (b *breaker) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if b.down() {
-			for _, c := range cmds {
-				c.SetErr(ErrDown)
-			}
-			return ErrDown
-		}
-		err := next(ctx, cmds)
-		b.observe(err)
-		return err
-	}
+	return next
+}
+
+// SetLogger sends go-redis' own log lines (dial failures while Redis is down)
+// to log at debug level: the fallbacks already report an outage once.
+func SetLogger(log *slog.Logger) { redis.SetLogger(redisLogger{log}) }
+
+type redisLogger struct{ log *slog.Logger }
+
+func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	l.log.DebugContext(ctx, "redis client", "detail", fmt.Sprintf(format, v...))
 }
 
 // Cache implements auth.Cache and apikeys.Cache on Redis.

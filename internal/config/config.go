@@ -74,6 +74,9 @@ type Config struct {
 	TrustedProxies  []netip.Prefix
 	LogLevel        slog.Level
 	ShutdownTimeout time.Duration
+	// ShutdownDelay keeps serving, with readiness false, for this long after
+	// SIGTERM so load balancers stop routing before the listener closes.
+	ShutdownDelay time.Duration
 
 	WebhookRetrySchedule        []time.Duration
 	WebhookTimeout              time.Duration
@@ -194,6 +197,7 @@ func Load(getenv func(string) string, needs Needs) (Config, error) {
 		return d
 	}
 	c.ShutdownTimeout = duration("SHUTDOWN_TIMEOUT", "25s", time.Second)
+	c.ShutdownDelay = duration("SHUTDOWN_DELAY", "0s", 0)
 	c.WebhookTimeout = duration("WEBHOOK_TIMEOUT", "5s", time.Millisecond)
 
 	for _, s := range strings.Split(get("WEBHOOK_RETRY_SCHEDULE", "0s,5m,30m,2h,24h"), ",") {

@@ -75,7 +75,11 @@ func (s *server) renderError(c *fiber.Ctx, err error) error {
 		status = http.StatusInternalServerError
 	}
 	id := requestID(c)
-	if status >= 500 {
+	switch {
+	case status == http.StatusServiceUnavailable:
+		s.Log.WarnContext(c.UserContext(), "request refused: dependency unavailable",
+			"method", c.Method(), "route", c.Route().Path, "err", err)
+	case status >= 500:
 		s.Log.ErrorContext(c.UserContext(), "request failed",
 			"method", c.Method(), "route", c.Route().Path, "status", status, "code", ae.Code, "err", err)
 	}

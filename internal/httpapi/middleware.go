@@ -67,25 +67,54 @@ func (s *server) observe(c *fiber.Ctx) error {
 	s.Metrics.InFlight.Inc()
 	defer s.Metrics.InFlight.Dec()
 
-	err := c.Next()
-	route := c.Route().Path
+	var err error
+	route := "unmatched" // never a raw path: labels stay bounded
+	if len(c.Body()) > BodyLimit {
+		err = fiber.ErrRequestEntityTooLarge
+	} else if err = c.Next(); !isRoutingError(err) {
+		route = c.Route().Path
+	}
 	if err != nil {
-		var fe *fiber.Error
-		if errors.As(err, &fe) && (fe.Code == fiber.StatusNotFound || fe.Code == fiber.StatusMethodNotAllowed) {
-			route = "unmatched" // never a raw path: labels stay bounded
-		}
 		if rerr := s.renderError(c, err); rerr != nil {
 			return rerr
 		}
 	}
 	status := c.Response().StatusCode()
 	elapsed := time.Since(start)
-	method := c.Method()
+	method := methodLabel(c.Method())
 	s.Metrics.Requests.WithLabelValues(method, route, strconv.Itoa(status)).Inc()
 	s.Metrics.Duration.WithLabelValues(method, route).Observe(elapsed.Seconds())
 	s.Log.DebugContext(c.UserContext(), "request",
 		"method", method, "route", route, "status", status, "duration_ms", float64(elapsed.Microseconds())/1000)
 	return nil
+}
+
+// methodLabel maps the request method to a fixed set of label values: Fiber
+// reuses the method's buffer, and clients may send any method name.
+func methodLabel(m string) string {
+	switch m {
+	case fiber.MethodGet:
+		return fiber.MethodGet
+	case fiber.MethodPost:
+		return fiber.MethodPost
+	case fiber.MethodPatch:
+		return fiber.MethodPatch
+	case fiber.MethodPut:
+		return fiber.MethodPut
+	case fiber.MethodDelete:
+		return fiber.MethodDelete
+	case fiber.MethodHead:
+		return fiber.MethodHead
+	case fiber.MethodOptions:
+		return fiber.MethodOptions
+	}
+	return "OTHER"
+}
+
+// isRoutingError reports whether the router found no route for the request.
+func isRoutingError(err error) bool {
+	var fe *fiber.Error
+	return errors.As(err, &fe) && (fe.Code == fiber.StatusNotFound || fe.Code == fiber.StatusMethodNotAllowed)
 }
 
 // trustedProxies are the peers whose X-Forwarded-For is believed.

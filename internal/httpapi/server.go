@@ -24,6 +24,12 @@ import (
 // BodyLimit is the largest request body accepted (CONTRACT.md: 64 KiB).
 const BodyLimit = 64 << 10
 
+// readLimit is what the server reads before refusing a request outright. A
+// body between BodyLimit and readLimit is read whole and answered with a clean
+// 413; refusing it unread would reset the connection under a client still
+// sending, which then never sees the answer.
+const readLimit = 4 * BodyLimit
+
 // Deps are everything the API needs.
 type Deps struct {
 	Config    config.Config
@@ -54,7 +60,7 @@ func NewServer(d Deps) *fiber.App {
 	s := &server{Deps: d, trusted: trustedProxies(d.Config.TrustedProxies)}
 	app := fiber.New(fiber.Config{
 		AppName:               "gatehouse",
-		BodyLimit:             BodyLimit,
+		BodyLimit:             readLimit,
 		ReadTimeout:           15 * time.Second,
 		WriteTimeout:          15 * time.Second,
 		IdleTimeout:           75 * time.Second,

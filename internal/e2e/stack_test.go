@@ -1,0 +1,633 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/gatehouse-pay/gatehouse/internal/testenv"
+)
+
+// exitTimeout is how long a process may take to drain and exit after SIGTERM.
+const exitTimeout = 15 * time.Second
+
+// The binaries are built once per test binary, on first use, and removed by TestMain.
+var (
+	buildOnce sync.Once
+	buildDir  string
+	buildTook time.Duration
+	buildErr  error
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if buildDir != "" {
+		_ = os.RemoveAll(buildDir)
+	}
+	os.Exit(code)
+}
+
+// binaries are the paths of the built commands.
+type binaries struct {
+	api, worker string
+}
+
+// buildBinaries builds ./cmd/api and ./cmd/worker with the race detector into
+// a temporary directory, once per test binary.
+func buildBinaries(t *testing.T) binaries {
+	t.Helper()
+	buildOnce.Do(func() {
+		start := time.Now()
+		defer func() { buildTook = time.Since(start) }()
+		root, err := moduleRoot()
+		if err != nil {
+			buildErr = err
+			return
+		}
+		goTool, err := exec.LookPath("go")
+		if err != nil {
+			goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
+		}
+		dir, err := os.MkdirTemp("", "gatehouse-e2e-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		buildDir = dir
+		cmd := exec.Command(goTool, "build", "-race", "-o", dir+string(os.PathSeparator), "./cmd/api", "./cmd/worker")
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build -race ./cmd/api ./cmd/worker: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatalf("build binaries: %v", buildErr)
+	}
+	return binaries{api: filepath.Join(buildDir, "api"), worker: filepath.Join(buildDir, "worker")}
+}
+
+// moduleRoot walks up from the working directory to the directory holding go.mod.
+func moduleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("find a free port: %v", err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+func randomHex(t *testing.T, n int) string {
+	t.Helper()
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatalf("random bytes: %v", err)
+	}
+	return hex.EncodeToString(b)
+}
+
+// syncBuffer collects a child process's output; it is safe for concurrent use.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// tail returns at most the last n bytes written.
+func (s *syncBuffer) tail(n int) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b := s.b.Bytes()
+	if len(b) <= n {
+		return string(b)
+	}
+	return "...\n" + string(b[len(b)-n:])
+}
+
+// process is a running child: one of our binaries or redis-server.
+type process struct {
+	name string
+	cmd  *exec.Cmd
+	out  *syncBuffer
+	done chan struct{} // closed when the process has exited and its output is collected
+}
+
+func startProcess(t *testing.T, name string, out *syncBuffer, env []string, path string, args ...string) *process {
+	t.Helper()
+	cmd := exec.Command(path, args...)
+	cmd.Env = env
+	cmd.Stdout = out
+	cmd.Stderr = out
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	p := &process{name: name, cmd: cmd, out: out, done: make(chan struct{})}
+	go func() {
+		_ = cmd.Wait()
+		close(p.done)
+	}()
+	return p
+}
+
+func (p *process) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// dump logs the tail of the process's output.
+func (p *process) dump(t *testing.T) {
+	t.Helper()
+	t.Logf("---- %s output (tail) ----\n%s\n---- end of %s output ----", p.name, p.out.tail(64<<10), p.name)
+}
+
+// terminate sends SIGTERM and checks that the process drains and exits 0
+// within exitTimeout (CONTRACT.md: "SIGTERM drains and exits 0"). On any test
+// failure it dumps the process's output.
+func (p *process) terminate(t *testing.T) {
+	t.Helper()
+	defer func() {
+		if t.Failed() {
+			p.dump(t)
+		}
+	}()
+	if p.exited() {
+		t.Errorf("%s exited before SIGTERM: %v", p.name, p.cmd.ProcessState)
+		return
+	}
+	start := time.Now()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Errorf("%s: SIGTERM: %v", p.name, err)
+	}
+	select {
+	case <-p.done:
+		if got := p.cmd.ProcessState.ExitCode(); got != 0 {
+			t.Errorf("%s: exit code after SIGTERM: got %d (%v), want 0", p.name, got, p.cmd.ProcessState)
+			return
+		}
+		t.Logf("%s: exited 0 %s after SIGTERM", p.name, time.Since(start).Round(time.Millisecond))
+	case <-time.After(exitTimeout):
+		t.Errorf("%s: still running %s after SIGTERM, want exit 0 within %s", p.name, exitTimeout, exitTimeout)
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// redisServer is a private redis-server for one test, on its own port, so the
+// test can flush, stop and restart it without touching anyone else's Redis.
+type redisServer struct {
+	path   string
+	port   int
+	dir    string
+	out    *syncBuffer
+	proc   *process
+	client *redis.Client
+}
+
+// redisServerPath finds redis-server on PATH. Without it the test is
+// skipped, or fails under GATEHOUSE_REQUIRE_SERVICES=1.
+func redisServerPath(t *testing.T) string {
+	t.Helper()
+	path, err := exec.LookPath("redis-server")
+	if err != nil {
+		if os.Getenv("GATEHOUSE_REQUIRE_SERVICES") == "1" {
+			t.Fatalf("redis-server is not on PATH: %v", err)
+		}
+		t.Skipf("redis-server is not on PATH (%v); set GATEHOUSE_REQUIRE_SERVICES=1 to fail instead", err)
+	}
+	return path
+}
+
+// startRedis starts the redis-server at path on a free loopback port.
+func startRedis(t *testing.T, path string) *redisServer {
+	t.Helper()
+	r := &redisServer{path: path, port: freePort(t), dir: t.TempDir(), out: new(syncBuffer)}
+	r.client = redis.NewClient(&redis.Options{Addr: r.addr(), DialTimeout: 250 * time.Millisecond, MaxRetries: -1})
+	t.Cleanup(func() {
+		_ = r.client.Close()
+		r.stop(t)
+		if t.Failed() {
+			t.Logf("---- redis-server output (tail) ----\n%s\n---- end of redis-server output ----", r.out.tail(16<<10))
+		}
+	})
+	r.start(t)
+	return r
+}
+
+func (r *redisServer) addr() string { return fmt.Sprintf("127.0.0.1:%d", r.port) }
+
+// url is the REDIS_URL the binaries use: DB 0 of the private server.
+func (r *redisServer) url() string { return "redis://" + r.addr() + "/0" }
+
+// start runs redis-server on r.port and waits until it answers PING.
+func (r *redisServer) start(t *testing.T) {
+	t.Helper()
+	env := []string{"PATH=" + os.Getenv("PATH")}
+	r.proc = startProcess(t, "redis-server", r.out, env, r.path,
+		"--port", strconv.Itoa(r.port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", r.dir)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 250*time.Millisecond)
+		err := r.client.Ping(ctx).Err()
+		cancel()
+		switch {
+		case err == nil:
+			return
+		case r.proc.exited():
+			t.Fatalf("redis-server on port %d exited at start: %v\n%s", r.port, r.proc.cmd.ProcessState, r.out.tail(4<<10))
+		case time.Now().After(deadline):
+			t.Fatalf("redis-server on port %d does not answer PING after 10s: %v", r.port, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// stop kills redis-server (SIGKILL, like a crash) and waits for it to exit.
+func (r *redisServer) stop(t *testing.T) {
+	t.Helper()
+	if r.proc == nil {
+		return
+	}
+	_ = r.proc.cmd.Process.Kill()
+	select {
+	case <-r.proc.done:
+	case <-time.After(10 * time.Second):
+		t.Errorf("redis-server did not exit 10s after SIGKILL")
+	}
+	r.proc = nil
+}
+
+// exchange is one HTTP request and its complete response.
+type exchange struct {
+	req   *http.Request
+	resp  *http.Response
+	body  []byte
+	start time.Time
+	end   time.Time // when the whole body had been read
+}
+
+func (e exchange) status() int            { return e.resp.StatusCode }
+func (e exchange) header(k string) string { return e.resp.Header.Get(k) }
+func (e exchange) elapsed() time.Duration { return e.end.Sub(e.start) }
+func (e exchange) describe() string       { return e.req.Method + " " + e.req.URL.String() }
+func (e exchange) String() string {
+	return fmt.Sprintf("%s -> %d %s", e.describe(), e.status(), e.body)
+}
+func (e exchange) is(status int, code string) bool { return e.status() == status && e.code() == code }
+
+// code is the error code of an error body, or "" for any other body.
+func (e exchange) code() string {
+	var b struct {
+		Error struct {
+			Code string `json:"code"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(e.body, &b) != nil {
+		return ""
+	}
+	return b.Error.Code
+}
+
+// send performs one request; it is safe to call from any goroutine. token,
+// if set, is sent as a Bearer token; body, if set, as application/json.
+func send(c *http.Client, method, url, token, body string) (exchange, error) {
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, url, rd)
+	if err != nil {
+		return exchange{}, err
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	start := time.Now()
+	resp, err := c.Do(req)
+	if err != nil {
+		return exchange{}, err
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return exchange{}, fmt.Errorf("%s %s: read body: %w", method, url, err)
+	}
+	return exchange{req: req, resp: resp, body: b, start: start, end: time.Now()}, nil
+}
+
+// newClient returns an HTTP client whose connections leave from the loopback
+// address ip, so that per-IP limits see each scenario as its own client.
+func newClient(t *testing.T, ip string) *http.Client {
+	t.Helper()
+	local := net.ParseIP(ip)
+	if local == nil {
+		t.Fatalf("bad client address %q", ip)
+	}
+	dialer := &net.Dialer{LocalAddr: &net.TCPAddr{IP: local}, Timeout: 5 * time.Second}
+	tr := &http.Transport{
+		DialContext:         dialer.DialContext,
+		MaxIdleConns:        32,
+		MaxIdleConnsPerHost: 16,
+		IdleConnTimeout:     30 * time.Second,
+	}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr, Timeout: 15 * time.Second}
+}
+
+// stack is the system under test: two API replicas and a worker sharing one
+// database and one private Redis.
+type stack struct {
+	bins     binaries
+	db       testenv.DB
+	redis    *redisServer
+	env      []string
+	spec     *testenv.Spec // nil when api/openapi.yaml could not be loaded
+	replicas [2]string     // base URLs
+	worker   string        // base URL of the worker's METRICS_ADDR
+}
+
+// startStack starts Redis and the binaries on db; t.Cleanup stops them in
+// reverse order (the binaries first, with the SIGTERM check, then Redis).
+func startStack(t *testing.T, bins binaries, db testenv.DB, redisPath string, spec *testenv.Spec) *stack {
+	t.Helper()
+	s := &stack{bins: bins, spec: spec, db: db}
+	s.redis = startRedis(t, redisPath)
+	s.env = []string{
+		"PATH=" + os.Getenv("PATH"),
+		"DATABASE_URL=" + s.db.URL,
+		"REDIS_URL=" + s.redis.url(),
+		"JWT_SECRET=" + randomHex(t, 32),
+		"ENCRYPTION_KEY=" + randomHex(t, 32),
+		"LOG_LEVEL=debug",
+	}
+	for _, k := range []string{"TMPDIR", "GORACE"} {
+		if v, ok := os.LookupEnv(k); ok {
+			s.env = append(s.env, k+"="+v)
+		}
+	}
+
+	workerAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	worker := startProcess(t, "worker", new(syncBuffer), append(s.env, "METRICS_ADDR="+workerAddr), bins.worker)
+	t.Cleanup(func() { worker.terminate(t) })
+	s.worker = "http://" + workerAddr
+	procs := map[string]*process{s.worker: worker}
+	for i := range s.replicas {
+		addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+		api := startProcess(t, fmt.Sprintf("api-%d", i+1), new(syncBuffer), append(s.env, "HTTP_ADDR="+addr), bins.api)
+		t.Cleanup(func() { api.terminate(t) })
+		s.replicas[i] = "http://" + addr
+		procs[s.replicas[i]] = api
+	}
+
+	c := newClient(t, "127.0.0.1")
+	for base, p := range procs {
+		s.waitReady(t, c, base, p, 60*time.Second)
+	}
+	return s
+}
+
+// waitReady polls base/readyz until it answers 200, failing at the deadline
+// or as soon as the process exits.
+func (s *stack) waitReady(t *testing.T, c *http.Client, base string, p *process, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	var last string
+	for {
+		e, err := send(c, http.MethodGet, base+"/readyz", "", "")
+		if err == nil {
+			s.check(t, e)
+			if e.status() == http.StatusOK {
+				return
+			}
+			last = e.String()
+		} else {
+			last = err.Error()
+		}
+		if p.exited() { // its output is dumped by its cleanup
+			t.Fatalf("%s exited before it was ready: %v", p.name, p.cmd.ProcessState)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not ready after %s; last answer: %s", p.name, within, last)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// check validates a response against api/openapi.yaml. The worker's
+// operating endpoints (/healthz, /readyz, /metrics on METRICS_ADDR) answer
+// exactly like the API's, so the same spec checks them.
+func (s *stack) check(t *testing.T, e exchange) {
+	t.Helper()
+	if s.spec != nil {
+		s.spec.Check(t, e.req, e.resp, e.body)
+	}
+}
+
+// do sends one request, fails the test on a transport error and validates
+// the response against the spec.
+func (s *stack) do(t *testing.T, c *http.Client, method, url, token, body string) exchange {
+	t.Helper()
+	e, err := send(c, method, url, token, body)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	s.check(t, e)
+	return e
+}
+
+// createMerchant runs `api merchant create` and returns the new merchant's id.
+func (s *stack) createMerchant(t *testing.T, email, password, name string) string {
+	t.Helper()
+	cmd := exec.Command(s.bins.api, "merchant", "create", "--email", email, "--password", password, "--name", name)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "DATABASE_URL=" + s.db.URL}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("api merchant create: %v\nstdout: %s\nstderr: %s", err, out, stderr.Bytes())
+	}
+	var m struct {
+		ID    string `json:"id"`
+		Email string `json:"email"`
+		Name  string `json:"name"`
+	}
+	if err := json.Unmarshal(out, &m); err != nil {
+		t.Fatalf("api merchant create: output is not a JSON merchant: %v: %s", err, out)
+	}
+	if !strings.HasPrefix(m.ID, "mer_") || m.Email != email || m.Name != name {
+		t.Fatalf("api merchant create: got %s, want id mer_..., email %q, name %q", out, email, name)
+	}
+	return m.ID
+}
+
+// expect reports whether e has the status and error code ("" for a success
+// body), recording a test error if not.
+func expect(t *testing.T, e exchange, status int, code string) bool {
+	t.Helper()
+	if e.status() != status || e.code() != code {
+		t.Errorf("%s: got %d %q, want %d %q; body: %s", e.describe(), e.status(), e.code(), status, code, e.body)
+		return false
+	}
+	return true
+}
+
+// mustExpect is expect that stops the test on a mismatch.
+func mustExpect(t *testing.T, e exchange, status int, code string) {
+	t.Helper()
+	if !expect(t, e, status, code) {
+		t.FailNow()
+	}
+}
+
+// decode unmarshals the response body into v or stops the test.
+func decode(t *testing.T, e exchange, v any) {
+	t.Helper()
+	if err := json.Unmarshal(e.body, v); err != nil {
+		t.Fatalf("%s: body is not the expected JSON: %v: %s", e.describe(), err, e.body)
+	}
+}
+
+// intHeader returns the header as an integer, recording an error if it is
+// missing or not an integer.
+func intHeader(t *testing.T, e exchange, name string) (int, bool) {
+	t.Helper()
+	v := e.header(name)
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		t.Errorf("%s -> %d: header %s: got %q, want an integer", e.describe(), e.status(), name, v)
+		return 0, false
+	}
+	return n, true
+}
+
+// checkRateLimitHeaders checks RateLimit-Limit (== limit), RateLimit-Remaining
+// (0..limit) and RateLimit-Reset (>= 0 seconds).
+func checkRateLimitHeaders(t *testing.T, e exchange, limit int) {
+	t.Helper()
+	if got, ok := intHeader(t, e, "RateLimit-Limit"); ok && got != limit {
+		t.Errorf("%s -> %d: RateLimit-Limit: got %d, want %d", e.describe(), e.status(), got, limit)
+	}
+	if got, ok := intHeader(t, e, "RateLimit-Remaining"); ok && (got < 0 || got > limit) {
+		t.Errorf("%s -> %d: RateLimit-Remaining: got %d, want 0..%d", e.describe(), e.status(), got, limit)
+	}
+	if got, ok := intHeader(t, e, "RateLimit-Reset"); ok && got < 0 {
+		t.Errorf("%s -> %d: RateLimit-Reset: got %d, want >= 0", e.describe(), e.status(), got)
+	}
+}
+
+// checkTooManyRequests checks a 429: the rate_limited body, Retry-After as
+// whole seconds >= 1, and RateLimit-Remaining 0.
+func checkTooManyRequests(t *testing.T, e exchange, limit int) {
+	t.Helper()
+	if !expect(t, e, http.StatusTooManyRequests, "rate_limited") {
+		return
+	}
+	if got, ok := intHeader(t, e, "Retry-After"); ok && got < 1 {
+		t.Errorf("%s -> 429: Retry-After: got %d, want >= 1", e.describe(), got)
+	}
+	checkRateLimitHeaders(t, e, limit)
+	if got, ok := intHeader(t, e, "RateLimit-Remaining"); ok && got != 0 {
+		t.Errorf("%s -> 429: RateLimit-Remaining: got %d, want 0", e.describe(), got)
+	}
+}
+
+// metricSum adds up every sample of the named metric in a Prometheus text
+// exposition; found is false when there is none.
+func metricSum(exposition, name string) (sum float64, found bool) {
+	for _, line := range strings.Split(exposition, "\n") {
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		sp := strings.LastIndexByte(line, ' ')
+		if sp < 0 {
+			continue
+		}
+		series, value := line[:sp], line[sp+1:]
+		if i := strings.IndexByte(series, '{'); i >= 0 {
+			series = series[:i]
+		}
+		if series != name {
+			continue
+		}
+		v, err := strconv.ParseFloat(value, 64)
+		if err != nil {
+			continue
+		}
+		sum, found = sum+v, true
+	}
+	return sum, found
+}
+
+// httpMethods are the methods a request metric may be labelled with.
+var httpMethods = []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}
+
+// labelValues returns the distinct values of label over every sample of the
+// named metric in a Prometheus text exposition.
+func labelValues(exposition, name, label string) []string {
+	var out []string
+	for _, line := range strings.Split(exposition, "\n") {
+		rest, ok := strings.CutPrefix(line, name+"{")
+		if !ok {
+			continue
+		}
+		_, after, ok := strings.Cut(rest, label+`="`)
+		if !ok {
+			continue
+		}
+		v, _, _ := strings.Cut(after, `"`)
+		if !slices.Contains(out, v) {
+			out = append(out, v)
+		}
+	}
+	return out
+}
