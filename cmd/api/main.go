@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/gatehouse-pay/gatehouse/internal/apikeys"
 	"github.com/gatehouse-pay/gatehouse/internal/apperr"
 	"github.com/gatehouse-pay/gatehouse/internal/auth"
@@ -71,12 +73,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	return 0
 }
 
-func migrate(ctx context.Context, getenv func(string) string) error {
+// openDB connects to DATABASE_URL for the subcommands, which need nothing else.
+func openDB(ctx context.Context, getenv func(string) string) (*pgxpool.Pool, error) {
 	cfg, err := config.Load(getenv, config.Needs{Database: true})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	pool, err := store.Open(ctx, cfg.DatabaseURL.Reveal())
+	return store.Open(ctx, cfg.DatabaseURL.Reveal())
+}
+
+func migrate(ctx context.Context, getenv func(string) string) error {
+	pool, err := openDB(ctx, getenv)
 	if err != nil {
 		return err
 	}
@@ -93,11 +100,7 @@ func createMerchant(ctx context.Context, args []string, getenv func(string) stri
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	cfg, err := config.Load(getenv, config.Needs{Database: true})
-	if err != nil {
-		return err
-	}
-	pool, err := store.Open(ctx, cfg.DatabaseURL.Reveal())
+	pool, err := openDB(ctx, getenv)
 	if err != nil {
 		return err
 	}

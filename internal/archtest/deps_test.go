@@ -82,7 +82,7 @@ func TestDetailsLiveInOnePlace(t *testing.T) {
 		allowed []string
 	}{
 		{"github.com/gofiber/fiber/v2", []string{"internal/httpapi"}},
-		{"github.com/jackc/pgx/v5", []string{"internal/store", "internal/testenv"}},
+		{"github.com/jackc/pgx/v5", []string{"internal/store", "internal/testenv", "cmd/api", "cmd/worker"}},
 		{"github.com/hibiken/asynq", []string{"internal/jobs", "cmd/worker", "cmd/api"}},
 		{"github.com/redis/go-redis/v9", []string{"internal/cache", "internal/ratelimit", "internal/jobs", "internal/testenv", "cmd/api", "cmd/worker"}},
 	}
