@@ -19,16 +19,23 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/hibiken/asynq"
+
 	"github.com/gatehouse-pay/gatehouse/internal/apikeys"
 	"github.com/gatehouse-pay/gatehouse/internal/apperr"
 	"github.com/gatehouse-pay/gatehouse/internal/auth"
 	"github.com/gatehouse-pay/gatehouse/internal/cache"
+	"github.com/gatehouse-pay/gatehouse/internal/charges"
 	"github.com/gatehouse-pay/gatehouse/internal/config"
+	"github.com/gatehouse-pay/gatehouse/internal/events"
 	"github.com/gatehouse-pay/gatehouse/internal/httpapi"
+	"github.com/gatehouse-pay/gatehouse/internal/jobs"
+	"github.com/gatehouse-pay/gatehouse/internal/keyring"
 	"github.com/gatehouse-pay/gatehouse/internal/logging"
 	"github.com/gatehouse-pay/gatehouse/internal/merchants"
 	"github.com/gatehouse-pay/gatehouse/internal/metrics"
 	"github.com/gatehouse-pay/gatehouse/internal/ratelimit"
+	"github.com/gatehouse-pay/gatehouse/internal/refunds"
 	"github.com/gatehouse-pay/gatehouse/internal/store"
 )
 
@@ -141,6 +148,14 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer) er
 	hasher := auth.NewHasher(cfg.MaxConcurrentHashes)
 	tokens := auth.NewTokens([]byte(cfg.JWTSecret.Reveal()), cfg.JWTIssuer, cfg.JWTAudience, time.Now)
 	draining := new(atomic.Bool)
+	keys, err := keyring.New(cfg.EncryptionKey)
+	if err != nil {
+		return err
+	}
+	queue := jobs.NewQueue(asynq.NewClientFromRedisClient(rdb), nil, cfg)
+	onEnqueueErr := func(err error) {
+		log.Warn("task not enqueued; the outbox sweeper will enqueue it", "err", err)
+	}
 
 	app := httpapi.NewServer(httpapi.Deps{
 		Config:         cfg,
@@ -148,6 +163,10 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer) er
 		Auth:           auth.NewService(db, db, rc, hasher, tokens, time.Now, log),
 		Keys:           apikeys.NewService(db, rc, time.Now, log),
 		Merchants:      merchants.NewService(db, hasher, time.Now),
+		Charges:        charges.NewService(db, queue, keys, cfg.Providers(), cfg.DefaultProvider, time.Now, onEnqueueErr),
+		Refunds:        refunds.NewService(db, queue, time.Now, onEnqueueErr),
+		Events:         events.NewService(db, time.Now),
+		Keyring:        keys,
 		Limiter:        ratelimit.New(rdb, ratelimit.NewMetrics(reg), log),
 		Metrics:        metrics.NewHTTP(reg),
 		MetricsHandler: metrics.Handler(reg),

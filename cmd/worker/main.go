@@ -23,10 +23,17 @@ import (
 
 	"github.com/gatehouse-pay/gatehouse/internal/auth"
 	"github.com/gatehouse-pay/gatehouse/internal/cache"
+	"github.com/gatehouse-pay/gatehouse/internal/charges"
 	"github.com/gatehouse-pay/gatehouse/internal/config"
+	"github.com/gatehouse-pay/gatehouse/internal/events"
 	"github.com/gatehouse-pay/gatehouse/internal/jobs"
+	"github.com/gatehouse-pay/gatehouse/internal/keyring"
 	"github.com/gatehouse-pay/gatehouse/internal/logging"
 	"github.com/gatehouse-pay/gatehouse/internal/metrics"
+	"github.com/gatehouse-pay/gatehouse/internal/providers"
+	"github.com/gatehouse-pay/gatehouse/internal/providers/sandbox"
+	"github.com/gatehouse-pay/gatehouse/internal/providers/stripe"
+	"github.com/gatehouse-pay/gatehouse/internal/refunds"
 	"github.com/gatehouse-pay/gatehouse/internal/store"
 )
 
@@ -77,10 +84,44 @@ func work(ctx context.Context, getenv func(string) string, stderr io.Writer) err
 
 	reg := metrics.NewRegistry()
 	db := store.New(pool)
-	sessions := auth.NewService(nil, db, cache.New(rdb), nil, nil, time.Now, log)
-	handlers := &jobs.Handlers{Auth: sessions, Log: log, Metrics: metrics.NewJobs(reg)}
+	keys, err := keyring.New(cfg.EncryptionKey)
+	if err != nil {
+		return err
+	}
+	pm := metrics.NewProviders(reg)
+	registry := providers.Registry{}
+	breaker := providers.BreakerOptions{OnStateChange: func(name, from, to string) {
+		pm.Circuit.WithLabelValues(name).Set(metrics.CircuitValue(to))
+		log.Warn("provider circuit breaker", "provider", name, "from", from, "to", to)
+	}, Failures: uint32(cfg.ProviderBreakerFailures)}
+	registry["sandbox"] = providers.WithBreaker(sandbox.New(db.SandboxLedger(), sandbox.Options{Latency: cfg.SandboxLatency}), breaker)
+	if cfg.StripeSecretKey != "" {
+		httpClient := &http.Client{Timeout: cfg.ProviderTimeout}
+		registry["stripe"] = providers.WithBreaker(stripe.New(cfg.StripeSecretKey.Reveal(), cfg.StripeAPIBase, httpClient), breaker)
+	}
+	observe := func(provider, op string, o charges.Outcome, d time.Duration) {
+		pm.Calls.WithLabelValues(provider, op, string(o)).Inc()
+		if o != charges.OutcomeNoop {
+			pm.Duration.WithLabelValues(provider, op).Observe(d.Seconds())
+		}
+	}
+	client := asynq.NewClient(redisOpt)
+	defer client.Close()
+	inspector := asynq.NewInspector(redisOpt)
+	defer inspector.Close()
+	handlers := &jobs.Handlers{
+		Auth:    auth.NewService(nil, db, cache.New(rdb), nil, nil, time.Now, log),
+		Charges: charges.NewProcessor(db, registry, keys, cfg.ProviderTimeout, time.Now, log, observe),
+		Refunds: refunds.NewProcessor(db, registry, cfg.ProviderTimeout, time.Now, log, observe),
+		Events:  events.NewService(db, time.Now),
+		Store:   db,
+		Queue:   jobs.NewQueue(client, inspector, cfg),
+		Config:  cfg,
+		Log:     log,
+		Metrics: metrics.NewJobs(reg),
+	}
 
-	srv := asynq.NewServer(redisOpt, jobs.ServerConfig(log, cfg.ShutdownTimeout))
+	srv := asynq.NewServer(redisOpt, jobs.ServerConfig(log, cfg))
 	scheduler := asynq.NewScheduler(redisOpt, &asynq.SchedulerOpts{Logger: handlers.Logger(), LogLevel: asynq.WarnLevel})
 	if err := jobs.Register(scheduler); err != nil {
 		return err

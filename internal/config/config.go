@@ -86,6 +86,24 @@ type Config struct {
 	StripeSecretKey Secret
 	StripeAPIBase   string
 
+	// ProviderTimeout bounds one provider call; ProviderMaxAttempts and
+	// ProviderRetryBase shape the retries of a provider outage (exponential
+	// from the base, capped at ProviderRetryMax) before a charge fails.
+	ProviderTimeout     time.Duration
+	ProviderMaxAttempts int
+	ProviderRetryBase   time.Duration
+	ProviderRetryMax    time.Duration
+	// ProviderBreakerFailures is how many provider outages in a row open a
+	// provider's circuit breaker (for 30 s).
+	ProviderBreakerFailures int
+	// SandboxLatency is an artificial delay of every sandbox provider call.
+	SandboxLatency time.Duration
+	// OutboxSweepAfter is the age at which an unfinished outbox task is
+	// enqueued again; ReconcileAfter the age at which a charge or refund
+	// waiting for the worker gets its task re-created.
+	OutboxSweepAfter time.Duration
+	ReconcileAfter   time.Duration
+
 	RateLimitCharges Limit
 	RateLimitLogin   Limit
 	RateLimitDefault Limit
@@ -104,6 +122,15 @@ type Needs struct {
 
 // Providers names the payment providers a charge may use.
 var Providers = []string{"sandbox", "stripe"}
+
+// Providers returns the names of the providers this deployment can use: the
+// sandbox always, Stripe when a secret key is configured.
+func (c Config) Providers() []string {
+	if c.StripeSecretKey != "" {
+		return []string{"sandbox", "stripe"}
+	}
+	return []string{"sandbox"}
+}
 
 // Load reads the configuration through getenv and checks it against needs.
 // The error, if any, names every problem in one line and never a secret value.
@@ -198,6 +225,22 @@ func Load(getenv func(string) string, needs Needs) (Config, error) {
 	}
 	c.ShutdownTimeout = duration("SHUTDOWN_TIMEOUT", "25s", time.Second)
 	c.ShutdownDelay = duration("SHUTDOWN_DELAY", "0s", 0)
+	c.ProviderTimeout = duration("PROVIDER_TIMEOUT", "15s", 10*time.Millisecond)
+	c.ProviderRetryBase = duration("PROVIDER_RETRY_BASE", "2s", time.Millisecond)
+	c.ProviderRetryMax = duration("PROVIDER_RETRY_MAX", "5m", time.Millisecond)
+	c.SandboxLatency = duration("SANDBOX_LATENCY", "0s", 0)
+	c.OutboxSweepAfter = duration("OUTBOX_SWEEP_AFTER", "30s", time.Second)
+	c.ReconcileAfter = duration("RECONCILE_AFTER", "2m", time.Second)
+	if n, err := strconv.Atoi(get("PROVIDER_BREAKER_FAILURES", "20")); err != nil || n < 1 {
+		bad("PROVIDER_BREAKER_FAILURES", "must be a positive integer")
+	} else {
+		c.ProviderBreakerFailures = n
+	}
+	if n, err := strconv.Atoi(get("PROVIDER_MAX_ATTEMPTS", "6")); err != nil || n < 1 || n > 25 {
+		bad("PROVIDER_MAX_ATTEMPTS", "must be an integer from 1 to 25")
+	} else {
+		c.ProviderMaxAttempts = n
+	}
 	c.WebhookTimeout = duration("WEBHOOK_TIMEOUT", "5s", time.Millisecond)
 
 	for _, s := range strings.Split(get("WEBHOOK_RETRY_SCHEDULE", "0s,5m,30m,2h,24h"), ",") {

@@ -352,9 +352,9 @@ func TestChargesRouteIsLimitedPerKey(t *testing.T) {
 	_, other := h.newKey(a.token)
 	for i := 0; i < 3; i++ {
 		r := h.do("POST", "/v1/charges", `{}`, bearer(a.secret)...)
-		want(t, r, 404, "not_found")
-		if r.header.Get("RateLimit-Limit") != "3" {
-			t.Fatalf("RateLimit-Limit %q", r.header.Get("RateLimit-Limit"))
+		want(t, r, 400, "parameter_missing") // counted by the limiter before validation
+		if r.header.Get("RateLimit-Limit") != "3" || r.header.Get("RateLimit-Remaining") != strconv.Itoa(2-i) {
+			t.Fatalf("RateLimit-Limit %q Remaining %q", r.header.Get("RateLimit-Limit"), r.header.Get("RateLimit-Remaining"))
 		}
 	}
 	r := h.do("POST", "/v1/charges", `{}`, bearer(a.secret)...)
@@ -363,7 +363,7 @@ func TestChargesRouteIsLimitedPerKey(t *testing.T) {
 		t.Fatalf("Retry-After %q", r.header.Get("Retry-After"))
 	}
 	// The limit is per key: another key of the same merchant is not limited.
-	want(t, h.do("POST", "/v1/charges", `{}`, bearer(other)...), 404, "not_found")
+	want(t, h.do("POST", "/v1/charges", `{}`, bearer(other)...), 400, "parameter_missing")
 }
 
 func TestRoutingAndRequestIDs(t *testing.T) {

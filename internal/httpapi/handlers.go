@@ -151,9 +151,3 @@ func (s *server) revokeKey(c *fiber.Ctx) error {
 	}
 	return writeJSON(c, fiber.StatusOK, presentKey(k))
 }
-
-// createCharge holds the place of charge creation: the route already
-// authenticates and counts against the per-key limit.
-func (s *server) createCharge(c *fiber.Ctx) error {
-	return &apperr.Error{Kind: apperr.KindNotFound, Code: apperr.CodeNotFound, Message: "Charge creation is not available yet."}
-}

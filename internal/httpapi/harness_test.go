@@ -12,16 +12,22 @@ import (
 	"time"
 
 	"github.com/gofiber/fiber/v2"
+	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/gatehouse-pay/gatehouse/internal/apikeys"
 	"github.com/gatehouse-pay/gatehouse/internal/auth"
 	"github.com/gatehouse-pay/gatehouse/internal/cache"
+	"github.com/gatehouse-pay/gatehouse/internal/charges"
 	"github.com/gatehouse-pay/gatehouse/internal/config"
+	"github.com/gatehouse-pay/gatehouse/internal/events"
 	"github.com/gatehouse-pay/gatehouse/internal/httpapi"
+	"github.com/gatehouse-pay/gatehouse/internal/jobs"
+	"github.com/gatehouse-pay/gatehouse/internal/keyring"
 	"github.com/gatehouse-pay/gatehouse/internal/merchants"
 	"github.com/gatehouse-pay/gatehouse/internal/metrics"
 	"github.com/gatehouse-pay/gatehouse/internal/ratelimit"
+	"github.com/gatehouse-pay/gatehouse/internal/refunds"
 	"github.com/gatehouse-pay/gatehouse/internal/store"
 	"github.com/gatehouse-pay/gatehouse/internal/testenv"
 )
@@ -74,12 +80,21 @@ func newHarness(t *testing.T, mutateEnv func(map[string]string)) *harness {
 	hasher := auth.NewHasher(2)
 	tokens := auth.NewTokens([]byte(cfg.JWTSecret.Reveal()), cfg.JWTIssuer, cfg.JWTAudience, time.Now)
 	ms := merchants.NewService(st, hasher, time.Now)
+	keys, err := keyring.New(cfg.EncryptionKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	queue := jobs.NewQueue(asynq.NewClientFromRedisClient(rdb), nil, cfg)
 	app := httpapi.NewServer(httpapi.Deps{
 		Config:         cfg,
 		Log:            log,
 		Auth:           auth.NewService(st, st, rc, hasher, tokens, time.Now, log),
 		Keys:           apikeys.NewService(st, rc, time.Now, log),
 		Merchants:      ms,
+		Charges:        charges.NewService(st, queue, keys, cfg.Providers(), cfg.DefaultProvider, time.Now, nil),
+		Refunds:        refunds.NewService(st, queue, time.Now, nil),
+		Events:         events.NewService(st, time.Now),
+		Keyring:        keys,
 		Limiter:        ratelimit.New(rdb, ratelimit.NewMetrics(reg), log),
 		Metrics:        metrics.NewHTTP(reg),
 		MetricsHandler: metrics.Handler(reg),

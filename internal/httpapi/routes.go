@@ -31,4 +31,15 @@ func (s *server) routes(app *fiber.App) {
 	app.Delete("/v1/me/api_keys/:id", perIP, secret, s.revokeKey)
 
 	app.Post("/v1/charges", secret, perKey, s.createCharge)
+	app.Get("/v1/charges", perIP, secret, s.listCharges)
+	app.Get("/v1/charges/:id", perIP, secret, s.getCharge)
+	app.Post("/v1/charges/:id/capture", perIP, secret, s.captureCharge)
+	app.Post("/v1/charges/:id/void", perIP, secret, s.voidCharge)
+
+	app.Post("/v1/refunds", perIP, secret, s.createRefund)
+	app.Get("/v1/refunds", perIP, secret, s.listRefunds)
+	app.Get("/v1/refunds/:id", perIP, secret, s.getRefund)
+
+	app.Get("/v1/events", perIP, secret, s.listEvents)
+	app.Get("/v1/events/:id", perIP, secret, s.getEvent)
 }

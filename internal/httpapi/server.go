@@ -15,10 +15,14 @@ import (
 
 	"github.com/gatehouse-pay/gatehouse/internal/apikeys"
 	"github.com/gatehouse-pay/gatehouse/internal/auth"
+	"github.com/gatehouse-pay/gatehouse/internal/charges"
 	"github.com/gatehouse-pay/gatehouse/internal/config"
+	"github.com/gatehouse-pay/gatehouse/internal/events"
+	"github.com/gatehouse-pay/gatehouse/internal/keyring"
 	"github.com/gatehouse-pay/gatehouse/internal/merchants"
 	"github.com/gatehouse-pay/gatehouse/internal/metrics"
 	"github.com/gatehouse-pay/gatehouse/internal/ratelimit"
+	"github.com/gatehouse-pay/gatehouse/internal/refunds"
 )
 
 // BodyLimit is the largest request body accepted (CONTRACT.md: 64 KiB).
@@ -37,6 +41,10 @@ type Deps struct {
 	Auth      *auth.Service
 	Keys      *apikeys.Service
 	Merchants *merchants.Service
+	Charges   *charges.Service
+	Refunds   *refunds.Service
+	Events    *events.Service
+	Keyring   *keyring.Keyring
 	Limiter   *ratelimit.Limiter
 	Metrics   *metrics.HTTP
 	// MetricsHandler serves /metrics.

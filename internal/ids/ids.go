@@ -33,3 +33,12 @@ func Valid(prefix, id string) bool {
 	_, err := sortable.DecodeString(rest)
 	return err == nil
 }
+
+// ValidUUID reports whether id is a UUID in its canonical lower-case form.
+func ValidUUID(id string) bool {
+	if len(id) != 36 {
+		return false
+	}
+	u, err := uuid.Parse(id)
+	return err == nil && u.String() == id
+}

@@ -11,14 +11,25 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/gatehouse-pay/gatehouse/internal/auth"
+	"github.com/gatehouse-pay/gatehouse/internal/charges"
+	"github.com/gatehouse-pay/gatehouse/internal/config"
+	"github.com/gatehouse-pay/gatehouse/internal/events"
 	"github.com/gatehouse-pay/gatehouse/internal/logging"
 	"github.com/gatehouse-pay/gatehouse/internal/metrics"
+	"github.com/gatehouse-pay/gatehouse/internal/outbox"
+	"github.com/gatehouse-pay/gatehouse/internal/refunds"
 )
 
-// Task types.
+// Task types. Provider work uses the outbox task types (charge:authorize,
+// charge:capture, charge:void, refund:process).
 const (
 	// TypeSessionsPrune deletes sessions that expired more than a day ago.
 	TypeSessionsPrune = "sessions:prune"
+	// TypeOutboxSweep enqueues outbox tasks that went missing and re-creates
+	// the tasks of charges and refunds waiting too long.
+	TypeOutboxSweep = "outbox:sweep"
+	// TypeRetentionPrune deletes idempotency keys after 24 h and events after 30 days.
+	TypeRetentionPrune = "retention:prune"
 )
 
 // Queues and their weights: provider calls and deliveries will outrank
@@ -35,8 +46,21 @@ func NewSessionsPruneTask() *asynq.Task {
 // Handlers holds what the task handlers need.
 type Handlers struct {
 	Auth    *auth.Service
+	Charges *charges.Processor
+	Refunds *refunds.Processor
+	Events  *events.Service
+	Store   Maintenance
+	Queue   *Queue
+	Config  config.Config
 	Log     *slog.Logger
 	Metrics *metrics.Jobs
+}
+
+// Maintenance is the store's housekeeping side.
+type Maintenance interface {
+	StaleTasks(ctx context.Context, before time.Time, limit int) ([]outbox.Pending, error)
+	Reconcile(ctx context.Context, before time.Time) (int64, error)
+	DeleteIdempotencyKeysBefore(ctx context.Context, t time.Time) (int64, error)
 }
 
 // Mux routes every task type to its handler, with metrics and a log line per task.
@@ -44,6 +68,12 @@ func (h *Handlers) Mux() *asynq.ServeMux {
 	mux := asynq.NewServeMux()
 	mux.Use(h.observe)
 	mux.HandleFunc(TypeSessionsPrune, h.HandleSessionsPrune)
+	mux.HandleFunc(TypeOutboxSweep, h.HandleOutboxSweep)
+	mux.HandleFunc(TypeRetentionPrune, h.HandleRetentionPrune)
+	mux.HandleFunc(outbox.ChargeAuthorize, h.provider(h.Charges.Authorize))
+	mux.HandleFunc(outbox.ChargeCapture, h.provider(h.Charges.Capture))
+	mux.HandleFunc(outbox.ChargeVoid, h.provider(h.Charges.Void))
+	mux.HandleFunc(outbox.RefundProcess, h.provider(h.Refunds.Process))
 	return mux
 }
 
@@ -94,19 +124,39 @@ func isSkip(err error) bool {
 
 // Register adds the periodic tasks to the scheduler.
 func Register(s *asynq.Scheduler) error {
-	_, err := s.Register("@hourly", NewSessionsPruneTask())
-	return err
+	for spec, t := range map[string]*asynq.Task{
+		"@hourly":    NewSessionsPruneTask(),
+		"@every 10s": asynq.NewTask(TypeOutboxSweep, nil, asynq.Queue("maintenance"), asynq.MaxRetry(0), asynq.Unique(9*time.Second), asynq.Timeout(time.Minute)),
+		"@every 1h":  asynq.NewTask(TypeRetentionPrune, nil, asynq.Queue("maintenance"), asynq.MaxRetry(3), asynq.Unique(50*time.Minute), asynq.Timeout(10*time.Minute)),
+	} {
+		if _, err := s.Register(spec, t); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
-// ServerConfig is the asynq server configuration of the worker.
-func ServerConfig(log *slog.Logger, shutdownTimeout time.Duration) asynq.Config {
+// ServerConfig is the asynq server configuration of the worker. Provider
+// tasks back off exponentially from cfg.ProviderRetryBase up to
+// cfg.ProviderRetryMax; other tasks use asynq's default.
+func ServerConfig(log *slog.Logger, cfg config.Config) asynq.Config {
+	shutdownTimeout := cfg.ShutdownTimeout
 	return asynq.Config{
+		RetryDelayFunc: func(n int, err error, t *asynq.Task) time.Duration {
+			if !isProviderTask(t.Type()) {
+				return asynq.DefaultRetryDelayFunc(n, err, t)
+			}
+			return Backoff(n, cfg.ProviderRetryBase, cfg.ProviderRetryMax)
+		},
 		Concurrency:       20,
 		Queues:            Queues,
 		TaskCheckInterval: 50 * time.Millisecond,
-		ShutdownTimeout:   shutdownTimeout,
-		Logger:            asynqLogger{log},
-		LogLevel:          asynq.WarnLevel,
+		// Retries and scheduled tasks move to the queue within a second of
+		// their time (asynq's default checks every 5 s).
+		DelayedTaskCheckInterval: time.Second,
+		ShutdownTimeout:          shutdownTimeout,
+		Logger:                   asynqLogger{log},
+		LogLevel:                 asynq.WarnLevel,
 		ErrorHandler: asynq.ErrorHandlerFunc(func(ctx context.Context, t *asynq.Task, err error) {
 			retried, _ := asynq.GetRetryCount(ctx)
 			maxRetry, _ := asynq.GetMaxRetry(ctx)

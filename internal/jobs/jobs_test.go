@@ -15,6 +15,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/apperr"
 	"github.com/gatehouse-pay/gatehouse/internal/auth"
 	"github.com/gatehouse-pay/gatehouse/internal/cache"
+	"github.com/gatehouse-pay/gatehouse/internal/config"
 	"github.com/gatehouse-pay/gatehouse/internal/ids"
 	"github.com/gatehouse-pay/gatehouse/internal/jobs"
 	"github.com/gatehouse-pay/gatehouse/internal/merchants"
@@ -51,7 +52,11 @@ func TestSessionsPruneRunsThroughTheQueue(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := asynq.NewServer(redisOpt, jobs.ServerConfig(log, 5*time.Second))
+	cfg, err := config.Load(func(string) string { return "" }, config.Needs{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := asynq.NewServer(redisOpt, jobs.ServerConfig(log, cfg))
 	if err := srv.Start(h.Mux()); err != nil {
 		t.Fatal(err)
 	}

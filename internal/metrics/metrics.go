@@ -82,3 +82,42 @@ func NewJobs(reg prometheus.Registerer) *Jobs {
 	reg.MustRegister(m.Processed, m.Duration)
 	return m
 }
+
+// Providers are the worker's provider-call metrics.
+type Providers struct {
+	Calls    *prometheus.CounterVec   // provider, operation, outcome
+	Duration *prometheus.HistogramVec // provider, operation
+	Circuit  *prometheus.GaugeVec     // provider: 0 closed, 1 half-open, 2 open
+}
+
+// NewProviders creates and registers the provider-call metrics.
+func NewProviders(reg prometheus.Registerer) *Providers {
+	m := &Providers{
+		Calls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "gatehouse", Name: "provider_calls_total",
+			Help: "Provider calls by provider, operation and outcome (succeeded, declined, retry, unavailable, noop).",
+		}, []string{"provider", "operation", "outcome"}),
+		Duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "gatehouse", Name: "provider_call_duration_seconds",
+			Help:    "Provider call duration by provider and operation.",
+			Buckets: prometheus.ExponentialBuckets(0.005, 2, 12),
+		}, []string{"provider", "operation"}),
+		Circuit: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "gatehouse", Name: "provider_circuit_state",
+			Help: "Circuit breaker state by provider: 0 closed, 1 half-open, 2 open.",
+		}, []string{"provider"}),
+	}
+	reg.MustRegister(m.Calls, m.Duration, m.Circuit)
+	return m
+}
+
+// CircuitValue maps a breaker state name to the gauge value.
+func CircuitValue(state string) float64 {
+	switch state {
+	case "open":
+		return 2
+	case "half-open":
+		return 1
+	}
+	return 0
+}

@@ -38,6 +38,9 @@ func Open(ctx context.Context, url string) (*pgxpool.Pool, error) {
 		cfg.ConnConfig.RuntimeParams = map[string]string{}
 	}
 	cfg.ConnConfig.RuntimeParams["application_name"] = "gatehouse"
+	// A request never waits long for a row lock: a repeat of an idempotent
+	// request still running answers 409 instead of queueing behind it.
+	cfg.ConnConfig.RuntimeParams["lock_timeout"] = "3s"
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("store: connect: %w", redact(err))

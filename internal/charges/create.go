@@ -1,0 +1,350 @@
+package charges
+
+import (
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"golang.org/x/text/currency"
+
+	"github.com/gatehouse-pay/gatehouse/internal/apperr"
+	"github.com/gatehouse-pay/gatehouse/internal/events"
+	"github.com/gatehouse-pay/gatehouse/internal/idempotency"
+	"github.com/gatehouse-pay/gatehouse/internal/ids"
+	"github.com/gatehouse-pay/gatehouse/internal/keyring"
+	"github.com/gatehouse-pay/gatehouse/internal/listing"
+	"github.com/gatehouse-pay/gatehouse/internal/outbox"
+)
+
+// Limits on charge input (CONTRACT.md).
+const (
+	MinAmount         = 1
+	MaxAmount         = 99_999_999
+	MaxMetadataKeys   = 50
+	MaxMetadataKeyLen = 40
+	MaxMetadataValLen = 500
+	MaxDescriptionLen = 1000
+)
+
+// CardInput is the card of a create request: raw card data or a provider token.
+type CardInput struct {
+	Number   *string `json:"number"`
+	ExpMonth *int    `json:"exp_month"`
+	ExpYear  *int    `json:"exp_year"`
+	CVC      *string `json:"cvc"`
+	Token    *string `json:"token"`
+}
+
+// CreateParams is the body of POST /v1/charges.
+type CreateParams struct {
+	Amount        *int64            `json:"amount"`
+	Currency      *string           `json:"currency"`
+	PaymentMethod *string           `json:"payment_method"`
+	Card          *CardInput        `json:"card"`
+	Capture       *bool             `json:"capture"`
+	Provider      *string           `json:"provider"`
+	Description   *string           `json:"description"`
+	Metadata      map[string]string `json:"metadata"`
+	Environment   *string           `json:"environment"`
+}
+
+// secretCard is the part of the card sealed until the provider answers.
+type secretCard struct {
+	Number   string `json:"n"`
+	CVC      string `json:"c"`
+	ExpMonth int    `json:"m"`
+	ExpYear  int    `json:"y"`
+}
+
+// NewCharge is everything the creation writes in one transaction.
+type NewCharge struct {
+	Charge   Charge
+	Sealed   []byte // the card, encrypted; nil for a token
+	Event    events.Event
+	Task     outbox.Task
+	Idem     *idempotency.Request
+	Response *idempotency.Response
+}
+
+// Store persists charges. CreateCharge writes the charge, its event, its
+// outbox task and, with an idempotency request, the first response, in one
+// transaction; if the key was used before it writes nothing and returns the
+// stored response (same fingerprint) or idempotency.ErrReused (another one).
+type Store interface {
+	CreateCharge(ctx context.Context, n NewCharge) (replay *idempotency.Response, err error)
+	ChargeByID(ctx context.Context, merchantID, id string) (Charge, error)
+	ListCharges(ctx context.Context, merchantID string, f Filter, p listing.Params) (listing.Page[Charge], error)
+	RequestAction(ctx context.Context, r ActionRequest) (replay *idempotency.Response, err error)
+	ChargeForWork(ctx context.Context, id string) (Charge, []byte, error)
+	ApplyTransition(ctx context.Context, t Transition) (applied bool, err error)
+	DeleteTask(ctx context.Context, taskID string) error
+}
+
+// Renderer turns the object a request created into the response to store and
+// send (status and body), so a replay is byte for byte the first answer.
+type Renderer func(v any) (idempotency.Response, error)
+
+// Service is the API side of charges.
+type Service struct {
+	store     Store
+	queue     outbox.Enqueuer
+	keys      *keyring.Keyring
+	providers []string
+	fallback  string
+	now       func() time.Time
+	onEnqueue func(error)
+}
+
+// NewService returns the API-side service; providers are the names a charge
+// may ask for and defaultProvider the one used when it names none. onEnqueueErr
+// is told of a failed enqueue (logged and counted by the caller).
+func NewService(store Store, queue outbox.Enqueuer, keys *keyring.Keyring, providers []string, defaultProvider string, now func() time.Time, onEnqueueErr func(error)) *Service {
+	return &Service{store: store, queue: queue, keys: keys, providers: providers, fallback: defaultProvider, now: now, onEnqueue: onEnqueueErr}
+}
+
+// Result is a created or replayed answer.
+type Result struct {
+	Response idempotency.Response
+	Replayed bool
+}
+
+// Create validates p, seals the card and writes the charge, its
+// charge.created event and its authorize task in one transaction, then hands
+// the task to the queue.
+func (s *Service) Create(ctx context.Context, merchantID, environment string, p CreateParams, idem *idempotency.Request, render Renderer) (Result, error) {
+	now := s.now().UTC().Truncate(time.Millisecond)
+	c, secret, err := s.validate(p, now)
+	if err != nil {
+		return Result{}, err
+	}
+	c.ID = ids.NewUUID()
+	c.MerchantID = merchantID
+	c.Environment = environment
+	c.Status = StatusCreated
+	c.CreatedAt, c.UpdatedAt = now, now
+
+	n := NewCharge{Charge: c, Task: outbox.Task{Type: outbox.ChargeAuthorize, RefID: c.ID}, Idem: idem}
+	if secret != nil {
+		fp := hex.EncodeToString(s.keys.MAC(keyring.PurposeFingerprint, []byte(merchantID), []byte(secret.Number))[:16])
+		n.Charge.Card.Fingerprint = &fp
+		plain, err := json.Marshal(secret)
+		if err != nil {
+			return Result{}, apperr.Internal(err)
+		}
+		if n.Sealed, err = s.keys.Seal(keyring.PurposeCard, plain, []byte(c.ID)); err != nil {
+			return Result{}, apperr.Internal(err)
+		}
+	}
+	if n.Event, err = events.New(ids.NewUUID(), merchantID, environment, events.ChargeCreated, now, n.Charge.View(), nil); err != nil {
+		return Result{}, apperr.Internal(err)
+	}
+	resp, err := render(n.Charge)
+	if err != nil {
+		return Result{}, apperr.Internal(err)
+	}
+	n.Response = &resp
+	replay, err := s.store.CreateCharge(ctx, n)
+	if err != nil {
+		return Result{}, err
+	}
+	if replay != nil {
+		return Result{Response: *replay, Replayed: true}, nil
+	}
+	s.enqueue(ctx, n.Task)
+	return Result{Response: resp}, nil
+}
+
+func (s *Service) enqueue(ctx context.Context, t outbox.Task) {
+	if err := s.queue.Enqueue(ctx, t); err != nil && s.onEnqueue != nil {
+		s.onEnqueue(err)
+	}
+}
+
+func (s *Service) validate(p CreateParams, now time.Time) (Charge, *secretCard, error) {
+	if p.Environment != nil {
+		switch *p.Environment {
+		case "live":
+			return Charge{}, nil, apperr.LiveMode()
+		case "sandbox":
+		default:
+			return Charge{}, nil, apperr.Invalid("environment", "environment must be sandbox or live.")
+		}
+	}
+	c := Charge{Capture: true, Metadata: map[string]string{}}
+	switch {
+	case p.Amount == nil:
+		return c, nil, apperr.Missing("amount")
+	case *p.Amount < MinAmount || *p.Amount > MaxAmount:
+		return c, nil, apperr.Invalid("amount", "amount must be an integer from %d to %d (minor units).", MinAmount, MaxAmount)
+	}
+	c.Amount = *p.Amount
+	if p.Currency == nil || *p.Currency == "" {
+		return c, nil, apperr.Missing("currency")
+	}
+	cur, err := parseCurrency(*p.Currency)
+	if err != nil {
+		return c, nil, err
+	}
+	c.Currency = cur
+	switch {
+	case p.PaymentMethod == nil || *p.PaymentMethod == "":
+		return c, nil, apperr.Missing("payment_method")
+	case *p.PaymentMethod != "card":
+		return c, nil, apperr.Invalid("payment_method", "payment_method must be card.")
+	}
+	c.PaymentMethod = "card"
+	if p.Capture != nil {
+		c.Capture = *p.Capture
+	}
+	c.Provider = s.fallback
+	if p.Provider != nil {
+		if !contains(s.providers, *p.Provider) {
+			return c, nil, apperr.Invalid("provider", "provider must be one of: %s.", strings.Join(s.providers, ", "))
+		}
+		c.Provider = *p.Provider
+	}
+	if p.Description != nil {
+		if utf8.RuneCountInString(*p.Description) > MaxDescriptionLen {
+			return c, nil, apperr.Invalid("description", "description must be at most %d characters.", MaxDescriptionLen)
+		}
+		d := *p.Description
+		c.Description = &d
+	}
+	if len(p.Metadata) > MaxMetadataKeys {
+		return c, nil, apperr.Invalid("metadata", "metadata can have at most %d keys.", MaxMetadataKeys)
+	}
+	for k, v := range p.Metadata {
+		if k == "" || utf8.RuneCountInString(k) > MaxMetadataKeyLen {
+			return c, nil, apperr.Invalid("metadata", "metadata keys must be 1 to %d characters.", MaxMetadataKeyLen)
+		}
+		if utf8.RuneCountInString(v) > MaxMetadataValLen {
+			return c, nil, apperr.Invalid("metadata", "metadata values must be at most %d characters.", MaxMetadataValLen)
+		}
+		c.Metadata[k] = v
+	}
+	secret, err := s.card(&c, p.Card, now)
+	return c, secret, err
+}
+
+func (s *Service) card(c *Charge, in *CardInput, now time.Time) (*secretCard, error) {
+	if in == nil {
+		return nil, apperr.Missing("card")
+	}
+	if in.Token != nil {
+		if in.Number != nil || in.CVC != nil || in.ExpMonth != nil || in.ExpYear != nil {
+			return nil, apperr.Invalid("card", "Send either card.token or the card's number, exp_month, exp_year and cvc, not both.")
+		}
+		tok := strings.TrimSpace(*in.Token)
+		if tok == "" || len(tok) > 255 {
+			return nil, apperr.Invalid("card.token", "card.token must be 1 to 255 characters.")
+		}
+		c.CardToken = &tok
+		c.Card = Card{Brand: brandOfToken(tok)}
+		return nil, nil
+	}
+	switch {
+	case in.Number == nil || *in.Number == "":
+		return nil, apperr.Missing("card.number")
+	case in.ExpMonth == nil:
+		return nil, apperr.Missing("card.exp_month")
+	case in.ExpYear == nil:
+		return nil, apperr.Missing("card.exp_year")
+	case in.CVC == nil || *in.CVC == "":
+		return nil, apperr.Missing("card.cvc")
+	}
+	number := strings.NewReplacer(" ", "", "-", "").Replace(*in.Number)
+	if len(number) < 12 || len(number) > 19 || !digits(number) || !Luhn(number) {
+		return nil, apperr.Invalid("card.number", "card.number is not a valid card number.")
+	}
+	month, year := *in.ExpMonth, *in.ExpYear
+	if month < 1 || month > 12 {
+		return nil, apperr.Invalid("card.exp_month", "card.exp_month must be from 1 to 12.")
+	}
+	if year < 2000 || year > 2100 {
+		return nil, apperr.Invalid("card.exp_year", "card.exp_year must be a four-digit year.")
+	}
+	if year < now.Year() || (year == now.Year() && month < int(now.Month())) {
+		return nil, apperr.Invalid("card.exp_year", "The card has expired.")
+	}
+	cvc := *in.CVC
+	if len(cvc) < 3 || len(cvc) > 4 || !digits(cvc) {
+		return nil, apperr.Invalid("card.cvc", "card.cvc must be 3 or 4 digits.")
+	}
+	last4 := number[len(number)-4:]
+	c.Card = Card{Brand: Brand(number), Last4: &last4, ExpMonth: &month, ExpYear: &year}
+	return &secretCard{Number: number, CVC: cvc, ExpMonth: month, ExpYear: year}, nil
+}
+
+func parseCurrency(s string) (string, error) {
+	up := strings.ToUpper(strings.TrimSpace(s))
+	if len(up) != 3 {
+		return "", apperr.Invalid("currency", "currency must be a three-letter ISO 4217 code.")
+	}
+	u, err := currency.ParseISO(up)
+	if err != nil || u.String() != up {
+		return "", apperr.Invalid("currency", "currency %q is not an ISO 4217 code.", up)
+	}
+	return up, nil
+}
+
+func digits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// Luhn reports whether number (digits only) passes the Luhn check.
+func Luhn(number string) bool {
+	sum, double := 0, false
+	for i := len(number) - 1; i >= 0; i-- {
+		d := int(number[i] - '0')
+		if double {
+			if d *= 2; d > 9 {
+				d -= 9
+			}
+		}
+		sum += d
+		double = !double
+	}
+	return sum%10 == 0
+}
+
+// Brand names the card network of a number.
+func Brand(number string) string {
+	p2 := number[:2]
+	switch {
+	case number[0] == '4':
+		return "visa"
+	case p2 >= "51" && p2 <= "55", len(number) >= 4 && number[:4] >= "2221" && number[:4] <= "2720":
+		return "mastercard"
+	case p2 == "34" || p2 == "37":
+		return "amex"
+	case strings.HasPrefix(number, "6011") || p2 == "65":
+		return "discover"
+	}
+	return "unknown"
+}
+
+func brandOfToken(tok string) string {
+	for _, b := range []string{"visa", "mastercard", "amex", "discover"} {
+		if strings.Contains(strings.ToLower(tok), b) {
+			return b
+		}
+	}
+	return "unknown"
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,283 @@
+package charges
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/gatehouse-pay/gatehouse/internal/apperr"
+	"github.com/gatehouse-pay/gatehouse/internal/events"
+	"github.com/gatehouse-pay/gatehouse/internal/ids"
+	"github.com/gatehouse-pay/gatehouse/internal/keyring"
+	"github.com/gatehouse-pay/gatehouse/internal/outbox"
+	"github.com/gatehouse-pay/gatehouse/internal/providers"
+)
+
+// Transition is one conditional move of a charge: it applies only if the
+// charge is still in Before's status with Before's pending action. With it
+// go the event that announces it and the deletion of the task that did it;
+// PurgeCard drops the sealed card data.
+type Transition struct {
+	Before    Charge
+	After     Charge
+	Event     *events.Event
+	DoneTask  string
+	PurgeCard bool
+}
+
+// Outcome is what a provider call led to, for metrics.
+type Outcome string
+
+// Outcomes.
+const (
+	OutcomeSucceeded   Outcome = "succeeded"
+	OutcomeDeclined    Outcome = "declined"
+	OutcomeRetry       Outcome = "retry"
+	OutcomeUnavailable Outcome = "unavailable"
+	OutcomeNoop        Outcome = "noop"
+)
+
+// Processor is the worker side: it carries charges through the provider.
+type Processor struct {
+	store     Store
+	providers providers.Registry
+	keys      *keyring.Keyring
+	timeout   time.Duration
+	now       func() time.Time
+	log       *slog.Logger
+	observe   func(provider, op string, o Outcome, d time.Duration)
+}
+
+// NewProcessor returns the worker-side service; timeout bounds each provider
+// call; observe (may be nil) is told the outcome of each.
+func NewProcessor(store Store, reg providers.Registry, keys *keyring.Keyring, timeout time.Duration, now func() time.Time, log *slog.Logger, observe func(provider, op string, o Outcome, d time.Duration)) *Processor {
+	if observe == nil {
+		observe = func(string, string, Outcome, time.Duration) {}
+	}
+	return &Processor{store: store, providers: reg, keys: keys, timeout: timeout, now: now, log: log, observe: observe}
+}
+
+// ErrRetry wraps a provider outage that the queue should retry later.
+var ErrRetry = errors.New("charges: provider unavailable, retry later")
+
+// IdempotencyKey is the provider idempotency key of an operation on a charge.
+func IdempotencyKey(chargeID, op string) string { return "gh_" + chargeID + "_" + op }
+
+func (p *Processor) load(ctx context.Context, id string, task outbox.Task) (Charge, []byte, providers.Provider, error) {
+	c, sealed, err := p.store.ChargeForWork(ctx, id)
+	if err != nil {
+		return Charge{}, nil, nil, err
+	}
+	prov, ok := p.providers.Get(c.Provider)
+	if !ok {
+		return c, sealed, nil, fmt.Errorf("charges: provider %q is not configured on this worker", c.Provider)
+	}
+	return c, sealed, prov, nil
+}
+
+// done drops a task whose work was already finished (a duplicate delivery).
+func (p *Processor) done(ctx context.Context, task outbox.Task) error {
+	return p.store.DeleteTask(ctx, task.ID())
+}
+
+// Authorize calls the provider for a created charge. It returns nil when the
+// charge reached its next state (or already had), ErrRetry (wrapped) when the
+// provider is unavailable and this is not the final attempt.
+func (p *Processor) Authorize(ctx context.Context, id string, final bool) error {
+	task := outbox.Task{Type: outbox.ChargeAuthorize, RefID: id}
+	c, sealed, prov, err := p.load(ctx, id, task)
+	if err != nil {
+		if apperr.KindOf(err) == apperr.KindNotFound {
+			return err
+		}
+		if prov == nil && c.ID != "" {
+			return p.fail(ctx, c, task, "provider_unavailable", "The provider is not configured.")
+		}
+		return err
+	}
+	if c.Status != StatusCreated {
+		p.observe(c.Provider, "authorize", OutcomeNoop, 0)
+		return p.done(ctx, task)
+	}
+	card, err := p.card(c, sealed)
+	if err != nil {
+		return p.fail(ctx, c, task, "processing_error", "The card data could not be read.")
+	}
+	start := time.Now()
+	cctx, cancel := context.WithTimeout(ctx, p.timeout)
+	res, err := prov.Authorize(cctx, providers.AuthorizeRequest{
+		IdempotencyKey: IdempotencyKey(c.ID, "authorize"), Amount: c.Amount, Currency: c.Currency,
+		Capture: c.Capture, Card: card, Description: deref(c.Description), Metadata: c.Metadata,
+	})
+	cancel()
+	elapsed := time.Since(start)
+	if d, ok := providers.AsDecline(err); ok {
+		p.observe(c.Provider, "authorize", OutcomeDeclined, elapsed)
+		return p.fail(ctx, c, task, d.Code, declineMessage(d))
+	}
+	if err != nil {
+		if !final {
+			p.observe(c.Provider, "authorize", OutcomeRetry, elapsed)
+			return fmt.Errorf("%w: %v", ErrRetry, err)
+		}
+		p.observe(c.Provider, "authorize", OutcomeUnavailable, elapsed)
+		return p.fail(ctx, c, task, "provider_unavailable", "The provider did not answer; the charge was not made.")
+	}
+	p.observe(c.Provider, "authorize", OutcomeSucceeded, elapsed)
+	after := c
+	after.ProviderReference = &res.Reference
+	after.UpdatedAt = p.stamp()
+	var ev *events.Event
+	if c.Capture {
+		after.Status, after.AmountCaptured = StatusCaptured, c.Amount
+		e, err := p.event(after, events.ChargeCaptured)
+		if err != nil {
+			return err
+		}
+		ev = &e
+	} else {
+		after.Status = StatusAuthorized
+	}
+	_, err = p.store.ApplyTransition(ctx, Transition{Before: c, After: after, Event: ev, DoneTask: task.ID(), PurgeCard: true})
+	return err
+}
+
+// Capture captures an authorized charge whose capture was requested.
+func (p *Processor) Capture(ctx context.Context, id string, final bool) error {
+	return p.settle(ctx, id, final, ActionCapture)
+}
+
+// Void voids an authorized charge whose void was requested.
+func (p *Processor) Void(ctx context.Context, id string, final bool) error {
+	return p.settle(ctx, id, final, ActionVoid)
+}
+
+func (p *Processor) settle(ctx context.Context, id string, final bool, action string) error {
+	task := outbox.Task{Type: outbox.ChargeCapture, RefID: id}
+	if action == ActionVoid {
+		task.Type = outbox.ChargeVoid
+	}
+	c, _, prov, err := p.load(ctx, id, task)
+	if err != nil {
+		return err
+	}
+	if c.Status != StatusAuthorized || c.PendingAction == nil || *c.PendingAction != action || c.ProviderReference == nil {
+		p.observe(c.Provider, action, OutcomeNoop, 0)
+		return p.done(ctx, task)
+	}
+	start := time.Now()
+	cctx, cancel := context.WithTimeout(ctx, p.timeout)
+	amount := c.Amount
+	if c.CaptureAmount != nil {
+		amount = *c.CaptureAmount
+	}
+	if action == ActionCapture {
+		_, err = prov.Capture(cctx, providers.CaptureRequest{IdempotencyKey: IdempotencyKey(c.ID, "capture"), Reference: *c.ProviderReference, Amount: amount})
+	} else {
+		_, err = prov.Void(cctx, providers.VoidRequest{IdempotencyKey: IdempotencyKey(c.ID, "void"), Reference: *c.ProviderReference})
+	}
+	cancel()
+	elapsed := time.Since(start)
+	after := c
+	after.PendingAction, after.CaptureAmount = nil, nil
+	after.UpdatedAt = p.stamp()
+	var ev *events.Event
+	d, declined := providers.AsDecline(err)
+	switch {
+	case err == nil:
+		p.observe(c.Provider, action, OutcomeSucceeded, elapsed)
+		typ := events.ChargeCaptured
+		if action == ActionCapture {
+			after.Status, after.AmountCaptured = StatusCaptured, amount
+		} else {
+			after.Status, typ = StatusVoided, events.ChargeVoided
+		}
+		e, err := p.event(after, typ)
+		if err != nil {
+			return err
+		}
+		ev = &e
+	case declined:
+		// The charge stays authorized; the failure is recorded and the merchant may try again.
+		p.observe(c.Provider, action, OutcomeDeclined, elapsed)
+		after.FailureCode, after.FailureMessage = &d.Code, ptr(declineMessage(d))
+	case !final:
+		p.observe(c.Provider, action, OutcomeRetry, elapsed)
+		return fmt.Errorf("%w: %v", ErrRetry, err)
+	default:
+		p.observe(c.Provider, action, OutcomeUnavailable, elapsed)
+		after.FailureCode, after.FailureMessage = ptr("provider_unavailable"), ptr("The provider did not answer; the charge is still authorized.")
+	}
+	_, err = p.store.ApplyTransition(ctx, Transition{Before: c, After: after, Event: ev, DoneTask: task.ID()})
+	return err
+}
+
+func (p *Processor) fail(ctx context.Context, c Charge, task outbox.Task, code, message string) error {
+	after := c
+	after.Status = StatusFailed
+	after.FailureCode, after.FailureMessage = &code, &message
+	after.UpdatedAt = p.stamp()
+	e, err := p.event(after, events.ChargeFailed)
+	if err != nil {
+		return err
+	}
+	_, err = p.store.ApplyTransition(ctx, Transition{Before: c, After: after, Event: &e, DoneTask: task.ID(), PurgeCard: true})
+	return err
+}
+
+func (p *Processor) event(c Charge, typ string) (events.Event, error) {
+	return events.New(ids.NewUUID(), c.MerchantID, c.Environment, typ, c.UpdatedAt, c.View(), nil)
+}
+
+func (p *Processor) stamp() time.Time { return p.now().UTC().Truncate(time.Millisecond) }
+
+func (p *Processor) card(c Charge, sealed []byte) (providers.Card, error) {
+	if c.CardToken != nil {
+		return providers.Card{Token: *c.CardToken}, nil
+	}
+	if sealed == nil {
+		return providers.Card{}, errors.New("charges: no card data")
+	}
+	plain, err := p.keys.Open(keyring.PurposeCard, sealed, []byte(c.ID))
+	if err != nil {
+		return providers.Card{}, err
+	}
+	var sc secretCard
+	if err := json.Unmarshal(plain, &sc); err != nil {
+		return providers.Card{}, err
+	}
+	return providers.Card{Number: sc.Number, CVC: sc.CVC, ExpMonth: sc.ExpMonth, ExpYear: sc.ExpYear}, nil
+}
+
+func declineMessage(d *providers.Decline) string {
+	if d.Message != "" {
+		return d.Message
+	}
+	switch d.Code {
+	case "card_declined":
+		return "The card was declined."
+	case "insufficient_funds":
+		return "The card has insufficient funds."
+	case "expired_card":
+		return "The card has expired."
+	case "processing_error":
+		return "An error occurred while processing the card."
+	}
+	return "The provider refused the operation."
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// ValidID reports whether id has the shape of a charge or refund id (a UUID),
+// so malformed ids are answered "not found" without a database round trip.
+func ValidID(id string) bool { return ids.ValidUUID(id) }

@@ -1,0 +1,123 @@
+// Package events defines what Gatehouse tells merchants happened: the seven
+// event types of SPEC.md section 6 and the event body, which is both what
+// GET /v1/events returns and what a webhook delivers. Events are written in
+// the same transaction as the state change they describe.
+package events
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/gatehouse-pay/gatehouse/internal/listing"
+)
+
+// Event types.
+const (
+	ChargeCreated   = "charge.created"
+	ChargeCaptured  = "charge.captured"
+	ChargeFailed    = "charge.failed"
+	ChargeVoided    = "charge.voided"
+	ChargeRefunded  = "charge.refunded"
+	RefundCreated   = "refund.created"
+	RefundSucceeded = "refund.succeeded"
+)
+
+// Types lists every event type in the order of SPEC.md.
+var Types = []string{ChargeCreated, ChargeCaptured, ChargeFailed, ChargeVoided, ChargeRefunded, RefundCreated, RefundSucceeded}
+
+// Known reports whether t is an event type.
+func Known(t string) bool {
+	for _, k := range Types {
+		if k == t {
+			return true
+		}
+	}
+	return false
+}
+
+// Retention is how long events are kept.
+const Retention = 30 * 24 * time.Hour
+
+// Event is one stored event. Body is the JSON of the webhook body, rendered
+// once when the event is written, so every reader and every delivery attempt
+// sees the same bytes.
+type Event struct {
+	ID          string
+	MerchantID  string
+	Environment string
+	Type        string
+	Body        json.RawMessage
+	CreatedAt   time.Time
+}
+
+// Data is the "data" member of an event body.
+type Data struct {
+	Object string `json:"object"`
+	Charge any    `json:"charge"`
+	Refund any    `json:"refund,omitempty"`
+}
+
+// Body is an event as it is delivered (SPEC.md 6.2).
+type Body struct {
+	ID        string `json:"id"`
+	Object    string `json:"object"`
+	EventType string `json:"event_type"`
+	CreatedAt string `json:"created_at"`
+	Data      Data   `json:"data"`
+}
+
+// New renders an event. charge and refund are the public forms of the objects
+// as they are after the change; refund is nil for charge events.
+func New(id, merchantID, environment, typ string, at time.Time, charge, refund any) (Event, error) {
+	data := Data{Object: "charge", Charge: charge}
+	if refund != nil {
+		data.Object, data.Refund = "refund", refund
+	}
+	body, err := json.Marshal(Body{ID: id, Object: "event", EventType: typ, CreatedAt: Timestamp(at), Data: data})
+	if err != nil {
+		return Event{}, err
+	}
+	return Event{ID: id, MerchantID: merchantID, Environment: environment, Type: typ, Body: body, CreatedAt: at}, nil
+}
+
+// Timestamp renders t as RFC 3339 UTC with milliseconds, the form of every
+// time Gatehouse shows.
+func Timestamp(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z") }
+
+// Filter narrows a list of events.
+type Filter struct {
+	Type string
+}
+
+// Store reads events. EventByID returns KindNotFound for an unknown id or an
+// event of another merchant.
+type Store interface {
+	EventByID(ctx context.Context, merchantID, id string) (Event, error)
+	ListEvents(ctx context.Context, merchantID string, f Filter, p listing.Params) (listing.Page[Event], error)
+	DeleteEventsBefore(ctx context.Context, t time.Time) (int64, error)
+}
+
+// Service reads events.
+type Service struct {
+	store Store
+	now   func() time.Time
+}
+
+// NewService returns a Service.
+func NewService(store Store, now func() time.Time) *Service { return &Service{store: store, now: now} }
+
+// Get returns one of the merchant's events.
+func (s *Service) Get(ctx context.Context, merchantID, id string) (Event, error) {
+	return s.store.EventByID(ctx, merchantID, id)
+}
+
+// List returns a page of the merchant's events, newest first.
+func (s *Service) List(ctx context.Context, merchantID string, f Filter, p listing.Params) (listing.Page[Event], error) {
+	return s.store.ListEvents(ctx, merchantID, f, p)
+}
+
+// Prune deletes events older than the retention period.
+func (s *Service) Prune(ctx context.Context) (int64, error) {
+	return s.store.DeleteEventsBefore(ctx, s.now().Add(-Retention))
+}

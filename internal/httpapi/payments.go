@@ -1,0 +1,208 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"strings"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+
+	"github.com/gatehouse-pay/gatehouse/internal/apperr"
+	"github.com/gatehouse-pay/gatehouse/internal/charges"
+	"github.com/gatehouse-pay/gatehouse/internal/events"
+	"github.com/gatehouse-pay/gatehouse/internal/idempotency"
+	"github.com/gatehouse-pay/gatehouse/internal/ids"
+	"github.com/gatehouse-pay/gatehouse/internal/keyring"
+	"github.com/gatehouse-pay/gatehouse/internal/refunds"
+)
+
+const headerIdempotencyKey = "Idempotency-Key"
+
+// idempotent reads the Idempotency-Key header. The fingerprint is keyed, so
+// the stored record reveals nothing of the body (which may hold card data).
+func (s *server) idempotent(c *fiber.Ctx) (*idempotency.Request, error) {
+	key := c.Get(headerIdempotencyKey)
+	if key == "" {
+		return nil, nil
+	}
+	if err := idempotency.Validate(key); err != nil {
+		return nil, err
+	}
+	fp := s.Keyring.MAC(keyring.PurposeIdempotency, []byte(c.Method()), []byte(c.Path()), c.Body())
+	return &idempotency.Request{Key: strings.Clone(key), Fingerprint: fp}, nil
+}
+
+// renderAs returns a renderer of v as the JSON answer with status.
+func renderAs[T any](status int) func(T) (idempotency.Response, error) {
+	return func(v T) (idempotency.Response, error) {
+		b, err := json.Marshal(v)
+		return idempotency.Response{Status: status, Body: b}, err
+	}
+}
+
+// sendResult writes a created or replayed answer, byte for byte.
+func sendResult(c *fiber.Ctx, r charges.Result) error {
+	if r.Replayed {
+		c.Set("Idempotent-Replayed", "true")
+	}
+	c.Status(r.Response.Status)
+	c.Set(fiber.HeaderContentType, contentTypeJSON)
+	return c.Send(r.Response.Body)
+}
+
+func (s *server) createCharge(c *fiber.Ctx) error {
+	var p charges.CreateParams
+	if err := decodeJSON(c, &p); err != nil {
+		return err
+	}
+	idem, err := s.idempotent(c)
+	if err != nil {
+		return err
+	}
+	pr := principal(c)
+	res, err := s.Charges.Create(c.UserContext(), pr.MerchantID, pr.Environment, p, idem,
+		func(v any) (idempotency.Response, error) { return renderAs[any](fiber.StatusCreated)(v) })
+	if err != nil {
+		return err
+	}
+	return sendResult(c, res)
+}
+
+func (s *server) getCharge(c *fiber.Ctx) error {
+	ch, err := s.Charges.Get(c.UserContext(), principal(c).MerchantID, strings.Clone(c.Params("id")))
+	if err != nil {
+		return err
+	}
+	return writeJSON(c, fiber.StatusOK, ch)
+}
+
+func parseTimeQuery(c *fiber.Ctx, name string) (*time.Time, error) {
+	v := c.Query(name)
+	if v == "" {
+		return nil, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return nil, apperr.Invalid(name, "%s must be an RFC 3339 time such as 2026-11-22T01:17:13Z.", name)
+	}
+	return &t, nil
+}
+
+func (s *server) listCharges(c *fiber.Ctx) error {
+	p, err := listParams(c, ids.ValidUUID)
+	if err != nil {
+		return err
+	}
+	f := charges.Filter{Status: strings.Clone(c.Query("status"))}
+	if f.CreatedGTE, err = parseTimeQuery(c, "created[gte]"); err != nil {
+		return err
+	}
+	if f.CreatedLTE, err = parseTimeQuery(c, "created[lte]"); err != nil {
+		return err
+	}
+	page, err := s.Charges.List(c.UserContext(), principal(c).MerchantID, f, p)
+	if err != nil {
+		return err
+	}
+	return writeJSON(c, fiber.StatusOK, newList(page, charges.Charge.View))
+}
+
+type captureRequest struct {
+	Amount *int64 `json:"amount"`
+}
+
+func (s *server) captureCharge(c *fiber.Ctx) error {
+	var req captureRequest
+	if err := decodeJSON(c, &req); err != nil {
+		return err
+	}
+	idem, err := s.idempotent(c)
+	if err != nil {
+		return err
+	}
+	res, err := s.Charges.Capture(c.UserContext(), principal(c).MerchantID, strings.Clone(c.Params("id")), req.Amount, idem, renderAs[charges.Charge](fiber.StatusOK))
+	if err != nil {
+		return err
+	}
+	return sendResult(c, res)
+}
+
+func (s *server) voidCharge(c *fiber.Ctx) error {
+	var req struct{}
+	if err := decodeJSON(c, &req); err != nil {
+		return err
+	}
+	idem, err := s.idempotent(c)
+	if err != nil {
+		return err
+	}
+	res, err := s.Charges.Void(c.UserContext(), principal(c).MerchantID, strings.Clone(c.Params("id")), idem, renderAs[charges.Charge](fiber.StatusOK))
+	if err != nil {
+		return err
+	}
+	return sendResult(c, res)
+}
+
+func (s *server) createRefund(c *fiber.Ctx) error {
+	var p refunds.CreateParams
+	if err := decodeJSON(c, &p); err != nil {
+		return err
+	}
+	idem, err := s.idempotent(c)
+	if err != nil {
+		return err
+	}
+	res, err := s.Refunds.Create(c.UserContext(), principal(c).MerchantID, p, idem, renderAs[refunds.Refund](fiber.StatusCreated))
+	if err != nil {
+		return err
+	}
+	return sendResult(c, res)
+}
+
+func (s *server) getRefund(c *fiber.Ctx) error {
+	r, err := s.Refunds.Get(c.UserContext(), principal(c).MerchantID, strings.Clone(c.Params("id")))
+	if err != nil {
+		return err
+	}
+	return writeJSON(c, fiber.StatusOK, r)
+}
+
+func (s *server) listRefunds(c *fiber.Ctx) error {
+	p, err := listParams(c, ids.ValidUUID)
+	if err != nil {
+		return err
+	}
+	page, err := s.Refunds.List(c.UserContext(), principal(c).MerchantID, strings.Clone(c.Query("charge")), p)
+	if err != nil {
+		return err
+	}
+	return writeJSON(c, fiber.StatusOK, newList(page, refunds.Refund.View))
+}
+
+func (s *server) getEvent(c *fiber.Ctx) error {
+	id := strings.Clone(c.Params("id"))
+	if !ids.ValidUUID(id) {
+		return apperr.NotFound("event")
+	}
+	e, err := s.Events.Get(c.UserContext(), principal(c).MerchantID, id)
+	if err != nil {
+		return err
+	}
+	return writeJSON(c, fiber.StatusOK, e.Body)
+}
+
+func (s *server) listEvents(c *fiber.Ctx) error {
+	p, err := listParams(c, ids.ValidUUID)
+	if err != nil {
+		return err
+	}
+	f := events.Filter{Type: strings.Clone(c.Query("type"))}
+	if f.Type != "" && !events.Known(f.Type) {
+		return apperr.Invalid("type", "type must be one of %s.", strings.Join(events.Types, ", "))
+	}
+	page, err := s.Events.List(c.UserContext(), principal(c).MerchantID, f, p)
+	if err != nil {
+		return err
+	}
+	return writeJSON(c, fiber.StatusOK, newList(page, func(e events.Event) json.RawMessage { return e.Body }))
+}

@@ -1,0 +1,163 @@
+package jobs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/gatehouse-pay/gatehouse/internal/apperr"
+	"github.com/gatehouse-pay/gatehouse/internal/charges"
+	"github.com/gatehouse-pay/gatehouse/internal/config"
+	"github.com/gatehouse-pay/gatehouse/internal/idempotency"
+	"github.com/gatehouse-pay/gatehouse/internal/outbox"
+)
+
+// payload is the body of every object task: the id and nothing else, so no
+// card data or secret ever reaches Redis.
+type payload struct {
+	ID string `json:"id"`
+}
+
+func isProviderTask(typ string) bool {
+	switch typ {
+	case outbox.ChargeAuthorize, outbox.ChargeCapture, outbox.ChargeVoid, outbox.RefundProcess:
+		return true
+	}
+	return false
+}
+
+// Backoff is the delay before retry n (1-based) of a provider task:
+// base * 2^(n-1), at most limit.
+func Backoff(n int, base, limit time.Duration) time.Duration {
+	d := base
+	for i := 1; i < n && d < limit; i++ {
+		d *= 2
+	}
+	return min(d, limit)
+}
+
+// Queue enqueues outbox tasks on asynq. It implements outbox.Enqueuer.
+type Queue struct {
+	client    *asynq.Client
+	inspector *asynq.Inspector
+	cfg       config.Config
+}
+
+// NewQueue returns a Queue; inspector may be nil where tasks are never revived
+// (the API), and must be set in the worker, whose sweeper revives archived ones.
+func NewQueue(client *asynq.Client, inspector *asynq.Inspector, cfg config.Config) *Queue {
+	return &Queue{client: client, inspector: inspector, cfg: cfg}
+}
+
+// NewTask builds the asynq task of an outbox task: payload the id, TaskID the
+// outbox id, retries per the provider settings.
+func (q *Queue) NewTask(t outbox.Task) (*asynq.Task, error) {
+	body, err := json.Marshal(payload{ID: t.RefID})
+	if err != nil {
+		return nil, err
+	}
+	return asynq.NewTask(t.Type, body,
+		asynq.TaskID(t.ID()),
+		asynq.Queue("critical"),
+		asynq.MaxRetry(q.cfg.ProviderMaxAttempts-1),
+		asynq.Timeout(q.cfg.ProviderTimeout+30*time.Second),
+	), nil
+}
+
+// Enqueue hands t to the queue; a task already queued under its id is fine.
+func (q *Queue) Enqueue(ctx context.Context, t outbox.Task) error {
+	task, err := q.NewTask(t)
+	if err != nil {
+		return err
+	}
+	_, err = q.client.EnqueueContext(ctx, task)
+	if errors.Is(err, asynq.ErrTaskIDConflict) {
+		return nil
+	}
+	return err
+}
+
+// revive enqueues t again after its previous task was archived (it exhausted
+// its retries while, say, Postgres was down): the archived copy is deleted so
+// the id is free.
+func (q *Queue) revive(ctx context.Context, t outbox.Task) error {
+	task, err := q.NewTask(t)
+	if err != nil {
+		return err
+	}
+	_, err = q.client.EnqueueContext(ctx, task)
+	if !errors.Is(err, asynq.ErrTaskIDConflict) || q.inspector == nil {
+		return err
+	}
+	info, ierr := q.inspector.GetTaskInfo("critical", t.ID())
+	if ierr != nil || info.State != asynq.TaskStateArchived {
+		return nil // queued, scheduled, retrying or running: it will happen
+	}
+	if err := q.inspector.DeleteTask("critical", t.ID()); err != nil {
+		return err
+	}
+	_, err = q.client.EnqueueContext(ctx, task)
+	if errors.Is(err, asynq.ErrTaskIDConflict) {
+		return nil
+	}
+	return err
+}
+
+// provider adapts a processor method to an asynq handler: it decodes the id,
+// tells the method whether this is the last attempt, and turns a missing
+// object or a bad payload into SkipRetry.
+func (h *Handlers) provider(process func(ctx context.Context, id string, final bool) error) asynq.HandlerFunc {
+	return func(ctx context.Context, t *asynq.Task) error {
+		var p payload
+		if err := json.Unmarshal(t.Payload(), &p); err != nil || !charges.ValidID(p.ID) {
+			return fmt.Errorf("bad payload: %w", asynq.SkipRetry)
+		}
+		retried, _ := asynq.GetRetryCount(ctx)
+		maxRetry, _ := asynq.GetMaxRetry(ctx)
+		err := process(ctx, p.ID, retried >= maxRetry)
+		if apperr.KindOf(err) == apperr.KindNotFound {
+			return fmt.Errorf("%v: %w", err, asynq.SkipRetry)
+		}
+		return err
+	}
+}
+
+// HandleOutboxSweep re-creates the tasks of work waiting too long and
+// enqueues every outbox row older than the sweep age whose task is not queued.
+func (h *Handlers) HandleOutboxSweep(ctx context.Context, _ *asynq.Task) error {
+	now := time.Now()
+	if n, err := h.Store.Reconcile(ctx, now.Add(-h.Config.ReconcileAfter)); err != nil {
+		return err
+	} else if n > 0 {
+		h.Log.WarnContext(ctx, "reconciler re-created tasks", "count", n)
+	}
+	stale, err := h.Store.StaleTasks(ctx, now.Add(-h.Config.OutboxSweepAfter), 1000)
+	if err != nil {
+		return err
+	}
+	for _, p := range stale {
+		if err := h.Queue.revive(ctx, p.Task); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// HandleRetentionPrune deletes idempotency keys older than 24 h and events
+// older than 30 days.
+func (h *Handlers) HandleRetentionPrune(ctx context.Context, _ *asynq.Task) error {
+	keys, err := h.Store.DeleteIdempotencyKeysBefore(ctx, time.Now().Add(-idempotency.Retention))
+	if err != nil {
+		return err
+	}
+	evs, err := h.Events.Prune(ctx)
+	if err != nil {
+		return err
+	}
+	h.Log.InfoContext(ctx, "pruned expired records", "idempotency_keys", keys, "events", evs)
+	return nil
+}

@@ -1,0 +1,40 @@
+// Package outbox names the work the worker must do after a state change. A
+// task row is written in the same transaction as the change that calls for it
+// and deleted in the transaction that finishes it; the relay enqueues it right
+// after commit and the sweeper enqueues again any row whose task went missing.
+// A task's ID is its queue id, so enqueueing it twice is harmless.
+package outbox
+
+import (
+	"context"
+	"time"
+)
+
+// Task types.
+const (
+	ChargeAuthorize = "charge:authorize"
+	ChargeCapture   = "charge:capture"
+	ChargeVoid      = "charge:void"
+	RefundProcess   = "refund:process"
+)
+
+// Task is one unit of work about one object.
+type Task struct {
+	Type  string
+	RefID string
+}
+
+// ID is the task's queue id.
+func (t Task) ID() string { return t.Type + ":" + t.RefID }
+
+// Enqueuer hands tasks to the queue. A failure is not fatal: the task row is
+// committed and the sweeper enqueues it later.
+type Enqueuer interface {
+	Enqueue(ctx context.Context, t Task) error
+}
+
+// Pending is an outbox row waiting for its task to finish.
+type Pending struct {
+	Task      Task
+	CreatedAt time.Time
+}

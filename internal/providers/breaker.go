@@ -1,0 +1,118 @@
+package providers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sony/gobreaker/v2"
+)
+
+// ErrCircuitOpen is in the chain of the error a Breaker returns, together with
+// ErrUnavailable, when it refuses a call without making it: the circuit is
+// open, or half-open with its trial calls already under way.
+var ErrCircuitOpen = errors.New("circuit breaker open")
+
+// Breaker defaults: after DefaultBreakerFailures availability failures in a
+// row the circuit opens for DefaultBreakerOpenFor, then lets
+// DefaultBreakerHalfOpenRequests trial calls through.
+const (
+	DefaultBreakerFailures         = 5
+	DefaultBreakerOpenFor          = 30 * time.Second
+	DefaultBreakerHalfOpenRequests = 1
+)
+
+// BreakerOptions tunes WithBreaker. Zero fields take the defaults above, so
+// production code passes BreakerOptions{OnStateChange: ...} and tests shorten
+// the timings.
+type BreakerOptions struct {
+	// Failures is how many availability failures in a row open the circuit.
+	Failures uint32
+	// OpenFor is how long the circuit stays open before trial calls go through.
+	OpenFor time.Duration
+	// HalfOpenRequests is how many trial calls may run while half-open; that
+	// many successes in a row close the circuit, one failure opens it again.
+	HalfOpenRequests uint32
+	// OnStateChange, when set, is told every move of the circuit with the
+	// provider's name and the states "closed", "open" and "half-open" (for a
+	// gauge or a log line). It runs under the breaker's lock: keep it short
+	// and never call the breaker from it.
+	OnStateChange func(provider, from, to string)
+}
+
+// Breaker is a Provider guarded by a circuit breaker. Only availability
+// failures count toward opening the circuit: a *Decline proves the provider is
+// up and counts as a success, and a call its caller cancelled
+// (context.Canceled) counts as nothing. A deadline that expires while the
+// provider is silent is a failure. While the circuit is open every method
+// returns an error wrapping ErrUnavailable and ErrCircuitOpen at once, without
+// calling the provider, so the worker's retries back off instead of queueing
+// on a provider that is down. One circuit covers all four operations: they
+// reach the same upstream.
+type Breaker struct {
+	p  Provider
+	cb *gobreaker.CircuitBreaker[Result]
+}
+
+// WithBreaker wraps p in a circuit breaker named after p.Name().
+func WithBreaker(p Provider, opts BreakerOptions) *Breaker {
+	if opts.Failures == 0 {
+		opts.Failures = DefaultBreakerFailures
+	}
+	if opts.OpenFor <= 0 {
+		opts.OpenFor = DefaultBreakerOpenFor
+	}
+	if opts.HalfOpenRequests == 0 {
+		opts.HalfOpenRequests = DefaultBreakerHalfOpenRequests
+	}
+	st := gobreaker.Settings{
+		Name:        p.Name(),
+		MaxRequests: opts.HalfOpenRequests,
+		Timeout:     opts.OpenFor,
+		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= opts.Failures },
+		IsSuccessful: func(err error) bool {
+			_, declined := AsDecline(err)
+			return err == nil || declined
+		},
+		IsExcluded: func(err error) bool { return errors.Is(err, context.Canceled) },
+	}
+	if f := opts.OnStateChange; f != nil {
+		st.OnStateChange = func(name string, from, to gobreaker.State) { f(name, from.String(), to.String()) }
+	}
+	return &Breaker{p: p, cb: gobreaker.NewCircuitBreaker[Result](st)}
+}
+
+// Name returns the wrapped provider's name, so a Registry keeps its keys.
+func (b *Breaker) Name() string { return b.p.Name() }
+
+// State returns "closed", "open" or "half-open".
+func (b *Breaker) State() string { return b.cb.State().String() }
+
+func (b *Breaker) call(f func() (Result, error)) (Result, error) {
+	res, err := b.cb.Execute(f)
+	if errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests) {
+		return Result{}, fmt.Errorf("%w: %s: %w", ErrUnavailable, b.p.Name(), ErrCircuitOpen)
+	}
+	return res, err
+}
+
+// Authorize calls the provider unless the circuit is open.
+func (b *Breaker) Authorize(ctx context.Context, r AuthorizeRequest) (Result, error) {
+	return b.call(func() (Result, error) { return b.p.Authorize(ctx, r) })
+}
+
+// Capture calls the provider unless the circuit is open.
+func (b *Breaker) Capture(ctx context.Context, r CaptureRequest) (Result, error) {
+	return b.call(func() (Result, error) { return b.p.Capture(ctx, r) })
+}
+
+// Void calls the provider unless the circuit is open.
+func (b *Breaker) Void(ctx context.Context, r VoidRequest) (Result, error) {
+	return b.call(func() (Result, error) { return b.p.Void(ctx, r) })
+}
+
+// Refund calls the provider unless the circuit is open.
+func (b *Breaker) Refund(ctx context.Context, r RefundRequest) (Result, error) {
+	return b.call(func() (Result, error) { return b.p.Refund(ctx, r) })
+}

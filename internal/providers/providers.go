@@ -1,0 +1,114 @@
+// Package providers is the boundary to upstream payment providers: one
+// interface for authorizing, capturing, voiding and refunding, with the result
+// and error types every adapter returns. Every call carries an idempotency key
+// derived from the charge or refund id, so a retried task never moves money
+// twice. Adapters live in sub-packages (sandbox, stripe).
+package providers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// Card is what the provider needs to charge a card: either the raw card data
+// (decrypted only for the call) or a token the provider issued.
+type Card struct {
+	Number   string
+	ExpMonth int
+	ExpYear  int
+	CVC      string
+	Token    string // e.g. "pm_card_visa" for Stripe; when set the other fields are empty
+}
+
+// String never prints card data.
+func (c Card) String() string { return "[card]" }
+
+// GoString never prints card data.
+func (c Card) GoString() string { return "[card]" }
+
+// AuthorizeRequest asks the provider to authorize Amount on Card and, when
+// Capture is true, to capture it in the same call.
+type AuthorizeRequest struct {
+	IdempotencyKey string
+	Amount         int64
+	Currency       string // upper-case ISO 4217
+	Capture        bool
+	Card           Card
+	Description    string
+	Metadata       map[string]string
+}
+
+// CaptureRequest captures Amount (at most the authorized amount) of an authorization.
+type CaptureRequest struct {
+	IdempotencyKey string
+	Reference      string // the provider's id of the authorization
+	Amount         int64
+}
+
+// VoidRequest releases an authorization.
+type VoidRequest struct {
+	IdempotencyKey string
+	Reference      string
+}
+
+// RefundRequest returns Amount of a captured charge.
+type RefundRequest struct {
+	IdempotencyKey string
+	Reference      string // the provider's id of the charge
+	Amount         int64
+	Currency       string
+	Reason         string
+}
+
+// Result is the provider's answer to a call it completed.
+type Result struct {
+	Reference string // the provider's id of the payment or refund
+}
+
+// Provider is an upstream payment provider.
+//
+// A method returns a *Decline when the provider refused the operation for good
+// (a declined card, an expired card): the charge fails and is not retried.
+// Any other error means the provider could not be reached or did not answer
+// (ErrUnavailable, timeouts, 5xx): the caller retries with backoff, with the
+// same idempotency key, so the provider performs the operation at most once.
+type Provider interface {
+	Name() string
+	Authorize(ctx context.Context, r AuthorizeRequest) (Result, error)
+	Capture(ctx context.Context, r CaptureRequest) (Result, error)
+	Void(ctx context.Context, r VoidRequest) (Result, error)
+	Refund(ctx context.Context, r RefundRequest) (Result, error)
+}
+
+// Decline is a final refusal by the provider. Code is one of the failure codes
+// charges expose: card_declined, insufficient_funds, expired_card,
+// incorrect_cvc, processing_error, invalid_request, ...
+type Decline struct {
+	Code    string
+	Message string
+}
+
+func (d *Decline) Error() string { return fmt.Sprintf("provider declined: %s: %s", d.Code, d.Message) }
+
+// AsDecline returns the *Decline in err's chain, if any.
+func AsDecline(err error) (*Decline, bool) {
+	var d *Decline
+	if errors.As(err, &d) {
+		return d, true
+	}
+	return nil, false
+}
+
+// ErrUnavailable is returned when the provider cannot be reached, does not
+// answer in time, or its circuit breaker is open. It is always retryable.
+var ErrUnavailable = errors.New("provider unavailable")
+
+// Registry maps provider names to providers.
+type Registry map[string]Provider
+
+// Get returns the named provider.
+func (r Registry) Get(name string) (Provider, bool) {
+	p, ok := r[name]
+	return p, ok
+}

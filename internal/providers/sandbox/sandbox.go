@@ -1,0 +1,348 @@
+// Package sandbox is Gatehouse's built-in payment provider: deterministic, no
+// network. The outcome of an authorization follows from the card (the test
+// cards of CONTRACT.md) and, for the flaky card, from how many times the same
+// idempotency key was tried. Its books live behind the Ledger interface
+// (PostgreSQL in production), which makes it idempotent the way a real
+// provider is and lets tests count calls and provider-side charges.
+package sandbox
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/gatehouse-pay/gatehouse/internal/apperr"
+	"github.com/gatehouse-pay/gatehouse/internal/providers"
+)
+
+// Name is the provider's name in requests and in the registry.
+const Name = "sandbox"
+
+// Reference prefixes: authorizations (sbx_ch_...) and refunds (sbx_re_...).
+const (
+	ChargePrefix = "sbx_ch_"
+	RefundPrefix = "sbx_re_"
+)
+
+// FlakyFailures is how many calls with one idempotency key the flaky card
+// (4000000000000507) answers with ErrUnavailable before it succeeds.
+const FlakyFailures = 2
+
+// Options tunes the sandbox.
+type Options struct {
+	// Latency is added to every call before it reaches the ledger, so load
+	// tests can model a real provider's round trip. A context that ends
+	// during the wait gives ErrUnavailable and nothing is recorded. 0 by default.
+	Latency time.Duration
+	// Now is the clock that decides whether a card has expired; time.Now when nil.
+	Now func() time.Time
+}
+
+// Provider is the sandbox provider. It is safe for concurrent use.
+type Provider struct {
+	ledger Ledger
+	opts   Options
+}
+
+// New returns the sandbox keeping its books in ledger, which must not be nil.
+func New(ledger Ledger, opts Options) *Provider {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	return &Provider{ledger: ledger, opts: opts}
+}
+
+var _ providers.Provider = (*Provider)(nil)
+
+// Name returns "sandbox".
+func (p *Provider) Name() string { return Name }
+
+// outcome is what the sandbox does with an authorization.
+type outcome int
+
+const (
+	succeed outcome = iota
+	decline         // a *providers.Decline with the rule's code
+	flaky           // ErrUnavailable for the first FlakyFailures calls with a key, then succeed
+	hang            // never answers: blocks until the context ends
+)
+
+type rule struct {
+	outcome outcome
+	code    string
+}
+
+// cards are the test card numbers of CONTRACT.md; any other Luhn-valid number succeeds.
+var cards = map[string]rule{
+	"4242424242424242": {succeed, ""},
+	"5555555555554444": {succeed, ""},
+	"378282246310005":  {succeed, ""},
+	"4000000000000002": {decline, "card_declined"},
+	"4000000000009995": {decline, "insufficient_funds"},
+	"4000000000000069": {decline, "expired_card"},
+	"4000000000000119": {decline, "processing_error"},
+	"4000000000000507": {flaky, ""},
+	"4000000000000606": {hang, ""},
+}
+
+// tokens are the provider tokens the sandbox accepts, named like Stripe's test
+// tokens and payment methods; any other token is an invalid request.
+var tokens = map[string]rule{
+	"tok_visa":                                {succeed, ""},
+	"tok_mastercard":                          {succeed, ""},
+	"tok_amex":                                {succeed, ""},
+	"pm_card_visa":                            {succeed, ""},
+	"pm_card_mastercard":                      {succeed, ""},
+	"pm_card_amex":                            {succeed, ""},
+	"tok_chargeDeclined":                      {decline, "card_declined"},
+	"pm_card_chargeDeclined":                  {decline, "card_declined"},
+	"tok_chargeDeclinedInsufficientFunds":     {decline, "insufficient_funds"},
+	"pm_card_chargeDeclinedInsufficientFunds": {decline, "insufficient_funds"},
+	"tok_chargeDeclinedExpiredCard":           {decline, "expired_card"},
+	"pm_card_chargeDeclinedExpiredCard":       {decline, "expired_card"},
+	"tok_chargeDeclinedProcessingError":       {decline, "processing_error"},
+	"pm_card_chargeDeclinedProcessingError":   {decline, "processing_error"},
+}
+
+// messages are the texts of the sandbox's declines. None quotes the request.
+var messages = map[string]string{
+	"card_declined":        "Your card was declined.",
+	"insufficient_funds":   "Your card has insufficient funds.",
+	"expired_card":         "Your card has expired.",
+	"processing_error":     "An error occurred while processing your card. Try again in a little bit.",
+	"incorrect_number":     "Your card number is incorrect.",
+	"invalid_expiry_month": "Your card's expiration month is invalid.",
+}
+
+func declineWith(code string) *providers.Decline {
+	return &providers.Decline{Code: code, Message: messages[code]}
+}
+
+func invalid(format string, args ...any) *providers.Decline {
+	return &providers.Decline{Code: "invalid_request", Message: fmt.Sprintf(format, args...)}
+}
+
+// judge decides what an authorization of c does, from the card alone.
+func judge(c providers.Card, now time.Time) (rule, *providers.Decline) {
+	if c.Token != "" {
+		r, ok := tokens[c.Token]
+		if !ok {
+			return rule{}, invalid("No such token.")
+		}
+		return r, nil
+	}
+	if !luhn(c.Number) {
+		return rule{}, declineWith("incorrect_number")
+	}
+	if c.ExpMonth < 1 || c.ExpMonth > 12 {
+		return rule{}, declineWith("invalid_expiry_month")
+	}
+	// A card is good through the last day of its expiry month.
+	if y, m := now.Year(), int(now.Month()); c.ExpYear < y || (c.ExpYear == y && c.ExpMonth < m) {
+		return rule{}, declineWith("expired_card")
+	}
+	if r, ok := cards[c.Number]; ok {
+		return r, nil
+	}
+	return rule{succeed, ""}, nil
+}
+
+// luhn reports whether number is all digits, 12 to 19 of them, with a valid check digit.
+func luhn(number string) bool {
+	if len(number) < 12 || len(number) > 19 {
+		return false
+	}
+	sum := 0
+	double := false
+	for i := len(number) - 1; i >= 0; i-- {
+		d := int(number[i] - '0')
+		if d < 0 || d > 9 {
+			return false
+		}
+		if double {
+			d *= 2
+			if d > 9 {
+				d -= 9
+			}
+		}
+		sum += d
+		double = !double
+	}
+	return sum%10 == 0
+}
+
+func newReference(prefix string) string {
+	return prefix + strings.ToLower(rand.Text())
+}
+
+func unavailable(format string, args ...any) error {
+	return fmt.Errorf("%w: sandbox: %s", providers.ErrUnavailable, fmt.Sprintf(format, args...))
+}
+
+// wait models the network round trip.
+func (p *Provider) wait(ctx context.Context) error {
+	if p.opts.Latency <= 0 {
+		return nil
+	}
+	t := time.NewTimer(p.opts.Latency)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("%w: sandbox: %w", providers.ErrUnavailable, ctx.Err())
+	}
+}
+
+// call waits out the latency and records the call, refusing a key reused
+// for a different request the way real providers do.
+func (p *Provider) call(ctx context.Context, e Entry) (Record, error) {
+	if e.IdempotencyKey == "" {
+		return Record{}, invalid("An idempotency key is required.")
+	}
+	if err := p.wait(ctx); err != nil {
+		return Record{}, err
+	}
+	e.Currency = strings.ToUpper(e.Currency)
+	rec, err := p.ledger.Call(ctx, e)
+	if err != nil {
+		return Record{}, fmt.Errorf("%w: sandbox ledger: %w", providers.ErrUnavailable, err)
+	}
+	if rec.Operation != e.Operation || rec.Parent != e.Parent || rec.Amount != e.Amount || !strings.EqualFold(rec.Currency, e.Currency) {
+		return Record{}, invalid("Keys for idempotent requests can only be used with the same parameters they were first used with.")
+	}
+	return rec, nil
+}
+
+func (p *Provider) book(ctx context.Context, key, reference string) (providers.Result, error) {
+	ref, err := p.ledger.Book(ctx, key, reference)
+	if err != nil {
+		return providers.Result{}, fmt.Errorf("%w: sandbox ledger: %w", providers.ErrUnavailable, err)
+	}
+	return providers.Result{Reference: ref}, nil
+}
+
+// authorization looks up the authorization a capture, void or refund acts on.
+func (p *Provider) authorization(ctx context.Context, reference string) (Record, error) {
+	if !strings.HasPrefix(reference, ChargePrefix) {
+		return Record{}, invalid("No such payment.")
+	}
+	auth, err := p.ledger.Authorization(ctx, reference)
+	if apperr.KindOf(err) == apperr.KindNotFound {
+		return Record{}, invalid("No such payment.")
+	}
+	if err != nil {
+		return Record{}, fmt.Errorf("%w: sandbox ledger: %w", providers.ErrUnavailable, err)
+	}
+	return auth, nil
+}
+
+// Authorize authorizes (and with Capture, captures) r.Amount on r.Card. The
+// outcome follows from the card; a key that already succeeded answers with
+// its reference again without moving money. It returns a *providers.Decline
+// for a declined or malformed request, and an error wrapping
+// providers.ErrUnavailable for the flaky and the silent test cards, an
+// expired context or a ledger failure.
+func (p *Provider) Authorize(ctx context.Context, r providers.AuthorizeRequest) (providers.Result, error) {
+	rec, err := p.call(ctx, Entry{IdempotencyKey: r.IdempotencyKey, Operation: OpAuthorize, Amount: r.Amount, Currency: r.Currency})
+	if err != nil {
+		return providers.Result{}, err
+	}
+	if rec.Reference != "" {
+		return providers.Result{Reference: rec.Reference}, nil
+	}
+	if r.Amount <= 0 {
+		return providers.Result{}, invalid("The amount must be positive.")
+	}
+	if len(r.Currency) != 3 {
+		return providers.Result{}, invalid("The currency must be a three-letter ISO code.")
+	}
+	rl, d := judge(r.Card, p.opts.Now())
+	if d != nil {
+		return providers.Result{}, d
+	}
+	switch rl.outcome {
+	case decline:
+		return providers.Result{}, declineWith(rl.code)
+	case flaky:
+		if rec.Calls <= FlakyFailures {
+			return providers.Result{}, unavailable("simulated outage on attempt %d", rec.Calls)
+		}
+	case hang:
+		<-ctx.Done()
+		return providers.Result{}, fmt.Errorf("%w: sandbox: no answer: %w", providers.ErrUnavailable, ctx.Err())
+	}
+	return p.book(ctx, r.IdempotencyKey, newReference(ChargePrefix))
+}
+
+// Capture captures r.Amount (0: all of it) of an authorization the sandbox
+// issued and answers with the authorization's reference. It declines with
+// invalid_request an unknown reference or an amount above the authorized one.
+func (p *Provider) Capture(ctx context.Context, r providers.CaptureRequest) (providers.Result, error) {
+	rec, err := p.call(ctx, Entry{IdempotencyKey: r.IdempotencyKey, Operation: OpCapture, Parent: r.Reference, Amount: r.Amount})
+	if err != nil {
+		return providers.Result{}, err
+	}
+	if rec.Reference != "" {
+		return providers.Result{Reference: rec.Reference}, nil
+	}
+	if r.Amount < 0 {
+		return providers.Result{}, invalid("The amount to capture must not be negative.")
+	}
+	auth, err := p.authorization(ctx, r.Reference)
+	if err != nil {
+		return providers.Result{}, err
+	}
+	if r.Amount > auth.Amount {
+		return providers.Result{}, invalid("The amount to capture exceeds the authorized amount.")
+	}
+	return p.book(ctx, r.IdempotencyKey, auth.Reference)
+}
+
+// Void releases an authorization the sandbox issued and answers with its
+// reference. It declines with invalid_request an unknown reference.
+func (p *Provider) Void(ctx context.Context, r providers.VoidRequest) (providers.Result, error) {
+	rec, err := p.call(ctx, Entry{IdempotencyKey: r.IdempotencyKey, Operation: OpVoid, Parent: r.Reference})
+	if err != nil {
+		return providers.Result{}, err
+	}
+	if rec.Reference != "" {
+		return providers.Result{Reference: rec.Reference}, nil
+	}
+	auth, err := p.authorization(ctx, r.Reference)
+	if err != nil {
+		return providers.Result{}, err
+	}
+	return p.book(ctx, r.IdempotencyKey, auth.Reference)
+}
+
+// Refund returns r.Amount of a charge the sandbox issued and answers with a
+// new sbx_re_ reference. It declines with invalid_request an amount that is
+// not positive or above the charge's, another currency, or an unknown
+// reference. Keeping the sum of refunds within the charge is the caller's
+// job (it holds the charge's row lock).
+func (p *Provider) Refund(ctx context.Context, r providers.RefundRequest) (providers.Result, error) {
+	rec, err := p.call(ctx, Entry{IdempotencyKey: r.IdempotencyKey, Operation: OpRefund, Parent: r.Reference, Amount: r.Amount, Currency: r.Currency})
+	if err != nil {
+		return providers.Result{}, err
+	}
+	if rec.Reference != "" {
+		return providers.Result{Reference: rec.Reference}, nil
+	}
+	if r.Amount <= 0 {
+		return providers.Result{}, invalid("The refund amount must be positive.")
+	}
+	auth, err := p.authorization(ctx, r.Reference)
+	if err != nil {
+		return providers.Result{}, err
+	}
+	if r.Amount > auth.Amount {
+		return providers.Result{}, invalid("The refund amount exceeds the charge amount.")
+	}
+	if r.Currency != "" && !strings.EqualFold(r.Currency, auth.Currency) {
+		return providers.Result{}, invalid("The refund currency differs from the charge's.")
+	}
+	return p.book(ctx, r.IdempotencyKey, newReference(RefundPrefix))
+}

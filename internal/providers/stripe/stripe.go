@@ -1,0 +1,298 @@
+// Package stripe is the Stripe adapter: authorizations are PaymentIntents
+// confirmed on creation, captures and voids act on them, refunds are Refunds
+// of a PaymentIntent. Every request carries the caller's idempotency key, so a
+// retried call never moves money twice. Stripe's answers become the results
+// and errors of package providers: card errors are declines, everything that
+// may succeed on a later try wraps providers.ErrUnavailable.
+package stripe
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	stripego "github.com/stripe/stripe-go/v84"
+
+	"github.com/gatehouse-pay/gatehouse/internal/providers"
+)
+
+// Name is the provider's name in requests and in the registry.
+const Name = "stripe"
+
+// DefaultTimeout bounds one request when New is given no HTTP client.
+const DefaultTimeout = 30 * time.Second
+
+// Provider is the Stripe adapter. It is safe for concurrent use.
+type Provider struct {
+	client *stripego.Client
+}
+
+var _ providers.Provider = (*Provider)(nil)
+
+// New returns an adapter that calls the Stripe API at apiBase ("" for
+// https://api.stripe.com; stripe-mock's URL in tests) with secretKey, through
+// httpClient (nil: one with DefaultTimeout).
+//
+// stripe-go's own retries are off (MaxNetworkRetries 0): the worker already
+// retries provider outages with backoff and the same idempotency key, a
+// breaker counts each failure, and stripe-go sleeps between its retries
+// without watching the context. With its retries on, one task attempt could
+// make three requests and outlive its deadline, and the breaker would see one
+// failure for three. Its logger is silenced: it would print response bodies,
+// and this package returns every error to the caller anyway.
+func New(secretKey, apiBase string, httpClient *http.Client) *Provider {
+	if httpClient == nil {
+		httpClient = &http.Client{Timeout: DefaultTimeout}
+	}
+	cfg := &stripego.BackendConfig{
+		HTTPClient:        httpClient,
+		MaxNetworkRetries: stripego.Int64(0),
+		LeveledLogger:     &stripego.LeveledLogger{Level: stripego.LevelNull},
+	}
+	if apiBase != "" {
+		cfg.URL = stripego.String(strings.TrimRight(apiBase, "/"))
+	}
+	backends := stripego.NewBackendsWithConfig(cfg)
+	return &Provider{client: stripego.NewClient(secretKey, stripego.WithBackends(backends))}
+}
+
+// Name returns "stripe".
+func (p *Provider) Name() string { return Name }
+
+// maxKey is the longest idempotency key Stripe accepts.
+const maxKey = 255
+
+func checkKey(key string) error {
+	if strings.TrimSpace(key) == "" || len(key) > maxKey {
+		return &providers.Decline{Code: "invalid_request", Message: "An idempotency key of 1 to 255 characters is required."}
+	}
+	return nil
+}
+
+// paymentMethodKey derives the key of the PaymentMethod created for raw card
+// data from the authorization's key: stable across retries, distinct from it,
+// and within Stripe's limit whatever the length of the original.
+func paymentMethodKey(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return "gatehouse-payment-method-" + hex.EncodeToString(sum[:])
+}
+
+// paymentMethod turns c into the payment_method of a PaymentIntent. A pm_
+// (or other payment method) id is used as it is. Raw card data and tok_
+// tokens first become a PaymentMethod: Stripe's PaymentIntents take neither
+// directly (stripe-go and stripe-mock have no payment_method_data[card]).
+func (p *Provider) paymentMethod(ctx context.Context, key string, c providers.Card) (string, error) {
+	if c.Token != "" && !strings.HasPrefix(c.Token, "tok_") {
+		return c.Token, nil
+	}
+	params := &stripego.PaymentMethodCreateParams{Type: stripego.String("card")}
+	if c.Token != "" {
+		params.Card = &stripego.PaymentMethodCreateCardParams{Token: stripego.String(c.Token)}
+	} else {
+		params.Card = &stripego.PaymentMethodCreateCardParams{
+			Number:   stripego.String(c.Number),
+			ExpMonth: stripego.Int64(int64(c.ExpMonth)),
+			ExpYear:  stripego.Int64(int64(c.ExpYear)),
+		}
+		if c.CVC != "" {
+			params.Card.CVC = stripego.String(c.CVC)
+		}
+	}
+	params.SetIdempotencyKey(paymentMethodKey(key))
+	pm, err := p.client.V1PaymentMethods.Create(ctx, params)
+	if err != nil {
+		return "", mapError(err, c.Number, c.CVC)
+	}
+	return pm.ID, nil
+}
+
+// Authorize creates a PaymentIntent for r.Amount and confirms it with the
+// card at once; with r.Capture false it only authorizes (capture_method
+// manual). The reference is the PaymentIntent's id. A card that needs 3-D
+// Secure, which a server-side confirmation cannot complete, is declined with
+// authentication_required.
+func (p *Provider) Authorize(ctx context.Context, r providers.AuthorizeRequest) (providers.Result, error) {
+	if err := checkKey(r.IdempotencyKey); err != nil {
+		return providers.Result{}, err
+	}
+	pm, err := p.paymentMethod(ctx, r.IdempotencyKey, r.Card)
+	if err != nil {
+		return providers.Result{}, err
+	}
+	params := &stripego.PaymentIntentCreateParams{
+		Amount:             stripego.Int64(r.Amount),
+		Currency:           stripego.String(strings.ToLower(r.Currency)),
+		Confirm:            stripego.Bool(true),
+		PaymentMethod:      stripego.String(pm),
+		PaymentMethodTypes: stripego.StringSlice([]string{"card"}),
+	}
+	if !r.Capture {
+		params.CaptureMethod = stripego.String(string(stripego.PaymentIntentCaptureMethodManual))
+	}
+	if r.Description != "" {
+		params.Description = stripego.String(r.Description)
+	}
+	for k, v := range r.Metadata {
+		params.AddMetadata(k, v)
+	}
+	params.SetIdempotencyKey(r.IdempotencyKey)
+	pi, err := p.client.V1PaymentIntents.Create(ctx, params)
+	if err != nil {
+		return providers.Result{}, mapError(err)
+	}
+	if d := intentDecline(pi); d != nil {
+		return providers.Result{}, d
+	}
+	return providers.Result{Reference: pi.ID}, nil
+}
+
+// intentDecline reads a confirmed PaymentIntent that Stripe answered with
+// 200 but that did not go through. Stripe answers a declined confirmation
+// with a 402 card error instead, so in practice this only sees 3-D Secure.
+// requires_payment_method is a decline only with a card_error as its
+// last_payment_error: stripe-mock answers every confirmation with that status
+// and a meaningless idempotency_error.
+func intentDecline(pi *stripego.PaymentIntent) *providers.Decline {
+	switch pi.Status {
+	case stripego.PaymentIntentStatusRequiresAction, stripego.PaymentIntentStatusRequiresConfirmation:
+		return &providers.Decline{Code: "authentication_required", Message: "The card requires authentication."}
+	case stripego.PaymentIntentStatusCanceled:
+		return &providers.Decline{Code: "processing_error", Message: "The payment was canceled by the provider."}
+	case stripego.PaymentIntentStatusRequiresPaymentMethod:
+		if e := pi.LastPaymentError; e != nil && e.Type == stripego.ErrorTypeCard {
+			return cardDecline(e)
+		}
+	}
+	return nil
+}
+
+// Capture captures r.Amount (0: all that is capturable) of the PaymentIntent r.Reference.
+func (p *Provider) Capture(ctx context.Context, r providers.CaptureRequest) (providers.Result, error) {
+	if err := checkKey(r.IdempotencyKey); err != nil {
+		return providers.Result{}, err
+	}
+	params := &stripego.PaymentIntentCaptureParams{}
+	if r.Amount > 0 {
+		params.AmountToCapture = stripego.Int64(r.Amount)
+	}
+	params.SetIdempotencyKey(r.IdempotencyKey)
+	pi, err := p.client.V1PaymentIntents.Capture(ctx, r.Reference, params)
+	if err != nil {
+		return providers.Result{}, mapError(err)
+	}
+	return providers.Result{Reference: pi.ID}, nil
+}
+
+// Void cancels the PaymentIntent r.Reference, which releases its authorization.
+func (p *Provider) Void(ctx context.Context, r providers.VoidRequest) (providers.Result, error) {
+	if err := checkKey(r.IdempotencyKey); err != nil {
+		return providers.Result{}, err
+	}
+	params := &stripego.PaymentIntentCancelParams{}
+	params.SetIdempotencyKey(r.IdempotencyKey)
+	pi, err := p.client.V1PaymentIntents.Cancel(ctx, r.Reference, params)
+	if err != nil {
+		return providers.Result{}, mapError(err)
+	}
+	return providers.Result{Reference: pi.ID}, nil
+}
+
+// Refund refunds r.Amount of the PaymentIntent r.Reference; the reference is
+// the Refund's id. A refund Stripe reports failed or canceled is a decline.
+func (p *Provider) Refund(ctx context.Context, r providers.RefundRequest) (providers.Result, error) {
+	if err := checkKey(r.IdempotencyKey); err != nil {
+		return providers.Result{}, err
+	}
+	params := &stripego.RefundCreateParams{
+		PaymentIntent: stripego.String(r.Reference),
+		Amount:        stripego.Int64(r.Amount),
+	}
+	if r.Reason != "" {
+		params.Reason = stripego.String(r.Reason)
+	}
+	params.SetIdempotencyKey(r.IdempotencyKey)
+	re, err := p.client.V1Refunds.Create(ctx, params)
+	if err != nil {
+		return providers.Result{}, mapError(err)
+	}
+	switch re.Status {
+	case stripego.RefundStatusFailed, stripego.RefundStatusCanceled:
+		code := string(re.FailureReason)
+		if code == "" {
+			code = "refund_failed"
+		}
+		return providers.Result{}, &providers.Decline{Code: code, Message: "The refund failed."}
+	}
+	return providers.Result{Reference: re.ID}, nil
+}
+
+// cardDecline is the decline of a Stripe card error: its decline_code when
+// that says more than the code (not for generic_decline), else its code.
+func cardDecline(e *stripego.Error, hide ...string) *providers.Decline {
+	code := string(e.Code)
+	if dc := string(e.DeclineCode); dc != "" && dc != "generic_decline" {
+		code = dc
+	}
+	if code == "" {
+		code = "card_declined"
+	}
+	return &providers.Decline{Code: code, Message: scrub(e.Msg, hide)}
+}
+
+// scrub replaces every non-empty string of hide in s.
+func scrub(s string, hide []string) string {
+	for _, h := range hide {
+		if h != "" {
+			s = strings.ReplaceAll(s, h, "[redacted]")
+		}
+	}
+	return s
+}
+
+// mapError sorts a stripe-go error into a decline or an outage:
+//
+//   - 429, 409 (a concurrent request with the same key), 5xx, api_error, and
+//     401/403 (a bad or restricted secret key: Stripe is unusable until an
+//     operator fixes it, so the breaker should open and the charge wait):
+//     ErrUnavailable, whatever the body says;
+//   - card_error: a *providers.Decline with its decline or error code;
+//   - invalid_request_error and idempotency_error: Decline invalid_request
+//     (retrying the same request cannot help);
+//   - any other Stripe error and every error that is not Stripe's (network,
+//     timeout, context, bad JSON): ErrUnavailable.
+//
+// The Stripe error itself is not wrapped: its text is the whole JSON body,
+// which can hold payment details. The error keeps its type, code, status,
+// request id and message (not for 401/403, whose message can quote the key),
+// and the context's error when there is one.
+//
+// Strings in hide (the card data of the request) never reach the error's text.
+func mapError(err error, hide ...string) error {
+	var se *stripego.Error
+	if !errors.As(err, &se) {
+		if text := err.Error(); scrub(text, hide) != text {
+			return fmt.Errorf("%w: stripe: %s", providers.ErrUnavailable, scrub(text, hide))
+		}
+		return fmt.Errorf("%w: stripe: %w", providers.ErrUnavailable, err)
+	}
+	status := se.HTTPStatusCode
+	outage := status == http.StatusTooManyRequests || status == http.StatusConflict || status >= 500 ||
+		status == http.StatusUnauthorized || status == http.StatusForbidden || se.Type == stripego.ErrorTypeAPI
+	switch {
+	case !outage && se.Type == stripego.ErrorTypeCard:
+		return cardDecline(se, hide...)
+	case !outage && (se.Type == stripego.ErrorTypeInvalidRequest || se.Type == stripego.ErrorTypeIdempotency):
+		return &providers.Decline{Code: "invalid_request", Message: scrub(se.Msg, hide)}
+	}
+	msg := scrub(se.Msg, hide)
+	if status == http.StatusUnauthorized || status == http.StatusForbidden {
+		msg = "the secret key was refused" // the message can quote the key
+	}
+	return fmt.Errorf("%w: stripe: %s %s (status %d, request %s): %s",
+		providers.ErrUnavailable, se.Type, se.Code, status, se.RequestID, msg)
+}

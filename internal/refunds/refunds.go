@@ -1,0 +1,330 @@
+// Package refunds returns money of captured charges. The sum of a charge's
+// refunds never exceeds what was captured, even under concurrent requests:
+// the charge row is locked while a refund is recorded, and the amount is held
+// until the provider settles it. It depends on charges, never the reverse.
+package refunds
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/gatehouse-pay/gatehouse/internal/apperr"
+	"github.com/gatehouse-pay/gatehouse/internal/charges"
+	"github.com/gatehouse-pay/gatehouse/internal/events"
+	"github.com/gatehouse-pay/gatehouse/internal/idempotency"
+	"github.com/gatehouse-pay/gatehouse/internal/ids"
+	"github.com/gatehouse-pay/gatehouse/internal/listing"
+	"github.com/gatehouse-pay/gatehouse/internal/outbox"
+	"github.com/gatehouse-pay/gatehouse/internal/providers"
+)
+
+// Statuses.
+const (
+	StatusPending   = "pending"
+	StatusSucceeded = "succeeded"
+	StatusFailed    = "failed"
+)
+
+// Reasons a merchant may give.
+var Reasons = []string{"duplicate", "fraudulent", "requested_by_customer"}
+
+// Refund is a return of Amount of a captured charge.
+type Refund struct {
+	ID                string
+	MerchantID        string
+	ChargeID          string
+	Amount            int64
+	Currency          string
+	Status            string
+	Reason            *string
+	Metadata          map[string]string
+	ProviderReference *string
+	FailureCode       *string
+	CreatedAt         time.Time
+	UpdatedAt         time.Time
+}
+
+// View is the public form of a refund.
+type View struct {
+	ID          string            `json:"id"`
+	Object      string            `json:"object"`
+	Charge      string            `json:"charge"`
+	Amount      int64             `json:"amount"`
+	Currency    string            `json:"currency"`
+	Status      string            `json:"status"`
+	Reason      *string           `json:"reason"`
+	Metadata    map[string]string `json:"metadata"`
+	FailureCode *string           `json:"failure_code"`
+	CreatedAt   string            `json:"created_at"`
+	UpdatedAt   string            `json:"updated_at"`
+}
+
+// View returns the public form.
+func (r Refund) View() View {
+	md := r.Metadata
+	if md == nil {
+		md = map[string]string{}
+	}
+	return View{ID: r.ID, Object: "refund", Charge: r.ChargeID, Amount: r.Amount, Currency: r.Currency,
+		Status: r.Status, Reason: r.Reason, Metadata: md, FailureCode: r.FailureCode,
+		CreatedAt: events.Timestamp(r.CreatedAt), UpdatedAt: events.Timestamp(r.UpdatedAt)}
+}
+
+// MarshalJSON renders the public form.
+func (r Refund) MarshalJSON() ([]byte, error) { return json.Marshal(r.View()) }
+
+// Plan is what recording a refund writes, decided with the charge row locked.
+type Plan struct {
+	Refund   Refund
+	Event    events.Event
+	Task     outbox.Task
+	Response idempotency.Response
+}
+
+// Store persists refunds.
+//
+// CreateRefund locks the merchant's charge, calls plan with it, and writes the
+// plan (refund, held amount on the charge, event, task, idempotency record) in
+// the same transaction; a charge of another merchant is NotFound. With a used
+// idempotency key it writes nothing and returns the stored response or
+// idempotency.ErrReused.
+//
+// SettleRefund moves a pending refund to its final state and, for a success,
+// moves the held amount to amount_refunded on the charge (and the charge to
+// refunded when fully refunded); it calls eventsFor with the refund and the
+// charge as they are after the change, and deletes the task. It returns false
+// when the refund was no longer pending.
+type Store interface {
+	CreateRefund(ctx context.Context, merchantID, chargeID string, idem *idempotency.Request, plan func(charges.Charge) (Plan, error)) (replay *idempotency.Response, err error)
+	RefundByID(ctx context.Context, merchantID, id string) (Refund, error)
+	ListRefunds(ctx context.Context, merchantID, chargeID string, p listing.Params) (listing.Page[Refund], error)
+	RefundForWork(ctx context.Context, id string) (Refund, charges.Charge, error)
+	SettleRefund(ctx context.Context, after Refund, doneTask string, eventsFor func(Refund, charges.Charge) ([]events.Event, error)) (bool, error)
+	DeleteTask(ctx context.Context, taskID string) error
+}
+
+// CreateParams is the body of POST /v1/refunds.
+type CreateParams struct {
+	Charge      *string           `json:"charge"`
+	Amount      *int64            `json:"amount"`
+	Reason      *string           `json:"reason"`
+	Metadata    map[string]string `json:"metadata"`
+	Environment *string           `json:"environment"`
+}
+
+// Service is the API side of refunds.
+type Service struct {
+	store     Store
+	queue     outbox.Enqueuer
+	now       func() time.Time
+	onEnqueue func(error)
+}
+
+// NewService returns the API-side service.
+func NewService(store Store, queue outbox.Enqueuer, now func() time.Time, onEnqueueErr func(error)) *Service {
+	return &Service{store: store, queue: queue, now: now, onEnqueue: onEnqueueErr}
+}
+
+// Result is a created or replayed answer.
+type Result = charges.Result
+
+// Create records a pending refund of a captured charge and asks the worker to
+// settle it. Without an amount it refunds what remains refundable.
+func (s *Service) Create(ctx context.Context, merchantID string, p CreateParams, idem *idempotency.Request, render func(Refund) (idempotency.Response, error)) (Result, error) {
+	if p.Environment != nil && *p.Environment == "live" {
+		return Result{}, apperr.LiveMode()
+	}
+	if p.Environment != nil && *p.Environment != "sandbox" {
+		return Result{}, apperr.Invalid("environment", "environment must be sandbox or live.")
+	}
+	if p.Charge == nil || *p.Charge == "" {
+		return Result{}, apperr.Missing("charge")
+	}
+	if p.Amount != nil && (*p.Amount < 1 || *p.Amount > charges.MaxAmount) {
+		return Result{}, apperr.Invalid("amount", "amount must be a positive integer (minor units).")
+	}
+	if p.Reason != nil && !contains(Reasons, *p.Reason) {
+		return Result{}, apperr.Invalid("reason", "reason must be one of duplicate, fraudulent, requested_by_customer.")
+	}
+	if err := checkMetadata(p.Metadata); err != nil {
+		return Result{}, err
+	}
+	if !charges.ValidID(*p.Charge) {
+		return Result{}, apperr.NotFound("charge")
+	}
+	now := s.now().UTC().Truncate(time.Millisecond)
+	var created Plan
+	replay, err := s.store.CreateRefund(ctx, merchantID, *p.Charge, idem, func(c charges.Charge) (Plan, error) {
+		if c.Status != charges.StatusCaptured {
+			return Plan{}, charges.ErrInvalidState("Only captured charges can be refunded; this charge is %s.", c.Status)
+		}
+		remaining := c.Refundable()
+		amount := remaining
+		if p.Amount != nil {
+			amount = *p.Amount
+		}
+		if remaining <= 0 {
+			return Plan{}, charges.ErrInvalidState("This charge has nothing left to refund.")
+		}
+		if amount > remaining {
+			return Plan{}, &apperr.Error{Kind: apperr.KindInvalid, Code: apperr.CodeAmountTooLarge, Param: "amount",
+				Message: fmt.Sprintf("amount %d exceeds what remains refundable, %d.", amount, remaining)}
+		}
+		r := Refund{ID: ids.NewUUID(), MerchantID: merchantID, ChargeID: c.ID, Amount: amount, Currency: c.Currency,
+			Status: StatusPending, Reason: p.Reason, Metadata: p.Metadata, CreatedAt: now, UpdatedAt: now}
+		if r.Metadata == nil {
+			r.Metadata = map[string]string{}
+		}
+		c.AmountRefundHeld += amount
+		ev, err := events.New(ids.NewUUID(), merchantID, c.Environment, events.RefundCreated, now, c.View(), r.View())
+		if err != nil {
+			return Plan{}, apperr.Internal(err)
+		}
+		resp, err := render(r)
+		if err != nil {
+			return Plan{}, apperr.Internal(err)
+		}
+		created = Plan{Refund: r, Event: ev, Task: outbox.Task{Type: outbox.RefundProcess, RefID: r.ID}, Response: resp}
+		return created, nil
+	})
+	if err != nil {
+		return Result{}, err
+	}
+	if replay != nil {
+		return Result{Response: *replay, Replayed: true}, nil
+	}
+	if err := s.queue.Enqueue(ctx, created.Task); err != nil && s.onEnqueue != nil {
+		s.onEnqueue(err)
+	}
+	return Result{Response: created.Response}, nil
+}
+
+// Get returns one of the merchant's refunds.
+func (s *Service) Get(ctx context.Context, merchantID, id string) (Refund, error) {
+	if !charges.ValidID(id) {
+		return Refund{}, apperr.NotFound("refund")
+	}
+	return s.store.RefundByID(ctx, merchantID, id)
+}
+
+// List returns a page of the merchant's refunds, optionally of one charge.
+func (s *Service) List(ctx context.Context, merchantID, chargeID string, p listing.Params) (listing.Page[Refund], error) {
+	if chargeID != "" && !charges.ValidID(chargeID) {
+		return listing.Page[Refund]{}, apperr.Invalid("charge", "charge must be a charge id.")
+	}
+	return s.store.ListRefunds(ctx, merchantID, chargeID, p)
+}
+
+// Processor is the worker side of refunds.
+type Processor struct {
+	store     Store
+	providers providers.Registry
+	timeout   time.Duration
+	now       func() time.Time
+	log       *slog.Logger
+	observe   func(provider, op string, o charges.Outcome, d time.Duration)
+}
+
+// NewProcessor returns the worker-side service.
+func NewProcessor(store Store, reg providers.Registry, timeout time.Duration, now func() time.Time, log *slog.Logger, observe func(provider, op string, o charges.Outcome, d time.Duration)) *Processor {
+	if observe == nil {
+		observe = func(string, string, charges.Outcome, time.Duration) {}
+	}
+	return &Processor{store: store, providers: reg, timeout: timeout, now: now, log: log, observe: observe}
+}
+
+// Process settles a pending refund at the provider. It returns a wrapped
+// charges.ErrRetry while the provider is unavailable and this is not the final attempt.
+func (p *Processor) Process(ctx context.Context, id string, final bool) error {
+	task := outbox.Task{Type: outbox.RefundProcess, RefID: id}
+	r, c, err := p.store.RefundForWork(ctx, id)
+	if err != nil {
+		return err
+	}
+	if r.Status != StatusPending {
+		return p.store.DeleteTask(ctx, task.ID())
+	}
+	after := r
+	after.UpdatedAt = p.now().UTC().Truncate(time.Millisecond)
+	prov, ok := p.providers.Get(c.Provider)
+	if !ok || c.ProviderReference == nil {
+		after.Status, after.FailureCode = StatusFailed, ptr("provider_unavailable")
+		_, err := p.store.SettleRefund(ctx, after, task.ID(), noEvents)
+		return err
+	}
+	start := time.Now()
+	cctx, cancel := context.WithTimeout(ctx, p.timeout)
+	res, err := prov.Refund(cctx, providers.RefundRequest{IdempotencyKey: charges.IdempotencyKey(r.ID, "refund"),
+		Reference: *c.ProviderReference, Amount: r.Amount, Currency: r.Currency, Reason: deref(r.Reason)})
+	cancel()
+	elapsed := time.Since(start)
+	d, declined := providers.AsDecline(err)
+	switch {
+	case err == nil:
+		p.observe(c.Provider, "refund", charges.OutcomeSucceeded, elapsed)
+		after.Status, after.ProviderReference = StatusSucceeded, &res.Reference
+		_, err := p.store.SettleRefund(ctx, after, task.ID(), func(r Refund, c charges.Charge) ([]events.Event, error) {
+			out := []events.Event{}
+			e, err := events.New(ids.NewUUID(), r.MerchantID, c.Environment, events.RefundSucceeded, r.UpdatedAt, c.View(), r.View())
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, e)
+			if c.Status == charges.StatusRefunded {
+				e, err := events.New(ids.NewUUID(), r.MerchantID, c.Environment, events.ChargeRefunded, r.UpdatedAt, c.View(), nil)
+				if err != nil {
+					return nil, err
+				}
+				out = append(out, e)
+			}
+			return out, nil
+		})
+		return err
+	case declined:
+		p.observe(c.Provider, "refund", charges.OutcomeDeclined, elapsed)
+		after.Status, after.FailureCode = StatusFailed, &d.Code
+	case !final:
+		p.observe(c.Provider, "refund", charges.OutcomeRetry, elapsed)
+		return fmt.Errorf("%w: %v", charges.ErrRetry, err)
+	default:
+		p.observe(c.Provider, "refund", charges.OutcomeUnavailable, elapsed)
+		after.Status, after.FailureCode = StatusFailed, ptr("provider_unavailable")
+	}
+	_, err = p.store.SettleRefund(ctx, after, task.ID(), noEvents)
+	return err
+}
+
+func noEvents(Refund, charges.Charge) ([]events.Event, error) { return nil, nil }
+
+func checkMetadata(md map[string]string) error {
+	if len(md) > charges.MaxMetadataKeys {
+		return apperr.Invalid("metadata", "metadata can have at most %d keys.", charges.MaxMetadataKeys)
+	}
+	for k, v := range md {
+		if k == "" || len(k) > charges.MaxMetadataKeyLen || len(v) > charges.MaxMetadataValLen {
+			return apperr.Invalid("metadata", "metadata keys must be 1 to %d characters and values at most %d.", charges.MaxMetadataKeyLen, charges.MaxMetadataValLen)
+		}
+	}
+	return nil
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+func ptr[T any](v T) *T { return &v }

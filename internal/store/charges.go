@@ -1,0 +1,294 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/gatehouse-pay/gatehouse/internal/apperr"
+	"github.com/gatehouse-pay/gatehouse/internal/charges"
+	"github.com/gatehouse-pay/gatehouse/internal/idempotency"
+	"github.com/gatehouse-pay/gatehouse/internal/listing"
+)
+
+const chargeColumns = `id, merchant_id, environment, amount, amount_captured, amount_refunded, amount_refund_held,
+currency, status, pending_action, capture_amount, payment_method, capture, card_brand, card_last4, card_exp_month,
+card_exp_year, card_fingerprint, card_token, provider, provider_reference, description, metadata, failure_code,
+failure_message, created_at, updated_at`
+
+// scanCharge is the one mapping from a charges row (chargeColumns, plus any
+// extra destinations) to a Charge.
+func scanCharge(row pgx.Row, extra ...any) (charges.Charge, error) {
+	var c charges.Charge
+	dest := []any{&c.ID, &c.MerchantID, &c.Environment, &c.Amount, &c.AmountCaptured, &c.AmountRefunded, &c.AmountRefundHeld,
+		&c.Currency, &c.Status, &c.PendingAction, &c.CaptureAmount, &c.PaymentMethod, &c.Capture, &c.Card.Brand, &c.Card.Last4,
+		&c.Card.ExpMonth, &c.Card.ExpYear, &c.Card.Fingerprint, &c.CardToken, &c.Provider, &c.ProviderReference,
+		&c.Description, &c.Metadata, &c.FailureCode, &c.FailureMessage, &c.CreatedAt, &c.UpdatedAt}
+	err := row.Scan(append(dest, extra...)...)
+	return c, err
+}
+
+// createCharge writes the idempotency record (if any), the charge, its event
+// and its outbox task in one statement, so in one round trip and one
+// transaction. With a used key nothing is written and no row comes back.
+const createCharge = `
+WITH idem AS (
+	INSERT INTO idempotency_keys (merchant_id, key, fingerprint, status, response)
+	SELECT $2::text, $25::text, $26::bytea, $27::int, $28::bytea WHERE $25::text IS NOT NULL
+	ON CONFLICT DO NOTHING
+	RETURNING 1
+), ch AS (
+	INSERT INTO charges (id, merchant_id, environment, amount, currency, status, payment_method, capture,
+		card_brand, card_last4, card_exp_month, card_exp_year, card_fingerprint, card_token, card_sealed,
+		provider, description, metadata, created_at, updated_at)
+	SELECT $1::uuid, $2::text, $3::text, $4::bigint, $5::text, $6::text, $7::text, $8::bool, $9::text, $10::text,
+		$11::int, $12::int, $13::text, $14::text, $15::bytea, $16::text, $17::text, $18::jsonb, $19::timestamptz, $19::timestamptz
+	WHERE $25::text IS NULL OR EXISTS (SELECT 1 FROM idem)
+	RETURNING id
+), ev AS (
+	INSERT INTO events (id, merchant_id, environment, type, body, created_at)
+	SELECT $20::uuid, $2::text, $3::text, $21::text, $22::json, $19::timestamptz FROM ch
+), ob AS (
+	INSERT INTO outbox (task_id, task_type, ref_id) SELECT $23::text, $24::text, ch.id FROM ch
+)
+SELECT count(*) FROM ch`
+
+// CreateCharge implements charges.Store.
+func (s *Store) CreateCharge(ctx context.Context, n charges.NewCharge) (*idempotency.Response, error) {
+	c := n.Charge
+	var key *string
+	var fp []byte
+	var status int
+	var resp []byte
+	if n.Idem != nil {
+		key, fp = &n.Idem.Key, n.Idem.Fingerprint
+		status, resp = n.Response.Status, n.Response.Body
+	}
+	var created int
+	err := s.pool.QueryRow(ctx, createCharge,
+		c.ID, c.MerchantID, c.Environment, c.Amount, c.Currency, c.Status, c.PaymentMethod, c.Capture,
+		c.Card.Brand, c.Card.Last4, c.Card.ExpMonth, c.Card.ExpYear, c.Card.Fingerprint, c.CardToken, n.Sealed,
+		c.Provider, c.Description, c.Metadata, c.CreatedAt,
+		n.Event.ID, n.Event.Type, n.Event.Body,
+		n.Task.ID(), n.Task.Type,
+		key, fp, status, resp,
+	).Scan(&created)
+	if err != nil {
+		if n.Idem != nil && lockTimeout(err) {
+			return nil, idempotency.ErrInUse()
+		}
+		return nil, mapErr(err, "charge")
+	}
+	if created == 1 {
+		return nil, nil
+	}
+	return s.storedResponse(ctx, s.pool, c.MerchantID, n.Idem)
+}
+
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+const selectIdempotency = `SELECT fingerprint, status, response FROM idempotency_keys WHERE merchant_id = $1 AND key = $2`
+
+// storedResponse returns the first response to a used key, or ErrReused if
+// it answered another request.
+func (s *Store) storedResponse(ctx context.Context, q querier, merchantID string, idem *idempotency.Request) (*idempotency.Response, error) {
+	var fp []byte
+	var r idempotency.Response
+	if err := q.QueryRow(ctx, selectIdempotency, merchantID, idem.Key).Scan(&fp, &r.Status, &r.Body); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) { // pruned in between: very old; treat as in use, the client retries
+			return nil, idempotency.ErrInUse()
+		}
+		return nil, mapErr(err, "idempotency key")
+	}
+	if !bytes.Equal(fp, idem.Fingerprint) {
+		return nil, idempotency.ErrReused()
+	}
+	return &r, nil
+}
+
+func lockTimeout(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "55P03"
+}
+
+const selectCharge = `SELECT ` + chargeColumns + ` FROM charges WHERE id = $1 AND merchant_id = $2`
+
+// ChargeByID returns the merchant's charge or NotFound.
+func (s *Store) ChargeByID(ctx context.Context, merchantID, id string) (charges.Charge, error) {
+	c, err := scanCharge(s.pool.QueryRow(ctx, selectCharge, id, merchantID))
+	return c, mapErr(err, "charge")
+}
+
+// ListCharges returns a page of the merchant's charges, newest first.
+func (s *Store) ListCharges(ctx context.Context, merchantID string, f charges.Filter, p listing.Params) (listing.Page[charges.Charge], error) {
+	var where []string
+	args := []any{merchantID}
+	arg := func(v any) string { args = append(args, v); return "$" + strconv.Itoa(len(args)) }
+	where = append(where, "merchant_id = $1")
+	if f.Status != "" {
+		where = append(where, "status = "+arg(f.Status))
+	}
+	if f.CreatedGTE != nil {
+		where = append(where, "created_at >= "+arg(*f.CreatedGTE))
+	}
+	if f.CreatedLTE != nil {
+		where = append(where, "created_at <= "+arg(*f.CreatedLTE))
+	}
+	order := "DESC"
+	switch {
+	case p.StartingAfter != "":
+		where = append(where, "id < "+arg(p.StartingAfter))
+	case p.EndingBefore != "":
+		where = append(where, "id > "+arg(p.EndingBefore))
+		order = "ASC"
+	}
+	query := fmt.Sprintf("SELECT %s FROM charges WHERE %s ORDER BY id %s LIMIT %s",
+		chargeColumns, strings.Join(where, " AND "), order, arg(p.Limit+1))
+	rows, err := s.pool.Query(ctx, query, args...)
+	if err != nil {
+		return listing.Page[charges.Charge]{}, mapErr(err, "charge")
+	}
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (charges.Charge, error) { return scanCharge(r) })
+	if err != nil {
+		return listing.Page[charges.Charge]{}, mapErr(err, "charge")
+	}
+	return listing.Trim(list, p), nil
+}
+
+const (
+	markAction = `UPDATE charges SET pending_action = $3, capture_amount = $4, updated_at = $5
+WHERE id = $1 AND merchant_id = $2 AND status = 'authorized' AND pending_action IS NULL AND ($4::bigint IS NULL OR $4 <= amount)
+RETURNING ` + chargeColumns
+	insertIdempotencyPlaceholder = `INSERT INTO idempotency_keys (merchant_id, key, fingerprint, status, response)
+VALUES ($1, $2, $3, 0, '') ON CONFLICT DO NOTHING`
+	completeIdempotency = `UPDATE idempotency_keys SET status = $3, response = $4 WHERE merchant_id = $1 AND key = $2`
+	insertOutbox        = `INSERT INTO outbox (task_id, task_type, ref_id) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING`
+)
+
+// RequestAction implements charges.Store: in one transaction it claims the
+// idempotency key, marks the authorized charge with the action, renders the
+// response, and writes the task.
+func (s *Store) RequestAction(ctx context.Context, r charges.ActionRequest) (*idempotency.Response, error) {
+	var replay *idempotency.Response
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		if r.Idem != nil {
+			claimed, err := s.claimKey(ctx, tx, r.MerchantID, r.Idem)
+			if err != nil || !claimed {
+				if err == nil {
+					replay, err = s.storedResponse(ctx, tx, r.MerchantID, r.Idem)
+				}
+				return err
+			}
+		}
+		c, err := scanCharge(tx.QueryRow(ctx, markAction, r.ChargeID, r.MerchantID, r.Action, r.Amount, r.At))
+		if errors.Is(err, pgx.ErrNoRows) {
+			current, err := scanCharge(tx.QueryRow(ctx, selectCharge, r.ChargeID, r.MerchantID))
+			if err != nil {
+				return mapErr(err, "charge")
+			}
+			if err := charges.CheckAction(current, r.Action, r.Amount); err != nil {
+				return err
+			}
+			return charges.ErrInvalidState("The charge changed; retry.")
+		}
+		if err != nil {
+			return mapErr(err, "charge")
+		}
+		resp, err := r.Render(c)
+		if err != nil {
+			return apperr.Internal(err)
+		}
+		b := &pgx.Batch{}
+		b.Queue(insertOutbox, r.Task.ID(), r.Task.Type, r.Task.RefID)
+		if r.Idem != nil {
+			b.Queue(completeIdempotency, r.MerchantID, r.Idem.Key, resp.Status, resp.Body)
+		}
+		return mapErr(tx.SendBatch(ctx, b).Close(), "charge")
+	})
+	if err != nil && r.Idem != nil && lockTimeout(err) {
+		return nil, idempotency.ErrInUse()
+	}
+	return replay, err
+}
+
+// claimKey inserts an in-flight idempotency record; false means the key exists.
+func (s *Store) claimKey(ctx context.Context, tx pgx.Tx, merchantID string, idem *idempotency.Request) (bool, error) {
+	tag, err := tx.Exec(ctx, insertIdempotencyPlaceholder, merchantID, idem.Key, idem.Fingerprint)
+	if err != nil {
+		if lockTimeout(err) {
+			return false, idempotency.ErrInUse()
+		}
+		return false, mapErr(err, "idempotency key")
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// inTx runs fn in a transaction, committing if it returns nil.
+func (s *Store) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return mapErr(err, "transaction")
+	}
+	defer tx.Rollback(context.Background()) //nolint:errcheck // after Commit it is a no-op
+	if err := fn(tx); err != nil {
+		return err
+	}
+	return mapErr(tx.Commit(ctx), "transaction")
+}
+
+const selectChargeForWork = `SELECT ` + chargeColumns + `, card_sealed FROM charges WHERE id = $1`
+
+// ChargeForWork returns a charge and its sealed card data for the worker.
+func (s *Store) ChargeForWork(ctx context.Context, id string) (charges.Charge, []byte, error) {
+	var sealed []byte
+	c, err := scanCharge(s.pool.QueryRow(ctx, selectChargeForWork, id), &sealed)
+	return c, sealed, mapErr(err, "charge")
+}
+
+// applyTransition moves a charge if it is still where the worker found it,
+// writes the event and drops the task, in one statement.
+const applyTransition = `
+WITH upd AS (
+	UPDATE charges SET status = $3, amount_captured = $4, provider_reference = $5, failure_code = $6,
+		failure_message = $7, pending_action = $8, capture_amount = $9, updated_at = $10,
+		card_sealed = CASE WHEN $11 THEN NULL ELSE card_sealed END
+	WHERE id = $1 AND status = $2 AND pending_action IS NOT DISTINCT FROM $12::text
+	RETURNING id, merchant_id, environment
+), ev AS (
+	INSERT INTO events (id, merchant_id, environment, type, body, created_at)
+	SELECT $13::uuid, upd.merchant_id, upd.environment, $14::text, $15::json, $10::timestamptz FROM upd WHERE $13::uuid IS NOT NULL
+), ob AS (
+	DELETE FROM outbox WHERE task_id = $16
+)
+SELECT count(*) FROM upd`
+
+// ApplyTransition implements charges.Store.
+func (s *Store) ApplyTransition(ctx context.Context, t charges.Transition) (bool, error) {
+	a := t.After
+	var evID, evType *string
+	var evBody []byte
+	if t.Event != nil {
+		evID, evType, evBody = &t.Event.ID, &t.Event.Type, t.Event.Body
+	}
+	var n int
+	err := s.pool.QueryRow(ctx, applyTransition, a.ID, t.Before.Status, a.Status, a.AmountCaptured, a.ProviderReference,
+		a.FailureCode, a.FailureMessage, a.PendingAction, a.CaptureAmount, a.UpdatedAt, t.PurgeCard, t.Before.PendingAction,
+		evID, evType, evBody, t.DoneTask).Scan(&n)
+	return n == 1, mapErr(err, "charge")
+}
+
+const deleteTask = `DELETE FROM outbox WHERE task_id = $1`
+
+// DeleteTask drops a finished task.
+func (s *Store) DeleteTask(ctx context.Context, taskID string) error {
+	_, err := s.pool.Exec(ctx, deleteTask, taskID)
+	return mapErr(err, "task")
+}

@@ -1,0 +1,72 @@
+package store
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/gatehouse-pay/gatehouse/internal/outbox"
+)
+
+const staleTasks = `SELECT task_type, ref_id::text, created_at FROM outbox WHERE created_at < $1 ORDER BY created_at LIMIT $2`
+
+// StaleTasks returns outbox rows older than before, oldest first: work whose
+// task may have been lost and must be enqueued again.
+func (s *Store) StaleTasks(ctx context.Context, before time.Time, limit int) ([]outbox.Pending, error) {
+	rows, err := s.pool.Query(ctx, staleTasks, before, limit)
+	if err != nil {
+		return nil, mapErr(err, "task")
+	}
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (outbox.Pending, error) {
+		var p outbox.Pending
+		err := r.Scan(&p.Task.Type, &p.Task.RefID, &p.CreatedAt)
+		return p, err
+	})
+	return list, mapErr(err, "task")
+}
+
+const outboxBacklog = `SELECT count(*), COALESCE(EXTRACT(EPOCH FROM now() - min(created_at)), 0) FROM outbox`
+
+// OutboxBacklog returns the number of outbox rows and the age of the oldest.
+func (s *Store) OutboxBacklog(ctx context.Context) (int64, time.Duration, error) {
+	var n int64
+	var age float64
+	err := s.pool.QueryRow(ctx, outboxBacklog).Scan(&n, &age)
+	return n, time.Duration(age * float64(time.Second)), mapErr(err, "task")
+}
+
+// reconcile re-creates the task of any charge or refund that has waited for
+// the worker longer than the cut-off without one (defence in depth: the task
+// is written in the same transaction as the state that needs it).
+const reconcile = `
+WITH a AS (
+	INSERT INTO outbox (task_id, task_type, ref_id)
+	SELECT 'charge:authorize:' || id, 'charge:authorize', id FROM charges WHERE status = 'created' AND updated_at < $1
+	ON CONFLICT DO NOTHING RETURNING 1
+), c AS (
+	INSERT INTO outbox (task_id, task_type, ref_id)
+	SELECT 'charge:' || pending_action || ':' || id, 'charge:' || pending_action, id FROM charges
+	WHERE pending_action IS NOT NULL AND status = 'authorized' AND updated_at < $1
+	ON CONFLICT DO NOTHING RETURNING 1
+), r AS (
+	INSERT INTO outbox (task_id, task_type, ref_id)
+	SELECT 'refund:process:' || id, 'refund:process', id FROM refunds WHERE status = 'pending' AND updated_at < $1
+	ON CONFLICT DO NOTHING RETURNING 1
+)
+SELECT (SELECT count(*) FROM a) + (SELECT count(*) FROM c) + (SELECT count(*) FROM r)`
+
+// Reconcile re-creates missing tasks of work older than before and returns how many.
+func (s *Store) Reconcile(ctx context.Context, before time.Time) (int64, error) {
+	var n int64
+	err := s.pool.QueryRow(ctx, reconcile, before).Scan(&n)
+	return n, mapErr(err, "task")
+}
+
+const deleteIdempotencyBefore = `DELETE FROM idempotency_keys WHERE created_at < $1`
+
+// DeleteIdempotencyKeysBefore prunes idempotency records older than t.
+func (s *Store) DeleteIdempotencyKeysBefore(ctx context.Context, t time.Time) (int64, error) {
+	tag, err := s.pool.Exec(ctx, deleteIdempotencyBefore, t)
+	return tag.RowsAffected(), mapErr(err, "idempotency key")
+}

@@ -1,0 +1,172 @@
+package store
+
+import (
+	"context"
+	"errors"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/gatehouse-pay/gatehouse/internal/apperr"
+	"github.com/gatehouse-pay/gatehouse/internal/charges"
+	"github.com/gatehouse-pay/gatehouse/internal/events"
+	"github.com/gatehouse-pay/gatehouse/internal/idempotency"
+	"github.com/gatehouse-pay/gatehouse/internal/listing"
+	"github.com/gatehouse-pay/gatehouse/internal/refunds"
+)
+
+const refundColumns = `id, merchant_id, charge_id, amount, currency, status, reason, metadata, provider_reference,
+failure_code, created_at, updated_at`
+
+func scanRefund(row pgx.Row) (refunds.Refund, error) {
+	var r refunds.Refund
+	err := row.Scan(&r.ID, &r.MerchantID, &r.ChargeID, &r.Amount, &r.Currency, &r.Status, &r.Reason, &r.Metadata,
+		&r.ProviderReference, &r.FailureCode, &r.CreatedAt, &r.UpdatedAt)
+	return r, err
+}
+
+const (
+	lockCharge   = `SELECT ` + chargeColumns + ` FROM charges WHERE id = $1 AND merchant_id = $2 FOR UPDATE`
+	holdRefund   = `UPDATE charges SET amount_refund_held = amount_refund_held + $2 WHERE id = $1`
+	insertRefund = `INSERT INTO refunds (` + refundColumns + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, NULL, NULL, $9, $9)`
+	insertEvent  = `INSERT INTO events (id, merchant_id, environment, type, body, created_at) VALUES ($1, $2, $3, $4, $5, $6)`
+)
+
+// CreateRefund implements refunds.Store. The charge row stays locked from the
+// check of what remains refundable to the commit, so concurrent refunds of one
+// charge are decided one after the other.
+func (s *Store) CreateRefund(ctx context.Context, merchantID, chargeID string, idem *idempotency.Request, plan func(charges.Charge) (refunds.Plan, error)) (*idempotency.Response, error) {
+	var replay *idempotency.Response
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		if idem != nil {
+			claimed, err := s.claimKey(ctx, tx, merchantID, idem)
+			if err != nil || !claimed {
+				if err == nil {
+					replay, err = s.storedResponse(ctx, tx, merchantID, idem)
+				}
+				return err
+			}
+		}
+		c, err := scanCharge(tx.QueryRow(ctx, lockCharge, chargeID, merchantID))
+		if err != nil {
+			return mapErr(err, "charge")
+		}
+		p, err := plan(c)
+		if err != nil {
+			return err
+		}
+		r := p.Refund
+		b := &pgx.Batch{}
+		b.Queue(holdRefund, c.ID, r.Amount)
+		b.Queue(insertRefund, r.ID, r.MerchantID, r.ChargeID, r.Amount, r.Currency, r.Status, r.Reason, r.Metadata, r.CreatedAt)
+		b.Queue(insertEvent, p.Event.ID, p.Event.MerchantID, p.Event.Environment, p.Event.Type, p.Event.Body, p.Event.CreatedAt)
+		b.Queue(insertOutbox, p.Task.ID(), p.Task.Type, p.Task.RefID)
+		if idem != nil {
+			b.Queue(completeIdempotency, merchantID, idem.Key, p.Response.Status, p.Response.Body)
+		}
+		return mapErr(tx.SendBatch(ctx, b).Close(), "refund")
+	})
+	if err != nil && idem != nil && lockTimeout(err) {
+		return nil, idempotency.ErrInUse()
+	}
+	return replay, err
+}
+
+const selectRefund = `SELECT ` + refundColumns + ` FROM refunds WHERE id = $1 AND merchant_id = $2`
+
+// RefundByID returns the merchant's refund or NotFound.
+func (s *Store) RefundByID(ctx context.Context, merchantID, id string) (refunds.Refund, error) {
+	r, err := scanRefund(s.pool.QueryRow(ctx, selectRefund, id, merchantID))
+	return r, mapErr(err, "refund")
+}
+
+// ListRefunds returns a page of the merchant's refunds, of one charge if chargeID is set.
+func (s *Store) ListRefunds(ctx context.Context, merchantID, chargeID string, p listing.Params) (listing.Page[refunds.Refund], error) {
+	query := `SELECT ` + refundColumns + ` FROM refunds WHERE merchant_id = $1 AND ($2::uuid IS NULL OR charge_id = $2)`
+	var charge, cursor *string
+	if chargeID != "" {
+		charge = &chargeID
+	}
+	order := "DESC"
+	switch {
+	case p.StartingAfter != "":
+		query += ` AND id < $4`
+		cursor = &p.StartingAfter
+	case p.EndingBefore != "":
+		query += ` AND id > $4`
+		cursor = &p.EndingBefore
+		order = "ASC"
+	default:
+		query += ` AND $4::uuid IS NULL`
+	}
+	query += ` ORDER BY id ` + order + ` LIMIT $3`
+	rows, err := s.pool.Query(ctx, query, merchantID, charge, p.Limit+1, cursor)
+	if err != nil {
+		return listing.Page[refunds.Refund]{}, mapErr(err, "refund")
+	}
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (refunds.Refund, error) { return scanRefund(r) })
+	if err != nil {
+		return listing.Page[refunds.Refund]{}, mapErr(err, "refund")
+	}
+	return listing.Trim(list, p), nil
+}
+
+const (
+	selectRefundForWork = `SELECT ` + refundColumns + ` FROM refunds WHERE id = $1`
+	selectChargeByID    = `SELECT ` + chargeColumns + ` FROM charges WHERE id = $1`
+)
+
+// RefundForWork returns a refund and its charge for the worker.
+func (s *Store) RefundForWork(ctx context.Context, id string) (refunds.Refund, charges.Charge, error) {
+	r, err := scanRefund(s.pool.QueryRow(ctx, selectRefundForWork, id))
+	if err != nil {
+		return r, charges.Charge{}, mapErr(err, "refund")
+	}
+	c, err := scanCharge(s.pool.QueryRow(ctx, selectChargeByID, r.ChargeID))
+	return r, c, mapErr(err, "charge")
+}
+
+const (
+	settleRefund = `UPDATE refunds SET status = $2, provider_reference = $3, failure_code = $4, updated_at = $5
+WHERE id = $1 AND status = 'pending' RETURNING ` + refundColumns
+	releaseRefunded = `UPDATE charges SET amount_refunded = amount_refunded + $2, amount_refund_held = amount_refund_held - $2,
+	status = CASE WHEN amount_refunded + $2 >= amount_captured THEN 'refunded' ELSE status END,
+	updated_at = CASE WHEN amount_refunded + $2 >= amount_captured THEN $3 ELSE updated_at END
+WHERE id = $1 RETURNING ` + chargeColumns
+	releaseFailed = `UPDATE charges SET amount_refund_held = amount_refund_held - $2 WHERE id = $1 AND $3::timestamptz IS NOT NULL
+RETURNING ` + chargeColumns
+)
+
+// SettleRefund implements refunds.Store.
+func (s *Store) SettleRefund(ctx context.Context, after refunds.Refund, doneTask string, eventsFor func(refunds.Refund, charges.Charge) ([]events.Event, error)) (bool, error) {
+	applied := false
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		r, err := scanRefund(tx.QueryRow(ctx, settleRefund, after.ID, after.Status, after.ProviderReference, after.FailureCode, after.UpdatedAt))
+		if errors.Is(err, pgx.ErrNoRows) {
+			_, err := tx.Exec(ctx, deleteTask, doneTask)
+			return mapErr(err, "task")
+		}
+		if err != nil {
+			return mapErr(err, "refund")
+		}
+		release := releaseFailed
+		if r.Status == refunds.StatusSucceeded {
+			release = releaseRefunded
+		}
+		c, err := scanCharge(tx.QueryRow(ctx, release, r.ChargeID, r.Amount, r.UpdatedAt))
+		if err != nil {
+			return mapErr(err, "charge")
+		}
+		evs, err := eventsFor(r, c)
+		if err != nil {
+			return apperr.Internal(err)
+		}
+		b := &pgx.Batch{}
+		for _, e := range evs {
+			b.Queue(insertEvent, e.ID, e.MerchantID, e.Environment, e.Type, e.Body, e.CreatedAt)
+		}
+		b.Queue(deleteTask, doneTask)
+		applied = true
+		return mapErr(tx.SendBatch(ctx, b).Close(), "refund")
+	})
+	return applied, err
+}

@@ -1,0 +1,54 @@
+package store
+
+import (
+	"context"
+
+	"github.com/gatehouse-pay/gatehouse/internal/providers/sandbox"
+)
+
+// SandboxLedger implements sandbox.Ledger on the sandbox_ledger table: the
+// books of the built-in test provider, kept in the same database so the
+// sandbox is idempotent across worker restarts like a real provider.
+type SandboxLedger struct{ s *Store }
+
+// SandboxLedger returns the sandbox provider's books.
+func (s *Store) SandboxLedger() *SandboxLedger { return &SandboxLedger{s: s} }
+
+const ledgerCall = `
+INSERT INTO sandbox_ledger (idempotency_key, operation, parent_reference, amount, currency)
+VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (idempotency_key) DO UPDATE SET calls = sandbox_ledger.calls + 1, updated_at = now()
+RETURNING operation, parent_reference, amount, currency, coalesce(reference, ''), calls`
+
+// Call implements sandbox.Ledger.
+func (l *SandboxLedger) Call(ctx context.Context, e sandbox.Entry) (sandbox.Record, error) {
+	r := sandbox.Record{Entry: sandbox.Entry{IdempotencyKey: e.IdempotencyKey}}
+	var op string
+	err := l.s.pool.QueryRow(ctx, ledgerCall, e.IdempotencyKey, string(e.Operation), e.Parent, e.Amount, e.Currency).
+		Scan(&op, &r.Parent, &r.Amount, &r.Currency, &r.Reference, &r.Calls)
+	r.Operation = sandbox.Operation(op)
+	return r, mapErr(err, "sandbox ledger entry")
+}
+
+const ledgerBook = `UPDATE sandbox_ledger SET reference = coalesce(reference, $2), updated_at = now()
+WHERE idempotency_key = $1 RETURNING reference`
+
+// Book implements sandbox.Ledger.
+func (l *SandboxLedger) Book(ctx context.Context, idempotencyKey, reference string) (string, error) {
+	var ref string
+	err := l.s.pool.QueryRow(ctx, ledgerBook, idempotencyKey, reference).Scan(&ref)
+	return ref, mapErr(err, "sandbox ledger entry")
+}
+
+const ledgerAuthorization = `SELECT idempotency_key, operation, parent_reference, amount, currency, reference, calls
+FROM sandbox_ledger WHERE reference = $1 AND operation = 'authorize'`
+
+// Authorization implements sandbox.Ledger.
+func (l *SandboxLedger) Authorization(ctx context.Context, reference string) (sandbox.Record, error) {
+	var r sandbox.Record
+	var op string
+	err := l.s.pool.QueryRow(ctx, ledgerAuthorization, reference).
+		Scan(&r.IdempotencyKey, &op, &r.Parent, &r.Amount, &r.Currency, &r.Reference, &r.Calls)
+	r.Operation = sandbox.Operation(op)
+	return r, mapErr(err, "sandbox authorization")
+}
