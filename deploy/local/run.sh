@@ -282,13 +282,17 @@ cat <<EOF
   echo "secret key: \$SK"
   curl -s "\$API/v1/me" -H "Authorization: Bearer \$SK"; echo
 
-  # Charges arrive with the charges work; until then this answers 404.
-  curl -s -X POST "\$API/v1/charges" \\
+  # A first charge: created at once, captured by the worker a moment later.
+  CH=\$(curl -s -X POST "\$API/v1/charges" \\
     -H "Authorization: Bearer \$SK" -H 'Content-Type: application/json' \\
     -H "Idempotency-Key: order-1042-\$(date +%s)" \\
     -d '{"amount":2000,"currency":"usd","payment_method":"card",
          "card":{"number":"4242424242424242","exp_month":12,"exp_year":2030,"cvc":"123"},
-         "capture":true,"provider":"sandbox","description":"Order 1042","metadata":{"order_id":"1042"}}'; echo
+         "capture":true,"provider":"sandbox","description":"Order 1042","metadata":{"order_id":"1042"}}' |
+    sed -n 's/^{"id":"\([^"]*\)".*/\1/p')
+  echo "charge: \$CH"; sleep 1
+  curl -s "\$API/v1/charges/\$CH" -H "Authorization: Bearer \$SK"; echo
+  curl -s "\$API/v1/events?limit=2" -H "Authorization: Bearer \$SK"; echo
 =================================================================================
 
 EOF
