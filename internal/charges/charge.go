@@ -85,6 +85,7 @@ type View struct {
 	ID                string            `json:"id"`
 	Object            string            `json:"object"`
 	Amount            int64             `json:"amount"`
+	AmountCaptured    int64             `json:"amount_captured"`
 	AmountRefunded    int64             `json:"amount_refunded"`
 	Currency          string            `json:"currency"`
 	Status            string            `json:"status"`
@@ -109,7 +110,7 @@ func (c Charge) View() View {
 		md = map[string]string{}
 	}
 	return View{
-		ID: c.ID, Object: "charge", Amount: c.Amount, AmountRefunded: c.AmountRefunded,
+		ID: c.ID, Object: "charge", Amount: c.Amount, AmountCaptured: c.AmountCaptured, AmountRefunded: c.AmountRefunded,
 		Currency: c.Currency, Status: c.Status, PaymentMethod: c.PaymentMethod,
 		Card:     CardView{Brand: c.Card.Brand, Last4: c.Card.Last4, ExpMonth: c.Card.ExpMonth, ExpYear: c.Card.ExpYear, Fingerprint: c.Card.Fingerprint},
 		Provider: c.Provider, ProviderReference: c.ProviderReference, Environment: c.Environment,

@@ -213,16 +213,10 @@ func (s *Service) validate(p CreateParams, now time.Time) (Charge, *secretCard, 
 		d := *p.Description
 		c.Description = &d
 	}
-	if len(p.Metadata) > MaxMetadataKeys {
-		return c, nil, apperr.Invalid("metadata", "metadata can have at most %d keys.", MaxMetadataKeys)
+	if err := CheckMetadata(p.Metadata); err != nil {
+		return c, nil, err
 	}
 	for k, v := range p.Metadata {
-		if k == "" || utf8.RuneCountInString(k) > MaxMetadataKeyLen {
-			return c, nil, apperr.Invalid("metadata", "metadata keys must be 1 to %d characters.", MaxMetadataKeyLen)
-		}
-		if utf8.RuneCountInString(v) > MaxMetadataValLen {
-			return c, nil, apperr.Invalid("metadata", "metadata values must be at most %d characters.", MaxMetadataValLen)
-		}
 		c.Metadata[k] = v
 	}
 	secret, err := s.card(&c, p.Card, now)
@@ -276,6 +270,23 @@ func (s *Service) card(c *Charge, in *CardInput, now time.Time) (*secretCard, er
 	last4 := number[len(number)-4:]
 	c.Card = Card{Brand: Brand(number), Last4: &last4, ExpMonth: &month, ExpYear: &year}
 	return &secretCard{Number: number, CVC: cvc, ExpMonth: month, ExpYear: year}, nil
+}
+
+// CheckMetadata enforces the metadata limits of charges and refunds: at most
+// 50 keys of 1 to 40 characters, values of at most 500 characters.
+func CheckMetadata(md map[string]string) error {
+	if len(md) > MaxMetadataKeys {
+		return apperr.Invalid("metadata", "metadata can have at most %d keys.", MaxMetadataKeys)
+	}
+	for k, v := range md {
+		if k == "" || utf8.RuneCountInString(k) > MaxMetadataKeyLen {
+			return apperr.Invalid("metadata", "metadata keys must be 1 to %d characters.", MaxMetadataKeyLen)
+		}
+		if utf8.RuneCountInString(v) > MaxMetadataValLen {
+			return apperr.Invalid("metadata", "metadata values must be at most %d characters.", MaxMetadataValLen)
+		}
+	}
+	return nil
 }
 
 func parseCurrency(s string) (string, error) {

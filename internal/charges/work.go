@@ -189,6 +189,7 @@ func (p *Processor) settle(ctx context.Context, id string, final bool, action st
 	switch {
 	case err == nil:
 		p.observe(c.Provider, action, OutcomeSucceeded, elapsed)
+		after.FailureCode, after.FailureMessage = nil, nil
 		typ := events.ChargeCaptured
 		if action == ActionCapture {
 			after.Status, after.AmountCaptured = StatusCaptured, amount

@@ -338,6 +338,11 @@ func (e exchange) code() string {
 // send performs one request; it is safe to call from any goroutine. token,
 // if set, is sent as a Bearer token; body, if set, as application/json.
 func send(c *http.Client, method, url, token, body string) (exchange, error) {
+	return sendWith(c, method, url, token, body)
+}
+
+// sendWith is send with extra request headers, given as name, value pairs.
+func sendWith(c *http.Client, method, url, token, body string, headers ...string) (exchange, error) {
 	var rd io.Reader
 	if body != "" {
 		rd = strings.NewReader(body)
@@ -351,6 +356,9 @@ func send(c *http.Client, method, url, token, body string) (exchange, error) {
 	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
 	}
 	start := time.Now()
 	resp, err := c.Do(req)
@@ -384,8 +392,8 @@ func newClient(t *testing.T, ip string) *http.Client {
 	return &http.Client{Transport: tr, Timeout: 15 * time.Second}
 }
 
-// stack is the system under test: two API replicas and a worker sharing one
-// database and one private Redis.
+// stack is the system under test: two API replicas and one or more workers
+// sharing one database and one private Redis.
 type stack struct {
 	bins     binaries
 	db       testenv.DB
@@ -393,12 +401,46 @@ type stack struct {
 	env      []string
 	spec     *testenv.Spec // nil when api/openapi.yaml could not be loaded
 	replicas [2]string     // base URLs
-	worker   string        // base URL of the worker's METRICS_ADDR
+	worker   string        // base URL of the (first) worker's METRICS_ADDR
+	workers  []*workerSlot
+	apis     []*process
+}
+
+// stackOptions tune a stack started by startStackWith.
+type stackOptions struct {
+	env       []string // extra settings of every process, api and worker
+	apiEnv    []string // extra settings of the API replicas only
+	workerEnv []string // extra settings of the workers only
+	workers   int      // how many workers; 1 when 0
+}
+
+// workerSlot is one worker position of the stack: its address and settings
+// stay, its process changes when the test kills and restarts it.
+type workerSlot struct {
+	name   string
+	base   string // http://METRICS_ADDR
+	env    []string
+	out    *syncBuffer // every incarnation writes here
+	mu     sync.Mutex
+	proc   *process
+	starts int
+}
+
+func (w *workerSlot) current() *process {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.proc
 }
 
 // startStack starts Redis and the binaries on db; t.Cleanup stops them in
 // reverse order (the binaries first, with the SIGTERM check, then Redis).
 func startStack(t *testing.T, bins binaries, db testenv.DB, redisPath string, spec *testenv.Spec) *stack {
+	t.Helper()
+	return startStackWith(t, bins, db, redisPath, spec, stackOptions{})
+}
+
+// startStackWith is startStack with extra settings and a number of workers.
+func startStackWith(t *testing.T, bins binaries, db testenv.DB, redisPath string, spec *testenv.Spec, opts stackOptions) *stack {
 	t.Helper()
 	s := &stack{bins: bins, spec: spec, db: db}
 	s.redis = startRedis(t, redisPath)
@@ -415,17 +457,33 @@ func startStack(t *testing.T, bins binaries, db testenv.DB, redisPath string, sp
 			s.env = append(s.env, k+"="+v)
 		}
 	}
+	s.env = append(s.env, opts.env...)
 
-	workerAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	worker := startProcess(t, "worker", new(syncBuffer), append(s.env, "METRICS_ADDR="+workerAddr), bins.worker)
-	t.Cleanup(func() { worker.terminate(t) })
-	s.worker = "http://" + workerAddr
-	procs := map[string]*process{s.worker: worker}
+	n := max(opts.workers, 1)
+	procs := map[string]*process{}
+	for i := range n {
+		name := "worker"
+		if n > 1 {
+			name = fmt.Sprintf("worker-%d", i+1)
+		}
+		addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+		w := &workerSlot{name: name, base: "http://" + addr, out: new(syncBuffer),
+			env: append(append(slices.Clone(s.env), opts.workerEnv...), "METRICS_ADDR="+addr)}
+		w.proc = startProcess(t, name, w.out, w.env, bins.worker)
+		w.starts = 1
+		s.workers = append(s.workers, w)
+		procs[w.base] = w.proc
+		// The worker that runs at the end is the one stopped with SIGTERM.
+		t.Cleanup(func() { w.current().terminate(t) })
+	}
+	s.worker = s.workers[0].base
 	for i := range s.replicas {
 		addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-		api := startProcess(t, fmt.Sprintf("api-%d", i+1), new(syncBuffer), append(s.env, "HTTP_ADDR="+addr), bins.api)
+		env := append(append(slices.Clone(s.env), opts.apiEnv...), "HTTP_ADDR="+addr)
+		api := startProcess(t, fmt.Sprintf("api-%d", i+1), new(syncBuffer), env, bins.api)
 		t.Cleanup(func() { api.terminate(t) })
 		s.replicas[i] = "http://" + addr
+		s.apis = append(s.apis, api)
 		procs[s.replicas[i]] = api
 	}
 
@@ -434,6 +492,58 @@ func startStack(t *testing.T, bins binaries, db testenv.DB, redisPath string, sp
 		s.waitReady(t, c, base, p, 60*time.Second)
 	}
 	return s
+}
+
+// killWorker kills worker i with SIGKILL, like a crash, and waits until it
+// has exited. It must be restarted before the test ends.
+func (s *stack) killWorker(t *testing.T, i int) {
+	t.Helper()
+	w := s.workers[i]
+	p := w.current()
+	if p.exited() {
+		t.Fatalf("%s exited before it was killed: %v", w.name, p.cmd.ProcessState)
+	}
+	if err := p.cmd.Process.Kill(); err != nil {
+		t.Fatalf("%s: SIGKILL: %v", w.name, err)
+	}
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s did not exit 10s after SIGKILL", w.name)
+	}
+	fmt.Fprintf(w.out, "\n==== test: %s killed with SIGKILL ====\n", w.name)
+}
+
+// restartWorker starts worker i again, with the same settings and address,
+// and waits until it is ready; it returns how long that took.
+func (s *stack) restartWorker(t *testing.T, i int, c *http.Client) time.Duration {
+	t.Helper()
+	w := s.workers[i]
+	start := time.Now()
+	w.mu.Lock()
+	if !w.proc.exited() {
+		w.mu.Unlock()
+		t.Fatalf("%s is still running; kill it first", w.name)
+	}
+	w.starts++
+	fmt.Fprintf(w.out, "==== test: %s start %d ====\n", w.name, w.starts)
+	w.proc = startProcess(t, w.name, w.out, w.env, s.bins.worker)
+	p := w.proc
+	w.mu.Unlock()
+	s.waitReady(t, c, w.base, p, 60*time.Second)
+	return time.Since(start)
+}
+
+// logs returns everything the processes have written so far.
+func (s *stack) logs() string {
+	var b strings.Builder
+	for _, w := range s.workers {
+		b.WriteString(w.out.tail(1 << 62))
+	}
+	for _, p := range s.apis {
+		b.WriteString(p.out.tail(1 << 62))
+	}
+	return b.String()
 }
 
 // waitReady polls base/readyz until it answers 200, failing at the deadline

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"mime"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -63,6 +64,9 @@ func decodeJSON(c *fiber.Ctx, dst any) error {
 		}
 		return errNotAnObject
 	}
+	if err := checkFields(body, reflect.TypeOf(dst), ""); err != nil {
+		return err
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(dst); err != nil {
@@ -71,7 +75,7 @@ func decodeJSON(c *fiber.Ctx, dst any) error {
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return &apperr.Error{Kind: apperr.KindInvalid, Code: apperr.CodeInvalidJSON, Message: "Request body must hold exactly one JSON object."}
 	}
-	return nil
+	return checkNUL(reflect.ValueOf(dst), "")
 }
 
 func decodeError(err error) error {

@@ -146,7 +146,7 @@ func ServerConfig(log *slog.Logger, cfg config.Config) asynq.Config {
 			if !isProviderTask(t.Type()) {
 				return asynq.DefaultRetryDelayFunc(n, err, t)
 			}
-			return Backoff(n, cfg.ProviderRetryBase, cfg.ProviderRetryMax)
+			return Backoff(n+1, cfg.ProviderRetryBase, cfg.ProviderRetryMax)
 		},
 		Concurrency:       20,
 		Queues:            Queues,

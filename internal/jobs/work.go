@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -31,7 +32,8 @@ func isProviderTask(typ string) bool {
 }
 
 // Backoff is the delay before retry n (1-based) of a provider task:
-// base * 2^(n-1), at most limit.
+// base * 2^(n-1), at most limit. asynq counts retries from 0, hence n+1 at
+// the call site.
 func Backoff(n int, base, limit time.Duration) time.Duration {
 	d := base
 	for i := 1; i < n && d < limit; i++ {
@@ -81,12 +83,48 @@ func (q *Queue) Enqueue(ctx context.Context, t outbox.Task) error {
 	return err
 }
 
-// revive enqueues t again after its previous task was archived (it exhausted
-// its retries while, say, Postgres was down): the archived copy is deleted so
-// the id is free.
-func (q *Queue) revive(ctx context.Context, t outbox.Task) error {
+// Resend enqueues again the outbox tasks the sweeper found unfinished. A task
+// still queued, scheduled or retrying is left alone. One archived (it used up
+// its retries while, say, Postgres was down) is deleted and enqueued afresh.
+// One left active by a worker that died (its lease expired: asynq calls it
+// orphaned) is enqueued again under a derived id rather than waiting for
+// asynq's own recovery, which runs once a minute; the handlers are
+// idempotent, so the late original changes nothing.
+func (q *Queue) Resend(ctx context.Context, tasks []outbox.Task) error {
+	if len(tasks) == 0 {
+		return nil
+	}
+	orphaned := map[string]bool{}
+	if q.inspector != nil {
+		active, err := q.inspector.ListActiveTasks("critical", asynq.PageSize(1000))
+		if err != nil {
+			return err
+		}
+		for _, info := range active {
+			if info.IsOrphaned {
+				orphaned[info.ID] = true
+			}
+		}
+	}
+	for _, t := range tasks {
+		if err := q.resend(ctx, t, orphaned[t.ID()]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (q *Queue) resend(ctx context.Context, t outbox.Task, orphaned bool) error {
 	task, err := q.NewTask(t)
 	if err != nil {
+		return err
+	}
+	if orphaned {
+		id := t.ID() + ":recovered:" + strconv.FormatInt(time.Now().Unix()/60, 10)
+		_, err = q.client.EnqueueContext(ctx, task, asynq.TaskID(id))
+		if errors.Is(err, asynq.ErrTaskIDConflict) {
+			return nil
+		}
 		return err
 	}
 	_, err = q.client.EnqueueContext(ctx, task)
@@ -118,7 +156,10 @@ func (h *Handlers) provider(process func(ctx context.Context, id string, final b
 		}
 		retried, _ := asynq.GetRetryCount(ctx)
 		maxRetry, _ := asynq.GetMaxRetry(ctx)
-		err := process(ctx, p.ID, retried >= maxRetry)
+		// The worker's own PROVIDER_MAX_ATTEMPTS bounds the attempts too, even
+		// if the process that enqueued the task was configured otherwise.
+		final := retried >= maxRetry || retried+1 >= h.Config.ProviderMaxAttempts
+		err := process(ctx, p.ID, final)
 		if apperr.KindOf(err) == apperr.KindNotFound {
 			return fmt.Errorf("%v: %w", err, asynq.SkipRetry)
 		}
@@ -139,12 +180,11 @@ func (h *Handlers) HandleOutboxSweep(ctx context.Context, _ *asynq.Task) error {
 	if err != nil {
 		return err
 	}
+	tasks := make([]outbox.Task, 0, len(stale))
 	for _, p := range stale {
-		if err := h.Queue.revive(ctx, p.Task); err != nil {
-			return err
-		}
+		tasks = append(tasks, p.Task)
 	}
-	return nil
+	return h.Queue.Resend(ctx, tasks)
 }
 
 // HandleRetentionPrune deletes idempotency keys older than 24 h and events

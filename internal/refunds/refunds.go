@@ -149,7 +149,7 @@ func (s *Service) Create(ctx context.Context, merchantID string, p CreateParams,
 	if p.Reason != nil && !contains(Reasons, *p.Reason) {
 		return Result{}, apperr.Invalid("reason", "reason must be one of duplicate, fraudulent, requested_by_customer.")
 	}
-	if err := checkMetadata(p.Metadata); err != nil {
+	if err := charges.CheckMetadata(p.Metadata); err != nil {
 		return Result{}, err
 	}
 	if !charges.ValidID(*p.Charge) {
@@ -166,7 +166,7 @@ func (s *Service) Create(ctx context.Context, merchantID string, p CreateParams,
 		if p.Amount != nil {
 			amount = *p.Amount
 		}
-		if remaining <= 0 {
+		if p.Amount == nil && remaining <= 0 {
 			return Plan{}, charges.ErrInvalidState("This charge has nothing left to refund.")
 		}
 		if amount > remaining {
@@ -298,18 +298,6 @@ func (p *Processor) Process(ctx context.Context, id string, final bool) error {
 }
 
 func noEvents(Refund, charges.Charge) ([]events.Event, error) { return nil, nil }
-
-func checkMetadata(md map[string]string) error {
-	if len(md) > charges.MaxMetadataKeys {
-		return apperr.Invalid("metadata", "metadata can have at most %d keys.", charges.MaxMetadataKeys)
-	}
-	for k, v := range md {
-		if k == "" || len(k) > charges.MaxMetadataKeyLen || len(v) > charges.MaxMetadataValLen {
-			return apperr.Invalid("metadata", "metadata keys must be 1 to %d characters and values at most %d.", charges.MaxMetadataKeyLen, charges.MaxMetadataValLen)
-		}
-	}
-	return nil
-}
 
 func contains(list []string, s string) bool {
 	for _, v := range list {

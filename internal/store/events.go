@@ -18,7 +18,10 @@ func scanEvent(row pgx.Row) (events.Event, error) {
 	return e, err
 }
 
-const selectEvent = `SELECT ` + eventColumns + ` FROM events WHERE id = $1 AND merchant_id = $2`
+// Events older than the retention period are never served, pruned or not.
+const retained = ` AND created_at > now() - interval '30 days'`
+
+const selectEvent = `SELECT ` + eventColumns + ` FROM events WHERE id = $1 AND merchant_id = $2` + retained
 
 // EventByID returns the merchant's event or NotFound.
 func (s *Store) EventByID(ctx context.Context, merchantID, id string) (events.Event, error) {
@@ -28,7 +31,7 @@ func (s *Store) EventByID(ctx context.Context, merchantID, id string) (events.Ev
 
 // ListEvents returns a page of the merchant's events, newest first.
 func (s *Store) ListEvents(ctx context.Context, merchantID string, f events.Filter, p listing.Params) (listing.Page[events.Event], error) {
-	query := `SELECT ` + eventColumns + ` FROM events WHERE merchant_id = $1 AND ($2::text IS NULL OR type = $2)`
+	query := `SELECT ` + eventColumns + ` FROM events WHERE merchant_id = $1 AND ($2::text IS NULL OR type = $2)` + retained
 	var typ, cursor *string
 	if f.Type != "" {
 		typ = &f.Type

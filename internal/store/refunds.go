@@ -130,7 +130,7 @@ const (
 WHERE id = $1 AND status = 'pending' RETURNING ` + refundColumns
 	releaseRefunded = `UPDATE charges SET amount_refunded = amount_refunded + $2, amount_refund_held = amount_refund_held - $2,
 	status = CASE WHEN amount_refunded + $2 >= amount_captured THEN 'refunded' ELSE status END,
-	updated_at = CASE WHEN amount_refunded + $2 >= amount_captured THEN $3 ELSE updated_at END
+	updated_at = $3
 WHERE id = $1 RETURNING ` + chargeColumns
 	releaseFailed = `UPDATE charges SET amount_refund_held = amount_refund_held - $2 WHERE id = $1 AND $3::timestamptz IS NOT NULL
 RETURNING ` + chargeColumns

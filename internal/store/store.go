@@ -94,6 +94,9 @@ func mapErr(err error, what string) error {
 		switch pgErr.Code {
 		case "23505":
 			return &apperr.Error{Kind: apperr.KindConflict, Code: apperr.CodeInvalidState, Message: what + " already exists.", Err: err}
+		case "22021", "22P05": // a character the database cannot store (NUL)
+			return &apperr.Error{Kind: apperr.KindInvalid, Code: apperr.CodeParameterInvalid,
+				Message: "Text must not contain NUL characters.", Err: err}
 		case "57P01", "57P02", "57P03", "53300": // shutdown, crash, cannot connect now, too many connections
 			return apperr.Unavailable(err)
 		}
