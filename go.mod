@@ -3,6 +3,7 @@ module github.com/gatehouse-pay/gatehouse
 go 1.26.0
 
 require (
+	code.dny.dev/ssrf v0.3.0
 	github.com/getkin/kin-openapi v0.152.0
 	github.com/gofiber/fiber/v2 v2.52.15
 	github.com/golang-jwt/jwt/v5 v5.3.1

@@ -37,6 +37,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/ratelimit"
 	"github.com/gatehouse-pay/gatehouse/internal/refunds"
 	"github.com/gatehouse-pay/gatehouse/internal/store"
+	"github.com/gatehouse-pay/gatehouse/internal/webhooks"
 )
 
 func main() {
@@ -166,6 +167,7 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer) er
 		Charges:        charges.NewService(db, queue, keys, cfg.Providers(), cfg.DefaultProvider, time.Now, onEnqueueErr),
 		Refunds:        refunds.NewService(db, queue, time.Now, onEnqueueErr),
 		Events:         events.NewService(db, time.Now),
+		Webhooks:       webhooks.NewService(db, queue, keys, cfg.WebhookAllowPrivateNetworks, time.Now, onEnqueueErr),
 		Keyring:        keys,
 		Limiter:        ratelimit.New(rdb, ratelimit.NewMetrics(reg), log),
 		Metrics:        metrics.NewHTTP(reg),

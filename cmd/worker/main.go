@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -35,6 +36,8 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/providers/stripe"
 	"github.com/gatehouse-pay/gatehouse/internal/refunds"
 	"github.com/gatehouse-pay/gatehouse/internal/store"
+	"github.com/gatehouse-pay/gatehouse/internal/webhooks"
+	"github.com/gatehouse-pay/gatehouse/internal/webhooks/sender"
 )
 
 func main() {
@@ -109,16 +112,26 @@ func work(ctx context.Context, getenv func(string) string, stderr io.Writer) err
 	defer client.Close()
 	inspector := asynq.NewInspector(redisOpt)
 	defer inspector.Close()
+	queue := jobs.NewQueue(client, inspector, cfg)
+	jm := metrics.NewJobs(reg)
+	wm := metrics.NewWebhooks(reg)
+	out := sender.New(sender.Options{Timeout: cfg.WebhookTimeout, AllowPrivate: cfg.WebhookAllowPrivateNetworks})
+	deliverer := webhooks.NewDeliverer(db, webhookSender{out}, keys, cfg.WebhookRetrySchedule, time.Now, log,
+		func(outcome string, attempt int, d time.Duration) {
+			wm.Attempts.WithLabelValues(outcome, strconv.Itoa(min(attempt, len(cfg.WebhookRetrySchedule)))).Inc()
+			wm.Duration.WithLabelValues(outcome).Observe(d.Seconds())
+		})
 	handlers := &jobs.Handlers{
-		Auth:    auth.NewService(nil, db, cache.New(rdb), nil, nil, time.Now, log),
-		Charges: charges.NewProcessor(db, registry, keys, cfg.ProviderTimeout, time.Now, log, observe),
-		Refunds: refunds.NewProcessor(db, registry, cfg.ProviderTimeout, time.Now, log, observe),
-		Events:  events.NewService(db, time.Now),
-		Store:   db,
-		Queue:   jobs.NewQueue(client, inspector, cfg),
-		Config:  cfg,
-		Log:     log,
-		Metrics: metrics.NewJobs(reg),
+		Auth:     auth.NewService(nil, db, cache.New(rdb), nil, nil, time.Now, log),
+		Charges:  charges.NewProcessor(db, registry, keys, cfg.ProviderTimeout, time.Now, log, observe).WithQueue(queue),
+		Refunds:  refunds.NewProcessor(db, registry, cfg.ProviderTimeout, time.Now, log, observe).WithQueue(queue),
+		Webhooks: deliverer,
+		Events:   events.NewService(db, time.Now),
+		Store:    db,
+		Queue:    queue,
+		Config:   cfg,
+		Log:      log,
+		Metrics:  jm,
 	}
 
 	srv := asynq.NewServer(redisOpt, jobs.ServerConfig(log, cfg))
@@ -188,6 +201,14 @@ func work(ctx context.Context, getenv func(string) string, stderr io.Writer) err
 	_ = httpSrv.Shutdown(sctx)
 	log.Info("stopped")
 	return nil
+}
+
+// webhookSender adapts the outbound HTTP sender to the webhooks domain.
+type webhookSender struct{ s *sender.Sender }
+
+func (w webhookSender) Send(ctx context.Context, o webhooks.Outgoing) webhooks.Response {
+	r := w.s.Send(ctx, sender.Request{URL: o.URL, Body: o.Body, Headers: o.Headers})
+	return webhooks.Response{StatusCode: r.StatusCode, Duration: r.Duration, Err: r.Err, Body: r.Body}
 }
 
 // withRequestID gives every answer an X-Request-Id, as the API does.

@@ -95,14 +95,15 @@ type fakeStore struct {
 	deleted     []string
 }
 
-func (s *fakeStore) CreateCharge(ctx context.Context, n charges.NewCharge) (*idempotency.Response, error) {
+func (s *fakeStore) CreateCharge(ctx context.Context, n charges.NewCharge) (*idempotency.Response, []outbox.Task, error) {
 	s.mu.Lock()
 	s.created = append(s.created, n)
 	s.mu.Unlock()
 	if s.CreateChargeFn != nil {
-		return s.CreateChargeFn(ctx, n)
+		r, err := s.CreateChargeFn(ctx, n)
+		return r, nil, err
 	}
-	return nil, nil
+	return nil, nil, nil
 }
 
 func (s *fakeStore) ChargeByID(ctx context.Context, merchantID, id string) (charges.Charge, error) {
@@ -133,14 +134,15 @@ func (s *fakeStore) ChargeForWork(ctx context.Context, id string) (charges.Charg
 	return charges.Charge{}, nil, apperr.NotFound("charge")
 }
 
-func (s *fakeStore) ApplyTransition(ctx context.Context, tr charges.Transition) (bool, error) {
+func (s *fakeStore) ApplyTransition(ctx context.Context, tr charges.Transition) (bool, []outbox.Task, error) {
 	s.mu.Lock()
 	s.transitions = append(s.transitions, tr)
 	s.mu.Unlock()
 	if s.ApplyTransitionFn != nil {
-		return s.ApplyTransitionFn(ctx, tr)
+		ok, err := s.ApplyTransitionFn(ctx, tr)
+		return ok, nil, err
 	}
-	return true, nil
+	return true, nil, nil
 }
 
 func (s *fakeStore) DeleteTask(ctx context.Context, taskID string) error {

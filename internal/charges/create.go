@@ -69,17 +69,19 @@ type NewCharge struct {
 	Response *idempotency.Response
 }
 
-// Store persists charges. CreateCharge writes the charge, its event, its
-// outbox task and, with an idempotency request, the first response, in one
-// transaction; if the key was used before it writes nothing and returns the
-// stored response (same fingerprint) or idempotency.ErrReused (another one).
+// Store persists charges. CreateCharge writes the charge, its event (with a
+// webhook delivery per subscribed endpoint), its outbox task and, with an
+// idempotency request, the first response, in one transaction; if the key was
+// used before it writes nothing and returns the stored response (same
+// fingerprint) or idempotency.ErrReused (another one). Writes that add events
+// return the delivery tasks they created, for the caller to enqueue.
 type Store interface {
-	CreateCharge(ctx context.Context, n NewCharge) (replay *idempotency.Response, err error)
+	CreateCharge(ctx context.Context, n NewCharge) (replay *idempotency.Response, deliveries []outbox.Task, err error)
 	ChargeByID(ctx context.Context, merchantID, id string) (Charge, error)
 	ListCharges(ctx context.Context, merchantID string, f Filter, p listing.Params) (listing.Page[Charge], error)
 	RequestAction(ctx context.Context, r ActionRequest) (replay *idempotency.Response, err error)
 	ChargeForWork(ctx context.Context, id string) (Charge, []byte, error)
-	ApplyTransition(ctx context.Context, t Transition) (applied bool, err error)
+	ApplyTransition(ctx context.Context, t Transition) (applied bool, deliveries []outbox.Task, err error)
 	DeleteTask(ctx context.Context, taskID string) error
 }
 
@@ -146,7 +148,7 @@ func (s *Service) Create(ctx context.Context, merchantID, environment string, p 
 		return Result{}, apperr.Internal(err)
 	}
 	n.Response = &resp
-	replay, err := s.store.CreateCharge(ctx, n)
+	replay, deliveries, err := s.store.CreateCharge(ctx, n)
 	if err != nil {
 		return Result{}, err
 	}
@@ -154,6 +156,9 @@ func (s *Service) Create(ctx context.Context, merchantID, environment string, p 
 		return Result{Response: *replay, Replayed: true}, nil
 	}
 	s.enqueue(ctx, n.Task)
+	for _, t := range deliveries {
+		s.enqueue(ctx, t)
+	}
 	return Result{Response: resp}, nil
 }
 

@@ -49,6 +49,31 @@ type Processor struct {
 	now       func() time.Time
 	log       *slog.Logger
 	observe   func(provider, op string, o Outcome, d time.Duration)
+	queue     outbox.Enqueuer
+}
+
+// WithQueue makes the processor enqueue the webhook deliveries its
+// transitions create right after commit; without it they wait for the
+// outbox sweeper.
+func (p *Processor) WithQueue(q outbox.Enqueuer) *Processor {
+	p.queue = q
+	return p
+}
+
+// apply writes a transition and hands its deliveries to the queue.
+func (p *Processor) apply(ctx context.Context, t Transition) error {
+	_, deliveries, err := p.store.ApplyTransition(ctx, t)
+	if err != nil {
+		return err
+	}
+	if p.queue != nil {
+		for _, d := range deliveries {
+			if err := p.queue.Enqueue(ctx, d); err != nil {
+				p.log.WarnContext(ctx, "delivery not enqueued; the outbox sweeper will enqueue it", "err", err)
+			}
+		}
+	}
+	return nil
 }
 
 // NewProcessor returns the worker-side service; timeout bounds each provider
@@ -141,8 +166,7 @@ func (p *Processor) Authorize(ctx context.Context, id string, final bool) error 
 	} else {
 		after.Status = StatusAuthorized
 	}
-	_, err = p.store.ApplyTransition(ctx, Transition{Before: c, After: after, Event: ev, DoneTask: task.ID(), PurgeCard: true})
-	return err
+	return p.apply(ctx, Transition{Before: c, After: after, Event: ev, DoneTask: task.ID(), PurgeCard: true})
 }
 
 // Capture captures an authorized charge whose capture was requested.
@@ -212,8 +236,7 @@ func (p *Processor) settle(ctx context.Context, id string, final bool, action st
 		p.observe(c.Provider, action, OutcomeUnavailable, elapsed)
 		after.FailureCode, after.FailureMessage = ptr("provider_unavailable"), ptr("The provider did not answer; the charge is still authorized.")
 	}
-	_, err = p.store.ApplyTransition(ctx, Transition{Before: c, After: after, Event: ev, DoneTask: task.ID()})
-	return err
+	return p.apply(ctx, Transition{Before: c, After: after, Event: ev, DoneTask: task.ID()})
 }
 
 func (p *Processor) fail(ctx context.Context, c Charge, task outbox.Task, code, message string) error {
@@ -225,8 +248,7 @@ func (p *Processor) fail(ctx context.Context, c Charge, task outbox.Task, code, 
 	if err != nil {
 		return err
 	}
-	_, err = p.store.ApplyTransition(ctx, Transition{Before: c, After: after, Event: &e, DoneTask: task.ID(), PurgeCard: true})
-	return err
+	return p.apply(ctx, Transition{Before: c, After: after, Event: &e, DoneTask: task.ID(), PurgeCard: true})
 }
 
 func (p *Processor) event(c Charge, typ string) (events.Event, error) {

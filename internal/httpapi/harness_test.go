@@ -30,6 +30,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/refunds"
 	"github.com/gatehouse-pay/gatehouse/internal/store"
 	"github.com/gatehouse-pay/gatehouse/internal/testenv"
+	"github.com/gatehouse-pay/gatehouse/internal/webhooks"
 )
 
 const testJWTSecret = "0123456789abcdef0123456789abcdef-test"
@@ -51,6 +52,9 @@ func testConfig(t *testing.T, mutate func(map[string]string)) config.Config {
 	env := map[string]string{
 		"JWT_SECRET":     testJWTSecret,
 		"ENCRYPTION_KEY": strings.Repeat("ab", 32),
+		// Tests register receivers on 127.0.0.1; a test of the production
+		// default deletes this (see strictWebhookURLs in webhooks_test.go).
+		"WEBHOOK_ALLOW_PRIVATE_NETWORKS": "true",
 	}
 	if mutate != nil {
 		mutate(env)
@@ -94,6 +98,7 @@ func newHarness(t *testing.T, mutateEnv func(map[string]string)) *harness {
 		Charges:        charges.NewService(st, queue, keys, cfg.Providers(), cfg.DefaultProvider, time.Now, nil),
 		Refunds:        refunds.NewService(st, queue, time.Now, nil),
 		Events:         events.NewService(st, time.Now),
+		Webhooks:       webhooks.NewService(st, queue, keys, cfg.WebhookAllowPrivateNetworks, time.Now, nil),
 		Keyring:        keys,
 		Limiter:        ratelimit.New(rdb, ratelimit.NewMetrics(reg), log),
 		Metrics:        metrics.NewHTTP(reg),

@@ -435,11 +435,47 @@ func TestBOLA(t *testing.T) {
 		"DELETE /v1/me/api_keys/:id":   func(id string) idCase { return idCase{"DELETE", "/v1/me/api_keys/" + id, "", 200} },
 		// An id in the body.
 		"POST /v1/refunds": func(id string) idCase { return idCase{"POST", "/v1/refunds", refundJSON(id, `"amount":1`), 201} },
+
+		"GET /v1/me/webhook_endpoints/:id": func(id string) idCase { return idCase{"GET", "/v1/me/webhook_endpoints/" + id, "", 200} },
+		"PATCH /v1/me/webhook_endpoints/:id": func(id string) idCase {
+			return idCase{"PATCH", "/v1/me/webhook_endpoints/" + id, `{"active":false}`, 200}
+		},
+		"DELETE /v1/me/webhook_endpoints/:id": func(id string) idCase { return idCase{"DELETE", "/v1/me/webhook_endpoints/" + id, "", 200} },
+		"POST /v1/me/webhook_endpoints/:id/rotate_secret": func(id string) idCase {
+			return idCase{"POST", "/v1/me/webhook_endpoints/" + id + "/rotate_secret", "", 200}
+		},
+		"POST /v1/me/webhook_endpoints/:id/test": func(id string) idCase {
+			return idCase{"POST", "/v1/me/webhook_endpoints/" + id + "/test", "", 202}
+		},
+		"POST /v1/me/webhook_endpoints/:id/recover": func(id string) idCase {
+			return idCase{"POST", "/v1/me/webhook_endpoints/" + id + "/recover?dry_run=true", `{"since":"2020-01-01T00:00:00Z"}`, 200}
+		},
+		"GET /v1/me/webhook_endpoints/:id/deliveries": func(id string) idCase {
+			return idCase{"GET", "/v1/me/webhook_endpoints/" + id + "/deliveries", "", 200}
+		},
+		// A's delivery is pending, so A's own retry is refused as invalid_state.
+		"POST /v1/webhook_deliveries/:id/retry": func(id string) idCase {
+			return idCase{"POST", "/v1/webhook_deliveries/" + id + "/retry", "", 409}
+		},
 	}
+	endpoint := func() string {
+		t.Helper()
+		r := h.do("POST", "/v1/me/webhook_endpoints", `{"url":"https://hooks.example.com/a","events":["charge.captured"]}`, bearer(a.secret)...)
+		want(t, r, 201, "")
+		return r.body["webhook_endpoint"].(map[string]any)["id"].(string)
+	}
+	testDelivery := h.do("POST", "/v1/me/webhook_endpoints/"+endpoint()+"/test", "", bearer(a.secret)...)
+	want(t, testDelivery, 202, "")
 	idOf := map[string]string{
 		"GET /v1/charges/:id": captured, "POST /v1/charges/:id/capture": authorized, "POST /v1/charges/:id/void": authorized,
 		"GET /v1/refunds/:id": refundID, "GET /v1/events/:id": event, "DELETE /v1/me/api_keys/:id": a.keyID,
 		"POST /v1/refunds": captured,
+
+		"GET /v1/me/webhook_endpoints/:id": endpoint(), "PATCH /v1/me/webhook_endpoints/:id": endpoint(),
+		"DELETE /v1/me/webhook_endpoints/:id": endpoint(), "POST /v1/me/webhook_endpoints/:id/rotate_secret": endpoint(),
+		"POST /v1/me/webhook_endpoints/:id/test": endpoint(), "POST /v1/me/webhook_endpoints/:id/recover": endpoint(),
+		"GET /v1/me/webhook_endpoints/:id/deliveries": endpoint(),
+		"POST /v1/webhook_deliveries/:id/retry":       testDelivery.body["id"].(string),
 	}
 
 	t.Run("every route with an id is covered", func(t *testing.T) {
@@ -460,7 +496,9 @@ func TestBOLA(t *testing.T) {
 			(SELECT string_agg(id::text || status || amount_refund_held || amount_refunded || coalesce(pending_action, '-'), ',' ORDER BY id) FROM charges) ||
 			(SELECT string_agg(id::text || status || amount, ',' ORDER BY id) FROM refunds) ||
 			(SELECT count(*) FROM events)::text ||
-			(SELECT string_agg(id || coalesce(revoked_at::text, '-'), ',' ORDER BY id) FROM api_keys)`).Scan(&s)
+			(SELECT string_agg(id || coalesce(revoked_at::text, '-'), ',' ORDER BY id) FROM api_keys) ||
+			(SELECT string_agg(id || active::text || coalesce(deleted_at::text, '-') || md5(secret_sealed), ',' ORDER BY id) FROM webhook_endpoints) ||
+			(SELECT string_agg(id::text || status || chain_attempts, ',' ORDER BY id) FROM webhook_deliveries)`).Scan(&s)
 		if err != nil {
 			t.Fatal(err)
 		}

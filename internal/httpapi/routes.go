@@ -40,6 +40,17 @@ func (s *server) routes(app *fiber.App) {
 	app.Get("/v1/refunds", perIP, secret, s.listRefunds)
 	app.Get("/v1/refunds/:id", perIP, secret, s.getRefund)
 
+	app.Post("/v1/me/webhook_endpoints", perIP, secret, s.createEndpoint)
+	app.Get("/v1/me/webhook_endpoints", perIP, secret, s.listEndpoints)
+	app.Get("/v1/me/webhook_endpoints/:id", perIP, secret, s.getEndpoint)
+	app.Patch("/v1/me/webhook_endpoints/:id", perIP, secret, s.updateEndpoint)
+	app.Delete("/v1/me/webhook_endpoints/:id", perIP, secret, s.deleteEndpoint)
+	app.Post("/v1/me/webhook_endpoints/:id/rotate_secret", perIP, secret, s.rotateSecret)
+	app.Post("/v1/me/webhook_endpoints/:id/test", perIP, secret, s.testEndpoint)
+	app.Post("/v1/me/webhook_endpoints/:id/recover", perIP, secret, s.recoverEndpoint)
+	app.Get("/v1/me/webhook_endpoints/:id/deliveries", perIP, secret, s.listDeliveries)
+	app.Post("/v1/webhook_deliveries/:id/retry", perIP, secret, s.retryDelivery)
+
 	app.Get("/v1/events", perIP, secret, s.listEvents)
 	app.Get("/v1/events/:id", perIP, secret, s.getEvent)
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/metrics"
 	"github.com/gatehouse-pay/gatehouse/internal/ratelimit"
 	"github.com/gatehouse-pay/gatehouse/internal/refunds"
+	"github.com/gatehouse-pay/gatehouse/internal/webhooks"
 )
 
 // BodyLimit is the largest request body accepted (CONTRACT.md: 64 KiB).
@@ -44,6 +45,7 @@ type Deps struct {
 	Charges   *charges.Service
 	Refunds   *refunds.Service
 	Events    *events.Service
+	Webhooks  *webhooks.Service
 	Keyring   *keyring.Keyring
 	Limiter   *ratelimit.Limiter
 	Metrics   *metrics.HTTP

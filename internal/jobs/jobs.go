@@ -5,6 +5,7 @@ package jobs
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/metrics"
 	"github.com/gatehouse-pay/gatehouse/internal/outbox"
 	"github.com/gatehouse-pay/gatehouse/internal/refunds"
+	"github.com/gatehouse-pay/gatehouse/internal/webhooks"
 )
 
 // Task types. Provider work uses the outbox task types (charge:authorize,
@@ -34,7 +36,7 @@ const (
 
 // Queues and their weights: provider calls and deliveries will outrank
 // housekeeping.
-var Queues = map[string]int{"critical": 6, "default": 3, "maintenance": 1}
+var Queues = map[string]int{"critical": 6, "webhooks": 4, "default": 2, "maintenance": 1}
 
 // NewSessionsPruneTask returns the housekeeping task that prunes sessions. It
 // is unique for its period, so several workers scheduling it enqueue it once.
@@ -45,15 +47,16 @@ func NewSessionsPruneTask() *asynq.Task {
 
 // Handlers holds what the task handlers need.
 type Handlers struct {
-	Auth    *auth.Service
-	Charges *charges.Processor
-	Refunds *refunds.Processor
-	Events  *events.Service
-	Store   Maintenance
-	Queue   *Queue
-	Config  config.Config
-	Log     *slog.Logger
-	Metrics *metrics.Jobs
+	Auth     *auth.Service
+	Charges  *charges.Processor
+	Refunds  *refunds.Processor
+	Webhooks *webhooks.Deliverer
+	Events   *events.Service
+	Store    Maintenance
+	Queue    *Queue
+	Config   config.Config
+	Log      *slog.Logger
+	Metrics  *metrics.Jobs
 }
 
 // Maintenance is the store's housekeeping side.
@@ -74,6 +77,7 @@ func (h *Handlers) Mux() *asynq.ServeMux {
 	mux.HandleFunc(outbox.ChargeCapture, h.provider(h.Charges.Capture))
 	mux.HandleFunc(outbox.ChargeVoid, h.provider(h.Charges.Void))
 	mux.HandleFunc(outbox.RefundProcess, h.provider(h.Refunds.Process))
+	mux.HandleFunc(outbox.WebhookDeliver, h.HandleWebhookDeliver)
 	return mux
 }
 
@@ -98,6 +102,8 @@ func (h *Handlers) observe(next asynq.Handler) asynq.Handler {
 		switch {
 		case err != nil && isSkip(err):
 			outcome = "skipped"
+		case err != nil && isRetryIn(err):
+			outcome = "rescheduled"
 		case err != nil:
 			outcome = "error"
 			h.Log.WarnContext(ctx, "task failed", "type", t.Type(), "err", err)
@@ -106,6 +112,11 @@ func (h *Handlers) observe(next asynq.Handler) asynq.Handler {
 		h.Metrics.Duration.WithLabelValues(t.Type()).Observe(time.Since(start).Seconds())
 		return err
 	})
+}
+
+func isRetryIn(err error) bool {
+	var next *webhooks.RetryIn
+	return errors.As(err, &next)
 }
 
 func isSkip(err error) bool {
@@ -143,6 +154,10 @@ func ServerConfig(log *slog.Logger, cfg config.Config) asynq.Config {
 	shutdownTimeout := cfg.ShutdownTimeout
 	return asynq.Config{
 		RetryDelayFunc: func(n int, err error, t *asynq.Task) time.Duration {
+			var next *webhooks.RetryIn
+			if errors.As(err, &next) {
+				return next.Delay
+			}
 			if !isProviderTask(t.Type()) {
 				return asynq.DefaultRetryDelayFunc(n, err, t)
 			}
@@ -151,6 +166,11 @@ func ServerConfig(log *slog.Logger, cfg config.Config) asynq.Config {
 		Concurrency:       20,
 		Queues:            Queues,
 		TaskCheckInterval: 50 * time.Millisecond,
+		// A delivery waiting for its next scheduled attempt is not a failure.
+		IsFailure: func(err error) bool {
+			var next *webhooks.RetryIn
+			return !errors.As(err, &next)
+		},
 		// Retries and scheduled tasks move to the queue within a second of
 		// their time (asynq's default checks every 5 s).
 		DelayedTaskCheckInterval: time.Second,

@@ -23,6 +23,14 @@ type payload struct {
 	ID string `json:"id"`
 }
 
+// queueOf is the asynq queue of an outbox task type.
+func queueOf(typ string) string {
+	if typ == outbox.WebhookDeliver {
+		return "webhooks"
+	}
+	return "critical"
+}
+
 func isProviderTask(typ string) bool {
 	switch typ {
 	case outbox.ChargeAuthorize, outbox.ChargeCapture, outbox.ChargeVoid, outbox.RefundProcess:
@@ -62,9 +70,15 @@ func (q *Queue) NewTask(t outbox.Task) (*asynq.Task, error) {
 	if err != nil {
 		return nil, err
 	}
+	if t.Type == outbox.WebhookDeliver {
+		// Attempts are counted in Postgres, which decides when a delivery
+		// fails; asynq's retries only carry the schedule (see RetryIn).
+		return asynq.NewTask(t.Type, body, asynq.TaskID(t.ID()), asynq.Queue(queueOf(t.Type)),
+			asynq.MaxRetry(25), asynq.Timeout(q.cfg.WebhookTimeout+30*time.Second)), nil
+	}
 	return asynq.NewTask(t.Type, body,
 		asynq.TaskID(t.ID()),
-		asynq.Queue("critical"),
+		asynq.Queue(queueOf(t.Type)),
 		asynq.MaxRetry(q.cfg.ProviderMaxAttempts-1),
 		asynq.Timeout(q.cfg.ProviderTimeout+30*time.Second),
 	), nil
@@ -96,13 +110,15 @@ func (q *Queue) Resend(ctx context.Context, tasks []outbox.Task) error {
 	}
 	orphaned := map[string]bool{}
 	if q.inspector != nil {
-		active, err := q.inspector.ListActiveTasks("critical", asynq.PageSize(1000))
-		if err != nil {
-			return err
-		}
-		for _, info := range active {
-			if info.IsOrphaned {
-				orphaned[info.ID] = true
+		for _, queue := range []string{"critical", "webhooks"} {
+			active, err := q.inspector.ListActiveTasks(queue, asynq.PageSize(1000))
+			if err != nil && !errors.Is(err, asynq.ErrQueueNotFound) {
+				return err
+			}
+			for _, info := range active {
+				if info.IsOrphaned {
+					orphaned[info.ID] = true
+				}
 			}
 		}
 	}
@@ -131,11 +147,11 @@ func (q *Queue) resend(ctx context.Context, t outbox.Task, orphaned bool) error 
 	if !errors.Is(err, asynq.ErrTaskIDConflict) || q.inspector == nil {
 		return err
 	}
-	info, ierr := q.inspector.GetTaskInfo("critical", t.ID())
+	info, ierr := q.inspector.GetTaskInfo(queueOf(t.Type), t.ID())
 	if ierr != nil || info.State != asynq.TaskStateArchived {
 		return nil // queued, scheduled, retrying or running: it will happen
 	}
-	if err := q.inspector.DeleteTask("critical", t.ID()); err != nil {
+	if err := q.inspector.DeleteTask(queueOf(t.Type), t.ID()); err != nil {
 		return err
 	}
 	_, err = q.client.EnqueueContext(ctx, task)
@@ -165,6 +181,20 @@ func (h *Handlers) provider(process func(ctx context.Context, id string, final b
 		}
 		return err
 	}
+}
+
+// HandleWebhookDeliver makes the next attempt of a delivery. The schedule is
+// carried back to asynq in a *webhooks.RetryIn error (see ServerConfig).
+func (h *Handlers) HandleWebhookDeliver(ctx context.Context, t *asynq.Task) error {
+	var p payload
+	if err := json.Unmarshal(t.Payload(), &p); err != nil || !charges.ValidID(p.ID) {
+		return fmt.Errorf("bad payload: %w", asynq.SkipRetry)
+	}
+	err := h.Webhooks.Deliver(ctx, p.ID)
+	if apperr.KindOf(err) == apperr.KindNotFound {
+		return fmt.Errorf("%v: %w", err, asynq.SkipRetry)
+	}
+	return err
 }
 
 // HandleOutboxSweep re-creates the tasks of work waiting too long and

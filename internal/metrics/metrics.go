@@ -121,3 +121,26 @@ func CircuitValue(state string) float64 {
 	}
 	return 0
 }
+
+// Webhooks are the worker's delivery metrics.
+type Webhooks struct {
+	Attempts *prometheus.CounterVec   // outcome, attempt
+	Duration *prometheus.HistogramVec // outcome
+}
+
+// NewWebhooks creates and registers the delivery metrics.
+func NewWebhooks(reg prometheus.Registerer) *Webhooks {
+	m := &Webhooks{
+		Attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "gatehouse", Name: "webhook_attempts_total",
+			Help: "Webhook delivery attempts by outcome (succeeded, failed) and attempt number.",
+		}, []string{"outcome", "attempt"}),
+		Duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "gatehouse", Name: "webhook_attempt_duration_seconds",
+			Help:    "Webhook delivery attempt duration by outcome.",
+			Buckets: prometheus.ExponentialBuckets(0.005, 2, 12),
+		}, []string{"outcome"}),
+	}
+	reg.MustRegister(m.Attempts, m.Duration)
+	return m
+}

@@ -16,6 +16,7 @@ const (
 	ChargeCapture   = "charge:capture"
 	ChargeVoid      = "charge:void"
 	RefundProcess   = "refund:process"
+	WebhookDeliver  = "webhook:deliver"
 )
 
 // Task is one unit of work about one object.

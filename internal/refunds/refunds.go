@@ -98,11 +98,11 @@ type Plan struct {
 // charge as they are after the change, and deletes the task. It returns false
 // when the refund was no longer pending.
 type Store interface {
-	CreateRefund(ctx context.Context, merchantID, chargeID string, idem *idempotency.Request, plan func(charges.Charge) (Plan, error)) (replay *idempotency.Response, err error)
+	CreateRefund(ctx context.Context, merchantID, chargeID string, idem *idempotency.Request, plan func(charges.Charge) (Plan, error)) (replay *idempotency.Response, deliveries []outbox.Task, err error)
 	RefundByID(ctx context.Context, merchantID, id string) (Refund, error)
 	ListRefunds(ctx context.Context, merchantID, chargeID string, p listing.Params) (listing.Page[Refund], error)
 	RefundForWork(ctx context.Context, id string) (Refund, charges.Charge, error)
-	SettleRefund(ctx context.Context, after Refund, doneTask string, eventsFor func(Refund, charges.Charge) ([]events.Event, error)) (bool, error)
+	SettleRefund(ctx context.Context, after Refund, doneTask string, eventsFor func(Refund, charges.Charge) ([]events.Event, error)) (applied bool, deliveries []outbox.Task, err error)
 	DeleteTask(ctx context.Context, taskID string) error
 }
 
@@ -157,7 +157,7 @@ func (s *Service) Create(ctx context.Context, merchantID string, p CreateParams,
 	}
 	now := s.now().UTC().Truncate(time.Millisecond)
 	var created Plan
-	replay, err := s.store.CreateRefund(ctx, merchantID, *p.Charge, idem, func(c charges.Charge) (Plan, error) {
+	replay, deliveries, err := s.store.CreateRefund(ctx, merchantID, *p.Charge, idem, func(c charges.Charge) (Plan, error) {
 		if c.Status != charges.StatusCaptured {
 			return Plan{}, charges.ErrInvalidState("Only captured charges can be refunded; this charge is %s.", c.Status)
 		}
@@ -196,8 +196,10 @@ func (s *Service) Create(ctx context.Context, merchantID string, p CreateParams,
 	if replay != nil {
 		return Result{Response: *replay, Replayed: true}, nil
 	}
-	if err := s.queue.Enqueue(ctx, created.Task); err != nil && s.onEnqueue != nil {
-		s.onEnqueue(err)
+	for _, t := range append([]outbox.Task{created.Task}, deliveries...) {
+		if err := s.queue.Enqueue(ctx, t); err != nil && s.onEnqueue != nil {
+			s.onEnqueue(err)
+		}
 	}
 	return Result{Response: created.Response}, nil
 }
@@ -226,6 +228,29 @@ type Processor struct {
 	now       func() time.Time
 	log       *slog.Logger
 	observe   func(provider, op string, o charges.Outcome, d time.Duration)
+	queue     outbox.Enqueuer
+}
+
+// WithQueue makes the processor enqueue the webhook deliveries its
+// settlements create right after commit; without it they wait for the sweeper.
+func (p *Processor) WithQueue(q outbox.Enqueuer) *Processor {
+	p.queue = q
+	return p
+}
+
+func (p *Processor) settle(ctx context.Context, after Refund, doneTask string, eventsFor func(Refund, charges.Charge) ([]events.Event, error)) error {
+	_, deliveries, err := p.store.SettleRefund(ctx, after, doneTask, eventsFor)
+	if err != nil {
+		return err
+	}
+	if p.queue != nil {
+		for _, d := range deliveries {
+			if err := p.queue.Enqueue(ctx, d); err != nil {
+				p.log.WarnContext(ctx, "delivery not enqueued; the outbox sweeper will enqueue it", "err", err)
+			}
+		}
+	}
+	return nil
 }
 
 // NewProcessor returns the worker-side service.
@@ -252,8 +277,7 @@ func (p *Processor) Process(ctx context.Context, id string, final bool) error {
 	prov, ok := p.providers.Get(c.Provider)
 	if !ok || c.ProviderReference == nil {
 		after.Status, after.FailureCode = StatusFailed, ptr("provider_unavailable")
-		_, err := p.store.SettleRefund(ctx, after, task.ID(), noEvents)
-		return err
+		return p.settle(ctx, after, task.ID(), noEvents)
 	}
 	start := time.Now()
 	cctx, cancel := context.WithTimeout(ctx, p.timeout)
@@ -266,7 +290,7 @@ func (p *Processor) Process(ctx context.Context, id string, final bool) error {
 	case err == nil:
 		p.observe(c.Provider, "refund", charges.OutcomeSucceeded, elapsed)
 		after.Status, after.ProviderReference = StatusSucceeded, &res.Reference
-		_, err := p.store.SettleRefund(ctx, after, task.ID(), func(r Refund, c charges.Charge) ([]events.Event, error) {
+		return p.settle(ctx, after, task.ID(), func(r Refund, c charges.Charge) ([]events.Event, error) {
 			out := []events.Event{}
 			e, err := events.New(ids.NewUUID(), r.MerchantID, c.Environment, events.RefundSucceeded, r.UpdatedAt, c.View(), r.View())
 			if err != nil {
@@ -282,7 +306,6 @@ func (p *Processor) Process(ctx context.Context, id string, final bool) error {
 			}
 			return out, nil
 		})
-		return err
 	case declined:
 		p.observe(c.Provider, "refund", charges.OutcomeDeclined, elapsed)
 		after.Status, after.FailureCode = StatusFailed, &d.Code
@@ -293,8 +316,7 @@ func (p *Processor) Process(ctx context.Context, id string, final bool) error {
 		p.observe(c.Provider, "refund", charges.OutcomeUnavailable, elapsed)
 		after.Status, after.FailureCode = StatusFailed, ptr("provider_unavailable")
 	}
-	_, err = p.store.SettleRefund(ctx, after, task.ID(), noEvents)
-	return err
+	return p.settle(ctx, after, task.ID(), noEvents)
 }
 
 func noEvents(Refund, charges.Charge) ([]events.Event, error) { return nil, nil }

@@ -46,17 +46,18 @@ type fakeStore struct {
 	mu              sync.Mutex
 }
 
-func (s *fakeStore) CreateRefund(ctx context.Context, merchantID, id string, idem *idempotency.Request, plan func(charges.Charge) (refunds.Plan, error)) (*idempotency.Response, error) {
+func (s *fakeStore) CreateRefund(ctx context.Context, merchantID, id string, idem *idempotency.Request, plan func(charges.Charge) (refunds.Plan, error)) (*idempotency.Response, []outbox.Task, error) {
 	s.createCalls++
 	if s.CreateRefundFn != nil {
-		return s.CreateRefundFn(ctx, merchantID, id, idem, plan)
+		r, err := s.CreateRefundFn(ctx, merchantID, id, idem, plan)
+		return r, nil, err
 	}
 	p, err := plan(s.Charge)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	s.plans = append(s.plans, p)
-	return nil, nil
+	return nil, nil, nil
 }
 
 func (s *fakeStore) RefundByID(ctx context.Context, merchantID, id string) (refunds.Refund, error) {
@@ -80,15 +81,16 @@ func (s *fakeStore) RefundForWork(ctx context.Context, id string) (refunds.Refun
 	return refunds.Refund{}, charges.Charge{}, apperr.NotFound("refund")
 }
 
-func (s *fakeStore) SettleRefund(ctx context.Context, after refunds.Refund, doneTask string, eventsFor func(refunds.Refund, charges.Charge) ([]events.Event, error)) (bool, error) {
+func (s *fakeStore) SettleRefund(ctx context.Context, after refunds.Refund, doneTask string, eventsFor func(refunds.Refund, charges.Charge) ([]events.Event, error)) (bool, []outbox.Task, error) {
 	s.mu.Lock()
 	s.settled = append(s.settled, after)
 	s.settledTasks = append(s.settledTasks, doneTask)
 	s.mu.Unlock()
 	if s.SettleRefundFn != nil {
-		return s.SettleRefundFn(ctx, after, doneTask, eventsFor)
+		ok, err := s.SettleRefundFn(ctx, after, doneTask, eventsFor)
+		return ok, nil, err
 	}
-	return true, nil
+	return true, nil, nil
 }
 
 func (s *fakeStore) DeleteTask(_ context.Context, taskID string) error {

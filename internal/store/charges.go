@@ -15,6 +15,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/charges"
 	"github.com/gatehouse-pay/gatehouse/internal/idempotency"
 	"github.com/gatehouse-pay/gatehouse/internal/listing"
+	"github.com/gatehouse-pay/gatehouse/internal/outbox"
 )
 
 const chargeColumns = `id, merchant_id, environment, amount, amount_captured, amount_refunded, amount_refund_held,
@@ -56,13 +57,14 @@ WITH idem AS (
 ), ev AS (
 	INSERT INTO events (id, merchant_id, environment, type, body, created_at)
 	SELECT $20::uuid, $2::text, $3::text, $21::text, $22::json, $19::timestamptz FROM ch
+	RETURNING id, merchant_id, environment, type, created_at
 ), ob AS (
 	INSERT INTO outbox (task_id, task_type, ref_id) SELECT $23::text, $24::text, ch.id FROM ch
-)
-SELECT count(*) FROM ch`
+)` + fanout + `
+SELECT count(*), ` + deliveriesOf + ` FROM ch`
 
 // CreateCharge implements charges.Store.
-func (s *Store) CreateCharge(ctx context.Context, n charges.NewCharge) (*idempotency.Response, error) {
+func (s *Store) CreateCharge(ctx context.Context, n charges.NewCharge) (*idempotency.Response, []outbox.Task, error) {
 	c := n.Charge
 	var key *string
 	var fp []byte
@@ -73,6 +75,7 @@ func (s *Store) CreateCharge(ctx context.Context, n charges.NewCharge) (*idempot
 		status, resp = n.Response.Status, n.Response.Body
 	}
 	var created int
+	var deliveries []string
 	err := s.pool.QueryRow(ctx, createCharge,
 		c.ID, c.MerchantID, c.Environment, c.Amount, c.Currency, c.Status, c.PaymentMethod, c.Capture,
 		c.Card.Brand, c.Card.Last4, c.Card.ExpMonth, c.Card.ExpYear, c.Card.Fingerprint, c.CardToken, n.Sealed,
@@ -80,17 +83,18 @@ func (s *Store) CreateCharge(ctx context.Context, n charges.NewCharge) (*idempot
 		n.Event.ID, n.Event.Type, n.Event.Body,
 		n.Task.ID(), n.Task.Type,
 		key, fp, status, resp,
-	).Scan(&created)
+	).Scan(&created, &deliveries)
 	if err != nil {
 		if n.Idem != nil && lockTimeout(err) {
-			return nil, idempotency.ErrInUse()
+			return nil, nil, idempotency.ErrInUse()
 		}
-		return nil, mapErr(err, "charge")
+		return nil, nil, mapErr(err, "charge")
 	}
 	if created == 1 {
-		return nil, nil
+		return nil, deliveryTasks(deliveries), nil
 	}
-	return s.storedResponse(ctx, s.pool, c.MerchantID, n.Idem)
+	replay, err := s.storedResponse(ctx, s.pool, c.MerchantID, n.Idem)
+	return replay, nil, err
 }
 
 type querier interface {
@@ -269,13 +273,14 @@ WITH upd AS (
 ), ev AS (
 	INSERT INTO events (id, merchant_id, environment, type, body, created_at)
 	SELECT $13::uuid, upd.merchant_id, upd.environment, $14::text, $15::json, $10::timestamptz FROM upd WHERE $13::uuid IS NOT NULL
+	RETURNING id, merchant_id, environment, type, created_at
 ), ob AS (
 	DELETE FROM outbox WHERE task_id = $16
-)
-SELECT count(*) FROM upd`
+)` + fanout + `
+SELECT count(*), ` + deliveriesOf + ` FROM upd`
 
 // ApplyTransition implements charges.Store.
-func (s *Store) ApplyTransition(ctx context.Context, t charges.Transition) (bool, error) {
+func (s *Store) ApplyTransition(ctx context.Context, t charges.Transition) (bool, []outbox.Task, error) {
 	a := t.After
 	var evID, evType *string
 	var evBody []byte
@@ -283,10 +288,11 @@ func (s *Store) ApplyTransition(ctx context.Context, t charges.Transition) (bool
 		evID, evType, evBody = &t.Event.ID, &t.Event.Type, t.Event.Body
 	}
 	var n int
+	var deliveries []string
 	err := s.pool.QueryRow(ctx, applyTransition, a.ID, t.Before.Status, a.Status, a.AmountCaptured, a.ProviderReference,
 		a.FailureCode, a.FailureMessage, a.PendingAction, a.CaptureAmount, a.UpdatedAt, t.PurgeCard, t.Before.PendingAction,
-		evID, evType, evBody, t.DoneTask).Scan(&n)
-	return n == 1, mapErr(err, "charge")
+		evID, evType, evBody, t.DoneTask).Scan(&n, &deliveries)
+	return n == 1, deliveryTasks(deliveries), mapErr(err, "charge")
 }
 
 const deleteTask = `DELETE FROM outbox WHERE task_id = $1`

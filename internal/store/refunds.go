@@ -11,6 +11,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/events"
 	"github.com/gatehouse-pay/gatehouse/internal/idempotency"
 	"github.com/gatehouse-pay/gatehouse/internal/listing"
+	"github.com/gatehouse-pay/gatehouse/internal/outbox"
 	"github.com/gatehouse-pay/gatehouse/internal/refunds"
 )
 
@@ -28,14 +29,14 @@ const (
 	lockCharge   = `SELECT ` + chargeColumns + ` FROM charges WHERE id = $1 AND merchant_id = $2 FOR UPDATE`
 	holdRefund   = `UPDATE charges SET amount_refund_held = amount_refund_held + $2 WHERE id = $1`
 	insertRefund = `INSERT INTO refunds (` + refundColumns + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, NULL, NULL, $9, $9)`
-	insertEvent  = `INSERT INTO events (id, merchant_id, environment, type, body, created_at) VALUES ($1, $2, $3, $4, $5, $6)`
 )
 
 // CreateRefund implements refunds.Store. The charge row stays locked from the
 // check of what remains refundable to the commit, so concurrent refunds of one
 // charge are decided one after the other.
-func (s *Store) CreateRefund(ctx context.Context, merchantID, chargeID string, idem *idempotency.Request, plan func(charges.Charge) (refunds.Plan, error)) (*idempotency.Response, error) {
+func (s *Store) CreateRefund(ctx context.Context, merchantID, chargeID string, idem *idempotency.Request, plan func(charges.Charge) (refunds.Plan, error)) (*idempotency.Response, []outbox.Task, error) {
 	var replay *idempotency.Response
+	var tasks []outbox.Task
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		if idem != nil {
 			claimed, err := s.claimKey(ctx, tx, merchantID, idem)
@@ -58,17 +59,20 @@ func (s *Store) CreateRefund(ctx context.Context, merchantID, chargeID string, i
 		b := &pgx.Batch{}
 		b.Queue(holdRefund, c.ID, r.Amount)
 		b.Queue(insertRefund, r.ID, r.MerchantID, r.ChargeID, r.Amount, r.Currency, r.Status, r.Reason, r.Metadata, r.CreatedAt)
-		b.Queue(insertEvent, p.Event.ID, p.Event.MerchantID, p.Event.Environment, p.Event.Type, p.Event.Body, p.Event.CreatedAt)
 		b.Queue(insertOutbox, p.Task.ID(), p.Task.Type, p.Task.RefID)
 		if idem != nil {
 			b.Queue(completeIdempotency, merchantID, idem.Key, p.Response.Status, p.Response.Body)
 		}
-		return mapErr(tx.SendBatch(ctx, b).Close(), "refund")
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return mapErr(err, "refund")
+		}
+		tasks, err = s.writeEvent(ctx, tx, p.Event)
+		return err
 	})
 	if err != nil && idem != nil && lockTimeout(err) {
-		return nil, idempotency.ErrInUse()
+		return nil, nil, idempotency.ErrInUse()
 	}
-	return replay, err
+	return replay, tasks, err
 }
 
 const selectRefund = `SELECT ` + refundColumns + ` FROM refunds WHERE id = $1 AND merchant_id = $2`
@@ -137,8 +141,9 @@ RETURNING ` + chargeColumns
 )
 
 // SettleRefund implements refunds.Store.
-func (s *Store) SettleRefund(ctx context.Context, after refunds.Refund, doneTask string, eventsFor func(refunds.Refund, charges.Charge) ([]events.Event, error)) (bool, error) {
+func (s *Store) SettleRefund(ctx context.Context, after refunds.Refund, doneTask string, eventsFor func(refunds.Refund, charges.Charge) ([]events.Event, error)) (bool, []outbox.Task, error) {
 	applied := false
+	var tasks []outbox.Task
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		r, err := scanRefund(tx.QueryRow(ctx, settleRefund, after.ID, after.Status, after.ProviderReference, after.FailureCode, after.UpdatedAt))
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -160,13 +165,18 @@ func (s *Store) SettleRefund(ctx context.Context, after refunds.Refund, doneTask
 		if err != nil {
 			return apperr.Internal(err)
 		}
-		b := &pgx.Batch{}
 		for _, e := range evs {
-			b.Queue(insertEvent, e.ID, e.MerchantID, e.Environment, e.Type, e.Body, e.CreatedAt)
+			t, err := s.writeEvent(ctx, tx, e)
+			if err != nil {
+				return err
+			}
+			tasks = append(tasks, t...)
 		}
-		b.Queue(deleteTask, doneTask)
+		if _, err := tx.Exec(ctx, deleteTask, doneTask); err != nil {
+			return mapErr(err, "task")
+		}
 		applied = true
-		return mapErr(tx.SendBatch(ctx, b).Close(), "refund")
+		return nil
 	})
-	return applied, err
+	return applied, tasks, err
 }

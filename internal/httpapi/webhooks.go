@@ -1,0 +1,178 @@
+package httpapi
+
+import (
+	"strings"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+
+	"github.com/gatehouse-pay/gatehouse/internal/apperr"
+	"github.com/gatehouse-pay/gatehouse/internal/charges"
+	"github.com/gatehouse-pay/gatehouse/internal/events"
+	"github.com/gatehouse-pay/gatehouse/internal/ids"
+	"github.com/gatehouse-pay/gatehouse/internal/refunds"
+	"github.com/gatehouse-pay/gatehouse/internal/webhooks"
+)
+
+type endpointWithSecret struct {
+	Endpoint webhooks.EndpointView `json:"webhook_endpoint"`
+	Secret   string                `json:"webhook_secret"`
+}
+
+func (s *server) createEndpoint(c *fiber.Ctx) error {
+	var p webhooks.CreateParams
+	if err := decodeJSON(c, &p); err != nil {
+		return err
+	}
+	pr := principal(c)
+	e, secret, err := s.Webhooks.Create(c.UserContext(), pr.MerchantID, pr.Environment, p)
+	if err != nil {
+		return err
+	}
+	c.Set(fiber.HeaderCacheControl, "no-store")
+	return writeJSON(c, fiber.StatusCreated, endpointWithSecret{Endpoint: e.View(), Secret: secret})
+}
+
+func (s *server) listEndpoints(c *fiber.Ctx) error {
+	p, err := listParams(c, func(id string) bool { return ids.Valid("we", id) })
+	if err != nil {
+		return err
+	}
+	page, err := s.Webhooks.List(c.UserContext(), principal(c).MerchantID, p)
+	if err != nil {
+		return err
+	}
+	return writeJSON(c, fiber.StatusOK, newList(page, webhooks.Endpoint.View))
+}
+
+func (s *server) getEndpoint(c *fiber.Ctx) error {
+	e, err := s.Webhooks.Get(c.UserContext(), principal(c).MerchantID, strings.Clone(c.Params("id")))
+	if err != nil {
+		return err
+	}
+	return writeJSON(c, fiber.StatusOK, e.View())
+}
+
+func (s *server) updateEndpoint(c *fiber.Ctx) error {
+	var p webhooks.UpdateParams
+	if err := decodeJSON(c, &p); err != nil {
+		return err
+	}
+	e, err := s.Webhooks.Update(c.UserContext(), principal(c).MerchantID, strings.Clone(c.Params("id")), p)
+	if err != nil {
+		return err
+	}
+	return writeJSON(c, fiber.StatusOK, e.View())
+}
+
+func (s *server) deleteEndpoint(c *fiber.Ctx) error {
+	id := strings.Clone(c.Params("id"))
+	if err := s.Webhooks.Delete(c.UserContext(), principal(c).MerchantID, id); err != nil {
+		return err
+	}
+	return writeJSON(c, fiber.StatusOK, fiber.Map{"id": id, "object": "webhook_endpoint", "deleted": true})
+}
+
+func (s *server) rotateSecret(c *fiber.Ctx) error {
+	e, secret, err := s.Webhooks.RotateSecret(c.UserContext(), principal(c).MerchantID, strings.Clone(c.Params("id")))
+	if err != nil {
+		return err
+	}
+	c.Set(fiber.HeaderCacheControl, "no-store")
+	return writeJSON(c, fiber.StatusOK, endpointWithSecret{Endpoint: e.View(), Secret: secret})
+}
+
+// sampleEvent is the body of a test delivery: a made-up charge (and refund)
+// of the given type, with fresh ids, marked by the X-Service-Test header.
+func sampleEvent(merchantID, environment string) func(string, time.Time) (events.Event, error) {
+	return func(typ string, at time.Time) (events.Event, error) {
+		last4, month, year := "4242", 12, at.Year()+3
+		ch := charges.Charge{ID: ids.NewUUID(), MerchantID: merchantID, Environment: environment, Amount: 2000,
+			Currency: "USD", Status: charges.StatusCreated, PaymentMethod: "card", Capture: true,
+			Card:     charges.Card{Brand: "visa", Last4: &last4, ExpMonth: &month, ExpYear: &year},
+			Provider: "sandbox", Metadata: map[string]string{"test": "true"}, CreatedAt: at, UpdatedAt: at}
+		var refund any
+		switch typ {
+		case events.ChargeCaptured:
+			ch.Status, ch.AmountCaptured = charges.StatusCaptured, ch.Amount
+		case events.ChargeFailed:
+			code, msg := "card_declined", "The card was declined."
+			ch.Status, ch.FailureCode, ch.FailureMessage = charges.StatusFailed, &code, &msg
+		case events.ChargeVoided:
+			ch.Status = charges.StatusVoided
+		case events.ChargeRefunded, events.RefundCreated, events.RefundSucceeded:
+			ch.Status, ch.AmountCaptured = charges.StatusCaptured, ch.Amount
+			r := refunds.Refund{ID: ids.NewUUID(), MerchantID: merchantID, ChargeID: ch.ID, Amount: ch.Amount,
+				Currency: ch.Currency, Status: refunds.StatusPending, Metadata: map[string]string{}, CreatedAt: at, UpdatedAt: at}
+			if typ != events.RefundCreated {
+				r.Status, ch.AmountRefunded = refunds.StatusSucceeded, ch.Amount
+			}
+			if typ == events.ChargeRefunded {
+				ch.Status = charges.StatusRefunded
+			} else {
+				refund = r.View()
+			}
+		}
+		return events.New(ids.NewUUID(), merchantID, environment, typ, at, ch.View(), refund)
+	}
+}
+
+func (s *server) testEndpoint(c *fiber.Ctx) error {
+	pr := principal(c)
+	d, err := s.Webhooks.Test(c.UserContext(), pr.MerchantID, strings.Clone(c.Params("id")), sampleEvent(pr.MerchantID, pr.Environment))
+	if err != nil {
+		return err
+	}
+	return writeJSON(c, fiber.StatusAccepted, d.View())
+}
+
+type recoverRequest struct {
+	Since *string `json:"since"`
+}
+
+func (s *server) recoverEndpoint(c *fiber.Ctx) error {
+	var req recoverRequest
+	if err := decodeJSON(c, &req); err != nil {
+		return err
+	}
+	if req.Since == nil || *req.Since == "" {
+		return apperr.Missing("since")
+	}
+	since, err := time.Parse(time.RFC3339Nano, *req.Since)
+	if err != nil {
+		return apperr.Invalid("since", "since must be an RFC 3339 time such as 2026-11-22T01:17:13Z.")
+	}
+	dry := false
+	switch v := c.Query("dry_run"); v {
+	case "", "false":
+	case "true":
+		dry = true
+	default:
+		return apperr.Invalid("dry_run", "dry_run must be true or false.")
+	}
+	n, err := s.Webhooks.Recover(c.UserContext(), principal(c).MerchantID, strings.Clone(c.Params("id")), since, dry)
+	if err != nil {
+		return err
+	}
+	return writeJSON(c, fiber.StatusOK, fiber.Map{"object": "recovery", "since": events.Timestamp(since), "count": n, "dry_run": dry})
+}
+
+func (s *server) listDeliveries(c *fiber.Ctx) error {
+	p, err := listParams(c, ids.ValidUUID)
+	if err != nil {
+		return err
+	}
+	page, err := s.Webhooks.Deliveries(c.UserContext(), principal(c).MerchantID, strings.Clone(c.Params("id")), strings.Clone(c.Query("status")), p)
+	if err != nil {
+		return err
+	}
+	return writeJSON(c, fiber.StatusOK, newList(page, webhooks.Delivery.View))
+}
+
+func (s *server) retryDelivery(c *fiber.Ctx) error {
+	d, err := s.Webhooks.Retry(c.UserContext(), principal(c).MerchantID, strings.Clone(c.Params("id")))
+	if err != nil {
+		return err
+	}
+	return writeJSON(c, fiber.StatusAccepted, d.View())
+}

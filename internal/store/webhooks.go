@@ -1,0 +1,349 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/gatehouse-pay/gatehouse/internal/apperr"
+	"github.com/gatehouse-pay/gatehouse/internal/events"
+	"github.com/gatehouse-pay/gatehouse/internal/listing"
+	"github.com/gatehouse-pay/gatehouse/internal/outbox"
+	"github.com/gatehouse-pay/gatehouse/internal/webhooks"
+)
+
+// fanout follows a CTE named ev that inserted events (RETURNING id,
+// merchant_id, environment, type, created_at): it writes one delivery per
+// active endpoint of the merchant and environment subscribed to the event's
+// type, and its outbox task, in the same statement and so the same
+// transaction as the event. The statement's result names the deliveries (dl).
+const fanout = `
+, dl AS (
+	INSERT INTO webhook_deliveries (id, endpoint_id, merchant_id, event_id, event_type, status, next_attempt_at, created_at, updated_at)
+	SELECT gh_uuid_v7(), we.id, we.merchant_id, ev.id, ev.type, 'pending', ev.created_at, ev.created_at, ev.created_at
+	FROM ev JOIN webhook_endpoints we ON we.merchant_id = ev.merchant_id AND we.environment = ev.environment
+		AND we.active AND we.deleted_at IS NULL AND ev.type = ANY (we.events)
+	RETURNING id
+), dlob AS (
+	INSERT INTO outbox (task_id, task_type, ref_id) SELECT 'webhook:deliver:' || dl.id, 'webhook:deliver', dl.id FROM dl
+)`
+
+// deliveriesOf is the select-list item naming the deliveries fanout wrote.
+const deliveriesOf = `(SELECT coalesce(array_agg(id::text), '{}') FROM dl)`
+
+func deliveryTasks(ids []string) []outbox.Task {
+	tasks := make([]outbox.Task, 0, len(ids))
+	for _, id := range ids {
+		tasks = append(tasks, webhooks.Task(id))
+	}
+	return tasks
+}
+
+// insertEventFanout writes one event and its deliveries.
+const insertEventFanout = `
+WITH ev AS (
+	INSERT INTO events (id, merchant_id, environment, type, body, created_at) VALUES ($1, $2, $3, $4, $5, $6)
+	RETURNING id, merchant_id, environment, type, created_at
+)` + fanout + `
+SELECT ` + deliveriesOf
+
+func (s *Store) writeEvent(ctx context.Context, tx pgx.Tx, e events.Event) ([]outbox.Task, error) {
+	var ids []string
+	if err := tx.QueryRow(ctx, insertEventFanout, e.ID, e.MerchantID, e.Environment, e.Type, e.Body, e.CreatedAt).Scan(&ids); err != nil {
+		return nil, mapErr(err, "event")
+	}
+	return deliveryTasks(ids), nil
+}
+
+const endpointColumns = `id, merchant_id, environment, url, events, active, description, secret_sealed,
+previous_secret_sealed, previous_secret_until, created_at, updated_at, deleted_at`
+
+func scanEndpoint(row pgx.Row) (webhooks.Endpoint, error) {
+	var e webhooks.Endpoint
+	err := row.Scan(&e.ID, &e.MerchantID, &e.Environment, &e.URL, &e.Events, &e.Active, &e.Description, &e.SecretSealed,
+		&e.PreviousSecretSealed, &e.PreviousSecretUntil, &e.CreatedAt, &e.UpdatedAt, &e.DeletedAt)
+	return e, err
+}
+
+const insertEndpoint = `INSERT INTO webhook_endpoints (` + endpointColumns + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, NULL, NULL, $9, $9, NULL)`
+
+// CreateEndpoint stores a new endpoint.
+func (s *Store) CreateEndpoint(ctx context.Context, e webhooks.Endpoint) error {
+	_, err := s.pool.Exec(ctx, insertEndpoint, e.ID, e.MerchantID, e.Environment, e.URL, e.Events, e.Active, e.Description, e.SecretSealed, e.CreatedAt)
+	return mapErr(err, "webhook_endpoint")
+}
+
+const selectEndpoint = `SELECT ` + endpointColumns + ` FROM webhook_endpoints WHERE id = $1 AND merchant_id = $2 AND deleted_at IS NULL`
+
+// EndpointByID returns one of the merchant's endpoints or NotFound.
+func (s *Store) EndpointByID(ctx context.Context, merchantID, id string) (webhooks.Endpoint, error) {
+	e, err := scanEndpoint(s.pool.QueryRow(ctx, selectEndpoint, id, merchantID))
+	return e, mapErr(err, "webhook_endpoint")
+}
+
+// ListEndpoints returns a page of the merchant's endpoints, newest first.
+func (s *Store) ListEndpoints(ctx context.Context, merchantID string, p listing.Params) (listing.Page[webhooks.Endpoint], error) {
+	query := `SELECT ` + endpointColumns + ` FROM webhook_endpoints WHERE merchant_id = $1 AND deleted_at IS NULL`
+	var cursor *string
+	order := "DESC"
+	switch {
+	case p.StartingAfter != "":
+		query += ` AND id < $3`
+		cursor = &p.StartingAfter
+	case p.EndingBefore != "":
+		query += ` AND id > $3`
+		cursor, order = &p.EndingBefore, "ASC"
+	default:
+		query += ` AND $3::text IS NULL`
+	}
+	rows, err := s.pool.Query(ctx, query+` ORDER BY id `+order+` LIMIT $2`, merchantID, p.Limit+1, cursor)
+	if err != nil {
+		return listing.Page[webhooks.Endpoint]{}, mapErr(err, "webhook_endpoint")
+	}
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (webhooks.Endpoint, error) { return scanEndpoint(r) })
+	if err != nil {
+		return listing.Page[webhooks.Endpoint]{}, mapErr(err, "webhook_endpoint")
+	}
+	return listing.Trim(list, p), nil
+}
+
+const updateEndpoint = `UPDATE webhook_endpoints SET url = coalesce($3, url), events = coalesce($4, events),
+active = coalesce($5, active), description = coalesce($6, description), updated_at = $7
+WHERE id = $1 AND merchant_id = $2 AND deleted_at IS NULL RETURNING ` + endpointColumns
+
+// UpdateEndpoint applies a patch.
+func (s *Store) UpdateEndpoint(ctx context.Context, merchantID, id string, p webhooks.Patch) (webhooks.Endpoint, error) {
+	var evs []string
+	if p.Events != nil {
+		evs = p.Events
+	}
+	e, err := scanEndpoint(s.pool.QueryRow(ctx, updateEndpoint, id, merchantID, p.URL, evs, p.Active, p.Description, p.At))
+	return e, mapErr(err, "webhook_endpoint")
+}
+
+const deleteEndpoint = `UPDATE webhook_endpoints SET deleted_at = $3, active = false, updated_at = $3
+WHERE id = $1 AND merchant_id = $2 AND deleted_at IS NULL`
+
+// DeleteEndpoint removes an endpoint (kept for its delivery log).
+func (s *Store) DeleteEndpoint(ctx context.Context, merchantID, id string, at time.Time) error {
+	tag, err := s.pool.Exec(ctx, deleteEndpoint, id, merchantID, at)
+	if err != nil {
+		return mapErr(err, "webhook_endpoint")
+	}
+	if tag.RowsAffected() == 0 {
+		return apperr.NotFound("webhook_endpoint")
+	}
+	return nil
+}
+
+const rotateSecret = `UPDATE webhook_endpoints SET secret_sealed = $3, previous_secret_sealed = $4,
+previous_secret_until = $5, updated_at = $6 WHERE id = $1 AND merchant_id = $2 AND deleted_at IS NULL
+RETURNING ` + endpointColumns
+
+// RotateSecret replaces the secret, keeping the previous one until until.
+func (s *Store) RotateSecret(ctx context.Context, merchantID, id string, sealed, previous []byte, until, at time.Time) (webhooks.Endpoint, error) {
+	e, err := scanEndpoint(s.pool.QueryRow(ctx, rotateSecret, id, merchantID, sealed, previous, until, at))
+	return e, mapErr(err, "webhook_endpoint")
+}
+
+const deliveryColumns = `id, endpoint_id, merchant_id, event_id, event_type, test_body IS NOT NULL, status, attempts,
+chain_attempts, next_attempt_at, created_at, updated_at`
+
+func scanDelivery(row pgx.Row, extra ...any) (webhooks.Delivery, error) {
+	var d webhooks.Delivery
+	err := row.Scan(append([]any{&d.ID, &d.EndpointID, &d.MerchantID, &d.EventID, &d.EventType, &d.Test, &d.Status,
+		&d.Attempts, &d.ChainAttempts, &d.NextAttemptAt, &d.CreatedAt, &d.UpdatedAt}, extra...)...)
+	return d, err
+}
+
+const insertTestDelivery = `
+WITH d AS (
+	INSERT INTO webhook_deliveries (id, endpoint_id, merchant_id, event_id, event_type, test_body, status, next_attempt_at, created_at, updated_at)
+	VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7, $7, $7) RETURNING id
+)
+INSERT INTO outbox (task_id, task_type, ref_id) SELECT 'webhook:deliver:' || d.id, 'webhook:deliver', d.id FROM d`
+
+// CreateTestDelivery stores a test delivery with its own body and its task.
+func (s *Store) CreateTestDelivery(ctx context.Context, d webhooks.Delivery, body []byte) (outbox.Task, error) {
+	_, err := s.pool.Exec(ctx, insertTestDelivery, d.ID, d.EndpointID, d.MerchantID, d.EventID, d.EventType, body, d.CreatedAt)
+	return webhooks.Task(d.ID), mapErr(err, "webhook_delivery")
+}
+
+const attemptColumns = `attempt, started_at, duration_ms, status_code, error, response_body`
+
+func (s *Store) attemptsOf(ctx context.Context, ds []webhooks.Delivery) error {
+	if len(ds) == 0 {
+		return nil
+	}
+	idx := map[string]int{}
+	ids := make([]string, len(ds))
+	for i, d := range ds {
+		idx[d.ID], ids[i] = i, d.ID
+	}
+	rows, err := s.pool.Query(ctx, `SELECT delivery_id::text, `+attemptColumns+` FROM webhook_attempts WHERE delivery_id = ANY($1::uuid[]) ORDER BY delivery_id, attempt`, ids)
+	if err != nil {
+		return mapErr(err, "webhook_attempt")
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id string
+		var a webhooks.Attempt
+		if err := rows.Scan(&id, &a.Attempt, &a.StartedAt, &a.DurationMS, &a.StatusCode, &a.Error, &a.ResponseBody); err != nil {
+			return mapErr(err, "webhook_attempt")
+		}
+		ds[idx[id]].Log = append(ds[idx[id]].Log, a)
+	}
+	return mapErr(rows.Err(), "webhook_attempt")
+}
+
+// ListDeliveries returns a page of an endpoint's deliveries with their attempts.
+func (s *Store) ListDeliveries(ctx context.Context, merchantID, endpointID, status string, p listing.Params) (listing.Page[webhooks.Delivery], error) {
+	args := []any{merchantID, endpointID, p.Limit + 1}
+	query := `SELECT ` + deliveryColumns + ` FROM webhook_deliveries WHERE merchant_id = $1 AND endpoint_id = $2`
+	if status != "" {
+		args = append(args, status)
+		query += ` AND status = $` + strconv.Itoa(len(args))
+	}
+	order := "DESC"
+	switch {
+	case p.StartingAfter != "":
+		args = append(args, p.StartingAfter)
+		query += ` AND id < $` + strconv.Itoa(len(args))
+	case p.EndingBefore != "":
+		args = append(args, p.EndingBefore)
+		query += ` AND id > $` + strconv.Itoa(len(args))
+		order = "ASC"
+	}
+	rows, err := s.pool.Query(ctx, query+` ORDER BY id `+order+` LIMIT $3`, args...)
+	if err != nil {
+		return listing.Page[webhooks.Delivery]{}, mapErr(err, "webhook_delivery")
+	}
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (webhooks.Delivery, error) { return scanDelivery(r) })
+	if err != nil {
+		return listing.Page[webhooks.Delivery]{}, mapErr(err, "webhook_delivery")
+	}
+	page := listing.Trim(list, p)
+	return page, s.attemptsOf(ctx, page.Items)
+}
+
+const selectDelivery = `SELECT ` + deliveryColumns + ` FROM webhook_deliveries WHERE id = $1 AND merchant_id = $2`
+
+// DeliveryByID returns one of the merchant's deliveries with its attempts.
+func (s *Store) DeliveryByID(ctx context.Context, merchantID, id string) (webhooks.Delivery, error) {
+	d, err := scanDelivery(s.pool.QueryRow(ctx, selectDelivery, id, merchantID))
+	if err != nil {
+		return d, mapErr(err, "webhook_delivery")
+	}
+	list := []webhooks.Delivery{d}
+	err = s.attemptsOf(ctx, list)
+	return list[0], err
+}
+
+const retryDelivery = `
+WITH d AS (
+	UPDATE webhook_deliveries SET status = 'pending', chain_attempts = 0, next_attempt_at = $3, updated_at = $3
+	WHERE id = $1 AND merchant_id = $2 AND status = 'failed'
+	RETURNING id
+), ob AS (
+	INSERT INTO outbox (task_id, task_type, ref_id) SELECT 'webhook:deliver:' || d.id, 'webhook:deliver', d.id FROM d
+	ON CONFLICT DO NOTHING
+)
+SELECT count(*) FROM d`
+
+// RetryDelivery starts a new attempt chain for a failed delivery.
+func (s *Store) RetryDelivery(ctx context.Context, merchantID, id string, at time.Time) (webhooks.Delivery, outbox.Task, error) {
+	var n int
+	if err := s.pool.QueryRow(ctx, retryDelivery, id, merchantID, at).Scan(&n); err != nil {
+		return webhooks.Delivery{}, outbox.Task{}, mapErr(err, "webhook_delivery")
+	}
+	d, err := s.DeliveryByID(ctx, merchantID, id)
+	if err != nil {
+		return d, outbox.Task{}, err
+	}
+	if n == 0 {
+		return d, outbox.Task{}, &apperr.Error{Kind: apperr.KindConflict, Code: apperr.CodeInvalidState,
+			Message: "Only a failed delivery can be retried; this one is " + d.Status + "."}
+	}
+	return d, webhooks.Task(id), nil
+}
+
+const (
+	countFailed       = `SELECT count(*) FROM webhook_deliveries WHERE endpoint_id = $1 AND merchant_id = $2 AND status = 'failed' AND created_at >= $3`
+	recoverDeliveries = `
+WITH d AS (
+	UPDATE webhook_deliveries SET status = 'pending', chain_attempts = 0, next_attempt_at = $4, updated_at = $4
+	WHERE endpoint_id = $1 AND merchant_id = $2 AND status = 'failed' AND created_at >= $3
+	RETURNING id
+), ob AS (
+	INSERT INTO outbox (task_id, task_type, ref_id) SELECT 'webhook:deliver:' || d.id, 'webhook:deliver', d.id FROM d
+	ON CONFLICT DO NOTHING
+)
+SELECT coalesce(array_agg(id::text), '{}') FROM d`
+)
+
+// RecoverDeliveries re-sends (or, dry, counts) an endpoint's failed deliveries created since since.
+func (s *Store) RecoverDeliveries(ctx context.Context, merchantID, endpointID string, since time.Time, dryRun bool, at time.Time) (int64, []outbox.Task, error) {
+	if dryRun {
+		var n int64
+		err := s.pool.QueryRow(ctx, countFailed, endpointID, merchantID, since).Scan(&n)
+		return n, nil, mapErr(err, "webhook_delivery")
+	}
+	var ids []string
+	if err := s.pool.QueryRow(ctx, recoverDeliveries, endpointID, merchantID, since, at).Scan(&ids); err != nil {
+		return 0, nil, mapErr(err, "webhook_delivery")
+	}
+	return int64(len(ids)), deliveryTasks(ids), nil
+}
+
+const selectDeliveryForWork = `SELECT ` + deliveryColumns + `,
+	coalesce(test_body::text, (SELECT e.body::text FROM events e WHERE e.id = webhook_deliveries.event_id))
+FROM webhook_deliveries WHERE id = $1`
+
+// DeliveryForWork returns a delivery, its endpoint (even if deleted) and the body to send.
+func (s *Store) DeliveryForWork(ctx context.Context, id string) (webhooks.Delivery, webhooks.Endpoint, []byte, error) {
+	var body *string
+	d, err := scanDelivery(s.pool.QueryRow(ctx, selectDeliveryForWork, id), &body)
+	if err != nil {
+		return d, webhooks.Endpoint{}, nil, mapErr(err, "webhook_delivery")
+	}
+	e, err := scanEndpoint(s.pool.QueryRow(ctx, `SELECT `+endpointColumns+` FROM webhook_endpoints WHERE id = $1`, d.EndpointID))
+	if err != nil {
+		return d, e, nil, mapErr(err, "webhook_endpoint")
+	}
+	if body == nil {
+		return d, e, nil, apperr.NotFound("event") // pruned with its event
+	}
+	return d, e, []byte(*body), nil
+}
+
+const recordAttempt = `
+WITH d AS (
+	UPDATE webhook_deliveries SET status = $3, attempts = $2, chain_attempts = $4, next_attempt_at = $5, updated_at = now()
+	WHERE id = $1 AND status = 'pending' AND attempts = $2 - 1
+	RETURNING id
+), a AS (
+	INSERT INTO webhook_attempts (delivery_id, attempt, started_at, duration_ms, status_code, error, response_body)
+	SELECT d.id, $2, $6, $7, $8, $9, $10 FROM d
+), ob AS (
+	DELETE FROM outbox WHERE task_id = $11 AND EXISTS (SELECT 1 FROM d)
+)
+SELECT count(*) FROM d`
+
+// RecordAttempt implements webhooks.Store.
+func (s *Store) RecordAttempt(ctx context.Context, r webhooks.AttemptRecord) (bool, error) {
+	a := r.Attempt
+	var done *string
+	if r.DoneTask != "" {
+		done = &r.DoneTask
+	}
+	var n int
+	err := s.pool.QueryRow(ctx, recordAttempt, r.DeliveryID, a.Attempt, r.Status, r.ChainAttempts, r.NextAttemptAt,
+		a.StartedAt, a.DurationMS, a.StatusCode, a.Error, a.ResponseBody, done).Scan(&n)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return false, mapErr(err, "webhook_delivery")
+	}
+	return n == 1, nil
+}

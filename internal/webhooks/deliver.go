@@ -1,0 +1,174 @@
+package webhooks
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/gatehouse-pay/gatehouse/internal/apperr"
+	"github.com/gatehouse-pay/gatehouse/internal/keyring"
+	"github.com/gatehouse-pay/gatehouse/internal/outbox"
+)
+
+// Outgoing is one HTTP POST of a delivery.
+type Outgoing struct {
+	URL     string
+	Body    []byte
+	Headers map[string]string
+}
+
+// Response is what came of one POST: a status code (0 when none came), the
+// time it took, a transport error (timeout, refused, redirect, blocked
+// address) and the first bytes of the answer's body.
+type Response struct {
+	StatusCode int
+	Duration   time.Duration
+	Err        error
+	Body       string
+}
+
+// OK reports a 2xx answer.
+func (r Response) OK() bool { return r.Err == nil && r.StatusCode >= 200 && r.StatusCode < 300 }
+
+// Sender POSTs deliveries; it is the outbound HTTP adapter.
+type Sender interface {
+	Send(ctx context.Context, o Outgoing) Response
+}
+
+// AttemptRecord is one attempt and the state it leaves the delivery in. The
+// store applies it only if the delivery is still pending with Attempt-1
+// attempts, so an attempt is recorded once.
+type AttemptRecord struct {
+	DeliveryID    string
+	Attempt       Attempt
+	Status        string
+	ChainAttempts int
+	NextAttemptAt *time.Time
+	DoneTask      string // deleted from the outbox when the delivery is final
+}
+
+// RetryIn asks the queue to run the delivery task again after Delay.
+type RetryIn struct{ Delay time.Duration }
+
+func (r *RetryIn) Error() string { return "webhook delivery: next attempt in " + r.Delay.String() }
+
+// Deliverer is the worker side: it sends one attempt of a delivery and
+// schedules the next.
+type Deliverer struct {
+	store    Store
+	sender   Sender
+	keys     *keyring.Keyring
+	schedule []time.Duration
+	now      func() time.Time
+	log      *slog.Logger
+	observe  func(outcome string, attempt int, d time.Duration)
+}
+
+// NewDeliverer returns the delivery processor. schedule[i] is the delay
+// before attempt i+1 (schedule[0] is normally 0); its length is the number of
+// attempts before a delivery fails.
+func NewDeliverer(store Store, sender Sender, keys *keyring.Keyring, schedule []time.Duration, now func() time.Time, log *slog.Logger, observe func(outcome string, attempt int, d time.Duration)) *Deliverer {
+	if observe == nil {
+		observe = func(string, int, time.Duration) {}
+	}
+	return &Deliverer{store: store, sender: sender, keys: keys, schedule: schedule, now: now, log: log, observe: observe}
+}
+
+// Task is the outbox task of a delivery.
+func Task(deliveryID string) outbox.Task {
+	return outbox.Task{Type: outbox.WebhookDeliver, RefID: deliveryID}
+}
+
+// Deliver makes the next attempt of a pending delivery. It returns nil when
+// the delivery is final (or was already), *RetryIn when the next attempt is
+// due later, and other errors when the database failed (the queue retries).
+func (d *Deliverer) Deliver(ctx context.Context, id string) error {
+	task := Task(id)
+	del, ep, body, err := d.store.DeliveryForWork(ctx, id)
+	if err != nil {
+		return err
+	}
+	if del.Status != StatusPending {
+		return d.store.DeleteTask(ctx, task.ID())
+	}
+	now := d.now().UTC()
+	if del.NextAttemptAt != nil && del.NextAttemptAt.Sub(now) > 500*time.Millisecond {
+		// Enqueued early (the sweeper after a lost task): wait for the schedule.
+		return &RetryIn{Delay: del.NextAttemptAt.Sub(now)}
+	}
+	n := del.Attempts + 1
+	if ep.DeletedAt != nil || !ep.Active {
+		msg := "The endpoint was deleted or disabled."
+		return d.record(ctx, del, task, Attempt{Attempt: n, StartedAt: now, Error: &msg}, false, true)
+	}
+	secrets := Secrets{}
+	cur, err := d.keys.Open(keyring.PurposeWebhook, ep.SecretSealed, []byte(ep.ID))
+	if err != nil {
+		return apperr.Internal(fmt.Errorf("webhooks: open secret of %s: %w", ep.ID, err))
+	}
+	secrets.Current = string(cur)
+	if ep.PreviousSecretSealed != nil && ep.PreviousSecretUntil != nil && now.Before(*ep.PreviousSecretUntil) {
+		if prev, err := d.keys.Open(keyring.PurposeWebhook, ep.PreviousSecretSealed, []byte(ep.ID)); err == nil {
+			secrets.Previous = string(prev)
+		}
+	}
+	headers, err := SignatureHeaders(body, secrets, del.EventID, now)
+	if err != nil {
+		return apperr.Internal(err)
+	}
+	headers["X-Service-Event-Id"] = del.EventID
+	headers["X-Service-Event-Type"] = del.EventType
+	headers["X-Service-Delivery-Id"] = del.ID
+	headers["X-Service-Delivery-Attempt"] = strconv.Itoa(n)
+	if del.Test {
+		headers["X-Service-Test"] = "true"
+	}
+
+	res := d.sender.Send(ctx, Outgoing{URL: ep.URL, Body: body, Headers: headers})
+	a := Attempt{Attempt: n, StartedAt: now, DurationMS: int(res.Duration / time.Millisecond)}
+	if res.StatusCode != 0 {
+		code := res.StatusCode
+		a.StatusCode = &code
+	}
+	if res.Err != nil {
+		msg := res.Err.Error()
+		a.Error = &msg
+	} else if !res.OK() {
+		msg := "non-2xx answer"
+		a.Error = &msg
+	}
+	if res.Body != "" {
+		b := res.Body
+		a.ResponseBody = &b
+	}
+	outcome := "succeeded"
+	if !res.OK() {
+		outcome = "failed"
+	}
+	d.observe(outcome, n, res.Duration)
+	return d.record(ctx, del, task, a, res.OK(), false)
+}
+
+// record stores the attempt and decides what comes next.
+func (d *Deliverer) record(ctx context.Context, del Delivery, task outbox.Task, a Attempt, ok, stop bool) error {
+	chain := del.ChainAttempts + 1
+	r := AttemptRecord{DeliveryID: del.ID, Attempt: a, ChainAttempts: chain}
+	var retry error
+	switch {
+	case ok:
+		r.Status, r.DoneTask = StatusSucceeded, task.ID()
+	case stop || chain >= len(d.schedule):
+		r.Status, r.DoneTask = StatusFailed, task.ID()
+	default:
+		delay := d.schedule[chain]
+		next := a.StartedAt.Add(time.Duration(a.DurationMS)*time.Millisecond + delay)
+		r.Status, r.NextAttemptAt = StatusPending, &next
+		retry = &RetryIn{Delay: max(delay, time.Millisecond)}
+	}
+	if _, err := d.store.RecordAttempt(ctx, r); err != nil {
+		return err
+	}
+	return retry
+}

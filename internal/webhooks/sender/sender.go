@@ -1,0 +1,265 @@
+// Package sender is the HTTP adapter that carries webhook deliveries to
+// merchants' endpoints. It makes one POST attempt per call and treats the
+// receiver as hostile: the whole exchange is bounded by a timeout, redirects
+// are never followed, at most a few bytes of the (decoded) answer are read,
+// proxies from the environment are ignored, and unless private networks are
+// allowed every dial is checked on the resolved IP address, so private,
+// loopback, link-local, shared, unspecified and metadata addresses are never
+// reached, whatever the URL's host name resolves to (RELIABILITY.md I7).
+package sender
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"strings"
+	"syscall"
+	"time"
+	"unicode/utf8"
+
+	"code.dny.dev/ssrf"
+)
+
+// Defaults of Options.
+const (
+	DefaultTimeout = 5 * time.Second
+	DefaultMaxBody = 1024
+)
+
+// maxHeaderBytes caps the response headers a receiver can make us hold.
+const maxHeaderBytes = 64 << 10
+
+// userAgent names the sender to receivers.
+const userAgent = "Gatehouse-Webhooks/1"
+
+// Errors a Result can carry (test with errors.Is). Other errors are
+// transport failures: a refused or reset connection, a TLS failure, an
+// unresolvable host.
+var (
+	// ErrForbiddenDestination: the host resolved to an address deliveries
+	// must never reach (RELIABILITY.md B3); nothing was sent.
+	ErrForbiddenDestination = errors.New("destination address is not allowed for webhooks")
+	// ErrTimeout: no complete answer within Options.Timeout.
+	ErrTimeout = errors.New("no complete answer within the webhook timeout")
+	// ErrInvalidURL: the URL is not an absolute http:// or https:// URL with a host.
+	ErrInvalidURL = errors.New("webhook URL must be an absolute http:// or https:// URL")
+)
+
+// extraDenied are metadata addresses outside the ranges the ssrf package
+// already refuses (169.254.169.254 and fd00:ec2::254 are covered there).
+var extraDenied = []netip.Prefix{
+	netip.MustParsePrefix("168.63.129.16/32"), // Azure platform (WireServer)
+}
+
+// Options configure a Sender.
+type Options struct {
+	// Timeout bounds the whole exchange: dial, TLS, sending, the response
+	// headers and reading the kept part of the body. Zero means DefaultTimeout.
+	Timeout time.Duration
+	// AllowPrivate turns the destination check off (development and tests:
+	// WEBHOOK_ALLOW_PRIVATE_NETWORKS=true).
+	AllowPrivate bool
+	// MaxBody is how many bytes of the decoded response body are kept in
+	// Result.Body; nothing beyond is read. Zero or less means DefaultMaxBody.
+	MaxBody int64
+}
+
+// Request is one delivery attempt.
+type Request struct {
+	URL     string
+	Body    []byte
+	Headers map[string]string // sent as given; Content-Type is always application/json
+}
+
+// Result is the outcome of one attempt.
+type Result struct {
+	// StatusCode is the receiver's status, 0 when no response arrived. A 3xx
+	// is reported as is: redirects are not followed.
+	StatusCode int
+	// Duration is the time the attempt took, from the call to the return.
+	Duration time.Duration
+	// Err is why the exchange failed, nil when a response was read. It never
+	// holds the request body, the headers, or the URL's path and query.
+	Err error
+	// Body is the start of the response body (at most MaxBody bytes as
+	// received, then made valid UTF-8 without NUL bytes so it can be stored
+	// as text).
+	Body string
+}
+
+// OK reports whether the receiver accepted the delivery: a 2xx status and no error.
+func (r Result) OK() bool { return r.Err == nil && r.StatusCode >= 200 && r.StatusCode < 300 }
+
+// Sender posts deliveries. It keeps a small pool of connections shared by
+// all deliveries and is safe for concurrent use.
+type Sender struct {
+	client    *http.Client
+	transport *http.Transport
+	timeout   time.Duration
+	maxBody   int64
+}
+
+// New returns a Sender configured by o.
+func New(o Options) *Sender { return newSender(o, nil) }
+
+// newSender is New with the resolver the dialer uses (nil: the system's),
+// so tests can make names resolve to loopback without DNS traffic.
+func newSender(o Options, resolver *net.Resolver) *Sender {
+	if o.Timeout <= 0 {
+		o.Timeout = DefaultTimeout
+	}
+	if o.MaxBody <= 0 {
+		o.MaxBody = DefaultMaxBody
+	}
+	dialer := &net.Dialer{Timeout: o.Timeout, KeepAlive: 30 * time.Second, Resolver: resolver}
+	if !o.AllowPrivate {
+		dialer.Control = destinationGuard()
+	}
+	protocols := new(http.Protocols)
+	protocols.SetHTTP1(true) // HTTP/2 would let a receiver push megabytes into flow-control buffers
+	t := &http.Transport{
+		Proxy:                  nil, // never HTTP_PROXY & co: the check is on the address we dial
+		DialContext:            dialer.DialContext,
+		TLSClientConfig:        &tls.Config{MinVersion: tls.VersionTLS12},
+		TLSHandshakeTimeout:    o.Timeout,
+		ResponseHeaderTimeout:  o.Timeout,
+		MaxResponseHeaderBytes: maxHeaderBytes,
+		MaxIdleConns:           64,
+		MaxIdleConnsPerHost:    2,
+		IdleConnTimeout:        60 * time.Second,
+		Protocols:              protocols,
+	}
+	return &Sender{
+		client: &http.Client{
+			Transport: t,
+			CheckRedirect: func(*http.Request, []*http.Request) error {
+				return http.ErrUseLastResponse
+			},
+		},
+		transport: t,
+		timeout:   o.Timeout,
+		maxBody:   o.MaxBody,
+	}
+}
+
+// destinationGuard is the net.Dialer.Control that refuses forbidden
+// addresses. It runs on the resolved address of every connection attempt,
+// after DNS and before any packet is sent, so a name that resolves (or
+// re-resolves) to a private address is refused too.
+func destinationGuard() func(network, address string, c syscall.RawConn) error {
+	g := ssrf.New(ssrf.WithAnyPort(), ssrf.WithDeniedV4Prefixes(extraDenied...))
+	return func(network, address string, c syscall.RawConn) error {
+		if err := g.Safe(network, address, c); err != nil {
+			return fmt.Errorf("%w: %w", ErrForbiddenDestination, err)
+		}
+		return nil
+	}
+}
+
+// CloseIdleConnections closes the pooled connections that are not in use.
+func (s *Sender) CloseIdleConnections() { s.transport.CloseIdleConnections() }
+
+// Send makes one POST of r.Body to r.URL with r.Headers and
+// Content-Type: application/json, and returns what happened. It never
+// follows a redirect and ends within the timeout (or when ctx ends).
+func (s *Sender) Send(ctx context.Context, r Request) Result {
+	start := time.Now()
+	res := s.send(ctx, r)
+	res.Duration = time.Since(start)
+	return res
+}
+
+func (s *Sender) send(parent context.Context, r Request) Result {
+	u, err := url.Parse(r.URL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Hostname() == "" {
+		return Result{Err: ErrInvalidURL}
+	}
+	where := u.Scheme + "://" + u.Host // never the path or query: they may carry the receiver's tokens
+
+	ctx, cancel := context.WithTimeout(parent, s.timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.URL, bytes.NewReader(r.Body))
+	if err != nil {
+		return Result{Err: ErrInvalidURL}
+	}
+	for k, v := range r.Headers {
+		switch strings.ToLower(k) {
+		case "content-type", "content-length", "host", "transfer-encoding", "connection":
+			continue // ours to set
+		}
+		req.Header[k] = []string{v} // as given: Standard Webhooks names are lower case
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", userAgent)
+
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return Result{Err: failure(where, err, ctx, parent, s.timeout)}
+	}
+	defer resp.Body.Close() // without draining: a body over the cap closes the connection
+	res := Result{StatusCode: resp.StatusCode}
+	kept, err := io.ReadAll(io.LimitReader(ctxReader{ctx, resp.Body}, s.maxBody))
+	res.Body = text(kept, int(s.maxBody))
+	if err != nil {
+		res.Err = failure(where, err, ctx, parent, s.timeout)
+	}
+	return res
+}
+
+// ctxReader ends the body read as soon as ctx is done, whatever the
+// transport's own cancellation does, so even a large MaxBody read from a
+// fast stream stays inside the timeout.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
+}
+
+// failure turns a transport error into a Result error that names the
+// destination's scheme and host, and the cause, but nothing the request
+// carried.
+func failure(where string, err error, ctx, parent context.Context, timeout time.Duration) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err // url.Error repeats the full URL
+	}
+	if parent.Err() == nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return fmt.Errorf("webhook POST %s: %w (%s)", where, ErrTimeout, timeout)
+	}
+	return fmt.Errorf("webhook POST %s: %w", where, err)
+}
+
+// text makes the kept body storable as text: valid UTF-8 (a rune cut by the
+// cap is dropped, invalid bytes become U+FFFD), no NUL bytes, at most max bytes.
+func text(b []byte, max int) string {
+	if len(b) == 0 {
+		return ""
+	}
+	for i := len(b) - 1; i >= 0 && i >= len(b)-utf8.UTFMax; i-- {
+		if utf8.RuneStart(b[i]) {
+			if !utf8.FullRune(b[i:]) {
+				b = b[:i]
+			}
+			break
+		}
+	}
+	s := strings.ReplaceAll(strings.ToValidUTF8(string(b), "\uFFFD"), "\x00", "")
+	for len(s) > max {
+		_, size := utf8.DecodeLastRuneInString(s)
+		s = s[:len(s)-size]
+	}
+	return s
+}

@@ -1,0 +1,490 @@
+// Package webhooks registers merchants' endpoints and delivers events to them:
+// signed, at least once, on the retry schedule of SPEC.md section 6.3. A
+// delivery row per subscribed endpoint is written in the same transaction as
+// the event (see internal/store), so no committed event is lost; the worker
+// sends each delivery, records every attempt and schedules the next.
+package webhooks
+
+import (
+	"context"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/gatehouse-pay/gatehouse/internal/apperr"
+	"github.com/gatehouse-pay/gatehouse/internal/events"
+	"github.com/gatehouse-pay/gatehouse/internal/ids"
+	"github.com/gatehouse-pay/gatehouse/internal/keyring"
+	"github.com/gatehouse-pay/gatehouse/internal/listing"
+	"github.com/gatehouse-pay/gatehouse/internal/outbox"
+)
+
+// Delivery statuses.
+const (
+	StatusPending   = "pending"
+	StatusSucceeded = "succeeded"
+	StatusFailed    = "failed"
+)
+
+// RotationOverlap is how long the previous secret keeps signing after a rotation.
+const RotationOverlap = 24 * time.Hour
+
+// Endpoint is a merchant's receiver of events. The secrets are kept sealed.
+type Endpoint struct {
+	ID                   string
+	MerchantID           string
+	Environment          string
+	URL                  string
+	Events               []string
+	Active               bool
+	Description          *string
+	SecretSealed         []byte
+	PreviousSecretSealed []byte
+	PreviousSecretUntil  *time.Time
+	CreatedAt            time.Time
+	UpdatedAt            time.Time
+	DeletedAt            *time.Time
+}
+
+// EndpointView is the public form of an endpoint: never a secret.
+type EndpointView struct {
+	ID          string   `json:"id"`
+	Object      string   `json:"object"`
+	URL         string   `json:"url"`
+	Events      []string `json:"events"`
+	Active      bool     `json:"active"`
+	Description *string  `json:"description"`
+	MerchantID  string   `json:"merchant_id"`
+	Environment string   `json:"environment"`
+	CreatedAt   string   `json:"created_at"`
+	UpdatedAt   string   `json:"updated_at"`
+}
+
+// View returns the public form.
+func (e Endpoint) View() EndpointView {
+	return EndpointView{ID: e.ID, Object: "webhook_endpoint", URL: e.URL, Events: e.Events, Active: e.Active,
+		Description: e.Description, MerchantID: e.MerchantID, Environment: e.Environment,
+		CreatedAt: events.Timestamp(e.CreatedAt), UpdatedAt: events.Timestamp(e.UpdatedAt)}
+}
+
+// Attempt is one try of a delivery.
+type Attempt struct {
+	Attempt      int
+	StartedAt    time.Time
+	DurationMS   int
+	StatusCode   *int
+	Error        *string
+	ResponseBody *string
+}
+
+// Delivery is one event (or test) for one endpoint.
+type Delivery struct {
+	ID            string
+	EndpointID    string
+	MerchantID    string
+	EventID       string
+	EventType     string
+	Test          bool
+	Status        string
+	Attempts      int
+	ChainAttempts int
+	NextAttemptAt *time.Time
+	CreatedAt     time.Time
+	UpdatedAt     time.Time
+	Log           []Attempt
+}
+
+// AttemptView is the public form of an attempt.
+type AttemptView struct {
+	Attempt      int     `json:"attempt"`
+	StartedAt    string  `json:"started_at"`
+	DurationMS   int     `json:"duration_ms"`
+	StatusCode   *int    `json:"status_code"`
+	Error        *string `json:"error"`
+	ResponseBody *string `json:"response_body"`
+}
+
+// DeliveryView is the public form of a delivery with its attempts.
+type DeliveryView struct {
+	ID            string        `json:"id"`
+	Object        string        `json:"object"`
+	Endpoint      string        `json:"endpoint"`
+	EventID       string        `json:"event_id"`
+	EventType     string        `json:"event_type"`
+	Status        string        `json:"status"`
+	Test          bool          `json:"test"`
+	Attempts      []AttemptView `json:"attempts"`
+	NextAttemptAt *string       `json:"next_attempt_at"`
+	CreatedAt     string        `json:"created_at"`
+	UpdatedAt     string        `json:"updated_at"`
+}
+
+// View returns the public form.
+func (d Delivery) View() DeliveryView {
+	v := DeliveryView{ID: d.ID, Object: "webhook_delivery", Endpoint: d.EndpointID, EventID: d.EventID,
+		EventType: d.EventType, Status: d.Status, Test: d.Test, Attempts: make([]AttemptView, 0, len(d.Log)),
+		CreatedAt: events.Timestamp(d.CreatedAt), UpdatedAt: events.Timestamp(d.UpdatedAt)}
+	if d.NextAttemptAt != nil && d.Status == StatusPending {
+		s := events.Timestamp(*d.NextAttemptAt)
+		v.NextAttemptAt = &s
+	}
+	for _, a := range d.Log {
+		v.Attempts = append(v.Attempts, AttemptView{Attempt: a.Attempt, StartedAt: events.Timestamp(a.StartedAt),
+			DurationMS: a.DurationMS, StatusCode: a.StatusCode, Error: a.Error, ResponseBody: a.ResponseBody})
+	}
+	return v
+}
+
+// Patch is a partial update of an endpoint.
+type Patch struct {
+	URL         *string
+	Events      []string
+	Active      *bool
+	Description *string
+	At          time.Time
+}
+
+// Store persists endpoints and deliveries. Every method that takes a
+// merchant id answers NotFound for another merchant's objects. Methods that
+// create work return the outbox tasks they wrote, for the caller to enqueue.
+type Store interface {
+	CreateEndpoint(ctx context.Context, e Endpoint) error
+	EndpointByID(ctx context.Context, merchantID, id string) (Endpoint, error)
+	ListEndpoints(ctx context.Context, merchantID string, p listing.Params) (listing.Page[Endpoint], error)
+	UpdateEndpoint(ctx context.Context, merchantID, id string, p Patch) (Endpoint, error)
+	DeleteEndpoint(ctx context.Context, merchantID, id string, at time.Time) error
+	RotateSecret(ctx context.Context, merchantID, id string, sealed, previous []byte, until, at time.Time) (Endpoint, error)
+	CreateTestDelivery(ctx context.Context, d Delivery, body []byte) (outbox.Task, error)
+	ListDeliveries(ctx context.Context, merchantID, endpointID, status string, p listing.Params) (listing.Page[Delivery], error)
+	DeliveryByID(ctx context.Context, merchantID, id string) (Delivery, error)
+	RetryDelivery(ctx context.Context, merchantID, id string, at time.Time) (Delivery, outbox.Task, error)
+	RecoverDeliveries(ctx context.Context, merchantID, endpointID string, since time.Time, dryRun bool, at time.Time) (int64, []outbox.Task, error)
+
+	DeliveryForWork(ctx context.Context, id string) (Delivery, Endpoint, []byte, error)
+	RecordAttempt(ctx context.Context, r AttemptRecord) (bool, error)
+	DeleteTask(ctx context.Context, taskID string) error
+}
+
+// Service manages endpoints on the API side.
+type Service struct {
+	store        Store
+	queue        outbox.Enqueuer
+	keys         *keyring.Keyring
+	allowPrivate bool
+	now          func() time.Time
+	onEnqueue    func(error)
+}
+
+// NewService returns the endpoint service. allowPrivate admits URLs on
+// private and loopback addresses (development and tests only).
+func NewService(store Store, queue outbox.Enqueuer, keys *keyring.Keyring, allowPrivate bool, now func() time.Time, onEnqueueErr func(error)) *Service {
+	return &Service{store: store, queue: queue, keys: keys, allowPrivate: allowPrivate, now: now, onEnqueue: onEnqueueErr}
+}
+
+// CreateParams is the body of POST /v1/me/webhook_endpoints.
+type CreateParams struct {
+	URL         *string  `json:"url"`
+	Events      []string `json:"events"`
+	Description *string  `json:"description"`
+	Environment *string  `json:"environment"`
+}
+
+// UpdateParams is the body of PATCH /v1/me/webhook_endpoints/:id.
+type UpdateParams struct {
+	URL         *string  `json:"url"`
+	Events      []string `json:"events"`
+	Active      *bool    `json:"active"`
+	Description *string  `json:"description"`
+	Environment *string  `json:"environment"`
+}
+
+func (s *Service) stamp() time.Time { return s.now().UTC().Truncate(time.Millisecond) }
+
+func notFound() error { return apperr.NotFound("webhook_endpoint") }
+
+// Create registers an endpoint and returns it with its secret, which exists
+// in clear only in this answer.
+func (s *Service) Create(ctx context.Context, merchantID, environment string, p CreateParams) (Endpoint, string, error) {
+	if err := checkEnvironment(p.Environment); err != nil {
+		return Endpoint{}, "", err
+	}
+	if p.URL == nil || *p.URL == "" {
+		return Endpoint{}, "", apperr.Missing("url")
+	}
+	u, err := s.checkURL(*p.URL)
+	if err != nil {
+		return Endpoint{}, "", err
+	}
+	if p.Events == nil {
+		return Endpoint{}, "", apperr.Missing("events")
+	}
+	evs, err := checkEvents(p.Events)
+	if err != nil {
+		return Endpoint{}, "", err
+	}
+	if err := checkDescription(p.Description); err != nil {
+		return Endpoint{}, "", err
+	}
+	secret, err := NewSecret()
+	if err != nil {
+		return Endpoint{}, "", apperr.Internal(err)
+	}
+	now := s.stamp()
+	e := Endpoint{ID: ids.New("we"), MerchantID: merchantID, Environment: environment, URL: u, Events: evs,
+		Active: true, Description: p.Description, CreatedAt: now, UpdatedAt: now}
+	if e.SecretSealed, err = s.keys.Seal(keyring.PurposeWebhook, []byte(secret), []byte(e.ID)); err != nil {
+		return Endpoint{}, "", apperr.Internal(err)
+	}
+	if err := s.store.CreateEndpoint(ctx, e); err != nil {
+		return Endpoint{}, "", err
+	}
+	return e, secret, nil
+}
+
+// Get returns one of the merchant's endpoints.
+func (s *Service) Get(ctx context.Context, merchantID, id string) (Endpoint, error) {
+	if !ids.Valid("we", id) {
+		return Endpoint{}, notFound()
+	}
+	return s.store.EndpointByID(ctx, merchantID, id)
+}
+
+// List returns a page of the merchant's endpoints, newest first.
+func (s *Service) List(ctx context.Context, merchantID string, p listing.Params) (listing.Page[Endpoint], error) {
+	return s.store.ListEndpoints(ctx, merchantID, p)
+}
+
+// Update changes an endpoint's URL, events, active flag or description.
+func (s *Service) Update(ctx context.Context, merchantID, id string, p UpdateParams) (Endpoint, error) {
+	if err := checkEnvironment(p.Environment); err != nil {
+		return Endpoint{}, err
+	}
+	if !ids.Valid("we", id) {
+		return Endpoint{}, notFound()
+	}
+	patch := Patch{Active: p.Active, Description: p.Description, At: s.stamp()}
+	if p.URL != nil {
+		u, err := s.checkURL(*p.URL)
+		if err != nil {
+			return Endpoint{}, err
+		}
+		patch.URL = &u
+	}
+	if p.Events != nil {
+		evs, err := checkEvents(p.Events)
+		if err != nil {
+			return Endpoint{}, err
+		}
+		patch.Events = evs
+	}
+	if err := checkDescription(p.Description); err != nil {
+		return Endpoint{}, err
+	}
+	return s.store.UpdateEndpoint(ctx, merchantID, id, patch)
+}
+
+// Delete removes an endpoint; its pending deliveries stop.
+func (s *Service) Delete(ctx context.Context, merchantID, id string) error {
+	if !ids.Valid("we", id) {
+		return notFound()
+	}
+	return s.store.DeleteEndpoint(ctx, merchantID, id, s.stamp())
+}
+
+// RotateSecret gives the endpoint a new secret; the old one keeps signing
+// (X-Service-Signature-Previous) for RotationOverlap.
+func (s *Service) RotateSecret(ctx context.Context, merchantID, id string) (Endpoint, string, error) {
+	e, err := s.Get(ctx, merchantID, id)
+	if err != nil {
+		return Endpoint{}, "", err
+	}
+	secret, err := NewSecret()
+	if err != nil {
+		return Endpoint{}, "", apperr.Internal(err)
+	}
+	sealed, err := s.keys.Seal(keyring.PurposeWebhook, []byte(secret), []byte(e.ID))
+	if err != nil {
+		return Endpoint{}, "", apperr.Internal(err)
+	}
+	now := s.stamp()
+	e, err = s.store.RotateSecret(ctx, merchantID, id, sealed, e.SecretSealed, now.Add(RotationOverlap), now)
+	return e, secret, err
+}
+
+// Test sends one delivery of a sample event of the endpoint's first
+// subscribed type, marked X-Service-Test; it is not stored as an event.
+func (s *Service) Test(ctx context.Context, merchantID, id string, sample func(eventType string, at time.Time) (events.Event, error)) (Delivery, error) {
+	e, err := s.Get(ctx, merchantID, id)
+	if err != nil {
+		return Delivery{}, err
+	}
+	now := s.stamp()
+	ev, err := sample(e.Events[0], now)
+	if err != nil {
+		return Delivery{}, apperr.Internal(err)
+	}
+	d := Delivery{ID: ids.NewUUID(), EndpointID: e.ID, MerchantID: merchantID, EventID: ev.ID, EventType: ev.Type,
+		Test: true, Status: StatusPending, NextAttemptAt: &now, CreatedAt: now, UpdatedAt: now}
+	task, err := s.store.CreateTestDelivery(ctx, d, ev.Body)
+	if err != nil {
+		return Delivery{}, err
+	}
+	s.enqueue(ctx, task)
+	return d, nil
+}
+
+// Deliveries lists an endpoint's deliveries with their attempts.
+func (s *Service) Deliveries(ctx context.Context, merchantID, id, status string, p listing.Params) (listing.Page[Delivery], error) {
+	if _, err := s.Get(ctx, merchantID, id); err != nil {
+		return listing.Page[Delivery]{}, err
+	}
+	switch status {
+	case "", StatusPending, StatusSucceeded, StatusFailed:
+	default:
+		return listing.Page[Delivery]{}, apperr.Invalid("status", "status must be pending, succeeded or failed.")
+	}
+	return s.store.ListDeliveries(ctx, merchantID, id, status, p)
+}
+
+// Retry starts a new attempt chain for a failed delivery.
+func (s *Service) Retry(ctx context.Context, merchantID, deliveryID string) (Delivery, error) {
+	if !ids.ValidUUID(deliveryID) {
+		return Delivery{}, apperr.NotFound("webhook_delivery")
+	}
+	d, task, err := s.store.RetryDelivery(ctx, merchantID, deliveryID, s.stamp())
+	if err != nil {
+		return Delivery{}, err
+	}
+	s.enqueue(ctx, task)
+	return d, nil
+}
+
+// Recover re-sends every failed delivery of the endpoint created since the
+// given time; with dryRun it only counts them.
+func (s *Service) Recover(ctx context.Context, merchantID, id string, since time.Time, dryRun bool) (int64, error) {
+	if _, err := s.Get(ctx, merchantID, id); err != nil {
+		return 0, err
+	}
+	n, tasks, err := s.store.RecoverDeliveries(ctx, merchantID, id, since, dryRun, s.stamp())
+	if err != nil {
+		return 0, err
+	}
+	for _, t := range tasks {
+		s.enqueue(ctx, t)
+	}
+	return n, nil
+}
+
+func (s *Service) enqueue(ctx context.Context, t outbox.Task) {
+	if err := s.queue.Enqueue(ctx, t); err != nil && s.onEnqueue != nil {
+		s.onEnqueue(err)
+	}
+}
+
+func checkEnvironment(env *string) error {
+	if env == nil || *env == "sandbox" {
+		return nil
+	}
+	if *env == "live" {
+		return apperr.LiveMode()
+	}
+	return apperr.Invalid("environment", "environment must be sandbox or live.")
+}
+
+func checkDescription(d *string) error {
+	if d != nil && utf8.RuneCountInString(*d) > 500 {
+		return apperr.Invalid("description", "description must be at most 500 characters.")
+	}
+	return nil
+}
+
+func checkEvents(list []string) ([]string, error) {
+	if len(list) == 0 {
+		return nil, apperr.Invalid("events", "events must name at least one event type.")
+	}
+	seen := map[string]bool{}
+	out := make([]string, 0, len(list))
+	for _, e := range list {
+		if !events.Known(e) {
+			return nil, apperr.Invalid("events", "Unknown event type %q; use %s.", e, strings.Join(events.Types, ", "))
+		}
+		if !seen[e] {
+			seen[e] = true
+			out = append(out, e)
+		}
+	}
+	return out, nil
+}
+
+// checkURL accepts an absolute http(s) URL without credentials; unless
+// private networks are allowed, a literal private, loopback, link-local or
+// metadata address (or localhost) is refused here too. Names are checked
+// again on the resolved address when a delivery dials.
+func (s *Service) checkURL(raw string) (string, error) {
+	bad := func(why string) error { return apperr.Invalid("url", "url %s.", why) }
+	if len(raw) > 2048 {
+		return "", bad("must be at most 2048 characters")
+	}
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.Opaque != "" {
+		return "", bad("must be an absolute http:// or https:// URL")
+	}
+	if u.User != nil {
+		return "", bad("must not carry a user name or password")
+	}
+	if u.Fragment != "" {
+		return "", bad("must not have a fragment")
+	}
+	if !s.allowPrivate {
+		host := strings.ToLower(strings.TrimSuffix(u.Hostname(), "."))
+		if host == "localhost" || strings.HasSuffix(host, ".localhost") || host == "metadata.google.internal" {
+			return "", bad("must not point at this machine or a private network")
+		}
+		if a, err := netip.ParseAddr(host); err == nil && !publicAddr(a.Unmap()) {
+			return "", bad("must not point at a private, loopback, link-local or metadata address")
+		}
+		if a, ok := inetAton(host); ok && !publicAddr(a) {
+			return "", bad("must not point at a private, loopback, link-local or metadata address")
+		}
+	}
+	return u.String(), nil
+}
+
+// inetAton reads the legacy numeric IPv4 forms some resolvers accept
+// ("127.1", "2130706433", "0x7f000001", "017700000001").
+func inetAton(host string) (netip.Addr, bool) {
+	parts := strings.Split(host, ".")
+	if len(parts) > 4 {
+		return netip.Addr{}, false
+	}
+	nums := make([]uint64, len(parts))
+	for i, p := range parts {
+		n, err := strconv.ParseUint(p, 0, 32)
+		if err != nil {
+			return netip.Addr{}, false
+		}
+		nums[i] = n
+	}
+	var v uint64
+	last := len(nums) - 1
+	for i := 0; i < last; i++ {
+		if nums[i] > 255 {
+			return netip.Addr{}, false
+		}
+		v |= nums[i] << (24 - 8*i)
+	}
+	if nums[last] >= 1<<(8*(4-last)) {
+		return netip.Addr{}, false
+	}
+	v |= nums[last]
+	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)}), true
+}
+
+var cgnat = netip.MustParsePrefix("100.64.0.0/10")
+
+func publicAddr(a netip.Addr) bool {
+	return a.IsGlobalUnicast() && !a.IsPrivate() && !cgnat.Contains(a)
+}
