@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/gatehouse-pay/gatehouse/internal/apperr"
@@ -64,6 +65,38 @@ type Deliverer struct {
 	now      func() time.Time
 	log      *slog.Logger
 	observe  func(outcome string, attempt int, d time.Duration)
+
+	// inFlight counts this process's attempts per endpoint, so one slow or
+	// hanging endpoint can hold at most perEndpoint of the worker's slots
+	// and never starves deliveries to the others.
+	mu          sync.Mutex
+	inFlight    map[string]int
+	perEndpoint int
+}
+
+// PerEndpointDefault is how many attempts to one endpoint a worker process
+// runs at once.
+const PerEndpointDefault = 4
+
+// busyRetry is how soon a delivery held back by the per-endpoint cap is tried again.
+const busyRetry = 200 * time.Millisecond
+
+func (d *Deliverer) acquire(endpointID string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.inFlight[endpointID] >= d.perEndpoint {
+		return false
+	}
+	d.inFlight[endpointID]++
+	return true
+}
+
+func (d *Deliverer) release(endpointID string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.inFlight[endpointID]--; d.inFlight[endpointID] <= 0 {
+		delete(d.inFlight, endpointID)
+	}
 }
 
 // NewDeliverer returns the delivery processor. schedule[i] is the delay
@@ -73,7 +106,8 @@ func NewDeliverer(store Store, sender Sender, keys *keyring.Keyring, schedule []
 	if observe == nil {
 		observe = func(string, int, time.Duration) {}
 	}
-	return &Deliverer{store: store, sender: sender, keys: keys, schedule: schedule, now: now, log: log, observe: observe}
+	return &Deliverer{store: store, sender: sender, keys: keys, schedule: schedule, now: now, log: log, observe: observe,
+		inFlight: map[string]int{}, perEndpoint: PerEndpointDefault}
 }
 
 // Task is the outbox task of a delivery.
@@ -126,7 +160,11 @@ func (d *Deliverer) Deliver(ctx context.Context, id string) error {
 		headers["X-Service-Test"] = "true"
 	}
 
+	if !d.acquire(ep.ID) {
+		return &RetryIn{Delay: busyRetry} // not an attempt: the endpoint is busy
+	}
 	res := d.sender.Send(ctx, Outgoing{URL: ep.URL, Body: body, Headers: headers})
+	d.release(ep.ID)
 	a := Attempt{Attempt: n, StartedAt: now, DurationMS: int(res.Duration / time.Millisecond)}
 	if res.StatusCode != 0 {
 		code := res.StatusCode
