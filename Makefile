@@ -53,7 +53,18 @@ test: vet ## go vet, OpenAPI lint, then the whole test suite with -race against 
 	@$(MAKE) --no-print-directory openapi-lint OPENAPI_LINT_OPTIONAL=$(if $(filter true,$(CI)),,1)
 	GATEHOUSE_REQUIRE_SERVICES=1 $(GO) test -race -count=1 -timeout 20m $(TEST_FLAGS) $(PKG)
 
-bench: ## Run the benchmarks (go test -bench, no unit tests)
+# BENCH_FLAGS passes flags to the load harness, e.g. BENCH_FLAGS='-perf -step 10s'
+# (bin/bench -h lists them). docs/BENCHMARKS.md explains the method. The harness
+# is built, not `go run`, so perf(1) can name the floor's functions.
+BENCH_FLAGS ?=
+
+bench: build ## Load-test POST /v1/charges next to a floor program (writes docs/BENCHMARKS.md), then bench-micro
+	$(GO) build -trimpath -o $(BIN_DIR)/bench ./internal/bench
+	$(BIN_DIR)/bench -api $(BIN_DIR)/api $(BENCH_FLAGS)
+	@$(MAKE) --no-print-directory bench-micro
+
+.PHONY: bench-micro
+bench-micro: ## Run the Go micro-benchmarks only (go test -bench, no unit tests)
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -timeout 20m $(PKG)
 
 lint: fmt-check vet openapi-lint ## gofmt check, go vet and the OpenAPI lint (redocly)

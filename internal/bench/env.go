@@ -1,0 +1,427 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// environment is everything a run sets up and tears down: a private
+// redis-server, a fresh database on the shared Postgres, the API and the
+// floor, each on a free loopback port.
+type environment struct {
+	o   options
+	log io.Writer
+	dir string
+
+	redis    *proc
+	redisURL string
+	rdb      *redisDB
+
+	admin      *sqlDB
+	dbName     string
+	dbURL      string
+	db         *sqlDB
+	postmaster int
+	merchantID string
+
+	api, floor *target
+
+	quietLeft, waited time.Duration // waiting for a quiet machine: budget left, time spent
+}
+
+// proc is a child process and the channel closed when it has exited.
+type proc struct {
+	cmd    *exec.Cmd
+	exited chan struct{}
+}
+
+func startProc(cmd *exec.Cmd) (*proc, error) {
+	dieWithParent(cmd)
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	p := &proc{cmd: cmd, exited: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(p.exited) }()
+	return p, nil
+}
+
+func (p *proc) pid() int { return p.cmd.Process.Pid }
+
+// stop ends the process with SIGTERM, then SIGKILL after grace.
+func (p *proc) stop(grace time.Duration) {
+	if p == nil {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(grace):
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+	}
+}
+
+// target is a server under test.
+type target struct {
+	name   string
+	proc   *proc
+	addr   string
+	logf   string
+	client *client
+}
+
+func (t *target) pid() int { return t.proc.pid() }
+
+func (e *environment) logf(format string, args ...any) {
+	fmt.Fprintf(e.log, "bench: "+format+"\n", args...)
+}
+
+func freeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// withDatabase returns base with its database name replaced.
+func withDatabase(base, db string) (string, error) {
+	u, err := url.Parse(base)
+	if err != nil {
+		return "", errors.New("TEST_DATABASE_URL is not a URL")
+	}
+	u.Path = "/" + db
+	return u.String(), nil
+}
+
+func (e *environment) setup(ctx context.Context) error {
+	var err error
+	if e.dir, err = os.MkdirTemp("", "gatehouse-bench-"); err != nil {
+		return err
+	}
+	if _, err := os.Stat(e.o.api); err != nil {
+		return fmt.Errorf("%s: %w (run make build)", e.o.api, err)
+	}
+	if err := e.startRedis(ctx); err != nil {
+		return err
+	}
+	if err := e.createDatabase(ctx); err != nil {
+		return err
+	}
+	if err := e.runAPI(ctx, "migrate"); err != nil {
+		return err
+	}
+	email, password := "bench-"+randomHex(4)+"@gatehouse.local", randomHex(12)
+	out, err := e.apiOutput(ctx, "merchant", "create", "--email", email, "--password", password, "--name", "Bench Store")
+	if err != nil {
+		return err
+	}
+	var m struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal(out, &m); err != nil || m.ID == "" {
+		return fmt.Errorf("merchant create printed %q", out)
+	}
+	e.merchantID = m.ID
+	for _, s := range floorSetupSQL(e.o.floorTables) {
+		if err := e.db.exec(ctx, s); err != nil {
+			return fmt.Errorf("floor schema: %w", err)
+		}
+	}
+	if err := e.startAPI(ctx); err != nil {
+		return err
+	}
+	secret, err := e.apiKey(ctx, email, password)
+	if err != nil {
+		return err
+	}
+	runID := randomHex(4)
+	seq := new(atomic.Int64)
+	e.api.client = newClient(e.api.addr, "Bearer "+secret, "bench-"+runID+"-p-", seq)
+	if err := e.startFloor(ctx, "Bearer "+secret); err != nil {
+		return err
+	}
+	e.floor.client = newClient(e.floor.addr, "Bearer "+secret, "bench-"+runID+"-f-", seq)
+	for _, t := range []*target{e.api, e.floor} {
+		o := t.client.do(time.Now().Add(5*time.Second), true)
+		if o.status != 201 || o.err != nil {
+			return fmt.Errorf("%s: a first charge got %d %v %s (log: %s)", t.name, o.status, o.err, o.sample, t.logf)
+		}
+	}
+	return nil
+}
+
+func (e *environment) startRedis(ctx context.Context) error {
+	addr, err := freeAddr()
+	if err != nil {
+		return err
+	}
+	_, port, _ := net.SplitHostPort(addr)
+	e.redis, err = startProc(exec.Command(e.o.redisServer, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+		"--dir", e.dir, "--logfile", filepath.Join(e.dir, "redis.log"), "--daemonize", "no"))
+	if err != nil {
+		return fmt.Errorf("start %s: %w (install redis-server)", e.o.redisServer, err)
+	}
+	// Dial until it listens: the project's client would log every refused dial.
+	err = waitFor(ctx, 10*time.Second, func() error {
+		select {
+		case <-e.redis.exited:
+			return errExited
+		default:
+		}
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			c.Close()
+		}
+		return err
+	}, "redis-server on "+addr)
+	if err != nil {
+		return err
+	}
+	e.redisURL = "redis://" + addr + "/0"
+	if e.rdb, err = openRedis(e.redisURL); err != nil {
+		return err
+	}
+	return e.rdb.ping(ctx)
+}
+
+func (e *environment) createDatabase(ctx context.Context) error {
+	var err error
+	if e.admin, err = openSQL(ctx, e.o.dbURL); err != nil {
+		return fmt.Errorf("postgres at TEST_DATABASE_URL: %w", err)
+	}
+	e.dbName = fmt.Sprintf("gatehouse_bench_%d_%s", os.Getpid(), randomHex(3))
+	// template0: template1 may be in use by a concurrent test run.
+	if err := e.admin.exec(ctx, "CREATE DATABASE "+e.dbName+" TEMPLATE template0"); err != nil {
+		return fmt.Errorf("create database: %w", err)
+	}
+	if e.dbURL, err = withDatabase(e.o.dbURL, e.dbName); err != nil {
+		return err
+	}
+	if e.db, err = openSQL(ctx, e.dbURL); err != nil {
+		return err
+	}
+	var backend int
+	if err := e.db.query(ctx, "SELECT pg_backend_pid()", nil, &backend); err != nil {
+		return err
+	}
+	if s, ok := readProcStat(backend); ok {
+		e.postmaster = s.ppid
+	} else {
+		e.logf("postgres runs out of sight (pid %d not in /proc): its CPU is not counted", backend)
+	}
+	return nil
+}
+
+func (e *environment) apiEnv(addr string) []string {
+	return append(os.Environ(),
+		"DATABASE_URL="+e.dbURL,
+		"REDIS_URL="+e.redisURL,
+		"JWT_SECRET="+randomHex(32),
+		"ENCRYPTION_KEY="+randomHex(32),
+		"HTTP_ADDR="+addr,
+		"METRICS_ADDR=127.0.0.1:0",
+		"LOG_LEVEL=warn",
+		"RATE_LIMIT_CHARGES=100000000/1m",
+		"RATE_LIMIT_DEFAULT=100000/1m",
+		"SHUTDOWN_TIMEOUT=2s",
+		"SHUTDOWN_DELAY=0s",
+	)
+}
+
+func (e *environment) apiOutput(ctx context.Context, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, e.o.api, args...)
+	cmd.Env = e.apiEnv("127.0.0.1:0")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w: %s", e.o.api, strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	return out, nil
+}
+
+func (e *environment) runAPI(ctx context.Context, args ...string) error {
+	_, err := e.apiOutput(ctx, args...)
+	return err
+}
+
+func (e *environment) startServer(ctx context.Context, name, path string, args, env []string, addr string) (*target, error) {
+	t := &target{name: name, addr: addr, logf: filepath.Join(e.dir, name+".log")}
+	logFile, err := os.Create(t.logf)
+	if err != nil {
+		return nil, err
+	}
+	defer logFile.Close()
+	cmd := exec.Command(path, args...)
+	cmd.Env = env
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if t.proc, err = startProc(cmd); err != nil {
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	err = waitFor(ctx, 20*time.Second, func() error {
+		select {
+		case <-t.proc.exited:
+			return errExited
+		default:
+		}
+		resp, err := http.Get("http://" + addr + "/healthz")
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("healthz: %d", resp.StatusCode)
+		}
+		return nil
+	}, name+" on "+addr)
+	if err != nil {
+		tail, _ := os.ReadFile(t.logf)
+		return t, fmt.Errorf("%w\n%s", err, lastLines(string(tail), 20))
+	}
+	return t, nil
+}
+
+var errExited = errors.New("the process exited")
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+func (e *environment) startAPI(ctx context.Context) error {
+	addr, err := freeAddr()
+	if err != nil {
+		return err
+	}
+	e.api, err = e.startServer(ctx, "project", e.o.api, nil, e.apiEnv(addr), addr)
+	return err
+}
+
+func (e *environment) startFloor(ctx context.Context, authorization string) error {
+	addr, err := freeAddr()
+	if err != nil {
+		return err
+	}
+	path, args, env, err := floorCommand(addr, e.merchantID, e.dbURL, e.redisURL, authorization)
+	if err != nil {
+		return err
+	}
+	e.floor, err = e.startServer(ctx, "floor", path, args, append(os.Environ(), env...), addr)
+	return err
+}
+
+// apiKey logs in and creates a sandbox secret key.
+func (e *environment) apiKey(ctx context.Context, email, password string) (string, error) {
+	var login struct {
+		Token string `json:"token"`
+	}
+	if err := e.call(ctx, "/v1/auth/login", "", map[string]string{"email": email, "password": password}, http.StatusOK, &login); err != nil {
+		return "", err
+	}
+	var key struct {
+		SecretKey string `json:"secret_key"`
+	}
+	if err := e.call(ctx, "/v1/me/api_keys", login.Token, map[string]string{"environment": "sandbox", "name": "bench"}, http.StatusCreated, &key); err != nil {
+		return "", err
+	}
+	if key.SecretKey == "" {
+		return "", errors.New("POST /v1/me/api_keys returned no secret_key")
+	}
+	return key.SecretKey, nil
+}
+
+func (e *environment) call(ctx context.Context, path, token string, body any, want int, out any) error {
+	b, _ := json.Marshal(body)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+e.api.addr+path, bytes.NewReader(b))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	rb, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != want {
+		return fmt.Errorf("POST %s: %d %s", path, resp.StatusCode, rb)
+	}
+	return json.Unmarshal(rb, out)
+}
+
+func waitFor(ctx context.Context, limit time.Duration, check func() error, what string) error {
+	end := time.Now().Add(limit)
+	for {
+		err := check()
+		if err == nil {
+			return nil
+		}
+		if errors.Is(err, errExited) || time.Now().After(end) || ctx.Err() != nil {
+			return fmt.Errorf("%s not ready: %w", what, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// close tears everything down, in reverse order; it never fails the run.
+func (e *environment) close() {
+	for _, t := range []*target{e.api, e.floor} {
+		if t != nil {
+			if t.client != nil {
+				t.client.closeIdle()
+			}
+			t.proc.stop(5 * time.Second)
+		}
+	}
+	if e.db != nil {
+		e.db.close()
+	}
+	if e.admin != nil {
+		if e.dbName != "" && !e.o.keep {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			if err := e.admin.exec(ctx, "DROP DATABASE IF EXISTS "+e.dbName+" WITH (FORCE)"); err != nil {
+				e.logf("drop database %s: %v", e.dbName, err)
+			}
+			cancel()
+		} else if e.o.keep {
+			e.logf("kept database %s", e.dbName)
+		}
+		e.admin.close()
+	}
+	if e.rdb != nil {
+		_ = e.rdb.close()
+	}
+	e.redis.stop(5 * time.Second)
+	if e.dir != "" && !e.o.keep {
+		_ = os.RemoveAll(e.dir)
+	} else if e.dir != "" {
+		e.logf("kept logs in %s", e.dir)
+	}
+}
