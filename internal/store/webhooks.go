@@ -314,7 +314,7 @@ func (s *Store) DeliveryForWork(ctx context.Context, id string) (webhooks.Delive
 		return d, e, nil, mapErr(err, "webhook_endpoint")
 	}
 	if body == nil {
-		return d, e, nil, apperr.NotFound("event") // pruned with its event
+		return d, e, nil, nil // the event was pruned: the delivery can only fail
 	}
 	return d, e, []byte(*body), nil
 }

@@ -66,37 +66,41 @@ type Deliverer struct {
 	log      *slog.Logger
 	observe  func(outcome string, attempt int, d time.Duration)
 
-	// inFlight counts this process's attempts per endpoint, so one slow or
+	// slots bound this process's attempts per endpoint, so one slow or
 	// hanging endpoint can hold at most perEndpoint of the worker's slots
 	// and never starves deliveries to the others.
 	mu          sync.Mutex
-	inFlight    map[string]int
+	slots       map[string]chan struct{}
 	perEndpoint int
+	slotWait    time.Duration
 }
 
 // PerEndpointDefault is how many attempts to one endpoint a worker process
 // runs at once.
 const PerEndpointDefault = 4
 
-// busyRetry is how soon a delivery held back by the per-endpoint cap is tried again.
-const busyRetry = 200 * time.Millisecond
+// busyRetry is how soon a delivery that found its endpoint busy for a whole
+// slotWait is tried again; it is not an attempt.
+const busyRetry = time.Second
 
-func (d *Deliverer) acquire(endpointID string) bool {
+// acquire waits up to slotWait for one of the endpoint's slots.
+func (d *Deliverer) acquire(ctx context.Context, endpointID string) (release func(), ok bool) {
 	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.inFlight[endpointID] >= d.perEndpoint {
-		return false
+	slot, found := d.slots[endpointID]
+	if !found {
+		slot = make(chan struct{}, d.perEndpoint)
+		d.slots[endpointID] = slot
 	}
-	d.inFlight[endpointID]++
-	return true
-}
-
-func (d *Deliverer) release(endpointID string) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.inFlight[endpointID]--; d.inFlight[endpointID] <= 0 {
-		delete(d.inFlight, endpointID)
+	d.mu.Unlock()
+	t := time.NewTimer(d.slotWait)
+	defer t.Stop()
+	select {
+	case slot <- struct{}{}:
+		return func() { <-slot }, true
+	case <-t.C:
+	case <-ctx.Done():
 	}
+	return nil, false
 }
 
 // NewDeliverer returns the delivery processor. schedule[i] is the delay
@@ -107,7 +111,7 @@ func NewDeliverer(store Store, sender Sender, keys *keyring.Keyring, schedule []
 		observe = func(string, int, time.Duration) {}
 	}
 	return &Deliverer{store: store, sender: sender, keys: keys, schedule: schedule, now: now, log: log, observe: observe,
-		inFlight: map[string]int{}, perEndpoint: PerEndpointDefault}
+		slots: map[string]chan struct{}{}, perEndpoint: PerEndpointDefault, slotWait: 5 * time.Second}
 }
 
 // Task is the outbox task of a delivery.
@@ -128,13 +132,29 @@ func (d *Deliverer) Deliver(ctx context.Context, id string) error {
 		return d.store.DeleteTask(ctx, task.ID())
 	}
 	now := d.now().UTC()
-	if del.NextAttemptAt != nil && del.NextAttemptAt.Sub(now) > 500*time.Millisecond {
-		// Enqueued early (the sweeper after a lost task): wait for the schedule.
-		return &RetryIn{Delay: del.NextAttemptAt.Sub(now)}
+	if del.NextAttemptAt != nil {
+		switch early := del.NextAttemptAt.Sub(now); {
+		case early > time.Second:
+			// Enqueued early (the sweeper after a lost task): wait for the schedule.
+			return &RetryIn{Delay: early}
+		case early > 0:
+			// The queue keeps times in whole seconds: wait out the rest here,
+			// so no attempt is made before its time.
+			select {
+			case <-time.After(early):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			now = d.now().UTC()
+		}
 	}
 	n := del.Attempts + 1
 	if ep.DeletedAt != nil || !ep.Active {
 		msg := "The endpoint was deleted or disabled."
+		return d.record(ctx, del, task, Attempt{Attempt: n, StartedAt: now, Error: &msg}, false, true)
+	}
+	if body == nil {
+		msg := "The event is past its retention period."
 		return d.record(ctx, del, task, Attempt{Attempt: n, StartedAt: now, Error: &msg}, false, true)
 	}
 	secrets := Secrets{}
@@ -160,11 +180,12 @@ func (d *Deliverer) Deliver(ctx context.Context, id string) error {
 		headers["X-Service-Test"] = "true"
 	}
 
-	if !d.acquire(ep.ID) {
+	release, ok := d.acquire(ctx, ep.ID)
+	if !ok {
 		return &RetryIn{Delay: busyRetry} // not an attempt: the endpoint is busy
 	}
 	res := d.sender.Send(ctx, Outgoing{URL: ep.URL, Body: body, Headers: headers})
-	d.release(ep.ID)
+	release()
 	a := Attempt{Attempt: n, StartedAt: now, DurationMS: int(res.Duration / time.Millisecond)}
 	if res.StatusCode != 0 {
 		code := res.StatusCode
@@ -175,6 +196,9 @@ func (d *Deliverer) Deliver(ctx context.Context, id string) error {
 		a.Error = &msg
 	} else if !res.OK() {
 		msg := "non-2xx answer"
+		if res.StatusCode >= 300 && res.StatusCode < 400 {
+			msg = "redirect not followed"
+		}
 		a.Error = &msg
 	}
 	if res.Body != "" {

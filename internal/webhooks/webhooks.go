@@ -163,6 +163,8 @@ type Store interface {
 	RetryDelivery(ctx context.Context, merchantID, id string, at time.Time) (Delivery, outbox.Task, error)
 	RecoverDeliveries(ctx context.Context, merchantID, endpointID string, since time.Time, dryRun bool, at time.Time) (int64, []outbox.Task, error)
 
+	// DeliveryForWork returns a delivery, its endpoint (even if deleted) and
+	// the body to send, nil when the event was pruned.
 	DeliveryForWork(ctx context.Context, id string) (Delivery, Endpoint, []byte, error)
 	RecordAttempt(ctx context.Context, r AttemptRecord) (bool, error)
 	DeleteTask(ctx context.Context, taskID string) error
