@@ -165,6 +165,8 @@ fi
 export HTTP_ADDR="${HTTP_ADDR:-127.0.0.1:8080}"
 export METRICS_ADDR="${METRICS_ADDR:-127.0.0.1:9091}"
 export LOG_LEVEL="${LOG_LEVEL:-info}"
+# A local stack delivers webhooks to receivers on this machine; production never does.
+export WEBHOOK_ALLOW_PRIVATE_NETWORKS="${WEBHOOK_ALLOW_PRIVATE_NETWORKS:-true}"
 API_URL=$(addr_url "$HTTP_ADDR")
 WORKER_URL=$(addr_url "$METRICS_ADDR")
 
@@ -222,7 +224,7 @@ done <"$SECRETS_FILE"
 	umask 077
 	{
 		echo "# Settings of the last make run ($(date -u +%Y-%m-%dT%H:%M:%SZ)); regenerated every run."
-		for v in DATABASE_URL REDIS_URL JWT_SECRET ENCRYPTION_KEY HTTP_ADDR METRICS_ADDR LOG_LEVEL; do
+		for v in DATABASE_URL REDIS_URL JWT_SECRET ENCRYPTION_KEY HTTP_ADDR METRICS_ADDR LOG_LEVEL WEBHOOK_ALLOW_PRIVATE_NETWORKS; do
 			printf '%s=%q\n' "$v" "${!v}"
 		done
 	} >"$DEV_DIR/current.env"
