@@ -399,7 +399,7 @@ func checkSpacing(t *testing.T, hits []hit) []time.Duration {
 // worker to receivers on 127.0.0.1: retries on the compressed schedule,
 // failures, timeouts and redirects, manual retry and recovery, test
 // deliveries, secret rotation, and a worker killed with SIGKILL three times
-// while 600 events are delivered to two slow receivers (RELIABILITY.md I1, F1).
+// while 1,000 events are delivered to two slow receivers (RELIABILITY.md I1, F1).
 func TestWebhooksEndToEnd(t *testing.T) {
 	began := time.Now()
 	redisPath := redisServerPath(t)
@@ -731,14 +731,14 @@ func rotatedSecret(t *testing.T, st *stack, bag *secretBag) {
 	checkSigned(t, hits[1], r.Secret, old)
 }
 
-// webhookFaultTest: 300 charges (charge.created and charge.captured: 600
+// webhookFaultTest: 500 charges (charge.created and charge.captured: 1,000
 // events) to two receivers that take 100 ms each, while the worker is killed
 // with SIGKILL three times; every event must reach both at least once.
 func webhookFaultTest(t *testing.T, st *stack, bag *secretBag) {
 	const (
 		steadyCharges = 50
 		steadyPace    = 50 * time.Millisecond
-		faultCharges  = 300
+		faultCharges  = 500
 		senders       = 6
 		pace          = 10 * time.Millisecond
 		kills         = 3
