@@ -19,27 +19,16 @@ func (s *Store) CreateKey(ctx context.Context, k apikeys.Key) error {
 	return mapErr(err, "api_key")
 }
 
-const (
-	listKeysFirst  = `SELECT ` + keyColumns + ` FROM api_keys WHERE merchant_id = $1 ORDER BY id DESC LIMIT $2`
-	listKeysAfter  = `SELECT ` + keyColumns + ` FROM api_keys WHERE merchant_id = $1 AND id < $3 ORDER BY id DESC LIMIT $2`
-	listKeysBefore = `SELECT ` + keyColumns + ` FROM api_keys WHERE merchant_id = $1 AND id > $3 ORDER BY id ASC LIMIT $2`
-)
+const ()
 
 // ListKeys returns one page of the merchant's keys, newest first.
 func (s *Store) ListKeys(ctx context.Context, merchantID string, p listing.Params) (listing.Page[apikeys.Key], error) {
-	query, args := listKeysFirst, []any{merchantID, p.Limit + 1}
-	switch {
-	case p.StartingAfter != "":
-		query, args = listKeysAfter, append(args, p.StartingAfter)
-	case p.EndingBefore != "":
-		query, args = listKeysBefore, append(args, p.EndingBefore)
-	}
-	rows, _ := s.pool.Query(ctx, query, args...)
-	keys, err := pgx.CollectRows(rows, pgx.RowToStructByPos[apikeys.Key])
-	if err != nil {
-		return listing.Page[apikeys.Key]{}, mapErr(err, "api_key")
-	}
-	return listing.Trim(keys, p), nil
+	return listPage(ctx, s, `SELECT `+keyColumns+` FROM api_keys WHERE merchant_id = $1`, []any{merchantID}, p,
+		func(r pgx.Row) (apikeys.Key, error) {
+			var k apikeys.Key
+			err := r.Scan(&k.ID, &k.MerchantID, &k.Name, &k.Environment, &k.PublicKey, &k.SecretDigest, &k.SecretLast4, &k.CreatedAt, &k.RevokedAt)
+			return k, err
+		}, "api_key")
 }
 
 const selectKeyByDigest = `SELECT ` + keyColumns + ` FROM api_keys WHERE secret_digest = $1`

@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"strconv"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -135,38 +133,21 @@ func (s *Store) ChargeByID(ctx context.Context, merchantID, id string) (charges.
 
 // ListCharges returns a page of the merchant's charges, newest first.
 func (s *Store) ListCharges(ctx context.Context, merchantID string, f charges.Filter, p listing.Params) (listing.Page[charges.Charge], error) {
-	var where []string
+	query := `SELECT ` + chargeColumns + ` FROM charges WHERE merchant_id = $1`
 	args := []any{merchantID}
-	arg := func(v any) string { args = append(args, v); return "$" + strconv.Itoa(len(args)) }
-	where = append(where, "merchant_id = $1")
 	if f.Status != "" {
-		where = append(where, "status = "+arg(f.Status))
+		args = append(args, f.Status)
+		query += ` AND status = $` + strconv.Itoa(len(args))
 	}
 	if f.CreatedGTE != nil {
-		where = append(where, "created_at >= "+arg(*f.CreatedGTE))
+		args = append(args, *f.CreatedGTE)
+		query += ` AND created_at >= $` + strconv.Itoa(len(args))
 	}
 	if f.CreatedLTE != nil {
-		where = append(where, "created_at <= "+arg(*f.CreatedLTE))
+		args = append(args, *f.CreatedLTE)
+		query += ` AND created_at <= $` + strconv.Itoa(len(args))
 	}
-	order := "DESC"
-	switch {
-	case p.StartingAfter != "":
-		where = append(where, "id < "+arg(p.StartingAfter))
-	case p.EndingBefore != "":
-		where = append(where, "id > "+arg(p.EndingBefore))
-		order = "ASC"
-	}
-	query := fmt.Sprintf("SELECT %s FROM charges WHERE %s ORDER BY id %s LIMIT %s",
-		chargeColumns, strings.Join(where, " AND "), order, arg(p.Limit+1))
-	rows, err := s.pool.Query(ctx, query, args...)
-	if err != nil {
-		return listing.Page[charges.Charge]{}, mapErr(err, "charge")
-	}
-	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (charges.Charge, error) { return scanCharge(r) })
-	if err != nil {
-		return listing.Page[charges.Charge]{}, mapErr(err, "charge")
-	}
-	return listing.Trim(list, p), nil
+	return listPage(ctx, s, query, args, p, func(r pgx.Row) (charges.Charge, error) { return scanCharge(r) }, "charge")
 }
 
 const (

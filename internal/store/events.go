@@ -31,33 +31,13 @@ func (s *Store) EventByID(ctx context.Context, merchantID, id string) (events.Ev
 
 // ListEvents returns a page of the merchant's events, newest first.
 func (s *Store) ListEvents(ctx context.Context, merchantID string, f events.Filter, p listing.Params) (listing.Page[events.Event], error) {
-	query := `SELECT ` + eventColumns + ` FROM events WHERE merchant_id = $1 AND ($2::text IS NULL OR type = $2)` + retained
-	var typ, cursor *string
+	query := `SELECT ` + eventColumns + ` FROM events WHERE merchant_id = $1` + retained
+	args := []any{merchantID}
 	if f.Type != "" {
-		typ = &f.Type
+		args = append(args, f.Type)
+		query += ` AND type = $2`
 	}
-	order := "DESC"
-	switch {
-	case p.StartingAfter != "":
-		query += ` AND id < $4`
-		cursor = &p.StartingAfter
-	case p.EndingBefore != "":
-		query += ` AND id > $4`
-		cursor = &p.EndingBefore
-		order = "ASC"
-	default:
-		query += ` AND $4::uuid IS NULL`
-	}
-	query += ` ORDER BY id ` + order + ` LIMIT $3`
-	rows, err := s.pool.Query(ctx, query, merchantID, typ, p.Limit+1, cursor)
-	if err != nil {
-		return listing.Page[events.Event]{}, mapErr(err, "event")
-	}
-	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (events.Event, error) { return scanEvent(r) })
-	if err != nil {
-		return listing.Page[events.Event]{}, mapErr(err, "event")
-	}
-	return listing.Trim(list, p), nil
+	return listPage(ctx, s, query, args, p, scanEvent, "event")
 }
 
 const deleteEventsBefore = `DELETE FROM events WHERE created_at < $1`

@@ -85,33 +85,13 @@ func (s *Store) RefundByID(ctx context.Context, merchantID, id string) (refunds.
 
 // ListRefunds returns a page of the merchant's refunds, of one charge if chargeID is set.
 func (s *Store) ListRefunds(ctx context.Context, merchantID, chargeID string, p listing.Params) (listing.Page[refunds.Refund], error) {
-	query := `SELECT ` + refundColumns + ` FROM refunds WHERE merchant_id = $1 AND ($2::uuid IS NULL OR charge_id = $2)`
-	var charge, cursor *string
+	query := `SELECT ` + refundColumns + ` FROM refunds WHERE merchant_id = $1`
+	args := []any{merchantID}
 	if chargeID != "" {
-		charge = &chargeID
+		args = append(args, chargeID)
+		query += ` AND charge_id = $2`
 	}
-	order := "DESC"
-	switch {
-	case p.StartingAfter != "":
-		query += ` AND id < $4`
-		cursor = &p.StartingAfter
-	case p.EndingBefore != "":
-		query += ` AND id > $4`
-		cursor = &p.EndingBefore
-		order = "ASC"
-	default:
-		query += ` AND $4::uuid IS NULL`
-	}
-	query += ` ORDER BY id ` + order + ` LIMIT $3`
-	rows, err := s.pool.Query(ctx, query, merchantID, charge, p.Limit+1, cursor)
-	if err != nil {
-		return listing.Page[refunds.Refund]{}, mapErr(err, "refund")
-	}
-	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (refunds.Refund, error) { return scanRefund(r) })
-	if err != nil {
-		return listing.Page[refunds.Refund]{}, mapErr(err, "refund")
-	}
-	return listing.Trim(list, p), nil
+	return listPage(ctx, s, query, args, p, scanRefund, "refund")
 }
 
 const (

@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"errors"
-	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -86,28 +85,8 @@ func (s *Store) EndpointByID(ctx context.Context, merchantID, id string) (webhoo
 
 // ListEndpoints returns a page of the merchant's endpoints, newest first.
 func (s *Store) ListEndpoints(ctx context.Context, merchantID string, p listing.Params) (listing.Page[webhooks.Endpoint], error) {
-	query := `SELECT ` + endpointColumns + ` FROM webhook_endpoints WHERE merchant_id = $1 AND deleted_at IS NULL`
-	var cursor *string
-	order := "DESC"
-	switch {
-	case p.StartingAfter != "":
-		query += ` AND id < $3`
-		cursor = &p.StartingAfter
-	case p.EndingBefore != "":
-		query += ` AND id > $3`
-		cursor, order = &p.EndingBefore, "ASC"
-	default:
-		query += ` AND $3::text IS NULL`
-	}
-	rows, err := s.pool.Query(ctx, query+` ORDER BY id `+order+` LIMIT $2`, merchantID, p.Limit+1, cursor)
-	if err != nil {
-		return listing.Page[webhooks.Endpoint]{}, mapErr(err, "webhook_endpoint")
-	}
-	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (webhooks.Endpoint, error) { return scanEndpoint(r) })
-	if err != nil {
-		return listing.Page[webhooks.Endpoint]{}, mapErr(err, "webhook_endpoint")
-	}
-	return listing.Trim(list, p), nil
+	return listPage(ctx, s, `SELECT `+endpointColumns+` FROM webhook_endpoints WHERE merchant_id = $1 AND deleted_at IS NULL`,
+		[]any{merchantID}, p, scanEndpoint, "webhook_endpoint")
 }
 
 const updateEndpoint = `UPDATE webhook_endpoints SET url = coalesce($3, url), events = coalesce($4, events),
@@ -201,31 +180,16 @@ func (s *Store) attemptsOf(ctx context.Context, ds []webhooks.Delivery) error {
 
 // ListDeliveries returns a page of an endpoint's deliveries with their attempts.
 func (s *Store) ListDeliveries(ctx context.Context, merchantID, endpointID, status string, p listing.Params) (listing.Page[webhooks.Delivery], error) {
-	args := []any{merchantID, endpointID, p.Limit + 1}
 	query := `SELECT ` + deliveryColumns + ` FROM webhook_deliveries WHERE merchant_id = $1 AND endpoint_id = $2`
+	args := []any{merchantID, endpointID}
 	if status != "" {
 		args = append(args, status)
-		query += ` AND status = $` + strconv.Itoa(len(args))
+		query += ` AND status = $3`
 	}
-	order := "DESC"
-	switch {
-	case p.StartingAfter != "":
-		args = append(args, p.StartingAfter)
-		query += ` AND id < $` + strconv.Itoa(len(args))
-	case p.EndingBefore != "":
-		args = append(args, p.EndingBefore)
-		query += ` AND id > $` + strconv.Itoa(len(args))
-		order = "ASC"
-	}
-	rows, err := s.pool.Query(ctx, query+` ORDER BY id `+order+` LIMIT $3`, args...)
+	page, err := listPage(ctx, s, query, args, p, func(r pgx.Row) (webhooks.Delivery, error) { return scanDelivery(r) }, "webhook_delivery")
 	if err != nil {
-		return listing.Page[webhooks.Delivery]{}, mapErr(err, "webhook_delivery")
+		return page, err
 	}
-	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (webhooks.Delivery, error) { return scanDelivery(r) })
-	if err != nil {
-		return listing.Page[webhooks.Delivery]{}, mapErr(err, "webhook_delivery")
-	}
-	page := listing.Trim(list, p)
 	return page, s.attemptsOf(ctx, page.Items)
 }
 
