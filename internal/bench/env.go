@@ -41,6 +41,10 @@ type environment struct {
 	merchantID string
 
 	api, floor *target
+	worker     *target // bin/worker, only during the webhook section
+	apiSecret  string  // the bench merchant's sandbox secret key
+	jwtKey     string  // JWT_SECRET and ENCRYPTION_KEY, the same for every process of the run
+	encKey     string
 
 	quietLeft, waited time.Duration // waiting for a quiet machine: budget left, time spent
 }
@@ -119,6 +123,7 @@ func withDatabase(base, db string) (string, error) {
 
 func (e *environment) setup(ctx context.Context) error {
 	var err error
+	e.jwtKey, e.encKey = randomHex(32), randomHex(32)
 	if e.dir, err = os.MkdirTemp("", "gatehouse-bench-"); err != nil {
 		return err
 	}
@@ -158,6 +163,7 @@ func (e *environment) setup(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	e.apiSecret = secret
 	runID := randomHex(4)
 	seq := new(atomic.Int64)
 	e.api.client = newClient(e.api.addr, "Bearer "+secret, "bench-"+runID+"-p-", seq)
@@ -240,8 +246,9 @@ func (e *environment) apiEnv(addr string) []string {
 	return append(os.Environ(),
 		"DATABASE_URL="+e.dbURL,
 		"REDIS_URL="+e.redisURL,
-		"JWT_SECRET="+randomHex(32),
-		"ENCRYPTION_KEY="+randomHex(32),
+		"JWT_SECRET="+e.jwtKey,
+		"ENCRYPTION_KEY="+e.encKey,
+		"WEBHOOK_ALLOW_PRIVATE_NETWORKS=true", // the webhook section's receiver is on 127.0.0.1
 		"HTTP_ADDR="+addr,
 		"METRICS_ADDR=127.0.0.1:0",
 		"LOG_LEVEL=warn",
@@ -392,7 +399,7 @@ func waitFor(ctx context.Context, limit time.Duration, check func() error, what 
 
 // close tears everything down, in reverse order; it never fails the run.
 func (e *environment) close() {
-	for _, t := range []*target{e.api, e.floor} {
+	for _, t := range []*target{e.worker, e.api, e.floor} {
 		if t != nil {
 			if t.client != nil {
 				t.client.closeIdle()

@@ -51,6 +51,14 @@ type options struct {
 	searchSteps int
 	perf        bool
 	keep        bool
+
+	webhooks     bool
+	worker       string
+	webhookRates []float64
+	webhookStep  time.Duration
+	webhookCount int
+	webhookWait  time.Duration
+	floorSenders []int
 }
 
 func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (options, error) {
@@ -79,6 +87,12 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	fs.IntVar(&o.searchSteps, "search-steps", 5, "steps per server searching the highest rate with p99 under -slo")
 	fs.BoolVar(&o.perf, "perf", false, "also profile both servers with perf(1) at 1000/s and report where the CPU goes")
 	fs.BoolVar(&o.keep, "keep", false, "keep the database and the logs")
+	fs.BoolVar(&o.webhooks, "webhooks", true, "also measure webhook deliveries through bin/worker (before the charge steps)")
+	fs.StringVar(&o.worker, "worker", "bin/worker", "the worker binary (make build), for -webhooks")
+	whRates := fs.String("webhook-rates", "200,500", "open-model charge rates (charges/s) at which commit-to-first-attempt latency is measured")
+	fs.DurationVar(&o.webhookStep, "webhook-step", 5*time.Second, "length of one webhook latency step")
+	fs.IntVar(&o.webhookCount, "webhook-count", 3000, "charges created in a burst for the delivery-throughput step, and signed POSTs of the floor")
+	fs.DurationVar(&o.webhookWait, "webhook-wait", 60*time.Second, "most time a webhook step waits for its deliveries")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -92,6 +106,23 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 		}
 		o.rates = append(o.rates, v)
 	}
+	for _, r := range strings.Split(*whRates, ",") {
+		if r = strings.TrimSpace(r); r == "" {
+			continue
+		}
+		v, err := strconv.ParseFloat(r, 64)
+		if err != nil || v <= 0 || v > 10_000 {
+			return o, fmt.Errorf("-webhook-rates: %q is not a rate from 1 to 10000", r)
+		}
+		o.webhookRates = append(o.webhookRates, v)
+	}
+	if o.webhookStep <= 0 || o.webhookStep > time.Minute || o.webhookWait <= 0 || o.webhookWait > 5*time.Minute {
+		return o, fmt.Errorf("-webhook-step must be within (0, 1m] and -webhook-wait within (0, 5m]")
+	}
+	if o.webhookCount < 1 || o.webhookCount > 100_000 {
+		return o, fmt.Errorf("-webhook-count must be from 1 to 100000")
+	}
+	o.floorSenders = []int{4, 20}
 	if o.step <= 0 || o.step > time.Minute || o.closedFor <= 0 || o.closedFor > time.Minute {
 		return o, fmt.Errorf("-step and -closed must be within (0, 1m]")
 	}

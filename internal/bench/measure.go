@@ -46,6 +46,7 @@ type results struct {
 	Half       float64           // half the project's closed-loop peak
 	Profiles   map[string]string // perf summaries by target
 	Noise      []summary         // the do-nothing server, at the start and at the end
+	Webhooks   *webhookResults   // nil without -webhooks
 	Notes      []string
 }
 
@@ -222,6 +223,12 @@ func roundRate(r float64) float64 { return math.Max(50, math.Round(r/50)*50) }
 func measure(ctx context.Context, e *environment) (*results, error) {
 	res := &results{Start: time.Now().UTC(), Opts: e.o, Host: e.host(ctx),
 		Max: map[string]float64{}, MaxFail: map[string]float64{}, failed: map[string][]float64{}, Profiles: map[string]string{}}
+	if e.o.webhooks {
+		// First, so the worker never meets the charge steps' pile of
+		// charge:authorize tasks; the endpoint is deleted afterwards.
+		res.Webhooks = e.measureWebhooks(ctx)
+		e.pause(ctx)
+	}
 	for _, t := range []*target{e.api, e.floor} {
 		rec := openModel(ctx, t.client, 1000, e.o.warmup, e.o.maxInflight, e.o.timeout)
 		if w := summarize(rec); w.Errors > 0 {

@@ -259,6 +259,9 @@ func (r *results) text() string {
 	for _, l := range r.redisLines() {
 		b.WriteString("  " + l + "\n")
 	}
+	if r.Webhooks != nil {
+		b.WriteString(r.Webhooks.text())
+	}
 	b.WriteString("\nEvery step (CPU columns are µs per request; busy/others in cores of the whole machine):\n")
 	b.WriteString(r.steps().text("  "))
 	for _, name := range []string{"project", "floor"} {
@@ -284,6 +287,9 @@ func (r *results) markdown() string {
 	fmt.Fprintf(&b, "\nRedis commands per charge at %s/s:\n\n", rate(r.refRate()))
 	for _, l := range r.redisLines() {
 		b.WriteString("- " + l + "\n")
+	}
+	if r.Webhooks != nil {
+		b.WriteString(r.Webhooks.markdown())
 	}
 	b.WriteString("\n### Every step\n\nIn run order. CPU columns are µs of CPU per request; *busy cores* is the whole machine, " +
 		"*others* the part of it used by processes other than the server, Postgres, Redis and the load generator.\n\n")

@@ -743,7 +743,7 @@ func webhookFaultTest(t *testing.T, st *stack, bag *secretBag) {
 		pace          = 10 * time.Millisecond
 		kills         = 3
 		killEvery     = 700 * time.Millisecond
-		receiverTakes = 100 * time.Millisecond
+		receiverTakes = 200 * time.Millisecond
 		// Tasks held by a killed worker stay active in asynq until their 30 s
 		// lease expires; the sweeper (every 10 s) then sends them again.
 		drainMax = 60 * time.Second

@@ -163,7 +163,7 @@ func ServerConfig(log *slog.Logger, cfg config.Config) asynq.Config {
 			}
 			return Backoff(n+1, cfg.ProviderRetryBase, cfg.ProviderRetryMax)
 		},
-		Concurrency:       20,
+		Concurrency:       50,
 		Queues:            Queues,
 		TaskCheckInterval: 50 * time.Millisecond,
 		// A delivery waiting for its next scheduled attempt is not a failure.

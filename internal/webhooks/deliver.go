@@ -77,7 +77,7 @@ type Deliverer struct {
 
 // PerEndpointDefault is how many attempts to one endpoint a worker process
 // runs at once.
-const PerEndpointDefault = 4
+const PerEndpointDefault = 10
 
 // busyRetry is how soon a delivery that found its endpoint busy for a whole
 // slotWait is tried again; it is not an attempt.
