@@ -60,10 +60,15 @@ func (s *Store) writeEvent(ctx context.Context, tx pgx.Tx, e events.Event) ([]ou
 const endpointColumns = `id, merchant_id, environment, url, events, active, description, secret_sealed,
 previous_secret_sealed, previous_secret_until, created_at, updated_at, deleted_at`
 
+// endpointDest is where a row of endpointColumns goes.
+func endpointDest(e *webhooks.Endpoint) []any {
+	return []any{&e.ID, &e.MerchantID, &e.Environment, &e.URL, &e.Events, &e.Active, &e.Description, &e.SecretSealed,
+		&e.PreviousSecretSealed, &e.PreviousSecretUntil, &e.CreatedAt, &e.UpdatedAt, &e.DeletedAt}
+}
+
 func scanEndpoint(row pgx.Row) (webhooks.Endpoint, error) {
 	var e webhooks.Endpoint
-	err := row.Scan(&e.ID, &e.MerchantID, &e.Environment, &e.URL, &e.Events, &e.Active, &e.Description, &e.SecretSealed,
-		&e.PreviousSecretSealed, &e.PreviousSecretUntil, &e.CreatedAt, &e.UpdatedAt, &e.DeletedAt)
+	err := row.Scan(endpointDest(&e)...)
 	return e, err
 }
 
@@ -262,20 +267,23 @@ func (s *Store) RecoverDeliveries(ctx context.Context, merchantID, endpointID st
 	return int64(len(ids)), deliveryTasks(ids), nil
 }
 
-const selectDeliveryForWork = `SELECT ` + deliveryColumns + `,
-	coalesce(test_body::text, (SELECT e.body::text FROM events e WHERE e.id = webhook_deliveries.event_id))
-FROM webhook_deliveries WHERE id = $1`
+// selectDeliveryForWork reads a delivery, the body to send and its endpoint
+// (even if deleted) in one round trip.
+const selectDeliveryForWork = `SELECT d.id, d.endpoint_id, d.merchant_id, d.event_id, d.event_type, d.test_body IS NOT NULL,
+	d.status, d.attempts, d.chain_attempts, d.next_attempt_at, d.created_at, d.updated_at,
+	coalesce(d.test_body::text, (SELECT e.body::text FROM events e WHERE e.id = d.event_id)),
+	w.id, w.merchant_id, w.environment, w.url, w.events, w.active, w.description, w.secret_sealed,
+	w.previous_secret_sealed, w.previous_secret_until, w.created_at, w.updated_at, w.deleted_at
+FROM webhook_deliveries d JOIN webhook_endpoints w ON w.id = d.endpoint_id WHERE d.id = $1`
 
-// DeliveryForWork returns a delivery, its endpoint (even if deleted) and the body to send.
+// DeliveryForWork returns a delivery, its endpoint (even if deleted) and the
+// body to send, nil when the event was pruned.
 func (s *Store) DeliveryForWork(ctx context.Context, id string) (webhooks.Delivery, webhooks.Endpoint, []byte, error) {
 	var body *string
-	d, err := scanDelivery(s.pool.QueryRow(ctx, selectDeliveryForWork, id), &body)
+	var e webhooks.Endpoint
+	d, err := scanDelivery(s.pool.QueryRow(ctx, selectDeliveryForWork, id), append([]any{&body}, endpointDest(&e)...)...)
 	if err != nil {
-		return d, webhooks.Endpoint{}, nil, mapErr(err, "webhook_delivery")
-	}
-	e, err := scanEndpoint(s.pool.QueryRow(ctx, `SELECT `+endpointColumns+` FROM webhook_endpoints WHERE id = $1`, d.EndpointID))
-	if err != nil {
-		return d, e, nil, mapErr(err, "webhook_endpoint")
+		return d, e, nil, mapErr(err, "webhook_delivery")
 	}
 	if body == nil {
 		return d, e, nil, nil // the event was pruned: the delivery can only fail
