@@ -14,6 +14,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"hash"
+	"sync"
 )
 
 // Purposes name independent keys derived from the master key.
@@ -24,9 +25,12 @@ const (
 	PurposeIdempotency = "gatehouse idempotency fingerprint v1"
 )
 
-// Keyring holds the master key.
+// Keyring holds the master key and the keys derived from it, derived once
+// per purpose (the hot path seals and fingerprints on every charge).
 type Keyring struct {
-	master []byte
+	master  []byte
+	derived sync.Map // purpose -> []byte
+	aeads   sync.Map // purpose -> cipher.AEAD (safe for concurrent use)
 }
 
 // New returns a Keyring for a 32-byte master key.
@@ -38,10 +42,14 @@ func New(master []byte) (*Keyring, error) {
 }
 
 func (k *Keyring) derive(purpose string) []byte {
+	if key, ok := k.derived.Load(purpose); ok {
+		return key.([]byte)
+	}
 	key, err := hkdf.Key(sha256.New, k.master, nil, purpose, 32)
 	if err != nil {
 		panic(err) // only for lengths hkdf cannot produce
 	}
+	k.derived.Store(purpose, key)
 	return key
 }
 
@@ -76,11 +84,19 @@ func (k *Keyring) Open(purpose string, sealed, aad []byte) ([]byte, error) {
 }
 
 func (k *Keyring) aead(purpose string) (cipher.AEAD, error) {
+	if a, ok := k.aeads.Load(purpose); ok {
+		return a.(cipher.AEAD), nil
+	}
 	block, err := aes.NewCipher(k.derive(purpose))
 	if err != nil {
 		return nil, err
 	}
-	return cipher.NewGCM(block)
+	a, err := cipher.NewGCM(block)
+	if err != nil {
+		return nil, err
+	}
+	k.aeads.Store(purpose, a)
+	return a, nil
 }
 
 // MAC returns HMAC-SHA256 under the purpose's key over the parts, each

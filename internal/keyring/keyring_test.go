@@ -1,0 +1,84 @@
+package keyring
+
+import (
+	"bytes"
+	"sync"
+	"testing"
+)
+
+func TestSealOpen(t *testing.T) {
+	k, err := New(bytes.Repeat([]byte{7}, 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sealed, err := k.Seal(PurposeCard, []byte("4242424242424242"), []byte("ch_1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(sealed, []byte("4242")) {
+		t.Fatal("sealed data holds the plaintext")
+	}
+	got, err := k.Open(PurposeCard, sealed, []byte("ch_1"))
+	if err != nil || string(got) != "4242424242424242" {
+		t.Fatalf("Open = %q, %v", got, err)
+	}
+	for name, open := range map[string]func() ([]byte, error){
+		"other owner":   func() ([]byte, error) { return k.Open(PurposeCard, sealed, []byte("ch_2")) },
+		"other purpose": func() ([]byte, error) { return k.Open(PurposeWebhook, sealed, []byte("ch_1")) },
+		"tampered": func() ([]byte, error) {
+			b := bytes.Clone(sealed)
+			b[len(b)-1] ^= 1
+			return k.Open(PurposeCard, b, []byte("ch_1"))
+		},
+		"truncated": func() ([]byte, error) { return k.Open(PurposeCard, sealed[:5], []byte("ch_1")) },
+	} {
+		if _, err := open(); err == nil {
+			t.Errorf("%s: opened", name)
+		}
+	}
+	other, _ := New(bytes.Repeat([]byte{8}, 32))
+	if _, err := other.Open(PurposeCard, sealed, []byte("ch_1")); err == nil {
+		t.Error("another master key opened it")
+	}
+}
+
+func TestMAC(t *testing.T) {
+	k, _ := New(bytes.Repeat([]byte{7}, 32))
+	a := k.MAC(PurposeFingerprint, []byte("mer_1"), []byte("4242"))
+	if !bytes.Equal(a, k.MAC(PurposeFingerprint, []byte("mer_1"), []byte("4242"))) {
+		t.Fatal("MAC is not deterministic")
+	}
+	for name, b := range map[string][]byte{
+		"other split":    k.MAC(PurposeFingerprint, []byte("mer_14"), []byte("242")),
+		"other purpose":  k.MAC(PurposeIdempotency, []byte("mer_1"), []byte("4242")),
+		"other merchant": k.MAC(PurposeFingerprint, []byte("mer_2"), []byte("4242")),
+	} {
+		if bytes.Equal(a, b) {
+			t.Errorf("%s gives the same MAC", name)
+		}
+	}
+	if _, err := New(make([]byte, 31)); err == nil {
+		t.Error("a 31-byte master key was accepted")
+	}
+}
+
+// Derived keys are cached; concurrent first use must be safe.
+func TestConcurrentUse(t *testing.T) {
+	k, _ := New(bytes.Repeat([]byte{9}, 32))
+	var wg sync.WaitGroup
+	for i := 0; i < 16; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s, err := k.Seal(PurposeCard, []byte("x"), nil)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if p, err := k.Open(PurposeCard, s, nil); err != nil || string(p) != "x" {
+				t.Errorf("round trip: %q %v", p, err)
+			}
+		}()
+	}
+	wg.Wait()
+}
