@@ -142,9 +142,9 @@ func measure(f func()) (peakGrowth, allocated uint64) {
 func TestSendSurvivesHostileReceivers(t *testing.T) {
 	const (
 		timeout    = 500 * time.Millisecond
-		slack      = 500 * time.Millisecond
-		maxGrowth  = 8 << 20  // bytes the heap may rise during one attempt
-		maxAllocs  = 32 << 20 // bytes one attempt may allocate in all
+		slack      = time.Second // a loaded CI machine; an unbounded read takes several seconds
+		maxGrowth  = 8 << 20     // bytes the heap may rise during one attempt
+		maxAllocs  = 32 << 20    // bytes one attempt may allocate in all
 		gigabyte   = 1 << 30
 		bombMember = 16 << 20 // inflated bytes per gzip member
 	)
