@@ -809,26 +809,12 @@ func TestChargeIdempotency(t *testing.T) {
 			before := chargesOf(t, a.merchantID)
 			key := "concurrent-" + strconv.Itoa(round)
 			body := chargeJSON(set("amount", 700+round))
-			answers := make([]response, 20)
-			errs := make([]error, 20)
-			var wg sync.WaitGroup
-			start := make(chan struct{})
-			for i := range answers {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					<-start
-					answers[i], errs[i] = h.with(t).try("POST", "/v1/charges", body, append(bearer(a.secret), "Idempotency-Key", key)...)
-				}()
-			}
-			close(start)
-			wg.Wait()
+			answers := burst(t, 20, func(int) (response, error) {
+				return h.with(t).try("POST", "/v1/charges", body, append(bearer(a.secret), "Idempotency-Key", key)...)
+			})
 			statuses := map[int]int{}
 			var created []string
 			for i, r := range answers {
-				if errs[i] != nil {
-					t.Fatal(errs[i])
-				}
 				statuses[r.status]++
 				switch {
 				case r.status == 201:
@@ -1306,29 +1292,15 @@ func TestConcurrentCaptureAndVoid(t *testing.T) {
 	a := h.account("ada@example.com")
 	w := h.worker(t, &fakeProvider{})
 	id := h.authorizedCharge(t, w, a.secret, 2000)
-	answers := make([]response, 10)
-	errs := make([]error, 10)
-	start := make(chan struct{})
-	var wg sync.WaitGroup
-	for i := range answers {
+	answers := burst(t, 10, func(i int) (response, error) {
 		action := "capture"
 		if i%2 == 1 {
 			action = "void"
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			answers[i], errs[i] = h.try("POST", "/v1/charges/"+id+"/"+action, "", bearer(a.secret)...)
-		}()
-	}
-	close(start)
-	wg.Wait()
+		return h.try("POST", "/v1/charges/"+id+"/"+action, "", bearer(a.secret)...)
+	})
 	got := map[string]int{}
-	for i, r := range answers {
-		if errs[i] != nil {
-			t.Fatal(errs[i])
-		}
+	for _, r := range answers {
 		got[fmt.Sprintf("%d %s", r.status, r.errCode())]++
 	}
 	if diff := cmp.Diff(map[string]int{"200 ": 1, "409 invalid_state": 9}, got); diff != "" {

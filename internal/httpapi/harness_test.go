@@ -3,11 +3,13 @@ package httpapi_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -228,4 +230,26 @@ func (h *harness) account(email string) account {
 	a.token = h.login(email, "correct horse battery")
 	a.keyID, a.secret = h.newKey(a.token)
 	return a
+}
+
+// burst sends n requests at once (all released together) and returns the
+// answers in order; a transport error fails the test.
+func burst(t *testing.T, n int, send func(i int) (response, error)) []response {
+	t.Helper()
+	answers := make([]response, n)
+	errs := make([]error, n)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range answers {
+		wg.Go(func() {
+			<-start
+			answers[i], errs[i] = send(i)
+		})
+	}
+	close(start)
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	return answers
 }

@@ -318,23 +318,9 @@ func TestConcurrentRefunds(t *testing.T) {
 	w := h.worker(t, &fakeProvider{})
 	id := h.capturedCharge(t, w, a.secret, 10000)
 
-	answers := make([]response, 10)
-	errs := make([]error, 10)
-	start := make(chan struct{})
-	var wg sync.WaitGroup
-	for i := range answers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			answers[i], errs[i] = h.try("POST", "/v1/refunds", refundJSON(id, `"amount":3000`), bearer(a.secret)...)
-		}()
-	}
-	close(start)
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		t.Fatal(err)
-	}
+	answers := burst(t, 10, func(int) (response, error) {
+		return h.try("POST", "/v1/refunds", refundJSON(id, `"amount":3000`), bearer(a.secret)...)
+	})
 	got := map[string]int{}
 	var refundIDs []string
 	for _, r := range answers {
@@ -611,25 +597,11 @@ func TestConcurrentRefundsOneKey(t *testing.T) {
 	a := h.account("ada@example.com")
 	w := h.worker(t, &fakeProvider{})
 	id := h.capturedCharge(t, w, a.secret, 1000)
-	answers := make([]response, 10)
-	errs := make([]error, 10)
-	start := make(chan struct{})
-	var wg sync.WaitGroup
-	for i := range answers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			answers[i], errs[i] = h.try("POST", "/v1/refunds", refundJSON(id, `"amount":100`), append(bearer(a.secret), "Idempotency-Key", "one")...)
-		}()
-	}
-	close(start)
-	wg.Wait()
+	answers := burst(t, 10, func(int) (response, error) {
+		return h.try("POST", "/v1/refunds", refundJSON(id, `"amount":100`), append(bearer(a.secret), "Idempotency-Key", "one")...)
+	})
 	var created []string
 	for i, r := range answers {
-		if errs[i] != nil {
-			t.Fatal(errs[i])
-		}
 		switch {
 		case r.status == 201:
 			created = append(created, string(r.raw))
