@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"os/signal"
@@ -37,6 +38,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/ratelimit"
 	"github.com/gatehouse-pay/gatehouse/internal/refunds"
 	"github.com/gatehouse-pay/gatehouse/internal/store"
+	"github.com/gatehouse-pay/gatehouse/internal/tracing"
 	"github.com/gatehouse-pay/gatehouse/internal/webhooks"
 )
 
@@ -130,6 +132,11 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer) er
 		return err
 	}
 	log := logging.New(stderr, cfg.LogLevel, "api")
+	stopTracing, err := tracing.Setup(ctx, getenv, "gatehouse-api")
+	if err != nil {
+		return err
+	}
+	defer flushTraces(stopTracing, log)
 
 	pool, err := store.Open(ctx, cfg.DatabaseURL.Reveal())
 	if err != nil {
@@ -137,13 +144,17 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer) er
 	}
 	defer pool.Close()
 	cache.SetLogger(log)
-	rdb, err := cache.NewClient(cfg.RedisURL.Reveal())
+	rdb, err := cache.Dial(cfg.RedisURL.Reveal(), cfg.RedisMode)
 	if err != nil {
 		return err
 	}
 	defer rdb.Close()
+	if err := tracing.InstrumentRedis(rdb); err != nil {
+		return err
+	}
 
 	reg := metrics.NewRegistry()
+	reg.MustRegister(store.PoolCollector(pool), cache.PoolCollector(rdb, "cache"))
 	db := store.New(pool)
 	rc := cache.New(rdb)
 	hasher := auth.NewHasher(cfg.MaxConcurrentHashes)
@@ -208,4 +219,13 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer) er
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// flushTraces sends the spans still buffered, for at most 5 s.
+func flushTraces(stop func(context.Context) error, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := stop(ctx); err != nil {
+		log.Warn("traces not flushed", "err", err)
+	}
 }

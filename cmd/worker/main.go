@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/gatehouse-pay/gatehouse/internal/auth"
 	"github.com/gatehouse-pay/gatehouse/internal/cache"
@@ -36,6 +38,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/providers/stripe"
 	"github.com/gatehouse-pay/gatehouse/internal/refunds"
 	"github.com/gatehouse-pay/gatehouse/internal/store"
+	"github.com/gatehouse-pay/gatehouse/internal/tracing"
 	"github.com/gatehouse-pay/gatehouse/internal/webhooks"
 	"github.com/gatehouse-pay/gatehouse/internal/webhooks/sender"
 )
@@ -68,6 +71,11 @@ func work(ctx context.Context, getenv func(string) string, stderr io.Writer) err
 		return err
 	}
 	log := logging.New(stderr, cfg.LogLevel, "worker")
+	stopTracing, err := tracing.Setup(ctx, getenv, "gatehouse-worker")
+	if err != nil {
+		return err
+	}
+	defer flushTraces(stopTracing, log)
 
 	pool, err := store.Open(ctx, cfg.DatabaseURL.Reveal())
 	if err != nil {
@@ -75,23 +83,33 @@ func work(ctx context.Context, getenv func(string) string, stderr io.Writer) err
 	}
 	defer pool.Close()
 	cache.SetLogger(log)
-	rdb, err := cache.NewClient(cfg.RedisURL.Reveal())
+	rdb, err := cache.Dial(cfg.RedisURL.Reveal(), cfg.RedisMode)
 	if err != nil {
 		return err
 	}
 	defer rdb.Close()
-	redisOpt, err := asynq.ParseRedisURI(cfg.RedisURL.Reveal())
+	// The queue has its own connections, with go-redis' default timeouts.
+	qrdb, err := cache.DialQueue(cfg.RedisURL.Reveal(), cfg.RedisMode)
 	if err != nil {
-		return errors.New("REDIS_URL is not a valid redis URL")
+		return err
+	}
+	defer qrdb.Close()
+	for _, c := range []redis.UniversalClient{rdb, qrdb} {
+		if err := tracing.InstrumentRedis(c); err != nil {
+			return err
+		}
 	}
 
 	reg := metrics.NewRegistry()
+	reg.MustRegister(store.PoolCollector(pool), cache.PoolCollector(rdb, "cache"), cache.PoolCollector(qrdb, "queue"),
+		store.OutboxCollector(pool, 5*time.Second))
 	db := store.New(pool)
 	keys, err := keyring.New(cfg.EncryptionKey)
 	if err != nil {
 		return err
 	}
 	pm := metrics.NewProviders(reg)
+	pm.Init(cfg.Providers())
 	registry := providers.Registry{}
 	breaker := providers.BreakerOptions{OnStateChange: func(name, from, to string) {
 		pm.Circuit.WithLabelValues(name).Set(metrics.CircuitValue(to))
@@ -108,10 +126,11 @@ func work(ctx context.Context, getenv func(string) string, stderr io.Writer) err
 			pm.Duration.WithLabelValues(provider, op).Observe(d.Seconds())
 		}
 	}
-	client := asynq.NewClient(redisOpt)
+	client := asynq.NewClientFromRedisClient(qrdb)
 	defer client.Close()
-	inspector := asynq.NewInspector(redisOpt)
+	inspector := asynq.NewInspectorFromRedisClient(qrdb)
 	defer inspector.Close()
+	reg.MustRegister(jobs.QueueCollector(inspector))
 	queue := jobs.NewQueue(client, inspector, cfg)
 	jm := metrics.NewJobs(reg)
 	wm := metrics.NewWebhooks(reg)
@@ -120,11 +139,13 @@ func work(ctx context.Context, getenv func(string) string, stderr io.Writer) err
 		func(outcome string, attempt int, d time.Duration) {
 			wm.Attempts.WithLabelValues(outcome, strconv.Itoa(min(attempt, len(cfg.WebhookRetrySchedule)))).Inc()
 			wm.Duration.WithLabelValues(outcome).Observe(d.Seconds())
-		})
+		}).WithFirstAttemptDelay(func(d time.Duration) { wm.FirstAttempt.Observe(d.Seconds()) })
+	chargeOutcome := func(provider, status string) { pm.Charges.WithLabelValues(provider, status).Inc() }
+	refundOutcome := func(provider, status string) { pm.Refunds.WithLabelValues(provider, status).Inc() }
 	handlers := &jobs.Handlers{
 		Auth:     auth.NewService(nil, db, cache.New(rdb), nil, nil, time.Now, log),
-		Charges:  charges.NewProcessor(db, registry, keys, cfg.ProviderTimeout, time.Now, log, observe).WithQueue(queue),
-		Refunds:  refunds.NewProcessor(db, registry, cfg.ProviderTimeout, time.Now, log, observe).WithQueue(queue),
+		Charges:  charges.NewProcessor(db, registry, keys, cfg.ProviderTimeout, time.Now, log, observe).WithQueue(queue).WithOutcomes(chargeOutcome),
+		Refunds:  refunds.NewProcessor(db, registry, cfg.ProviderTimeout, time.Now, log, observe).WithQueue(queue).WithOutcomes(refundOutcome),
 		Webhooks: deliverer,
 		Events:   events.NewService(db, time.Now),
 		Store:    db,
@@ -134,8 +155,8 @@ func work(ctx context.Context, getenv func(string) string, stderr io.Writer) err
 		Metrics:  jm,
 	}
 
-	srv := asynq.NewServer(redisOpt, jobs.ServerConfig(log, cfg))
-	scheduler := asynq.NewScheduler(redisOpt, &asynq.SchedulerOpts{Logger: handlers.Logger(), LogLevel: asynq.WarnLevel})
+	srv := asynq.NewServerFromRedisClient(qrdb, jobs.ServerConfig(log, cfg))
+	scheduler := asynq.NewSchedulerFromRedisClient(qrdb, &asynq.SchedulerOpts{Logger: handlers.Logger(), LogLevel: asynq.WarnLevel})
 	if err := jobs.Register(scheduler); err != nil {
 		return err
 	}
@@ -179,6 +200,20 @@ func work(ctx context.Context, getenv func(string) string, stderr io.Writer) err
 			log.Error("metrics server stopped", "err", err)
 		}
 	}()
+	var adminSrv *http.Server
+	if cfg.AdminAddr != "" {
+		aln, err := net.Listen("tcp", cfg.AdminAddr)
+		if err != nil {
+			return fmt.Errorf("listen on ADMIN_ADDR %s: %w", cfg.AdminAddr, err)
+		}
+		adminSrv = &http.Server{Handler: withRequestID(adminHandler(qrdb, cfg.AdminToken.Reveal())), ReadHeaderTimeout: 5 * time.Second}
+		go func() {
+			if err := adminSrv.Serve(aln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("admin server stopped", "err", err)
+			}
+		}()
+		log.Info("queue UI (read-only) listening", "admin_addr", aln.Addr().String())
+	}
 
 	if err := srv.Start(handlers.Mux()); err != nil {
 		return fmt.Errorf("start asynq server: %w", err)
@@ -199,6 +234,9 @@ func work(ctx context.Context, getenv func(string) string, stderr io.Writer) err
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = httpSrv.Shutdown(sctx)
+	if adminSrv != nil {
+		_ = adminSrv.Shutdown(sctx)
+	}
 	log.Info("stopped")
 	return nil
 }
@@ -223,4 +261,13 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json; charset=utf-8")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v)
+}
+
+// flushTraces sends the spans still buffered, for at most 5 s.
+func flushTraces(stop func(context.Context) error, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := stop(ctx); err != nil {
+		log.Warn("traces not flushed", "err", err)
+	}
 }

@@ -19,23 +19,76 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/apikeys"
 )
 
-// NewClient returns a UniversalClient for a redis:// or rediss:// URL. Timeouts
+// NewClient returns the cache client for a single-server redis:// or
+// rediss:// URL; see Dial.
+func NewClient(url string) (redis.UniversalClient, error) { return Dial(url, "single") }
+
+// Dial returns the client the caches and rate limits use, for REDIS_URL read
+// in REDIS_MODE: "single" (redis://[:password@]host:port/db), "sentinel"
+// (redis://[:password@]sentinel:26379?master_name=NAME&addr=sentinel2:26379...)
+// or "cluster" (redis://[:password@]node:6379?addr=node2:6379...). Timeouts
 // are short: a Redis that does not answer quickly is treated as down, and the
 // callers fall back (Postgres for auth, a local limiter for rate limits).
-func NewClient(url string) (redis.UniversalClient, error) {
-	opts, err := redis.ParseURL(url)
+func Dial(url, mode string) (redis.UniversalClient, error) {
+	c, err := open(url, mode, func(t *timeouts) {
+		t.dial, t.read, t.write = 500*time.Millisecond, 500*time.Millisecond, 500*time.Millisecond
+		t.maxRetries = 1 // one retry covers a pooled connection that died with a Redis restart
+		t.dialerRetries = 1
+		t.pool = time.Second
+	})
 	if err != nil {
-		return nil, errors.New("cache: REDIS_URL is not a valid redis URL")
+		return nil, err
 	}
-	opts.DialTimeout = 500 * time.Millisecond
-	opts.ReadTimeout = 500 * time.Millisecond
-	opts.WriteTimeout = 500 * time.Millisecond
-	opts.MaxRetries = 1 // one retry covers a pooled connection that died with a Redis restart
-	opts.DialerRetries = 1
-	opts.PoolTimeout = time.Second
-	c := redis.NewClient(opts)
 	c.AddHook(&breaker{})
 	return c, nil
+}
+
+// DialQueue returns the client the job queue uses, for the same URL and mode
+// as Dial, with go-redis' default timeouts: the queue's scripts may take
+// longer than a cache read, and its callers retry on their own.
+func DialQueue(url, mode string) (redis.UniversalClient, error) {
+	return open(url, mode, func(*timeouts) {})
+}
+
+// timeouts are the options Dial and DialQueue set, whatever the mode.
+type timeouts struct {
+	dial, read, write, pool   time.Duration
+	maxRetries, dialerRetries int
+}
+
+func open(url, mode string, set func(*timeouts)) (redis.UniversalClient, error) {
+	var t timeouts
+	set(&t)
+	apply := func(dial, read, write, pool *time.Duration, maxRetries, dialerRetries *int) {
+		if t.dial != 0 {
+			*dial, *read, *write, *pool = t.dial, t.read, t.write, t.pool
+			*maxRetries, *dialerRetries = t.maxRetries, t.dialerRetries
+		}
+	}
+	switch mode {
+	case "", "single":
+		o, err := redis.ParseURL(url)
+		if err != nil {
+			return nil, errors.New("cache: REDIS_URL is not a valid redis URL")
+		}
+		apply(&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.PoolTimeout, &o.MaxRetries, &o.DialerRetries)
+		return redis.NewClient(o), nil
+	case "sentinel":
+		o, err := redis.ParseFailoverURL(url)
+		if err != nil || o.MasterName == "" {
+			return nil, errors.New("cache: REDIS_URL is not a valid sentinel URL (redis://[:password@]host:26379?master_name=NAME&addr=host2:26379)")
+		}
+		apply(&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.PoolTimeout, &o.MaxRetries, &o.DialerRetries)
+		return redis.NewFailoverClient(o), nil
+	case "cluster":
+		o, err := redis.ParseClusterURL(url)
+		if err != nil {
+			return nil, errors.New("cache: REDIS_URL is not a valid cluster URL (redis://[:password@]host:6379?addr=host2:6379)")
+		}
+		apply(&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.PoolTimeout, &o.MaxRetries, &o.DialerRetries)
+		return redis.NewClusterClient(o), nil
+	}
+	return nil, fmt.Errorf("cache: REDIS_MODE %q is not single, sentinel or cluster", mode)
 }
 
 // ErrDown is returned, without a network round trip, for a new connection

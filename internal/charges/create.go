@@ -111,6 +111,8 @@ func NewService(store Store, queue outbox.Enqueuer, keys *keyring.Keyring, provi
 type Result struct {
 	Response idempotency.Response
 	Replayed bool
+	// Provider is the new charge's provider; empty for a replay.
+	Provider string
 }
 
 // Create validates p, seals the card and writes the charge, its
@@ -159,7 +161,7 @@ func (s *Service) Create(ctx context.Context, merchantID, environment string, p 
 	for _, t := range deliveries {
 		s.enqueue(ctx, t)
 	}
-	return Result{Response: resp}, nil
+	return Result{Response: resp, Provider: n.Charge.Provider}, nil
 }
 
 func (s *Service) enqueue(ctx context.Context, t outbox.Task) {

@@ -50,6 +50,15 @@ type Processor struct {
 	log       *slog.Logger
 	observe   func(provider, op string, o Outcome, d time.Duration)
 	queue     outbox.Enqueuer
+	settled   func(provider, status string)
+}
+
+// WithOutcomes makes the processor report every status change it commits
+// (authorized, captured, failed, voided) with the charge's provider. A
+// transition that lost a race to another worker is not reported.
+func (p *Processor) WithOutcomes(f func(provider, status string)) *Processor {
+	p.settled = f
+	return p
 }
 
 // WithQueue makes the processor enqueue the webhook deliveries its
@@ -62,9 +71,12 @@ func (p *Processor) WithQueue(q outbox.Enqueuer) *Processor {
 
 // apply writes a transition and hands its deliveries to the queue.
 func (p *Processor) apply(ctx context.Context, t Transition) error {
-	_, deliveries, err := p.store.ApplyTransition(ctx, t)
+	applied, deliveries, err := p.store.ApplyTransition(ctx, t)
 	if err != nil {
 		return err
+	}
+	if applied && p.settled != nil && t.After.Status != t.Before.Status {
+		p.settled(t.After.Provider, t.After.Status)
 	}
 	if p.queue != nil {
 		for _, d := range deliveries {

@@ -66,11 +66,18 @@ func ParseLimit(s string) (Limit, error) {
 type Config struct {
 	DatabaseURL   Secret // may carry a password
 	RedisURL      Secret // may carry a password
+	// RedisMode says how RedisURL is read: "single" (one server), "sentinel"
+	// (the sentinels' addresses and master_name) or "cluster" (seed nodes).
+	RedisMode string
 	JWTSecret     Secret
 	EncryptionKey []byte // 32 bytes, from 64 hex characters
 
 	HTTPAddr        string
 	MetricsAddr     string
+	// AdminAddr is the worker's admin listener (the read-only queue UI);
+	// empty turns it off. AdminToken guards it.
+	AdminAddr      string
+	AdminToken     Secret
 	TrustedProxies  []netip.Prefix
 	LogLevel        slog.Level
 	ShutdownTimeout time.Duration
@@ -149,6 +156,9 @@ func Load(getenv func(string) string, needs Needs) (Config, error) {
 	c := Config{
 		DatabaseURL:     Secret(get("DATABASE_URL", "")),
 		RedisURL:        Secret(get("REDIS_URL", "")),
+		RedisMode:       get("REDIS_MODE", "single"),
+		AdminAddr:       get("ADMIN_ADDR", ""),
+		AdminToken:      Secret(get("ADMIN_TOKEN", "")),
 		JWTSecret:       Secret(getenv("JWT_SECRET")),
 		HTTPAddr:        get("HTTP_ADDR", ":8080"),
 		MetricsAddr:     get("METRICS_ADDR", ":9091"),
@@ -172,6 +182,17 @@ func Load(getenv func(string) string, needs Needs) (Config, error) {
 		}
 	} else if u, err := url.Parse(c.RedisURL.Reveal()); err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") {
 		bad("REDIS_URL", "must be a redis:// or rediss:// URL")
+	}
+	if c.RedisMode != "single" && c.RedisMode != "sentinel" && c.RedisMode != "cluster" {
+		bad("REDIS_MODE", "must be single, sentinel or cluster, got %q", c.RedisMode)
+	}
+	if c.AdminAddr != "" {
+		if _, port, ok := strings.Cut(c.AdminAddr, ":"); !ok || port == "" {
+			bad("ADMIN_ADDR", "must be host:port or :port, got %q", c.AdminAddr)
+		}
+		if len(c.AdminToken) < 32 {
+			bad("ADMIN_TOKEN", "must be at least 32 bytes when ADMIN_ADDR is set")
+		}
 	}
 	if len(c.JWTSecret) == 0 {
 		if needs.JWT {

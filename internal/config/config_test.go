@@ -42,18 +42,21 @@ func TestLoadReportsEveryProblemOnceWithoutSecrets(t *testing.T) {
 		"LOG_LEVEL":              "loud",
 		"TRUSTED_PROXIES":        "10.0.0.0/8,not-an-ip",
 		"DEFAULT_PROVIDER":       "paypal",
+		"REDIS_MODE":             "ring",
+		"ADMIN_ADDR":             ":9092",
+		"ADMIN_TOKEN":            "short-admin-token",
 	}
 	_, err := Load(envOf(env), Needs{Database: true, Redis: true, JWT: true, Encryption: true})
 	if err == nil {
 		t.Fatal("want an error")
 	}
 	msg := err.Error()
-	for _, name := range []string{"DATABASE_URL", "REDIS_URL", "JWT_SECRET", "ENCRYPTION_KEY", "RATE_LIMIT_CHARGES", "WEBHOOK_RETRY_SCHEDULE", "LOG_LEVEL", "TRUSTED_PROXIES", "DEFAULT_PROVIDER"} {
+	for _, name := range []string{"DATABASE_URL", "REDIS_URL", "JWT_SECRET", "ENCRYPTION_KEY", "RATE_LIMIT_CHARGES", "WEBHOOK_RETRY_SCHEDULE", "LOG_LEVEL", "TRUSTED_PROXIES", "DEFAULT_PROVIDER", "REDIS_MODE", "ADMIN_TOKEN"} {
 		if !strings.Contains(msg, name) {
 			t.Errorf("error does not name %s: %s", name, msg)
 		}
 	}
-	for _, secret := range []string{"topsecretpw", "short-secret-value"} {
+	for _, secret := range []string{"topsecretpw", "short-secret-value", "short-admin-token"} {
 		if strings.Contains(msg, secret) {
 			t.Errorf("error leaks %q: %s", secret, msg)
 		}

@@ -155,6 +155,7 @@ func (s *server) clientIP(c *fiber.Ctx) netip.Addr {
 // limit applies the named limit to the key keyOf derives from the request and
 // sets the RateLimit-* headers; over the limit it answers 429 with Retry-After.
 func (s *server) limit(name string, l config.Limit, keyOf func(*fiber.Ctx) string) fiber.Handler {
+	s.Limiter.Declare(name)
 	return func(c *fiber.Ctx) error {
 		d := s.Limiter.Allow(c.UserContext(), name, keyOf(c), l)
 		c.Set("RateLimit-Limit", strconv.Itoa(d.Limit))

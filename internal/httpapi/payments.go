@@ -65,6 +65,9 @@ func (s *server) createCharge(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
+	if !res.Replayed {
+		s.Metrics.ChargesCreated.WithLabelValues(res.Provider).Inc()
+	}
 	return sendResult(c, res)
 }
 

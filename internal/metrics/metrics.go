@@ -6,18 +6,32 @@ package metrics
 
 import (
 	"net/http"
+	"runtime"
+	"runtime/debug"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// NewRegistry returns a registry holding the Go runtime and process collectors.
+// NewRegistry returns a registry holding the Go runtime and process
+// collectors and gatehouse_build_info.
 func NewRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
+	version := "(devel)"
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		version = bi.Main.Version
+	}
+	info := prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: "gatehouse", Name: "build_info",
+		Help:        "Always 1; the labels name the running build.",
+		ConstLabels: prometheus.Labels{"version": version, "go_version": runtime.Version()},
+	})
+	info.Set(1)
 	reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		info,
 	)
 	return reg
 }
@@ -33,6 +47,9 @@ type HTTP struct {
 	Duration     *prometheus.HistogramVec // method, route
 	InFlight     prometheus.Gauge
 	AuthFailures *prometheus.CounterVec // reason
+	// ChargesCreated counts charges created (replays of an idempotent
+	// request are not counted), by provider.
+	ChargesCreated *prometheus.CounterVec
 }
 
 // NewHTTP creates and registers the API's request metrics.
@@ -55,8 +72,12 @@ func NewHTTP(reg prometheus.Registerer) *HTTP {
 			Namespace: "gatehouse", Name: "auth_failures_total",
 			Help: "Refused authentications by reason (the error code).",
 		}, []string{"reason"}),
+		ChargesCreated: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "gatehouse", Name: "charges_created_total",
+			Help: "Charges created through the API, by provider (idempotent replays excluded).",
+		}, []string{"provider"}),
 	}
-	reg.MustRegister(m.Requests, m.Duration, m.InFlight, m.AuthFailures)
+	reg.MustRegister(m.Requests, m.Duration, m.InFlight, m.AuthFailures, m.ChargesCreated)
 	return m
 }
 
@@ -88,6 +109,8 @@ type Providers struct {
 	Calls    *prometheus.CounterVec   // provider, operation, outcome
 	Duration *prometheus.HistogramVec // provider, operation
 	Circuit  *prometheus.GaugeVec     // provider: 0 closed, 1 half-open, 2 open
+	Charges  *prometheus.CounterVec   // provider, outcome: the status a charge moved to
+	Refunds  *prometheus.CounterVec   // provider, outcome: succeeded, failed
 }
 
 // NewProviders creates and registers the provider-call metrics.
@@ -106,9 +129,31 @@ func NewProviders(reg prometheus.Registerer) *Providers {
 			Namespace: "gatehouse", Name: "provider_circuit_state",
 			Help: "Circuit breaker state by provider: 0 closed, 1 half-open, 2 open.",
 		}, []string{"provider"}),
+		Charges: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "gatehouse", Name: "charges_total",
+			Help: "Charge status changes made by the worker, by provider and outcome (authorized, captured, failed, voided).",
+		}, []string{"provider", "outcome"}),
+		Refunds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "gatehouse", Name: "refunds_total",
+			Help: "Refunds settled by the worker, by provider and outcome (succeeded, failed).",
+		}, []string{"provider", "outcome"}),
 	}
-	reg.MustRegister(m.Calls, m.Duration, m.Circuit)
+	reg.MustRegister(m.Calls, m.Duration, m.Circuit, m.Charges, m.Refunds)
 	return m
+}
+
+// Init creates the zero-valued series of each provider, so dashboards and
+// alerts see them before the first call.
+func (m *Providers) Init(providers []string) {
+	for _, p := range providers {
+		m.Circuit.WithLabelValues(p).Set(0)
+		for _, o := range []string{"authorized", "captured", "failed", "voided"} {
+			m.Charges.WithLabelValues(p, o)
+		}
+		for _, o := range []string{"succeeded", "failed"} {
+			m.Refunds.WithLabelValues(p, o)
+		}
+	}
 }
 
 // CircuitValue maps a breaker state name to the gauge value.
@@ -126,6 +171,9 @@ func CircuitValue(state string) float64 {
 type Webhooks struct {
 	Attempts *prometheus.CounterVec   // outcome, attempt
 	Duration *prometheus.HistogramVec // outcome
+	// FirstAttempt is the time from a delivery's commit (with its event) to
+	// the start of its first attempt.
+	FirstAttempt prometheus.Histogram
 }
 
 // NewWebhooks creates and registers the delivery metrics.
@@ -140,7 +188,16 @@ func NewWebhooks(reg prometheus.Registerer) *Webhooks {
 			Help:    "Webhook delivery attempt duration by outcome.",
 			Buckets: prometheus.ExponentialBuckets(0.005, 2, 12),
 		}, []string{"outcome"}),
+		FirstAttempt: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "gatehouse", Name: "webhook_first_attempt_delay_seconds",
+			Help:    "Time from an event's commit to the start of a delivery's first attempt.",
+			Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
+		}),
 	}
-	reg.MustRegister(m.Attempts, m.Duration)
+	reg.MustRegister(m.Attempts, m.Duration, m.FirstAttempt)
+	for _, o := range []string{"succeeded", "failed"} {
+		m.Attempts.WithLabelValues(o, "1")
+		m.Duration.WithLabelValues(o)
+	}
 	return m
 }

@@ -19,6 +19,9 @@ const (
 	WebhookDeliver  = "webhook:deliver"
 )
 
+// Types lists every task type, for metrics that report each one.
+var Types = []string{ChargeAuthorize, ChargeCapture, ChargeVoid, RefundProcess, WebhookDeliver}
+
 // Task is one unit of work about one object.
 type Task struct {
 	Type  string

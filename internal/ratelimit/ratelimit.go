@@ -109,6 +109,15 @@ func New(rdb redis.UniversalClient, metrics *Metrics, log *slog.Logger) *Limiter
 	return &Limiter{rdb: rdb, local: NewLocal(time.Now), metrics: metrics, log: log}
 }
 
+// Declare creates the zero-valued series of a named limit, so dashboards and
+// alerts see the limit (and its fallback count) before its first request.
+func (l *Limiter) Declare(name string) {
+	l.metrics.Fallbacks.WithLabelValues(name)
+	for _, d := range []string{"allowed", "limited"} {
+		l.metrics.Decisions.WithLabelValues(name, d, "redis")
+	}
+}
+
 // Allow records one request for key under the named limit and says whether it
 // is accepted. It never fails: if Redis errors, the local limiter decides.
 func (l *Limiter) Allow(ctx context.Context, name, key string, limit config.Limit) Decision {

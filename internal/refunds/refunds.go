@@ -229,6 +229,14 @@ type Processor struct {
 	log       *slog.Logger
 	observe   func(provider, op string, o charges.Outcome, d time.Duration)
 	queue     outbox.Enqueuer
+	settled   func(provider, status string)
+}
+
+// WithOutcomes makes the processor report each refund it settles (succeeded
+// or failed) with the charge's provider.
+func (p *Processor) WithOutcomes(f func(provider, status string)) *Processor {
+	p.settled = f
+	return p
 }
 
 // WithQueue makes the processor enqueue the webhook deliveries its
@@ -238,10 +246,13 @@ func (p *Processor) WithQueue(q outbox.Enqueuer) *Processor {
 	return p
 }
 
-func (p *Processor) settle(ctx context.Context, after Refund, doneTask string, eventsFor func(Refund, charges.Charge) ([]events.Event, error)) error {
-	_, deliveries, err := p.store.SettleRefund(ctx, after, doneTask, eventsFor)
+func (p *Processor) settle(ctx context.Context, provider string, after Refund, doneTask string, eventsFor func(Refund, charges.Charge) ([]events.Event, error)) error {
+	applied, deliveries, err := p.store.SettleRefund(ctx, after, doneTask, eventsFor)
 	if err != nil {
 		return err
+	}
+	if applied && p.settled != nil {
+		p.settled(provider, after.Status)
 	}
 	if p.queue != nil {
 		for _, d := range deliveries {
@@ -277,7 +288,7 @@ func (p *Processor) Process(ctx context.Context, id string, final bool) error {
 	prov, ok := p.providers.Get(c.Provider)
 	if !ok || c.ProviderReference == nil {
 		after.Status, after.FailureCode = StatusFailed, ptr("provider_unavailable")
-		return p.settle(ctx, after, task.ID(), noEvents)
+		return p.settle(ctx, c.Provider, after, task.ID(), noEvents)
 	}
 	start := time.Now()
 	cctx, cancel := context.WithTimeout(ctx, p.timeout)
@@ -290,7 +301,7 @@ func (p *Processor) Process(ctx context.Context, id string, final bool) error {
 	case err == nil:
 		p.observe(c.Provider, "refund", charges.OutcomeSucceeded, elapsed)
 		after.Status, after.ProviderReference = StatusSucceeded, &res.Reference
-		return p.settle(ctx, after, task.ID(), func(r Refund, c charges.Charge) ([]events.Event, error) {
+		return p.settle(ctx, c.Provider, after, task.ID(), func(r Refund, c charges.Charge) ([]events.Event, error) {
 			out := []events.Event{}
 			e, err := events.New(ids.NewUUID(), r.MerchantID, c.Environment, events.RefundSucceeded, r.UpdatedAt, c.View(), r.View())
 			if err != nil {
@@ -316,7 +327,7 @@ func (p *Processor) Process(ctx context.Context, id string, final bool) error {
 		p.observe(c.Provider, "refund", charges.OutcomeUnavailable, elapsed)
 		after.Status, after.FailureCode = StatusFailed, ptr("provider_unavailable")
 	}
-	return p.settle(ctx, after, task.ID(), noEvents)
+	return p.settle(ctx, c.Provider, after, task.ID(), noEvents)
 }
 
 func noEvents(Refund, charges.Charge) ([]events.Event, error) { return nil, nil }

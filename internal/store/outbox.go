@@ -26,16 +26,6 @@ func (s *Store) StaleTasks(ctx context.Context, before time.Time, limit int) ([]
 	return list, mapErr(err, "task")
 }
 
-const outboxBacklog = `SELECT count(*), COALESCE(EXTRACT(EPOCH FROM now() - min(created_at)), 0) FROM outbox`
-
-// OutboxBacklog returns the number of outbox rows and the age of the oldest.
-func (s *Store) OutboxBacklog(ctx context.Context) (int64, time.Duration, error) {
-	var n int64
-	var age float64
-	err := s.pool.QueryRow(ctx, outboxBacklog).Scan(&n, &age)
-	return n, time.Duration(age * float64(time.Second)), mapErr(err, "task")
-}
-
 // reconcile re-creates the task of any charge or refund that has waited for
 // the worker longer than the cut-off without one (defence in depth: the task
 // is written in the same transaction as the state that needs it).

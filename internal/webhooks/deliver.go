@@ -65,6 +65,7 @@ type Deliverer struct {
 	now      func() time.Time
 	log      *slog.Logger
 	observe  func(outcome string, attempt int, d time.Duration)
+	first    func(delay time.Duration)
 
 	// slots bound this process's attempts per endpoint, so one slow or
 	// hanging endpoint can hold at most perEndpoint of the worker's slots
@@ -117,6 +118,14 @@ func NewDeliverer(store Store, sender Sender, keys *keyring.Keyring, schedule []
 // Task is the outbox task of a delivery.
 func Task(deliveryID string) outbox.Task {
 	return outbox.Task{Type: outbox.WebhookDeliver, RefID: deliveryID}
+}
+
+// WithFirstAttemptDelay makes the deliverer report, for each delivery's first
+// attempt, the time from the delivery's commit (with its event) to the start
+// of the attempt. Test deliveries are not reported.
+func (d *Deliverer) WithFirstAttemptDelay(f func(delay time.Duration)) *Deliverer {
+	d.first = f
+	return d
 }
 
 // Deliver makes the next attempt of a pending delivery. It returns nil when
@@ -183,6 +192,9 @@ func (d *Deliverer) Deliver(ctx context.Context, id string) error {
 	release, ok := d.acquire(ctx, ep.ID)
 	if !ok {
 		return &RetryIn{Delay: busyRetry} // not an attempt: the endpoint is busy
+	}
+	if d.first != nil && del.Attempts == 0 && !del.Test {
+		d.first(d.now().Sub(del.CreatedAt))
 	}
 	res := d.sender.Send(ctx, Outgoing{URL: ep.URL, Body: body, Headers: headers})
 	release()

@@ -1,0 +1,134 @@
+package store
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gatehouse-pay/gatehouse/internal/outbox"
+)
+
+// PoolCollector exports the connection pool's statistics as
+// gatehouse_db_pool_* metrics, read from pgxpool at scrape time.
+func PoolCollector(pool *pgxpool.Pool) prometheus.Collector {
+	return &poolCollector{pool: pool}
+}
+
+type poolCollector struct{ pool *pgxpool.Pool }
+
+var (
+	poolAcquired      = dbDesc("acquired_connections", "Connections in use.")
+	poolIdle          = dbDesc("idle_connections", "Idle connections in the pool.")
+	poolTotal         = dbDesc("total_connections", "Connections in the pool: acquired, idle and being opened.")
+	poolMax           = dbDesc("max_connections", "The pool's size limit.")
+	poolAcquires      = dbDesc("acquires_total", "Connections taken from the pool.")
+	poolEmptyAcquires = dbDesc("empty_acquires_total", "Acquires that had to wait because no idle connection was there.")
+	poolCanceled      = dbDesc("canceled_acquires_total", "Acquires given up because their context ended.")
+	poolWait          = dbDesc("acquire_wait_seconds_total", "Time spent waiting for a connection.")
+)
+
+func dbDesc(name, help string) *prometheus.Desc {
+	return prometheus.NewDesc("gatehouse_db_pool_"+name, help, nil, nil)
+}
+
+func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{poolAcquired, poolIdle, poolTotal, poolMax, poolAcquires, poolEmptyAcquires, poolCanceled, poolWait} {
+		ch <- d
+	}
+}
+
+func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.pool.Stat()
+	ch <- prometheus.MustNewConstMetric(poolAcquired, prometheus.GaugeValue, float64(s.AcquiredConns()))
+	ch <- prometheus.MustNewConstMetric(poolIdle, prometheus.GaugeValue, float64(s.IdleConns()))
+	ch <- prometheus.MustNewConstMetric(poolTotal, prometheus.GaugeValue, float64(s.TotalConns()))
+	ch <- prometheus.MustNewConstMetric(poolMax, prometheus.GaugeValue, float64(s.MaxConns()))
+	ch <- prometheus.MustNewConstMetric(poolAcquires, prometheus.CounterValue, float64(s.AcquireCount()))
+	ch <- prometheus.MustNewConstMetric(poolEmptyAcquires, prometheus.CounterValue, float64(s.EmptyAcquireCount()))
+	ch <- prometheus.MustNewConstMetric(poolCanceled, prometheus.CounterValue, float64(s.CanceledAcquireCount()))
+	ch <- prometheus.MustNewConstMetric(poolWait, prometheus.CounterValue, s.AcquireDuration().Seconds())
+}
+
+// outboxStats counts the outbox rows by task type and measures, per type, how
+// long the oldest row has been due. A delivery waiting for a scheduled retry
+// is due at its next_attempt_at, not when its row was written, so a backlog of
+// healthy retries does not look stale.
+const outboxStats = `
+SELECT o.task_type, count(*),
+       coalesce(extract(epoch FROM now() - min(coalesce(d.next_attempt_at, o.created_at))
+                FILTER (WHERE coalesce(d.next_attempt_at, o.created_at) <= now())), 0)::float8
+FROM outbox o
+LEFT JOIN webhook_deliveries d ON o.task_type = 'webhook:deliver' AND d.id = o.ref_id
+GROUP BY o.task_type`
+
+// OutboxCollector exports gatehouse_outbox_backlog and
+// gatehouse_outbox_oldest_age_seconds by task type. It queries Postgres at
+// most once per minInterval (several Prometheus servers may scrape), with a
+// short timeout; a failed query leaves the metrics out of that scrape.
+func OutboxCollector(pool *pgxpool.Pool, minInterval time.Duration) prometheus.Collector {
+	return &outboxCollector{pool: pool, every: minInterval}
+}
+
+type outboxCollector struct {
+	pool  *pgxpool.Pool
+	every time.Duration
+
+	mu     sync.Mutex
+	at     time.Time
+	counts map[string]float64
+	ages   map[string]float64
+}
+
+var (
+	outboxBacklogDesc = prometheus.NewDesc("gatehouse_outbox_backlog",
+		"Outbox rows (tasks committed but not finished) by task type.", []string{"type"}, nil)
+	outboxAgeDesc = prometheus.NewDesc("gatehouse_outbox_oldest_age_seconds",
+		"How long the oldest due outbox row of each task type has waited; 0 when none is due.", []string{"type"}, nil)
+)
+
+func (c *outboxCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- outboxBacklogDesc
+	ch <- outboxAgeDesc
+}
+
+func (c *outboxCollector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.counts == nil || time.Since(c.at) >= c.every {
+		if err := c.refresh(); err != nil {
+			return
+		}
+	}
+	for _, typ := range outbox.Types {
+		ch <- prometheus.MustNewConstMetric(outboxBacklogDesc, prometheus.GaugeValue, c.counts[typ], typ)
+		ch <- prometheus.MustNewConstMetric(outboxAgeDesc, prometheus.GaugeValue, c.ages[typ], typ)
+	}
+}
+
+func (c *outboxCollector) refresh() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	rows, err := c.pool.Query(ctx, outboxStats)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	counts, ages := map[string]float64{}, map[string]float64{}
+	for rows.Next() {
+		var typ string
+		var n int64
+		var age float64
+		if err := rows.Scan(&typ, &n, &age); err != nil {
+			return err
+		}
+		counts[typ], ages[typ] = float64(n), age
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	c.counts, c.ages, c.at = counts, ages, time.Now()
+	return nil
+}
