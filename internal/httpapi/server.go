@@ -1,7 +1,8 @@
 // Package httpapi is Gatehouse's REST API on Fiber: the route table, the
-// middleware (request ids, metrics, client IPs, authentication, rate limits),
-// request decoding and the one table from error kind to HTTP status. Handlers
-// call the domain services and return errors; they never render one.
+// middleware (tracing when on, request ids, metrics, client IPs,
+// authentication, rate limits), request decoding and the one table from
+// error kind to HTTP status. Handlers call the domain services and return
+// errors; they never render one.
 package httpapi
 
 import (
@@ -11,7 +12,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gofiber/contrib/otelfiber/v2"
 	"github.com/gofiber/fiber/v2"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/gatehouse-pay/gatehouse/internal/apikeys"
 	"github.com/gatehouse-pay/gatehouse/internal/auth"
@@ -23,6 +26,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/metrics"
 	"github.com/gatehouse-pay/gatehouse/internal/ratelimit"
 	"github.com/gatehouse-pay/gatehouse/internal/refunds"
+	"github.com/gatehouse-pay/gatehouse/internal/tracing"
 	"github.com/gatehouse-pay/gatehouse/internal/webhooks"
 )
 
@@ -78,6 +82,37 @@ func NewServer(d Deps) *fiber.App {
 		DisableStartupMessage: true,
 		ErrorHandler:          s.renderError,
 	})
+	if tracing.Enabled() {
+		app.Use(s.traced())
+	}
 	s.routes(app)
 	return app
+}
+
+// traced is the tracing middleware, first in the chain so that every later
+// one runs within the request's span. The span continues the caller's trace
+// (a W3C traceparent header) and is named after the method and the route
+// template, never the raw path. The client address is the one the rate
+// limits see (TRUSTED_PROXIES). The operating endpoints are not traced.
+func (s *server) traced() fiber.Handler {
+	return otelfiber.Middleware(
+		otelfiber.WithCollectClientIP(false),
+		otelfiber.WithCustomAttributes(func(c *fiber.Ctx) []attribute.KeyValue {
+			return []attribute.KeyValue{attribute.String("client.address", s.clientIP(c).String())}
+		}),
+		otelfiber.WithNext(func(c *fiber.Ctx) bool {
+			switch c.Path() {
+			case "/healthz", "/readyz", "/metrics":
+				return true
+			}
+			return false
+		}),
+		otelfiber.WithSpanNameFormatter(func(c *fiber.Ctx) string {
+			method := methodLabel(c.Method())
+			if r := c.Route(); r != nil && r.Method != "USE" {
+				return method + " " + r.Path
+			}
+			return method // no route matched: the path is anything a client sent
+		}),
+	)
 }

@@ -10,6 +10,9 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"go.opentelemetry.io/otel/attribute"
+	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/gatehouse-pay/gatehouse/internal/auth"
 	"github.com/gatehouse-pay/gatehouse/internal/charges"
@@ -19,6 +22,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/metrics"
 	"github.com/gatehouse-pay/gatehouse/internal/outbox"
 	"github.com/gatehouse-pay/gatehouse/internal/refunds"
+	"github.com/gatehouse-pay/gatehouse/internal/tracing"
 	"github.com/gatehouse-pay/gatehouse/internal/webhooks"
 )
 
@@ -91,11 +95,28 @@ func (h *Handlers) HandleSessionsPrune(ctx context.Context, _ *asynq.Task) error
 	return nil
 }
 
+// observe runs a task with its log id, metrics and, when tracing is on, a
+// consumer span named after the task type: the child of the trace context
+// the task carries in its headers (see Queue.Enqueue), or a new trace.
 func (h *Handlers) observe(next asynq.Handler) asynq.Handler {
 	return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
 		start := time.Now()
-		if id, ok := asynq.GetTaskID(ctx); ok {
+		id, _ := asynq.GetTaskID(ctx)
+		if id != "" {
 			ctx = logging.WithRequestID(ctx, "task:"+id)
+		}
+		var span trace.Span
+		if tracing.Enabled() {
+			queue, _ := asynq.GetQueueName(ctx)
+			retried, _ := asynq.GetRetryCount(ctx)
+			ctx, span = tracing.StartConsumer(ctx, t.Headers(), t.Type(),
+				semconv.MessagingSystemKey.String("asynq"),
+				semconv.MessagingOperationTypeProcess,
+				semconv.MessagingDestinationName(queue),
+				semconv.MessagingMessageID(id),
+				attribute.String("asynq.task.type", t.Type()),
+				attribute.Int("asynq.task.retry_count", retried),
+			)
 		}
 		err := next.ProcessTask(ctx, t)
 		outcome := "ok"
@@ -107,6 +128,13 @@ func (h *Handlers) observe(next asynq.Handler) asynq.Handler {
 		case err != nil:
 			outcome = "error"
 			h.Log.WarnContext(ctx, "task failed", "type", t.Type(), "err", err)
+		}
+		if span != nil {
+			span.SetAttributes(attribute.String("gatehouse.task.outcome", outcome))
+			if outcome == "error" || outcome == "skipped" {
+				tracing.RecordError(span, err)
+			}
+			span.End()
 		}
 		h.Metrics.Processed.WithLabelValues(t.Type(), outcome).Inc()
 		h.Metrics.Duration.WithLabelValues(t.Type()).Observe(time.Since(start).Seconds())

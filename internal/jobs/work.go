@@ -15,6 +15,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/config"
 	"github.com/gatehouse-pay/gatehouse/internal/idempotency"
 	"github.com/gatehouse-pay/gatehouse/internal/outbox"
+	"github.com/gatehouse-pay/gatehouse/internal/tracing"
 )
 
 // payload is the body of every object task: the id and nothing else, so no
@@ -64,8 +65,15 @@ func NewQueue(client *asynq.Client, inspector *asynq.Inspector, cfg config.Confi
 }
 
 // NewTask builds the asynq task of an outbox task: payload the id, TaskID the
-// outbox id, retries per the provider settings.
+// outbox id, retries per the provider settings. It carries no trace context:
+// a task resent by the sweeper starts a trace of its own.
 func (q *Queue) NewTask(t outbox.Task) (*asynq.Task, error) {
+	return q.newTask(t, nil)
+}
+
+// newTask is NewTask with headers, the trace context of the work that called
+// for the task (see tracing.Inject), or nil.
+func (q *Queue) newTask(t outbox.Task, headers map[string]string) (*asynq.Task, error) {
 	body, err := json.Marshal(payload{ID: t.RefID})
 	if err != nil {
 		return nil, err
@@ -73,10 +81,10 @@ func (q *Queue) NewTask(t outbox.Task) (*asynq.Task, error) {
 	if t.Type == outbox.WebhookDeliver {
 		// Attempts are counted in Postgres, which decides when a delivery
 		// fails; asynq's retries only carry the schedule (see RetryIn).
-		return asynq.NewTask(t.Type, body, asynq.TaskID(t.ID()), asynq.Queue(queueOf(t.Type)),
+		return asynq.NewTaskWithHeaders(t.Type, body, headers, asynq.TaskID(t.ID()), asynq.Queue(queueOf(t.Type)),
 			asynq.MaxRetry(25), asynq.Timeout(q.cfg.WebhookTimeout+30*time.Second)), nil
 	}
-	return asynq.NewTask(t.Type, body,
+	return asynq.NewTaskWithHeaders(t.Type, body, headers,
 		asynq.TaskID(t.ID()),
 		asynq.Queue(queueOf(t.Type)),
 		asynq.MaxRetry(q.cfg.ProviderMaxAttempts-1),
@@ -85,8 +93,14 @@ func (q *Queue) NewTask(t outbox.Task) (*asynq.Task, error) {
 }
 
 // Enqueue hands t to the queue; a task already queued under its id is fine.
+// With tracing on, the task carries the trace context of ctx in its headers,
+// so the worker's span of it joins the trace of the request that called for it.
 func (q *Queue) Enqueue(ctx context.Context, t outbox.Task) error {
-	task, err := q.NewTask(t)
+	var headers map[string]string
+	if tracing.Enabled() {
+		headers = tracing.Inject(ctx)
+	}
+	task, err := q.newTask(t, headers)
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/exaring/otelpgx"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -16,6 +17,7 @@ import (
 	"github.com/pressly/goose/v3"
 
 	"github.com/gatehouse-pay/gatehouse/internal/apperr"
+	"github.com/gatehouse-pay/gatehouse/internal/tracing"
 	"github.com/gatehouse-pay/gatehouse/migrations"
 )
 
@@ -27,7 +29,8 @@ type Store struct {
 // New returns a Store on pool.
 func New(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
 
-// Open connects a pool to url and checks that the server answers.
+// Open connects a pool to url and checks that the server answers. When
+// tracing is on (tracing.Setup runs first) the pool's work is traced.
 func Open(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
@@ -41,6 +44,12 @@ func Open(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	// A request never waits long for a row lock: a repeat of an idempotent
 	// request still running answers 409 instead of queueing behind it.
 	cfg.ConnConfig.RuntimeParams["lock_timeout"] = "3s"
+	if tracing.Enabled() {
+		// Queries, batches and pool waits within a traced request or task
+		// become child spans: the SQL text with its $n placeholders, never
+		// the arguments.
+		cfg.ConnConfig.Tracer = otelpgx.NewTracer()
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("store: connect: %w", redact(err))
