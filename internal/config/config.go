@@ -64,20 +64,20 @@ func ParseLimit(s string) (Limit, error) {
 
 // Config holds every setting of both binaries.
 type Config struct {
-	DatabaseURL   Secret // may carry a password
-	RedisURL      Secret // may carry a password
+	DatabaseURL Secret // may carry a password
+	RedisURL    Secret // may carry a password
 	// RedisMode says how RedisURL is read: "single" (one server), "sentinel"
 	// (the sentinels' addresses and master_name) or "cluster" (seed nodes).
-	RedisMode string
+	RedisMode     string
 	JWTSecret     Secret
 	EncryptionKey []byte // 32 bytes, from 64 hex characters
 
-	HTTPAddr        string
-	MetricsAddr     string
+	HTTPAddr    string
+	MetricsAddr string
 	// AdminAddr is the worker's admin listener (the read-only queue UI);
 	// empty turns it off. AdminToken guards it.
-	AdminAddr      string
-	AdminToken     Secret
+	AdminAddr       string
+	AdminToken      Secret
 	TrustedProxies  []netip.Prefix
 	LogLevel        slog.Level
 	ShutdownTimeout time.Duration
