@@ -508,6 +508,7 @@ var obsRecorded = []struct {
 	{`sum(gatehouse_ratelimit_decisions_total{limit="charges", decision="limited"})`, 1},
 	{`sum(gatehouse_auth_failures_total{reason="invalid_token"})`, 4},
 	{`sum(gatehouse_auth_failures_total{reason="missing_authorization"})`, 4},
+	{`sum(gatehouse_auth_failures_total{reason="invalid_credentials"})`, 1},
 	{`sum(gatehouse_charges_created_total{provider="sandbox"})`, 2 * obsChargesLimit},
 	{`sum(gatehouse_charges_total{provider="sandbox", outcome="captured"})`, 6},
 	{`sum(gatehouse_charges_total{provider="sandbox", outcome="authorized"})`, 4},

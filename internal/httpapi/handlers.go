@@ -68,6 +68,9 @@ func (s *server) login(c *fiber.Ctx) error {
 	}
 	l, err := s.Auth.Login(c.UserContext(), req.Email, req.Password)
 	if err != nil {
+		if apperr.KindOf(err) == apperr.KindUnauthenticated {
+			s.Metrics.AuthFailures.WithLabelValues(apperr.CodeOf(err)).Inc()
+		}
 		return err
 	}
 	return writeJSON(c, fiber.StatusOK, fiber.Map{
