@@ -45,7 +45,7 @@ func adminHandler(queue redis.UniversalClient, token string) http.Handler {
 
 func tokenMatches(r *http.Request, want [32]byte) bool {
 	got := ""
-	if b, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
+	if scheme, b, ok := strings.Cut(r.Header.Get("Authorization"), " "); ok && strings.EqualFold(scheme, "Bearer") {
 		got = b
 	} else if _, p, ok := r.BasicAuth(); ok {
 		got = p

@@ -78,6 +78,12 @@ func open(url, mode string, set func(*timeouts)) (redis.UniversalClient, error) 
 		if err != nil || o.MasterName == "" {
 			return nil, errors.New("cache: REDIS_URL is not a valid sentinel URL (redis://[:password@]host:26379?master_name=NAME&addr=host2:26379)")
 		}
+		if o.Password == "" {
+			// The URL's credentials are the Redis server's, as in the other
+			// modes (go-redis gives them to the sentinels only); the
+			// sentinels get them too.
+			o.Username, o.Password = o.SentinelUsername, o.SentinelPassword
+		}
 		apply(&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.PoolTimeout, &o.MaxRetries, &o.DialerRetries)
 		return redis.NewFailoverClient(o), nil
 	case "cluster":
