@@ -61,12 +61,18 @@ RUN --mount=type=cache,target=/root/.cache/go-build \
     cd /healthcheck && go mod init healthcheck && go build -trimpath -ldflags='-s -w' -o /out/healthcheck .
 
 FROM gcr.io/distroless/static-debian12:nonroot
+LABEL org.opencontainers.image.source="https://github.com/gatehouse-pay/gatehouse" \
+      org.opencontainers.image.description="Gatehouse payment gateway: api, worker and migrations" \
+      org.opencontainers.image.licenses="Apache-2.0"
 COPY --from=build /out/api /usr/local/bin/api
 COPY --from=build /out/worker /usr/local/bin/worker
 COPY --from=build /out/healthcheck /usr/local/bin/healthcheck
-USER nonroot:nonroot
+# The distroless "nonroot" user by number, so Kubernetes can verify
+# runAsNonRoot without a runAsUser in the pod spec.
+USER 65532:65532
 ENV HTTP_ADDR=:8080 METRICS_ADDR=:9091
-EXPOSE 8080 9091
+# 8080 api, 9091 worker health and metrics, 9092 worker queue UI (ADMIN_ADDR).
+EXPOSE 8080 9091 9092
 # No image-wide HEALTHCHECK: api and worker listen on different ports. Use e.g.
 #   /usr/local/bin/healthcheck http://127.0.0.1:8080/readyz   (api)
 #   /usr/local/bin/healthcheck http://127.0.0.1:9091/readyz   (worker)
