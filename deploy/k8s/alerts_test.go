@@ -159,12 +159,9 @@ var metricRef = regexp.MustCompile(`\b(?:gatehouse|asynq)_[a-z_]+\b|\bup\b`)
 // TestAlertsShape: severity, summary, description and a runbook that exists.
 func TestAlertsShape(t *testing.T) {
 	rule, _ := alertRules(t)
-	var runbooks []byte
-	for _, doc := range []string{"docs/operations.md", "docs/operations-deploy.md"} {
-		data, err := os.ReadFile(filepath.Join(repoRoot(t), doc))
-		if err == nil {
-			runbooks = append(runbooks, data...)
-		}
+	runbooks, err := os.ReadFile(filepath.Join(repoRoot(t), "docs", "operations.md"))
+	if err != nil {
+		t.Fatal(err)
 	}
 	headings := map[string]bool{}
 	for _, line := range strings.Split(string(runbooks), "\n") {
