@@ -16,6 +16,8 @@
 # The builder runs natively and cross-compiles (pure Go, CGO_ENABLED=0) for the target.
 FROM --platform=$BUILDPLATFORM golang:1.26-bookworm AS build
 ARG TARGETOS TARGETARCH
+# The release reported in gatehouse_build_info: docker build --build-arg VERSION=v1.2.3 .
+ARG VERSION=dev
 WORKDIR /src
 ENV CGO_ENABLED=0 GOFLAGS=-trimpath GOOS=$TARGETOS GOARCH=$TARGETARCH
 
@@ -25,7 +27,7 @@ RUN --mount=type=cache,target=/go/pkg/mod go mod download
 
 COPY . .
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
-    go build -trimpath -ldflags='-s -w' -o /out/ ./cmd/api ./cmd/worker
+    go build -trimpath -ldflags="-s -w -X github.com/gatehouse-pay/gatehouse/internal/metrics.Version=${VERSION}" -o /out/ ./cmd/api ./cmd/worker
 
 # A tiny probe for HEALTHCHECK (standard library only, built outside the module).
 COPY <<'EOF' /healthcheck/main.go

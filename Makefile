@@ -42,9 +42,13 @@ help: ## Show the available targets
 	@echo
 	@awk 'BEGIN { FS = ":.*## " } /^[a-zA-Z0-9_-]+:.*## / { printf "  %-14s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
 
+# VERSION is reported in gatehouse_build_info.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X github.com/gatehouse-pay/gatehouse/internal/metrics.Version=$(VERSION)
+
 build: ## Build bin/api and bin/worker
 	@mkdir -p $(BIN_DIR)
-	$(GO) build -trimpath -o $(BIN_DIR)/ ./cmd/api ./cmd/worker
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN_DIR)/ ./cmd/api ./cmd/worker
 
 run: ## Build and run api + worker locally with Postgres/Redis (deploy/local/run.sh)
 	@bash deploy/local/run.sh

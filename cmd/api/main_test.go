@@ -4,8 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"net/url"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/gatehouse-pay/gatehouse/internal/testenv"
 )
@@ -67,5 +72,54 @@ func TestMigrateAndMerchantCreate(t *testing.T) {
 	}
 	if code := run(ctx, []string{"frobnicate"}, env, &stdout, &stderr); code != 2 {
 		t.Fatalf("unknown command: exit %d, want 2", code)
+	}
+}
+
+// TestConcurrentMigrations: several `api migrate` runs at once on an empty
+// database (two migration Jobs, say) all succeed and apply each migration once.
+func TestConcurrentMigrations(t *testing.T) {
+	ctx := context.Background()
+	admin, err := pgx.Connect(ctx, testenv.PostgresURL())
+	if err != nil {
+		t.Fatalf("postgres: %v", err)
+	}
+	defer admin.Close(ctx)
+	name := fmt.Sprintf("gh_migrate_%d", time.Now().UnixNano())
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = admin.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)") })
+	u, err := url.Parse(testenv.PostgresURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Path = "/" + name
+	env := envOf(map[string]string{"DATABASE_URL": u.String()})
+
+	const runs = 4
+	codes := make(chan string, runs)
+	for range runs {
+		go func() {
+			var stdout, stderr bytes.Buffer
+			code := run(ctx, []string{"migrate"}, env, &stdout, &stderr)
+			codes <- fmt.Sprintf("exit %d %s", code, strings.TrimSpace(stderr.String()))
+		}()
+	}
+	for range runs {
+		if got := <-codes; got != "exit 0 " && got != "exit 0" {
+			t.Errorf("concurrent migrate: %s", got)
+		}
+	}
+	conn, err := pgx.Connect(ctx, u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var applied, distinct int
+	if err := conn.QueryRow(ctx, `SELECT count(*), count(DISTINCT version_id) FROM goose_db_version WHERE version_id > 0`).Scan(&applied, &distinct); err != nil {
+		t.Fatal(err)
+	}
+	if applied == 0 || applied != distinct {
+		t.Fatalf("goose_db_version: %d rows for %d versions; want each version once", applied, distinct)
 	}
 }

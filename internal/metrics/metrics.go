@@ -14,13 +14,21 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
+// Version is the release this build reports in gatehouse_build_info. Release
+// builds set it with -ldflags "-X github.com/gatehouse-pay/gatehouse/internal/metrics.Version=v1.2.3";
+// otherwise the module version from the build information is used.
+var Version = ""
+
 // NewRegistry returns a registry holding the Go runtime and process
 // collectors and gatehouse_build_info.
 func NewRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
-	version := "(devel)"
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+	version := Version
+	if bi, ok := debug.ReadBuildInfo(); version == "" && ok && bi.Main.Version != "" {
 		version = bi.Main.Version
+	}
+	if version == "" {
+		version = "(devel)"
 	}
 	info := prometheus.NewGauge(prometheus.GaugeOpts{
 		Namespace: "gatehouse", Name: "build_info",
