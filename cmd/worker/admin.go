@@ -10,8 +10,9 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// sharedRedis hands asynqmon the worker's own queue connection, so the UI
-// follows REDIS_MODE (single, sentinel or cluster) like the queue does.
+// sharedRedis hands asynq (the scheduler, asynqmon) a client made by
+// internal/cache, so they follow REDIS_MODE (single, sentinel or cluster)
+// like the queue does.
 type sharedRedis struct{ c redis.UniversalClient }
 
 func (s sharedRedis) MakeRedisClient() any { return s.c }

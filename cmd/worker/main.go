@@ -156,7 +156,12 @@ func work(ctx context.Context, getenv func(string) string, stderr io.Writer) err
 	}
 
 	srv := asynq.NewServerFromRedisClient(qrdb, jobs.ServerConfig(log, cfg))
-	scheduler := asynq.NewSchedulerFromRedisClient(qrdb, &asynq.SchedulerOpts{Logger: handlers.Logger(), LogLevel: asynq.WarnLevel})
+	// The scheduler owns its connection (it closes it on shutdown).
+	srdb, err := cache.DialQueue(cfg.RedisURL.Reveal(), cfg.RedisMode)
+	if err != nil {
+		return err
+	}
+	scheduler := asynq.NewScheduler(sharedRedis{srdb}, &asynq.SchedulerOpts{Logger: handlers.Logger(), LogLevel: asynq.WarnLevel})
 	if err := jobs.Register(scheduler); err != nil {
 		return err
 	}

@@ -76,6 +76,8 @@ func (s *server) renderError(c *fiber.Ctx, err error) error {
 	}
 	id := requestID(c)
 	switch {
+	case status == http.StatusServiceUnavailable && s.Draining.Load():
+		// Expected while shutting down (readiness), not worth a warning.
 	case status == http.StatusServiceUnavailable:
 		s.Log.WarnContext(c.UserContext(), "request refused: dependency unavailable",
 			"method", c.Method(), "route", c.Route().Path, "err", err)

@@ -21,7 +21,9 @@ func (s *server) healthz(c *fiber.Ctx) error {
 // not draining, so a load balancer stops sending before shutdown.
 func (s *server) readyz(c *fiber.Ctx) error {
 	if s.Draining.Load() {
-		return apperr.Unavailable(nil)
+		e := apperr.Unavailable(nil)
+		e.Message = "Not ready: shutting down."
+		return e
 	}
 	checks := map[string]string{}
 	var failed []string

@@ -79,6 +79,11 @@ func (s *server) observe(c *fiber.Ctx) error {
 			return rerr
 		}
 	}
+	if s.Draining.Load() {
+		// Shutting down: clients must not reuse this connection, or a request
+		// sent on it as the listener closes would be lost.
+		c.Context().SetConnectionClose()
+	}
 	status := c.Response().StatusCode()
 	elapsed := time.Since(start)
 	method := methodLabel(c.Method())
