@@ -3,6 +3,8 @@ package config
 import (
 	"fmt"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -119,5 +121,24 @@ func TestSecretNeverPrints(t *testing.T) {
 	}
 	if s.Reveal() != "sk_test_supersecret" {
 		t.Fatal("Reveal lost the value")
+	}
+}
+
+// TestEveryVariableIsDocumented: each variable Load reads has a row in the
+// configuration table of docs/operations.md.
+func TestEveryVariableIsDocumented(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "operations.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	asked := map[string]bool{}
+	_, _ = Load(func(k string) string { asked[k] = true; return valid[k] }, Needs{})
+	if len(asked) < 20 {
+		t.Fatalf("Load read only %d variables: %v", len(asked), asked)
+	}
+	for name := range asked {
+		if !strings.Contains(string(doc), "| `"+name+"`") && !strings.Contains(string(doc), "`"+name+"`, `") && !strings.Contains(string(doc), ", `"+name+"`") {
+			t.Errorf("%s is read by config.Load but has no row in docs/operations.md", name)
+		}
 	}
 }
