@@ -67,6 +67,23 @@ bench: build ## Load-test POST /v1/charges next to a floor program (writes docs/
 	$(BIN_DIR)/bench -api $(BIN_DIR)/api $(BENCH_FLAGS)
 	@$(MAKE) --no-print-directory bench-micro
 
+# Fault tests F1-F5 (RELIABILITY.md) at full scale against the real binaries;
+# `make test` runs the same tests at smoke scale. docs/reliability.md has the method.
+.PHONY: chaos
+chaos: ## Fault tests at full scale: worker/API kill -9, Redis and PostgreSQL outages, provider timeouts
+	GATEHOUSE_REQUIRE_SERVICES=1 GATEHOUSE_CHAOS=full $(GO) test -count=1 -run '^TestChaos' -timeout 45m -v ./internal/e2e
+
+# FUZZTIME bounds each fuzz target's run, e.g. make fuzz FUZZTIME=5m.
+FUZZTIME ?= 30s
+.PHONY: fuzz
+fuzz: ## Run every Go fuzz target for FUZZTIME each (their seed corpora run in make test)
+	@for pkg in $$($(GO) list ./...); do \
+		for name in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
+			echo "==> $$pkg $$name ($(FUZZTIME))"; \
+			$(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+		done; \
+	done
+
 .PHONY: bench-micro
 bench-micro: ## Run the Go micro-benchmarks only (go test -bench, no unit tests)
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -timeout 20m $(PKG)
