@@ -1,0 +1,361 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// The stripe-mock the Stripe adapter is tested against (internal/providers/stripe).
+const chaosStripeMockVersion = "v0.203.0"
+
+// stripeMockPath finds stripe-mock: STRIPE_MOCK_BIN, the cache directory
+// internal/providers/stripe installs it into, the Go bin directory or PATH.
+// Without it the test is skipped, or fails when services are required.
+func stripeMockPath(t *testing.T) string {
+	t.Helper()
+	var tried []string
+	if bin := os.Getenv("STRIPE_MOCK_BIN"); bin != "" {
+		tried = append(tried, bin)
+	}
+	if cache, err := os.UserCacheDir(); err == nil {
+		tried = append(tried, filepath.Join(cache, "gatehouse", "tools", "stripe-mock@"+chaosStripeMockVersion, "stripe-mock"))
+	}
+	if out, err := exec.Command("go", "env", "GOBIN", "GOPATH").Output(); err == nil {
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		if len(lines) == 2 {
+			if lines[0] != "" {
+				tried = append(tried, filepath.Join(lines[0], "stripe-mock"))
+			}
+			tried = append(tried, filepath.Join(lines[1], "bin", "stripe-mock"))
+		}
+	}
+	for _, p := range tried {
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	if p, err := exec.LookPath("stripe-mock"); err == nil {
+		return p
+	}
+	serviceUnavailable(t, "stripe-mock not found in %v or on PATH; go install github.com/stripe/stripe-mock@%s", tried, chaosStripeMockVersion)
+	return ""
+}
+
+// startStripeMock runs stripe-mock on a free loopback port and returns its base URL.
+func startStripeMockProcess(t *testing.T) string {
+	t.Helper()
+	bin := stripeMockPath(t)
+	port := freePort(t)
+	out := new(syncBuffer)
+	p := startProcess(t, "stripe-mock", out, []string{"PATH=" + os.Getenv("PATH")}, bin,
+		"-http-addr", fmt.Sprintf("127.0.0.1:%d", port), "-https-addr", fmt.Sprintf("127.0.0.1:%d", freePort(t)))
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	})
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		req, _ := http.NewRequest(http.MethodGet, base+"/v1/balance", nil)
+		req.Header.Set("Authorization", "Bearer sk_test_123")
+		res, err := http.DefaultClient.Do(req)
+		if err == nil {
+			res.Body.Close()
+			if res.StatusCode == http.StatusOK {
+				return base
+			}
+		}
+		if p.exited() || time.Now().After(deadline) {
+			t.Fatalf("stripe-mock at %s does not answer: %v\n%s", base, err, out.tail(4<<10))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Fault modes of the provider proxy, chosen by the charge's amount.
+type providerFault struct {
+	amount int64
+	name   string
+	// faults: how many authorization calls of a key get the fault (-1: all).
+	faults int
+	// booked: the fault hits after the provider answered (booked the
+	// payment) rather than before the request reached it.
+	booked bool
+	// reset: the connection is reset; otherwise the answer is held past
+	// PROVIDER_TIMEOUT, so the call times out.
+	reset bool
+}
+
+var providerFaults = []providerFault{
+	{1100, "no fault", 0, false, false},
+	{1101, "timeout after the provider booked it, once", 1, true, false},
+	{1102, "timeout after the provider booked it, twice", 2, true, false},
+	{1103, "reset after the provider booked it, once", 1, true, true},
+	{1104, "reset before the request reached the provider, twice", 2, false, true},
+	{1105, everyAttempt, -1, true, false},
+}
+
+// authCall is what the proxy saw of one idempotency key of POST /v1/payment_intents.
+type authCall struct {
+	amount int64
+	calls  int // requests with the key
+	booked int // requests the provider answered 2xx (with one key, one payment)
+	faults int // faults injected
+}
+
+// providerProxy sits between the worker's Stripe adapter and stripe-mock and
+// injects the faults of providerFaults into authorizations (POST
+// /v1/payment_intents); it records every idempotency key.
+type providerProxy struct {
+	srv      *httptest.Server
+	upstream string
+	hold     time.Duration
+	mu       sync.Mutex
+	keys     map[string]*authCall
+}
+
+func newProviderProxy(t *testing.T, upstream string, hold time.Duration) *providerProxy {
+	t.Helper()
+	p := &providerProxy{upstream: upstream, hold: hold, keys: map[string]*authCall{}}
+	client := &http.Client{Timeout: 30 * time.Second}
+	p.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		var fault providerFault
+		var call *authCall
+		key := r.Header.Get("Idempotency-Key")
+		if r.Method == http.MethodPost && r.URL.Path == "/v1/payment_intents" {
+			form, _ := url.ParseQuery(string(body))
+			amount, _ := strconv.ParseInt(form.Get("amount"), 10, 64)
+			p.mu.Lock()
+			call = p.keys[key]
+			if call == nil {
+				call = &authCall{amount: amount}
+				p.keys[key] = call
+			}
+			call.calls++
+			for _, f := range providerFaults {
+				if f.amount == amount && (f.faults < 0 || call.calls <= f.faults) {
+					fault = f
+					call.faults++
+				}
+			}
+			p.mu.Unlock()
+		}
+		reset := func() {
+			conn, _, err := w.(http.Hijacker).Hijack()
+			if err != nil {
+				return
+			}
+			if tc, ok := conn.(*net.TCPConn); ok {
+				_ = tc.SetLinger(0) // close with RST
+			}
+			conn.Close()
+		}
+		if fault.name != "" && !fault.booked {
+			reset()
+			return
+		}
+		req, _ := http.NewRequestWithContext(context.WithoutCancel(r.Context()), r.Method, p.upstream+r.URL.RequestURI(), bytes.NewReader(body))
+		req.Header = r.Header.Clone()
+		res, err := client.Do(req)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		answer, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if call != nil && res.StatusCode/100 == 2 {
+			p.mu.Lock()
+			call.booked++
+			p.mu.Unlock()
+		}
+		if fault.name != "" {
+			if fault.reset {
+				reset()
+				return
+			}
+			select { // the caller gives up first
+			case <-r.Context().Done():
+				return
+			case <-time.After(p.hold):
+			}
+		}
+		for k, v := range res.Header {
+			if k != "Content-Length" {
+				w.Header()[k] = v
+			}
+		}
+		w.WriteHeader(res.StatusCode)
+		_, _ = w.Write(answer)
+	}))
+	t.Cleanup(p.srv.Close)
+	return p
+}
+
+func (p *providerProxy) snapshot() map[string]authCall {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make(map[string]authCall, len(p.keys))
+	for k, v := range p.keys {
+		out[k] = *v
+	}
+	return out
+}
+
+// everyAttempt is the fault whose charges run out of attempts although the
+// provider booked their payment on the first.
+const everyAttempt = "timeout after the provider booked it, every attempt"
+
+// failedAfterBookingFixed: charges.Processor.Authorize fails a charge
+// provider_unavailable ("the charge was not made") when its last attempt
+// times out, although an earlier (or that) call may have been booked by the
+// provider, and nothing voids the payment. Until that is fixed the test
+// expects the violation for everyAttempt, reports it in the figures and
+// fails if it is gone; every other fault must be free of it.
+const failedAfterBookingFixed = false
+
+// TestChaosProviderFaults is F5: provider calls time out or are reset, before
+// and after the provider booked the payment. No charge is charged twice (one
+// provider key per charge, so the provider books at most once), and no charge
+// ends failed while the provider holds a payment for it.
+func TestChaosProviderFaults(t *testing.T) {
+	chaosParallel(t)
+	const (
+		timeout     = 300 * time.Millisecond
+		maxAttempts = 4
+	)
+	perFault := scale(3, 30)
+	mock := startStripeMockProcess(t)
+	proxy := newProviderProxy(t, mock, 3*timeout)
+	st, m := chaosStack(t, "127.0.0.68", stackOptions{env: []string{
+		"STRIPE_SECRET_KEY=sk_test_chaos", "STRIPE_API_BASE=" + proxy.srv.URL,
+		"PROVIDER_TIMEOUT=" + timeout.String(), fmt.Sprintf("PROVIDER_MAX_ATTEMPTS=%d", maxAttempts),
+	}})
+
+	// Charges: every fault through Stripe, and the sandbox's own slow and
+	// flaky cards, whose calls are counted in sandbox_ledger.
+	type sent struct {
+		id       string
+		fault    string
+		provider string
+	}
+	var charges []sent
+	for _, f := range providerFaults {
+		for i := range perFault {
+			body := strings.Replace(cardBody("4242424242424242", true, f.amount, fmt.Sprintf("f5-%d-%d", f.amount, i)), `"provider":"sandbox"`, `"provider":"stripe"`, 1)
+			e := m.do(t, http.MethodPost, "/v1/charges", body)
+			mustExpect(t, e, http.StatusCreated, "")
+			charges = append(charges, sent{chargeFrom(t, e), f.name, "stripe"})
+		}
+	}
+	sandboxCases := map[string]string{"4000000000000606": "sandbox: no answer, every attempt", "4000000000000507": "sandbox: unavailable twice"}
+	for card, name := range sandboxCases {
+		for i := range perFault {
+			e := m.do(t, http.MethodPost, "/v1/charges", cardBody(card, true, 1200, fmt.Sprintf("f5-%s-%d", card, i)))
+			mustExpect(t, e, http.StatusCreated, "")
+			charges = append(charges, sent{chargeFrom(t, e), name, "sandbox"})
+		}
+	}
+	ids := make([]string, len(charges))
+	for i, c := range charges {
+		ids[i] = c.id
+	}
+	final, _ := m.waitCharges(t, ids, func(_, s string) bool { return s == "captured" || s == "failed" }, 90*time.Second)
+
+	calls := proxy.snapshot()
+	ledger := map[string]chargeRow{}
+	for _, r := range chargeRows(t, st.db, m.id) {
+		ledger[r.ID] = r
+	}
+	type tally struct{ captured, failed, failedBooked, calls int }
+	per := map[string]*tally{}
+	double, failedBooked, capturedUnbooked := 0, 0, 0
+	for _, c := range charges {
+		tl := per[c.fault]
+		if tl == nil {
+			tl = &tally{}
+			per[c.fault] = tl
+		}
+		status := final[c.id].Status
+		var booked bool
+		switch c.provider {
+		case "stripe":
+			// Every authorization request of this charge used one key.
+			var keys []string
+			for k, v := range calls {
+				if strings.Contains(k, c.id) {
+					keys = append(keys, k)
+					tl.calls += v.calls
+				}
+			}
+			want := "gh_" + c.id + "_authorize"
+			if len(keys) != 1 || keys[0] != want {
+				double++
+				t.Errorf("charge %s (%s): provider keys %v, want only %s", c.id, c.fault, keys, want)
+			}
+			booked = calls[want].booked > 0
+		case "sandbox":
+			booked = ledger[c.id].Booked
+			tl.calls += int(ledger[c.id].Calls)
+		}
+		switch status {
+		case "captured":
+			tl.captured++
+			if !booked {
+				capturedUnbooked++
+				t.Errorf("charge %s (%s): captured, but the provider booked no payment", c.id, c.fault)
+			}
+		case "failed":
+			tl.failed++
+			if booked {
+				tl.failedBooked++
+				failedBooked++
+				if !failedAfterBookingFixed && c.fault == everyAttempt {
+					continue // the known violation, checked below
+				}
+				t.Errorf("charge %s (%s): failed (%s), but the provider booked a payment for it: the customer is charged for a failed charge",
+					c.id, c.fault, deref(final[c.id].FailureCode))
+			}
+		}
+	}
+	if tl := per[everyAttempt]; !failedAfterBookingFixed {
+		if tl.failedBooked == 0 {
+			t.Errorf("%s: no charge failed with a booked payment: the violation is fixed, set failedAfterBookingFixed", everyAttempt)
+		} else {
+			t.Logf("KNOWN VIOLATION (failedAfterBookingFixed = false): %s: %d of %d charges failed provider_unavailable although the provider booked their payment",
+				everyAttempt, tl.failedBooked, perFault)
+		}
+	}
+	for _, f := range providerFaults {
+		if f.faults >= 0 && f.faults < maxAttempts && per[f.name].captured != perFault {
+			t.Errorf("%s: %d of %d charges captured, want all: the retries with the same key should go through", f.name, per[f.name].captured, perFault)
+		}
+	}
+	for _, f := range append(providerFaults, providerFault{name: sandboxCases["4000000000000606"]}, providerFault{name: sandboxCases["4000000000000507"]}) {
+		tl := per[f.name]
+		t.Logf("F5 %s: %d charges, captured %d, failed %d, failed with a booked payment %d, provider calls %d", f.name, perFault, tl.captured, tl.failed, tl.failedBooked, tl.calls)
+	}
+	t.Logf("F5 figures: charges %d, double charges %d, failed while the provider booked a payment %d, captured without a payment %d",
+		len(charges), double, failedBooked, capturedUnbooked)
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}

@@ -1,0 +1,777 @@
+package e2e
+
+// The fault tests F1-F5 of RELIABILITY.md against the real binaries. Every
+// test is named TestChaos...; GATEHOUSE_CHAOS=full (make chaos) runs them at
+// full scale, anything else at a smoke scale of a few seconds of load that
+// runs inside make test. Every figure is computed from what the receivers,
+// the sandbox provider's ledger and Postgres saw, and logged as one
+// "Fn figures: ..." line. docs/reliability.md describes the method and holds
+// the latest full-scale figures.
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/gatehouse-pay/gatehouse/internal/testenv"
+)
+
+// chaosFull reports whether the fault tests run at full scale.
+func chaosFull() bool { return os.Getenv("GATEHOUSE_CHAOS") == "full" }
+
+// scale picks the smoke or the full-scale value.
+func scale[T any](smoke, full T) T {
+	if chaosFull() {
+		return full
+	}
+	return smoke
+}
+
+// chaosParallel runs the smoke variants side by side: most of their time is
+// spent waiting for a fault to pass or a lease to expire. At full scale they
+// run one at a time so that their figures do not disturb each other.
+func chaosParallel(t *testing.T) {
+	if !chaosFull() {
+		t.Parallel()
+	}
+}
+
+// chaosStackEnv: webhooks on a compressed schedule to loopback receivers,
+// quick provider retries, limits far above the load.
+var chaosStackEnv = append(slices.Clone(webhooksStackEnv),
+	"RATE_LIMIT_CHARGES=1000000/1m", "RATE_LIMIT_DEFAULT=1000000/1m", "PROVIDER_BREAKER_FAILURES=100000")
+
+var chaosWorkerEnv = webhooksWorkerEnv
+
+// shot is one request of a load generator and what came of it.
+type shot struct {
+	key    string // Idempotency-Key, also the charge's metadata tag
+	start  time.Time
+	end    time.Time
+	status int // 0 on a transport error
+	code   string
+	charge string // the charge id of a 201
+	err    error
+}
+
+// chargeFrom reads the id out of a 201 charge body.
+func chargeFrom(t *testing.T, e exchange) string {
+	var c chargeJSON
+	decode(t, e, &c)
+	return c.ID
+}
+
+// postCharge sends one POST /v1/charges with key as its Idempotency-Key and
+// metadata tag, and checks the answer against the spec.
+func postCharge(t *testing.T, st *stack, c *http.Client, base, secret, key string, capture bool) shot {
+	s := shot{key: key, start: time.Now()}
+	e, err := sendWith(c, http.MethodPost, base+"/v1/charges", secret, cardBody("4242424242424242", capture, 1000, key), "Idempotency-Key", key)
+	s.end = time.Now()
+	if err != nil {
+		s.err = err
+		return s
+	}
+	st.check(t, e)
+	s.status, s.code = e.status(), e.code()
+	if s.status == http.StatusCreated {
+		s.charge = chargeFrom(t, e)
+	}
+	return s
+}
+
+// loadGen sends POST /v1/charges with fresh keys from senders goroutines,
+// alternating the replicas, each at most one request per pace, until stop
+// is closed.
+type loadGen struct {
+	mu    sync.Mutex
+	shots []shot
+	wg    sync.WaitGroup
+	stop  chan struct{}
+}
+
+func startLoad(t *testing.T, st *stack, m *whMerchant, prefix string, senders int, pace time.Duration) *loadGen {
+	g := &loadGen{stop: make(chan struct{})}
+	var n atomic.Int64
+	for s := range senders {
+		g.wg.Go(func() {
+			tick := time.NewTicker(pace)
+			defer tick.Stop()
+			for {
+				select {
+				case <-g.stop:
+					return
+				case <-tick.C:
+				}
+				i := n.Add(1)
+				sh := postCharge(t, st, m.c, st.replicas[(int(i)+s)%2], m.key, fmt.Sprintf("%s-%05d", prefix, i), true)
+				g.mu.Lock()
+				g.shots = append(g.shots, sh)
+				g.mu.Unlock()
+			}
+		})
+	}
+	return g
+}
+
+func (g *loadGen) end() []shot {
+	close(g.stop)
+	g.wg.Wait()
+	return g.shots
+}
+
+// chargeRow is one charge of a merchant as Postgres holds it, with the
+// sandbox's authorization of it.
+type chargeRow struct {
+	Tag    string
+	ID     string
+	Status string
+	Booked bool  // the sandbox booked an authorization under gh_<id>_authorize
+	Calls  int64 // provider calls with that key
+}
+
+// chargeRows returns every charge of the merchant, joined with sandbox_ledger.
+func chargeRows(t *testing.T, db testenv.DB, merchant string) []chargeRow {
+	t.Helper()
+	ctx, cancel := dbCtx()
+	defer cancel()
+	rows, err := db.Pool.Query(ctx, `SELECT coalesce(c.metadata->>'tag', ''), c.id::text, c.status,
+			l.reference IS NOT NULL, coalesce(l.calls, 0)
+		FROM charges c LEFT JOIN sandbox_ledger l ON l.idempotency_key = 'gh_' || c.id::text || '_authorize'
+		WHERE c.merchant_id = $1`, merchant)
+	if err != nil {
+		t.Fatalf("query charges: %v", err)
+	}
+	list, err := pgx.CollectRows(rows, pgx.RowToStructByPos[chargeRow])
+	if err != nil {
+		t.Fatalf("read charges: %v", err)
+	}
+	return list
+}
+
+// orphanAuthorizations counts sandbox authorizations booked for no charge.
+func orphanAuthorizations(t *testing.T, db testenv.DB) int64 {
+	return queryInt(t, db, `SELECT count(*) FROM sandbox_ledger l WHERE l.operation = 'authorize' AND l.reference IS NOT NULL
+		AND NOT EXISTS (SELECT 1 FROM charges c WHERE l.idempotency_key = 'gh_' || c.id::text || '_authorize')`)
+}
+
+// byTag groups charges by their metadata tag (the request's Idempotency-Key).
+func byTag(rows []chargeRow) map[string][]chargeRow {
+	out := map[string][]chargeRow{}
+	for _, r := range rows {
+		out[r.Tag] = append(out[r.Tag], r)
+	}
+	return out
+}
+
+// idempotencyRecords counts the stored Idempotency-Key records of a merchant by key.
+func idempotencyRecords(t *testing.T, db testenv.DB, merchant string) map[string]int {
+	t.Helper()
+	ctx, cancel := dbCtx()
+	defer cancel()
+	rows, err := db.Pool.Query(ctx, `SELECT key, status FROM idempotency_keys WHERE merchant_id = $1`, merchant)
+	if err != nil {
+		t.Fatalf("query idempotency_keys: %v", err)
+	}
+	out := map[string]int{}
+	for rows.Next() {
+		var k string
+		var s int
+		if err := rows.Scan(&k, &s); err != nil {
+			t.Fatal(err)
+		}
+		out[k] = s
+	}
+	return out
+}
+
+// receivedAll polls until every event of the merchant's charges has reached
+// every receiver and every charge is captured and the outbox is empty; it
+// returns when that held, failing the test after within.
+func waitDrained(t *testing.T, st *stack, m *whMerchant, rcvs []*receiver, from time.Time, within time.Duration) (time.Duration, int) {
+	t.Helper()
+	var last string
+	for {
+		evs := merchantEvents(t, st.db, m.id)
+		missing := 0
+		for _, r := range rcvs {
+			got := map[string]bool{}
+			for _, h := range r.all() {
+				got[h.eventID()] = true
+			}
+			for _, id := range evs {
+				if !got[id] {
+					missing++
+				}
+			}
+		}
+		open := queryInt(t, st.db, `SELECT count(*) FROM charges WHERE merchant_id = $1 AND (status <> 'captured' OR pending_action IS NOT NULL)`, m.id)
+		outbox := queryInt(t, st.db, `SELECT count(*) FROM outbox`)
+		if missing == 0 && open == 0 && outbox == 0 {
+			return time.Since(from), missing
+		}
+		last = fmt.Sprintf("%d events, %d (event, receiver) pairs not received, %d charges not captured, %d outbox rows", len(evs), missing, open, outbox)
+		if time.Since(from) > within {
+			t.Errorf("not drained %s after the fault: %s", within, last)
+			return time.Since(from), missing
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// merchantEvents returns the ids of every event of the merchant.
+func merchantEvents(t *testing.T, db testenv.DB, merchant string) []string {
+	t.Helper()
+	ctx, cancel := dbCtx()
+	defer cancel()
+	rows, err := db.Pool.Query(ctx, `SELECT id::text FROM events WHERE merchant_id = $1`, merchant)
+	if err != nil {
+		t.Fatalf("query events: %v", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatalf("read events: %v", err)
+	}
+	return ids
+}
+
+// chaosStack starts a stack with the chaos settings on a fresh database and
+// a merchant with a secret key talking from client address ip.
+func chaosStack(t *testing.T, ip string, opts stackOptions) (*stack, *whMerchant) {
+	t.Helper()
+	redisPath := redisServerPath(t)
+	db := testenv.NewDB(t)
+	bins := buildBinaries(t)
+	return chaosStackOn(t, bins, db, redisPath, ip, opts)
+}
+
+func chaosStackOn(t *testing.T, bins binaries, db testenv.DB, redisPath, ip string, opts stackOptions) (*stack, *whMerchant) {
+	t.Helper()
+	spec := testenv.LoadSpec(t)
+	opts.env = append(slices.Clone(chaosStackEnv), opts.env...)
+	opts.workerEnv = append(slices.Clone(chaosWorkerEnv), opts.workerEnv...)
+	start := time.Now()
+	st := startStackWith(t, bins, db, redisPath, spec, opts)
+	t.Logf("stack ready in %s (scale %s)", time.Since(start).Round(time.Millisecond), scale("smoke", "full"))
+	m := newWebhookMerchant(t, st, &secretBag{}, ip, "chaos")
+	return st, m
+}
+
+// TestChaosWorkerKilled is F1: the worker is killed with SIGKILL again and
+// again while events are delivered to two slow receivers. No event is lost;
+// a duplicate carries the same event id as the first delivery.
+func TestChaosWorkerKilled(t *testing.T) {
+	chaosParallel(t)
+	var (
+		charges  = scale(25, 250) // two events each (created, captured), to two receivers
+		senders  = 4
+		pace     = scale(20*time.Millisecond, 10*time.Millisecond)
+		kills    = scale(2, 5)
+		every    = scale(500*time.Millisecond, 700*time.Millisecond)
+		takes    = scale(50*time.Millisecond, 200*time.Millisecond)
+		drainMax = 75 * time.Second // a killed worker's tasks wait for their 30 s asynq lease
+	)
+	st, m := chaosStack(t, "127.0.0.60", stackOptions{})
+	slow := func(hit, int) (int, time.Duration, http.Header) { return http.StatusOK, takes, nil }
+	rcvs := []*receiver{newReceiver(t, "f1-a", slow), newReceiver(t, "f1-b", slow)}
+	for _, r := range rcvs {
+		m.endpoint(t, r.url(), "charge.created", "charge.captured")
+	}
+	rc := newClient(t, "127.0.0.61")
+
+	began := time.Now()
+	var wg sync.WaitGroup
+	shots := make([]shot, charges)
+	next := make(chan int)
+	for s := range senders {
+		wg.Go(func() {
+			for i := range next {
+				shots[i] = postCharge(t, st, m.c, st.replicas[(i+s)%2], m.key, fmt.Sprintf("f1-%05d", i), true)
+			}
+		})
+	}
+	go func() {
+		tick := time.NewTicker(pace)
+		defer tick.Stop()
+		for i := range charges {
+			next <- i
+			<-tick.C
+		}
+		close(next)
+	}()
+	var lastKill time.Time
+	for k := range kills {
+		time.Sleep(every) // the fault's rhythm, not a synchronisation
+		st.killWorker(t, 0)
+		lastKill = time.Now()
+		took := st.restartWorker(t, 0, rc)
+		t.Logf("kill %d at %s; worker ready again %s later; received so far %d+%d",
+			k+1, lastKill.Sub(began).Round(time.Millisecond), took.Round(time.Millisecond), rcvs[0].count(), rcvs[1].count())
+	}
+	wg.Wait()
+	for _, s := range shots {
+		if s.err != nil || s.status != http.StatusCreated {
+			t.Fatalf("charge %s: %d %s %v, want 201", s.key, s.status, s.code, s.err)
+		}
+	}
+	drained, lost := waitDrained(t, st, m, rcvs, lastKill, drainMax)
+
+	evs := merchantEvents(t, st.db, m.id)
+	total, pairs, dupPairs := 0, 0, 0
+	for _, r := range rcvs {
+		per := map[string]int{}
+		deliveryEvent := map[string]string{}
+		for _, h := range r.all() {
+			if h.eventID() == "" || h.eventID() != checkBody(t, h)["id"] {
+				t.Errorf("%s: X-Service-Event-Id %q is not the body's id", r.name, h.eventID())
+			}
+			if prev, ok := deliveryEvent[h.deliveryID()]; ok && prev != h.eventID() {
+				t.Errorf("%s: delivery %s carried events %s and %s", r.name, h.deliveryID(), prev, h.eventID())
+			}
+			deliveryEvent[h.deliveryID()] = h.eventID()
+			per[h.eventID()]++
+			total++
+		}
+		pairs += len(per)
+		for _, n := range per {
+			if n > 1 {
+				dupPairs++
+			}
+		}
+	}
+	if len(evs) != 2*charges {
+		t.Errorf("events written: %d, want %d", len(evs), 2*charges)
+	}
+	if lost != 0 {
+		t.Errorf("events lost: %d (event, receiver) pairs never received, want 0", lost)
+	}
+	t.Logf("F1 figures: events %d x %d receivers, worker kills %d, events lost %d, deliveries %d for %d (event, receiver) pairs, duplicate rate %.2f%% (%d pairs more than once, all with the same event id), drain time %s after the last kill",
+		len(evs), len(rcvs), kills, lost, total, pairs, 100*float64(total-pairs)/float64(max(pairs, 1)), dupPairs, drained.Round(time.Millisecond))
+}
+
+// TestChaosAPIReplicaKilled is F2: an API replica is killed with SIGKILL
+// while charges with Idempotency-Keys are in flight on it; each client
+// retries with the same key on the other replica. Per key: exactly one
+// charge and one provider call.
+func TestChaosAPIReplicaKilled(t *testing.T) {
+	chaosParallel(t)
+	var (
+		keys    = scale(100, 1000)
+		senders = 8
+		killAt  = keys / 3 // answers received on replica 1 before the kill
+		retryBy = 15 * time.Second
+	)
+	st, m := chaosStack(t, "127.0.0.62", stackOptions{})
+	var (
+		mu           sync.Mutex
+		answered     int
+		killed       = make(chan struct{})
+		inFlight     int // first attempts cut by the kill (not refused connections)
+		refused      int // first attempts after the kill: connection refused
+		conflicts    int // 409 idempotency_key_in_use answers while retrying
+		firstCharges = map[string]string{}
+	)
+	results := make([]shot, keys)
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range senders {
+		wg.Go(func() {
+			for i := range next {
+				key := fmt.Sprintf("f2-%05d", i)
+				s := postCharge(t, st, m.c, st.replicas[0], m.key, key, true)
+				mu.Lock()
+				switch {
+				case s.err == nil:
+					answered++
+					if answered == killAt {
+						close(killed)
+					}
+				case errors.Is(s.err, syscall.ECONNREFUSED):
+					refused++
+				default:
+					inFlight++
+				}
+				mu.Unlock()
+				deadline := time.Now().Add(retryBy)
+				for s.err != nil || s.status >= 500 || s.is409() {
+					if s.is409() {
+						mu.Lock()
+						conflicts++
+						mu.Unlock()
+						time.Sleep(50 * time.Millisecond)
+					}
+					if time.Now().After(deadline) {
+						break
+					}
+					s = postCharge(t, st, m.c, st.replicas[1], m.key, key, true)
+				}
+				results[i] = s
+			}
+		})
+	}
+	go func() {
+		for i := range keys {
+			next <- i
+		}
+		close(next)
+	}()
+	// A few requests are surely in flight: their bodies are half sent when
+	// the replica dies.
+	slowKeys := scale(4, 8)
+	slowCut := make(chan struct{})
+	slowResults := make([]shot, slowKeys)
+	var slowWG sync.WaitGroup
+	var slowStarted sync.WaitGroup
+	for i := range slowKeys {
+		slowStarted.Add(1)
+		slowWG.Go(func() {
+			key := fmt.Sprintf("f2-slow-%d", i)
+			body := cardBody("4242424242424242", true, 1000, key)
+			pr, pw := io.Pipe()
+			req, _ := http.NewRequest(http.MethodPost, st.replicas[0]+"/v1/charges", pr)
+			req.ContentLength = int64(len(body))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Authorization", "Bearer "+m.key)
+			req.Header.Set("Idempotency-Key", key)
+			go func() {
+				_, _ = io.WriteString(pw, body[:len(body)/2])
+				slowStarted.Done()
+				<-slowCut
+				_, _ = io.WriteString(pw, body[len(body)/2:])
+				pw.Close()
+			}()
+			res, err := m.c.Do(req)
+			if err == nil {
+				_, _ = io.Copy(io.Discard, res.Body)
+				res.Body.Close()
+				t.Errorf("slow request %s: answered %d although its replica was killed mid-body", key, res.StatusCode)
+			}
+			s := postCharge(t, st, m.c, st.replicas[1], m.key, key, true)
+			for deadline := time.Now().Add(retryBy); (s.err != nil || s.status != http.StatusCreated) && time.Now().Before(deadline); {
+				time.Sleep(50 * time.Millisecond)
+				s = postCharge(t, st, m.c, st.replicas[1], m.key, key, true)
+			}
+			slowResults[i] = s
+		})
+	}
+	slowStarted.Wait()
+	<-killed
+	victim := st.apis[0]
+	if err := victim.cmd.Process.Kill(); err != nil {
+		t.Fatalf("SIGKILL api-1: %v", err)
+	}
+	<-victim.done
+	killedAt := time.Now()
+	close(slowCut)
+	wg.Wait()
+	slowWG.Wait()
+	inFlight += slowKeys
+	results = append(results, slowResults...)
+	restart := sdReplaceReplica(t, st, 0, nil, newClient(t, "127.0.0.63"))
+	t.Logf("api-1 killed with SIGKILL; restarted %s later, ready in %s", time.Since(killedAt).Round(time.Millisecond), restart.Round(time.Millisecond))
+
+	for _, s := range results {
+		if s.err != nil || s.status != http.StatusCreated {
+			t.Errorf("key %s: %d %s %v after retries, want 201", s.key, s.status, s.code, s.err)
+			continue
+		}
+		firstCharges[s.key] = s.charge
+	}
+	// The restarted replica answers every key with the same charge.
+	replayed := 0
+	for key, id := range firstCharges {
+		s := postCharge(t, st, m.c, st.replicas[0], m.key, key, true)
+		if s.err != nil || s.status != http.StatusCreated || s.charge != id {
+			t.Errorf("replay of %s on the restarted replica: %d %s %v charge %q, want 201 with %s", key, s.status, s.code, s.err, s.charge, id)
+			continue
+		}
+		replayed++
+	}
+	// Every charge reaches its final state; then count charges and provider calls per key.
+	ids := make([]string, 0, len(firstCharges))
+	for _, id := range firstCharges {
+		ids = append(ids, id)
+	}
+	m.waitCharges(t, ids, func(_, s string) bool { return s == "captured" }, 60*time.Second)
+	rows := byTag(chargeRows(t, st.db, m.id))
+	double, extraCalls, unbooked := 0, 0, 0
+	for _, r := range results {
+		key := r.key
+		cs := rows[key]
+		if len(cs) != 1 {
+			double += max(len(cs)-1, 0)
+			t.Errorf("key %s: %d charges, want 1", key, len(cs))
+			continue
+		}
+		if cs[0].ID != firstCharges[key] {
+			t.Errorf("key %s: charge %s in Postgres, %s answered", key, cs[0].ID, firstCharges[key])
+		}
+		if !cs[0].Booked {
+			unbooked++
+			t.Errorf("key %s: charge %s captured without a booked sandbox authorization", key, cs[0].ID)
+		}
+		if cs[0].Calls != 1 {
+			extraCalls++
+			t.Errorf("key %s: %d provider calls for charge %s, want 1", key, cs[0].Calls, cs[0].ID)
+		}
+	}
+	orphans := orphanAuthorizations(t, st.db)
+	if orphans != 0 {
+		t.Errorf("sandbox authorizations without a charge: %d, want 0", orphans)
+	}
+	if inFlight == 0 {
+		t.Errorf("no request was in flight on api-1 when it was killed; the test did not exercise the fault")
+	}
+	t.Logf("F2 figures: keys %d, in flight at the kill %d, refused after the kill %d, 409 while retrying %d, double charges %d, keys with more than one provider call %d, provider charges without a charge %d, replays on the restarted replica %d/%d, restart %s",
+		len(results), inFlight, refused, conflicts, double, extraCalls, orphans, replayed, len(firstCharges), restart.Round(time.Millisecond))
+}
+
+func (s shot) is409() bool { return s.status == http.StatusConflict }
+
+// TestChaosRedisDown is F3: the stack's Redis is stopped under load. Charges
+// are accepted (201) or refused with 503, never 500; no request leaves
+// partial state; a key revoked before the outage stays refused; after Redis
+// returns, the backlog drains and no event is lost.
+func TestChaosRedisDown(t *testing.T) {
+	chaosParallel(t)
+	var (
+		outage  = scale(2*time.Second, 10*time.Second)
+		senders = 4
+		pace    = scale(40*time.Millisecond, 20*time.Millisecond)
+	)
+	st, m := chaosStack(t, "127.0.0.64", stackOptions{})
+	rcv := newReceiver(t, "f3", always(http.StatusOK))
+	m.endpoint(t, rcv.url(), "charge.created", "charge.captured")
+	pc := newClient(t, "127.0.0.65")
+
+	// A key of another merchant, seen by both replicas (so they cache it), then revoked.
+	revoked := revokedKey(t, st, pc)
+
+	load := startLoad(t, st, m, "f3", senders, pace)
+	// The revoked key is tried on both replicas all along.
+	var probes, probeBad atomic.Int64
+	stopProbe := make(chan struct{})
+	var probeWG sync.WaitGroup
+	probeWG.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stopProbe:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			e, err := send(pc, http.MethodGet, st.replicas[i%2]+"/v1/me", revoked.SecretKey, "")
+			probes.Add(1)
+			if err != nil || e.status() != http.StatusUnauthorized {
+				probeBad.Add(1)
+				if err != nil {
+					t.Errorf("revoked key during the outage: %v", err)
+				} else {
+					t.Errorf("revoked key during the outage: %s, want 401", e)
+				}
+			} else {
+				st.check(t, e)
+			}
+		}
+	})
+	time.Sleep(500 * time.Millisecond) // load before the fault
+	st.redis.stop(t)
+	down := time.Now()
+	time.Sleep(outage) // the fault's length
+	st.redis.start(t)
+	up := time.Now()
+	time.Sleep(time.Second) // load after the fault
+	shots := load.end()
+	close(stopProbe)
+	probeWG.Wait()
+
+	var ok, unavailable, other, during201, during503 int
+	for _, s := range shots {
+		inOutage := s.start.After(down) && s.start.Before(up)
+		switch {
+		case s.err == nil && s.status == http.StatusCreated:
+			ok++
+			if inOutage {
+				during201++
+			}
+		case s.err == nil && s.status == http.StatusServiceUnavailable:
+			unavailable++
+			if inOutage {
+				during503++
+			}
+		default:
+			other++
+			t.Errorf("charge %s: %d %s %v, want 201 or 503", s.key, s.status, s.code, s.err)
+		}
+	}
+	drained, lost := waitDrained(t, st, m, []*receiver{rcv}, up, scale(45*time.Second, 60*time.Second))
+
+	// No partial state: a 201 has exactly its charge, anything else none.
+	rows := byTag(chargeRows(t, st.db, m.id))
+	records := idempotencyRecords(t, st.db, m.id)
+	partial := 0
+	for _, s := range shots {
+		want := 0
+		if s.status == http.StatusCreated {
+			want = 1
+		}
+		if got := len(rows[s.key]); got != want {
+			partial++
+			t.Errorf("key %s answered %d: %d charges in Postgres, want %d", s.key, s.status, got, want)
+		}
+		if _, stored := records[s.key]; stored != (want == 1) {
+			partial++
+			t.Errorf("key %s answered %d: idempotency record stored %t", s.key, s.status, stored)
+		}
+	}
+	for _, base := range st.replicas {
+		mustExpect(t, st.do(t, pc, http.MethodGet, base+"/v1/me", revoked.SecretKey, ""), http.StatusUnauthorized, "token_revoked")
+	}
+	if during201+during503 == 0 {
+		t.Errorf("no charge was sent during the outage; the test did not exercise the fault")
+	}
+	t.Logf("F3 figures: outage %s, charges sent %d (during the outage %d: 201 %d, 503 %d), 201 %d, 503 %d, 5xx other than 503 and errors %d, partial state %d, revoked-key probes %d with %d not refused, events lost %d, recovery (backlog drained, outbox empty, every event received) %s after Redis returned",
+		outage, len(shots), during201+during503, during201, during503, ok, unavailable, other, partial, probes.Load(), probeBad.Load(), lost, drained.Round(time.Millisecond))
+}
+
+// TestChaosPostgresRestart is F4: the stack runs on a project-local
+// PostgreSQL that is shut down and started again under load. During the
+// outage requests get 503, never another 5xx; the first 201 comes within
+// 5 s after Postgres is back; a key used during the outage completes when
+// repeated (no idempotency lock stays behind).
+func TestChaosPostgresRestart(t *testing.T) {
+	chaosParallel(t)
+	var (
+		outage  = scale(time.Second, 5*time.Second)
+		senders = 4
+		pace    = scale(40*time.Millisecond, 20*time.Millisecond)
+	)
+	redisPath := redisServerPath(t)
+	pg := startPostgres(t)
+	bins := buildBinaries(t)
+	db := pg.newDB(t, bins, "gatehouse_chaos")
+	st, m := chaosStackOn(t, bins, db, redisPath, "127.0.0.66", stackOptions{})
+
+	load := startLoad(t, st, m, "f4", senders, pace)
+	time.Sleep(500 * time.Millisecond) // load before the fault
+	pg.stop(t)
+	down := time.Now()
+	time.Sleep(outage) // the fault's length
+	up := pg.start(t)
+	// Load goes on until the first 201 of a request sent after Postgres
+	// came back, and one more second.
+	var recovered time.Time
+	deadline := up.Add(30 * time.Second)
+	for recovered.IsZero() && time.Now().Before(deadline) {
+		load.mu.Lock()
+		for _, s := range load.shots {
+			if s.status == http.StatusCreated && s.start.After(up) && (recovered.IsZero() || s.end.Before(recovered)) {
+				recovered = s.end
+			}
+		}
+		load.mu.Unlock()
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(time.Second)
+	shots := load.end()
+
+	var ok, unavailable, other int
+	var retry []string
+	for _, s := range shots {
+		switch {
+		case s.err == nil && s.status == http.StatusCreated:
+			ok++
+		case s.err == nil && s.status == http.StatusServiceUnavailable:
+			unavailable++
+			retry = append(retry, s.key)
+		default:
+			other++
+			retry = append(retry, s.key)
+			t.Errorf("charge %s: %d %s %v, want 201 or 503", s.key, s.status, s.code, s.err)
+		}
+	}
+	recovery := time.Duration(-1)
+	if recovered.IsZero() {
+		t.Errorf("no 201 within 30s after Postgres came back")
+	} else if recovery = recovered.Sub(up); recovery > 5*time.Second {
+		t.Errorf("first 201 %s after Postgres came back, want within 5s", recovery)
+	}
+	if unavailable == 0 {
+		t.Errorf("no 503 during the outage; the test did not exercise the fault")
+	}
+
+	// Every key refused during the outage completes when repeated.
+	c := newClient(t, "127.0.0.67")
+	stuck, completed := 0, 0
+	for i, key := range retry {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			s := postCharge(t, st, c, st.replicas[i%2], m.key, key, true)
+			if s.err == nil && s.status == http.StatusCreated {
+				completed++
+				break
+			}
+			if time.Now().After(deadline) {
+				stuck++
+				t.Errorf("key %s used during the outage, repeated for 10s after it: %d %s %v, want 201", key, s.status, s.code, s.err)
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	// Exactly one charge per key that was answered 201, and every one reaches its final state.
+	rows := byTag(chargeRows(t, st.db, m.id))
+	double := 0
+	var ids []string
+	for _, s := range shots {
+		n := len(rows[s.key])
+		if n > 1 {
+			double += n - 1
+			t.Errorf("key %s: %d charges, want 1", s.key, n)
+		}
+		if n == 0 {
+			t.Errorf("key %s: no charge after it was repeated", s.key)
+		}
+		for _, r := range rows[s.key] {
+			ids = append(ids, r.ID)
+		}
+	}
+	m.waitCharges(t, ids, func(_, s string) bool { return s == "captured" }, 60*time.Second)
+	t.Logf("F4 figures: outage %s (Postgres down %s), charges sent %d, 201 %d, 503 %d, 5xx other than 503 and errors %d, recovery (first 201 after Postgres was back) %s, keys from the outage repeated %d: completed %d, stuck %d, double charges %d",
+		outage, up.Sub(down).Round(time.Millisecond), len(shots), ok, unavailable, other, recovery.Round(time.Millisecond), len(retry), completed, stuck, double)
+}
+
+// revokedKey makes a merchant and a secret key, uses the key on both
+// replicas (so that they cache it) and revokes it; every replica refuses it.
+func revokedKey(t *testing.T, st *stack, c *http.Client) apiKey {
+	t.Helper()
+	email := "revoked-" + randomHex(t, 6) + "@example.com"
+	password := "correct horse " + randomHex(t, 8)
+	st.createMerchant(t, email, password, "Chaos revoked")
+	login := st.do(t, c, http.MethodPost, st.replicas[0]+"/v1/auth/login", "", fmt.Sprintf(`{"email":%q,"password":%q}`, email, password))
+	mustExpect(t, login, http.StatusOK, "")
+	var session struct {
+		Token string `json:"token"`
+	}
+	decode(t, login, &session)
+	e := st.do(t, c, http.MethodPost, st.replicas[1]+"/v1/me/api_keys", session.Token, `{"name":"revoked"}`)
+	mustExpect(t, e, http.StatusCreated, "")
+	var k apiKey
+	decode(t, e, &k)
+	for _, base := range st.replicas {
+		mustExpect(t, st.do(t, c, http.MethodGet, base+"/v1/me", k.SecretKey, ""), http.StatusOK, "")
+	}
+	mustExpect(t, st.do(t, c, http.MethodDelete, st.replicas[0]+"/v1/me/api_keys/"+k.ID, k.SecretKey, ""), http.StatusOK, "")
+	for _, base := range st.replicas {
+		mustExpect(t, st.do(t, c, http.MethodGet, base+"/v1/me", k.SecretKey, ""), http.StatusUnauthorized, "token_revoked")
+	}
+	return k
+}

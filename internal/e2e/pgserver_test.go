@@ -1,0 +1,234 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/gatehouse-pay/gatehouse/internal/testenv"
+)
+
+// pgServer is a private PostgreSQL cluster for one test, on its own loopback
+// port, so the test can stop and restart it without touching the shared
+// server everyone else uses.
+type pgServer struct {
+	bin  string // directory of initdb and postgres
+	dir  string // data directory
+	port int
+	cred *syscall.Credential // the postgres user when the test runs as root
+	out  *syncBuffer
+	proc *process
+}
+
+// requireServices reports whether a missing service must fail the test
+// instead of skipping it.
+func requireServices() bool {
+	return os.Getenv("GATEHOUSE_REQUIRE_SERVICES") == "1" || os.Getenv("CI") == "true"
+}
+
+// serviceUnavailable skips the test, or fails it when services are required.
+func serviceUnavailable(t *testing.T, format string, args ...any) {
+	t.Helper()
+	if requireServices() {
+		t.Fatalf(format, args...)
+	}
+	t.Skipf(format+" (set GATEHOUSE_REQUIRE_SERVICES=1 to fail instead)", args...)
+}
+
+// postgresBinDir finds the directory holding initdb and postgres:
+// GATEHOUSE_PG_BIN, `pg_config --bindir`, the newest /usr/lib/postgresql/*/bin,
+// or the directory of initdb on PATH.
+func postgresBinDir() (string, error) {
+	has := func(dir string) bool {
+		for _, n := range []string{"initdb", "postgres"} {
+			if _, err := os.Stat(filepath.Join(dir, n)); err != nil {
+				return false
+			}
+		}
+		return true
+	}
+	if d := os.Getenv("GATEHOUSE_PG_BIN"); d != "" {
+		if has(d) {
+			return d, nil
+		}
+		return "", fmt.Errorf("GATEHOUSE_PG_BIN=%s holds no initdb and postgres", d)
+	}
+	if out, err := exec.Command("pg_config", "--bindir").Output(); err == nil {
+		if d := strings.TrimSpace(string(out)); has(d) {
+			return d, nil
+		}
+	}
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	for i := len(dirs) - 1; i >= 0; i-- {
+		if has(dirs[i]) {
+			return dirs[i], nil
+		}
+	}
+	if p, err := exec.LookPath("initdb"); err == nil && has(filepath.Dir(p)) {
+		return filepath.Dir(p), nil
+	}
+	return "", fmt.Errorf("no initdb and postgres found (GATEHOUSE_PG_BIN, pg_config, /usr/lib/postgresql/*/bin, PATH)")
+}
+
+// startPostgres initialises a cluster in a temporary directory and starts it
+// on a free loopback port. initdb refuses to run as root, so as root the
+// cluster belongs to the postgres user. The server is killed and its
+// directory removed when the test ends.
+func startPostgres(t *testing.T) *pgServer {
+	t.Helper()
+	bin, err := postgresBinDir()
+	if err != nil {
+		serviceUnavailable(t, "project-local PostgreSQL: %v", err)
+	}
+	dir, err := os.MkdirTemp("", "gatehouse-pg-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	p := &pgServer{bin: bin, dir: filepath.Join(dir, "data"), port: freePort(t), out: new(syncBuffer)}
+	if os.Geteuid() == 0 {
+		u, err := user.Lookup("postgres")
+		if err != nil {
+			serviceUnavailable(t, "project-local PostgreSQL: running as root and no postgres user to own the cluster: %v", err)
+		}
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		p.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+		if err := os.Chown(dir, uid, gid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	initdb := exec.Command(filepath.Join(bin, "initdb"), "-D", p.dir, "-U", "postgres", "-A", "trust", "--no-sync", "-E", "UTF8", "--locale", "C")
+	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: p.cred}
+	initdb.Env = []string{"PATH=" + os.Getenv("PATH")}
+	if out, err := initdb.CombinedOutput(); err != nil {
+		serviceUnavailable(t, "project-local PostgreSQL: initdb: %v\n%s", err, out)
+	}
+	t.Cleanup(func() {
+		p.kill(t)
+		if t.Failed() {
+			t.Logf("---- postgres output (tail) ----\n%s\n---- end of postgres output ----", p.out.tail(16<<10))
+		}
+	})
+	p.start(t)
+	return p
+}
+
+// url is the URL of database db on the private server.
+func (p *pgServer) url(db string) string {
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", p.port, db)
+}
+
+// start runs postgres on p.port and waits until it accepts connections;
+// it returns when it did.
+func (p *pgServer) start(t *testing.T) time.Time {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(p.bin, "postgres"), "-D", p.dir, "-p", strconv.Itoa(p.port),
+		"-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories="+filepath.Dir(p.dir),
+		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
+		"-c", "max_connections=200", "-c", "shared_buffers=32MB")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: p.cred}
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+	cmd.Stdout, cmd.Stderr = p.out, p.out
+	if err := cmd.Start(); err != nil {
+		serviceUnavailable(t, "project-local PostgreSQL: start postgres: %v", err)
+	}
+	proc := &process{name: "postgres", cmd: cmd, out: p.out, done: make(chan struct{})}
+	go func() {
+		_ = cmd.Wait()
+		close(proc.done)
+	}()
+	p.proc = proc
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		c, err := pgx.Connect(ctx, p.url("postgres"))
+		if err == nil {
+			c.Close(ctx)
+			cancel()
+			return time.Now()
+		}
+		cancel()
+		if proc.exited() {
+			serviceUnavailable(t, "project-local PostgreSQL on port %d exited at start: %v\n%s", p.port, proc.cmd.ProcessState, p.out.tail(4<<10))
+		}
+		if time.Now().After(deadline) {
+			serviceUnavailable(t, "project-local PostgreSQL on port %d does not accept connections after 30s: %v", p.port, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// stop shuts the server down the way `pg_ctl stop -m fast` does (SIGINT:
+// sessions are cut, the cluster is checkpointed) and waits until it exited.
+func (p *pgServer) stop(t *testing.T) {
+	t.Helper()
+	if p.proc == nil {
+		return
+	}
+	_ = p.proc.cmd.Process.Signal(syscall.SIGINT)
+	select {
+	case <-p.proc.done:
+	case <-time.After(30 * time.Second):
+		t.Errorf("postgres did not exit 30s after SIGINT; killing it")
+		_ = p.proc.cmd.Process.Kill()
+		<-p.proc.done
+	}
+	p.proc = nil
+}
+
+// kill ends the server for good at cleanup: a fast shutdown, SIGKILL if it hangs.
+func (p *pgServer) kill(t *testing.T) {
+	t.Helper()
+	if p.proc == nil {
+		return
+	}
+	_ = p.proc.cmd.Process.Signal(syscall.SIGINT)
+	select {
+	case <-p.proc.done:
+	case <-time.After(15 * time.Second):
+		_ = p.proc.cmd.Process.Kill()
+		<-p.proc.done
+	}
+	p.proc = nil
+}
+
+// newDB creates database name on the server, migrates it with the built
+// `api migrate` and returns it as the testenv.DB the stack runs on.
+func (p *pgServer) newDB(t *testing.T, bins binaries, name string) testenv.DB {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	admin, err := pgx.Connect(ctx, p.url("postgres"))
+	if err != nil {
+		t.Fatalf("connect to the project-local PostgreSQL: %v", err)
+	}
+	_, err = admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
+	admin.Close(ctx)
+	if err != nil {
+		t.Fatalf("create database %s: %v", name, err)
+	}
+	url := p.url(name)
+	cmd := exec.Command(bins.api, "migrate")
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "DATABASE_URL=" + url}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("api migrate: %v\n%s", err, out)
+	}
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatalf("open %s: %v", name, err)
+	}
+	t.Cleanup(pool.Close)
+	return testenv.DB{Pool: pool, URL: url, Name: name}
+}
