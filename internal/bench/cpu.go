@@ -127,8 +127,16 @@ type cpuSnapshot struct {
 }
 
 func takeSnapshot(serverPid, redisPid, postmaster int, db string) cpuSnapshot {
-	s := cpuSnapshot{at: time.Now(), server: cpuOf(serverPid), redis: cpuOf(redisPid), self: cpuOf(os.Getpid()),
-		pg: postgresProcs(postmaster, db)}
+	return takeSnapshotOf([]int{serverPid}, redisPid, postmaster, db)
+}
+
+// takeSnapshotOf counts the CPU of several server processes (replicas, or
+// an API and a worker) as the server's.
+func takeSnapshotOf(serverPids []int, redisPid, postmaster int, db string) cpuSnapshot {
+	s := cpuSnapshot{at: time.Now(), redis: cpuOf(redisPid), self: cpuOf(os.Getpid()), pg: postgresProcs(postmaster, db)}
+	for _, p := range serverPids {
+		s.server += cpuOf(p)
+	}
 	s.busy, s.all = boxTimes()
 	return s
 }

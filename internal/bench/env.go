@@ -43,7 +43,9 @@ type environment struct {
 	api, floor *target
 	worker     *target // bin/worker, only during the webhook section
 	apiSecret  string  // the bench merchant's sandbox secret key
-	jwtKey     string  // JWT_SECRET and ENCRYPTION_KEY, the same for every process of the run
+	email      string  // the bench merchant's login
+	password   string
+	jwtKey     string // JWT_SECRET and ENCRYPTION_KEY, the same for every process of the run
 	encKey     string
 
 	quietLeft, waited time.Duration // waiting for a quiet machine: budget left, time spent
@@ -150,7 +152,7 @@ func (e *environment) setup(ctx context.Context) error {
 	if err := json.Unmarshal(out, &m); err != nil || m.ID == "" {
 		return fmt.Errorf("merchant create printed %q", out)
 	}
-	e.merchantID = m.ID
+	e.merchantID, e.email, e.password = m.ID, email, password
 	for _, s := range floorSetupSQL(e.o.floorTables) {
 		if err := e.db.exec(ctx, s); err != nil {
 			return fmt.Errorf("floor schema: %w", err)
@@ -254,6 +256,7 @@ func (e *environment) apiEnv(addr string) []string {
 		"LOG_LEVEL=warn",
 		"RATE_LIMIT_CHARGES=100000000/1m",
 		"RATE_LIMIT_DEFAULT=100000/1m",
+		"RATE_LIMIT_LOGIN=100000000/1m", // the login flood measures hashing, not the per-IP refusal
 		"SHUTDOWN_TIMEOUT=2s",
 		"SHUTDOWN_DELAY=0s",
 	)

@@ -306,6 +306,12 @@ func (r *recording) record(i int, o outcome, sent time.Time) {
 // omission). When maxInflight requests are outstanding the due request is
 // dropped and counted, as k6 counts dropped iterations.
 func openModel(ctx context.Context, c *client, rate float64, dur time.Duration, maxInflight int, timeout time.Duration) *recording {
+	return openModelDo(ctx, rate, dur, maxInflight, func(_ int, due time.Time) outcome { return c.do(due.Add(timeout), true) })
+}
+
+// openModelDo is openModel for any request: do sends request i, due at due,
+// and returns its outcome (a 201 counts as ok).
+func openModelDo(ctx context.Context, rate float64, dur time.Duration, maxInflight int, do func(i int, due time.Time) outcome) *recording {
 	n := int(math.Round(rate * dur.Seconds()))
 	rec := &recording{latency: make([]time.Duration, n), status: make([]int16, n), lag: make([]time.Duration, 0, n), scheduled: n}
 	var inflight atomic.Int64
@@ -339,7 +345,7 @@ func openModel(ctx context.Context, c *client, rate float64, dur time.Duration, 
 			go func() {
 				defer wg.Done()
 				defer inflight.Add(-1)
-				rec.record(i, c.do(due.Add(timeout), true), due)
+				rec.record(i, do(i, due), due)
 			}()
 		}
 	}()
@@ -389,6 +395,7 @@ func closedLoop(ctx context.Context, c *client, workers int, dur time.Duration, 
 // summary is what a step reports of its recording.
 type summary struct {
 	Scheduled, Completed, OK, Errors, Dropped int
+	ServerErrors                              int     // 5xx answers
 	Achieved                                  float64 // 201s per second of the step
 	P50, P99, P999, Max                       time.Duration
 	LagP99                                    time.Duration // open model: the generator's own dispatch delay
@@ -409,6 +416,9 @@ func summarize(r *recording) summary {
 			s.OK++
 		default:
 			s.Errors++
+			if st >= 500 {
+				s.ServerErrors++
+			}
 		}
 		s.Completed++
 		lat = append(lat, r.latency[i])

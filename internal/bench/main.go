@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -59,7 +60,29 @@ type options struct {
 	webhookCount int
 	webhookWait  time.Duration
 	floorSenders []int
+
+	scenarios    map[string]bool // l1, l2, l3, l4, login, webhooks
+	l2Keys       int
+	l2Concurrent int
+	l2Parallel   int
+	l3Limit      string
+	l3Rate       float64
+	l3For        time.Duration
+	l4Rate       float64
+	l4For        time.Duration
+	l4Healthy    int
+	l4Slow       int
+	l4Failing    int
+	l4Delay      time.Duration
+	l4Wait       time.Duration
+	loginRate    float64
+	chargeRate   float64
+	loginStep    time.Duration
+	loginReps    int
 }
+
+// allScenarios are the -scenarios names, in run order.
+var allScenarios = []string{"webhooks", "l2", "l4", "l1", "l3", "login"}
 
 func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (options, error) {
 	var o options
@@ -93,6 +116,25 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	fs.DurationVar(&o.webhookStep, "webhook-step", 5*time.Second, "length of one webhook latency step")
 	fs.IntVar(&o.webhookCount, "webhook-count", 3000, "charges created in a burst for the delivery-throughput step, and signed POSTs of the floor")
 	fs.DurationVar(&o.webhookWait, "webhook-wait", 60*time.Second, "most time a webhook step waits for its deliveries")
+	scen := fs.String("scenarios", "l1,l2,l3,l4,login,webhooks", "scenarios to run, comma-separated: l1 (charge steps next to the floor), l2 (one Idempotency-Key, concurrent), "+
+		"l3 (rate limit on two replicas), l4 (webhook fan-out with slow and failing endpoints), login (charges beside a login flood), webhooks (delivery latency and throughput)")
+	fs.IntVar(&o.l2Keys, "l2-keys", 1000, "L2: Idempotency-Keys, each sent by -l2-concurrent requests at once")
+	fs.IntVar(&o.l2Concurrent, "l2-concurrent", 20, "L2: concurrent requests per key")
+	fs.IntVar(&o.l2Parallel, "l2-parallel", 2, "L2: keys raced at the same time")
+	fs.StringVar(&o.l3Limit, "l3-limit", "100/10s", "L3: RATE_LIMIT_CHARGES of the two replicas")
+	fs.Float64Var(&o.l3Rate, "l3-rate", 100, "L3: open-model charges/s with one key, spread over the two replicas")
+	fs.DurationVar(&o.l3For, "l3-for", 25*time.Second, "L3: length of the load")
+	fs.Float64Var(&o.l4Rate, "l4-rate", 20, "L4: open-model charges/s, each fanned out to every endpoint")
+	fs.DurationVar(&o.l4For, "l4-for", 10*time.Second, "L4: length of the load")
+	fs.IntVar(&o.l4Healthy, "l4-healthy", 8, "L4: endpoints answering 200 at once")
+	fs.IntVar(&o.l4Slow, "l4-slow", 4, "L4: endpoints answering 200 after -l4-delay")
+	fs.IntVar(&o.l4Failing, "l4-failing", 4, "L4: endpoints answering 500")
+	fs.DurationVar(&o.l4Delay, "l4-delay", 2*time.Second, "L4: the slow endpoints' delay")
+	fs.DurationVar(&o.l4Wait, "l4-wait", 30*time.Second, "L4: most time waited after the load for the healthy endpoints' deliveries")
+	fs.Float64Var(&o.loginRate, "login-rate", 50, "login flood: open-model logins/s (8 in 10 with a wrong password, 1 with an unknown email)")
+	fs.Float64Var(&o.chargeRate, "login-charge-rate", 300, "login flood: open-model charges/s, alone and beside the flood")
+	fs.DurationVar(&o.loginStep, "login-step", 8*time.Second, "login flood: length of one step")
+	fs.IntVar(&o.loginReps, "login-reps", 2, "login flood: steps per condition (alone, flood), in the order alone, flood, flood, alone, ...")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -123,6 +165,36 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 		return o, fmt.Errorf("-webhook-count must be from 1 to 100000")
 	}
 	o.floorSenders = []int{4, 20}
+	o.scenarios = map[string]bool{}
+	for _, n := range strings.Split(*scen, ",") {
+		if n = strings.ToLower(strings.TrimSpace(n)); n == "" {
+			continue
+		}
+		if !slices.Contains(allScenarios, n) {
+			return o, fmt.Errorf("-scenarios: unknown %q (know %s)", n, strings.Join(allScenarios, ", "))
+		}
+		o.scenarios[n] = true
+	}
+	o.webhooks = o.webhooks && o.scenarios["webhooks"]
+	if o.l2Keys < 1 || o.l2Keys > 100_000 || o.l2Concurrent < 1 || o.l2Concurrent > 200 || o.l2Parallel < 1 || o.l2Parallel > 50 {
+		return o, fmt.Errorf("-l2-keys must be from 1 to 100000, -l2-concurrent from 1 to 200, -l2-parallel from 1 to 50")
+	}
+	if _, _, err := parseLimit(o.l3Limit); err != nil {
+		return o, fmt.Errorf("-l3-limit: %w", err)
+	}
+	for _, r := range []float64{o.l3Rate, o.l4Rate, o.loginRate, o.chargeRate} {
+		if r <= 0 || r > 10_000 {
+			return o, fmt.Errorf("-l3-rate, -l4-rate, -login-rate and -login-charge-rate must be from 1 to 10000")
+		}
+	}
+	for _, d := range []time.Duration{o.l3For, o.l4For, o.l4Delay, o.l4Wait, o.loginStep} {
+		if d <= 0 || d > 2*time.Minute {
+			return o, fmt.Errorf("-l3-for, -l4-for, -l4-delay, -l4-wait and -login-step must be within (0, 2m]")
+		}
+	}
+	if o.l4Healthy < 1 || o.l4Healthy+o.l4Slow+o.l4Failing > 100 || o.l4Slow < 0 || o.l4Failing < 0 || o.loginReps < 1 || o.loginReps > 10 {
+		return o, fmt.Errorf("L4 needs 1 to 100 endpoints with at least one healthy; -login-reps must be from 1 to 10")
+	}
 	if o.step <= 0 || o.step > time.Minute || o.closedFor <= 0 || o.closedFor > time.Minute {
 		return o, fmt.Errorf("-step and -closed must be within (0, 1m]")
 	}

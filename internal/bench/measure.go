@@ -47,6 +47,10 @@ type results struct {
 	Profiles   map[string]string // perf summaries by target
 	Noise      []summary         // the do-nothing server, at the start and at the end
 	Webhooks   *webhookResults   // nil without -webhooks
+	L2         *l2Result         // nil when the scenario did not run
+	L3         *l3Result
+	L4         *l4Result
+	Login      *loginResult
 	Notes      []string
 }
 
@@ -229,6 +233,43 @@ func measure(ctx context.Context, e *environment) (*results, error) {
 		res.Webhooks = e.measureWebhooks(ctx)
 		e.pause(ctx)
 	}
+	// The worker runs during L2 and L4 only, before the charge steps leave
+	// their pile of charge:authorize tasks in Redis.
+	if e.o.scenarios["l2"] && ctx.Err() == nil {
+		res.L2 = e.runL2(ctx)
+		e.pause(ctx)
+	}
+	if e.o.scenarios["l4"] && ctx.Err() == nil {
+		res.L4 = e.runL4(ctx)
+		e.pause(ctx)
+	}
+	if e.o.scenarios["l1"] {
+		e.chargeSteps(ctx, res)
+	} else {
+		res.Noise = append(res.Noise, e.noiseFloor(ctx))
+	}
+	if e.o.scenarios["l3"] && ctx.Err() == nil {
+		res.L3 = e.runL3(ctx)
+		e.pause(ctx)
+	}
+	if e.o.scenarios["login"] && ctx.Err() == nil {
+		res.Login = e.runLogin(ctx)
+	}
+	res.Noise = append(res.Noise, e.noiseFloor(ctx))
+	if e.waited > 0 {
+		res.Notes = append(res.Notes, fmt.Sprintf("The harness waited %s in all for other processes to quiet down between steps (budget %s).",
+			e.waited.Round(100*time.Millisecond), e.o.quiet))
+	}
+	res.End = time.Now().UTC()
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("interrupted: %w", err)
+	}
+	return res, nil
+}
+
+// chargeSteps is L1: the charge steps next to the floor, warm-up, closed-loop
+// peak, fixed rates, half the peak, the search and the profiles.
+func (e *environment) chargeSteps(ctx context.Context, res *results) {
 	for _, t := range []*target{e.api, e.floor} {
 		rec := openModel(ctx, t.client, 1000, e.o.warmup, e.o.maxInflight, e.o.timeout)
 		if w := summarize(rec); w.Errors > 0 {
@@ -292,16 +333,6 @@ func measure(ctx context.Context, e *environment) (*results, error) {
 			e.pause(ctx)
 		}
 	}
-	res.Noise = append(res.Noise, e.noiseFloor(ctx))
-	if e.waited > 0 {
-		res.Notes = append(res.Notes, fmt.Sprintf("The harness waited %s in all for other processes to quiet down between steps (budget %s).",
-			e.waited.Round(100*time.Millisecond), e.o.quiet))
-	}
-	res.End = time.Now().UTC()
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("interrupted: %w", err)
-	}
-	return res, nil
 }
 
 // noiseFloor runs the open model at 1000/s for 3 s against a server inside

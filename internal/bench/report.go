@@ -254,16 +254,25 @@ func (r *results) text() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "\nGatehouse POST /v1/charges, %s (took %s)\n", r.Start.Format("2006-01-02 15:04 MST"), r.End.Sub(r.Start).Round(time.Second))
 	fmt.Fprintf(&b, "%s\n%s\n%s\n\n", r.header(), r.method(), r.noiseLine())
-	b.WriteString(r.summary().text("  "))
-	fmt.Fprintf(&b, "\nRedis commands per charge at %s/s:\n", rate(r.refRate()))
-	for _, l := range r.redisLines() {
-		b.WriteString("  " + l + "\n")
+	if len(r.Steps) > 0 {
+		b.WriteString(r.summary().text("  "))
+		fmt.Fprintf(&b, "\nRedis commands per charge at %s/s:\n", rate(r.refRate()))
+		for _, l := range r.redisLines() {
+			b.WriteString("  " + l + "\n")
+		}
+	}
+	if t := r.scenarios(); len(t.rows) > 0 {
+		b.WriteString("\nLoad scenarios (RELIABILITY.md L1-L4, PERFORMANCE.md login flood):\n")
+		b.WriteString(t.text("  "))
+		b.WriteString(r.scenarioDetails(false))
 	}
 	if r.Webhooks != nil {
 		b.WriteString(r.Webhooks.text())
 	}
-	b.WriteString("\nEvery step (CPU columns are µs per request; busy/others in cores of the whole machine):\n")
-	b.WriteString(r.steps().text("  "))
+	if len(r.Steps) > 0 {
+		b.WriteString("\nEvery step (CPU columns are µs per request; busy/others in cores of the whole machine):\n")
+		b.WriteString(r.steps().text("  "))
+	}
 	for _, name := range []string{"project", "floor"} {
 		if p := r.Profiles[name]; p != "" {
 			b.WriteString("\nperf: " + p)
@@ -282,18 +291,27 @@ func (r *results) markdown() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Measured %s by `make bench` (took %s).\n\n", r.Start.Format("2006-01-02 15:04 MST"), r.End.Sub(r.Start).Round(time.Second))
 	fmt.Fprintf(&b, "%s. %s\n\n%s\n\n", r.header(), capitalize(r.method()), r.noiseLine())
-	b.WriteString("### Against the targets\n\n")
-	b.WriteString(r.summary().markdown())
-	fmt.Fprintf(&b, "\nRedis commands per charge at %s/s:\n\n", rate(r.refRate()))
-	for _, l := range r.redisLines() {
-		b.WriteString("- " + l + "\n")
+	if len(r.Steps) > 0 {
+		b.WriteString("### Against the targets\n\n")
+		b.WriteString(r.summary().markdown())
+		fmt.Fprintf(&b, "\nRedis commands per charge at %s/s:\n\n", rate(r.refRate()))
+		for _, l := range r.redisLines() {
+			b.WriteString("- " + l + "\n")
+		}
+	}
+	if t := r.scenarios(); len(t.rows) > 0 {
+		b.WriteString("\n### Load scenarios\n\nRELIABILITY.md's L1-L4 and PERFORMANCE.md's login flood; the method is above.\n\n")
+		b.WriteString(t.markdown())
+		b.WriteString(r.scenarioDetails(true))
 	}
 	if r.Webhooks != nil {
 		b.WriteString(r.Webhooks.markdown())
 	}
-	b.WriteString("\n### Every step\n\nIn run order. CPU columns are µs of CPU per request; *busy cores* is the whole machine, " +
-		"*others* the part of it used by processes other than the server, Postgres, Redis and the load generator.\n\n")
-	b.WriteString(r.steps().markdown())
+	if len(r.Steps) > 0 {
+		b.WriteString("\n### Every step\n\nIn run order. CPU columns are µs of CPU per request; *busy cores* is the whole machine, " +
+			"*others* the part of it used by processes other than the server, Postgres, Redis and the load generator.\n\n")
+		b.WriteString(r.steps().markdown())
+	}
 	for _, name := range []string{"project", "floor"} {
 		if p := r.Profiles[name]; p != "" {
 			b.WriteString("\n### perf profile\n\n```\n" + p + "```\n")
