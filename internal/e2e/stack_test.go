@@ -444,6 +444,9 @@ func startStackWith(t *testing.T, bins binaries, db testenv.DB, redisPath string
 	t.Helper()
 	s := &stack{bins: bins, spec: spec, db: db}
 	s.redis = startRedis(t, redisPath)
+	// Registered after Redis and before the binaries, so it runs once they
+	// have stopped and before Redis stops and the database is dropped.
+	t.Cleanup(func() { s.scanStack(t) })
 	s.env = []string{
 		"PATH=" + os.Getenv("PATH"),
 		"DATABASE_URL=" + s.db.URL,
