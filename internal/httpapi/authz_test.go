@@ -458,11 +458,12 @@ func TestAuthzMatrix(t *testing.T) {
 	}) {
 		t.Fatalf("A's own charge list carries none of A's ids: %s", own.raw)
 	}
-	var requests, leaks int
+	var requests, bRequests, leaks int
 	// asB sends one request with B's credentials and fails on any of A's strings.
 	asB := func(t *testing.T, method, path, body string, headers ...string) response {
 		t.Helper()
 		requests++
+		bRequests++
 		r := h.with(t).do(method, path, body, headers...)
 		for _, s := range aStrings {
 			if strings.Contains(string(r.raw), s) {
@@ -523,6 +524,7 @@ func TestAuthzMatrix(t *testing.T) {
 		}
 	})
 
+	listAnswers := map[string]int{}
 	t.Run("lists show B only B's objects", func(t *testing.T) {
 		before := h.state(t, a.merchantID)
 		for _, key := range routes {
@@ -546,6 +548,7 @@ func TestAuthzMatrix(t *testing.T) {
 				for i, q := range queries {
 					m, p, _ := route.request(key, b, ownID)
 					r := asB(t, m, p+"?"+q, "", cred...)
+					listAnswers[fmt.Sprintf("%d %s", r.status, r.errCode())]++
 					if i == 0 {
 						want(t, r, 200, "")
 						ids := idsOf(r)
@@ -707,7 +710,9 @@ func TestAuthzMatrix(t *testing.T) {
 		}
 	})
 
-	t.Logf("authz matrix: %d routes (%d with an id, %d lists), %d requests, BOLA leaks %d", len(routes), idRoutes, countLists(), requests, leaks)
+	t.Logf("authz matrix: %d routes (%d with an id, %d lists), %d requests (%d with B's credentials, every answer scanned for %d strings of A), BOLA leaks %d",
+		len(routes), idRoutes, countLists(), requests, bRequests, len(aStrings), leaks)
+	t.Logf("B's list answers (A's cursors and filters included): %v", listAnswers)
 	if leaks != 0 {
 		t.Errorf("BOLA leaks: %d, want 0", leaks)
 	}
@@ -941,6 +946,7 @@ func TestReadOnlyFields(t *testing.T) {
 			id = a.take(t, route.idKind)
 		}
 		routesRun++
+		t.Logf("%s: read-only %v", key, fields)
 		t.Run(key, func(t *testing.T) {
 			m, p, base := route.request(key, a, id)
 			if base == "" {
