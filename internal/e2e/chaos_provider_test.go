@@ -235,12 +235,15 @@ const failedAfterBookingFixed = false
 func TestChaosProviderFaults(t *testing.T) {
 	chaosParallel(t)
 	const (
-		timeout     = 300 * time.Millisecond
+		// Long enough that stripe-mock under the full load answers within
+		// it: a timeout that is not injected would make a fault scenario
+		// run out of attempts.
+		timeout     = 1500 * time.Millisecond
 		maxAttempts = 4
 	)
 	perFault := scale(3, 30)
 	mock := startStripeMockProcess(t)
-	proxy := newProviderProxy(t, mock, 3*timeout)
+	proxy := newProviderProxy(t, mock, timeout+time.Second)
 	st, m := chaosStack(t, "127.0.0.68", stackOptions{env: []string{
 		"STRIPE_SECRET_KEY=sk_test_chaos", "STRIPE_API_BASE=" + proxy.srv.URL,
 		"PROVIDER_TIMEOUT=" + timeout.String(), fmt.Sprintf("PROVIDER_MAX_ATTEMPTS=%d", maxAttempts),
