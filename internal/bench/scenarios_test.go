@@ -209,3 +209,36 @@ func TestOpenModelDoCallsEveryDueRequest(t *testing.T) {
 		}
 	}
 }
+
+func TestVerdicts(t *testing.T) {
+	for _, tt := range []struct {
+		certain, likely int
+		want            string
+	}{{100, 100, "met"}, {100, 104, "not shown"}, {101, 104, "MISSED"}} {
+		r := &l3Result{Limit: 100, Accepted: 300, Limited: 10, Certain: tt.certain, Likely: tt.likely}
+		if got := r.windowVerdict(); got != tt.want {
+			t.Errorf("certain %d, likely %d: %s, want %s", tt.certain, tt.likely, got, tt.want)
+		}
+	}
+	if (&l3Result{Limit: 100}).windowVerdict() != "no data" {
+		t.Error("no accepts judged")
+	}
+	ok := summary{Completed: 100, OK: 100}
+	for _, tt := range []struct {
+		alone, flood summary
+		change       float64
+		want         string
+	}{
+		{ok, ok, 9.9, "met"},
+		{ok, ok, 10.1, "MISSED"},
+		{ok, summary{Completed: 100, OK: 99, Errors: 1}, 0, "MISSED"},
+		{ok, summary{Completed: 100, OK: 100, Dropped: 3}, 0, "MISSED"},
+		{summary{Completed: 100, OK: 90, Errors: 10}, ok, 0, "invalid (errors alone)"},
+		{summary{}, ok, 0, "no data"},
+	} {
+		r := &loginResult{Alone: tt.alone, Flood: tt.flood, Change: tt.change}
+		if got := r.verdict(); got != tt.want {
+			t.Errorf("alone %+v flood %+v change %v: %s, want %s", tt.alone, tt.flood, tt.change, got, tt.want)
+		}
+	}
+}
