@@ -396,7 +396,7 @@ func TestChaosWorkerKilled(t *testing.T) {
 func TestChaosAPIReplicaKilled(t *testing.T) {
 	chaosParallel(t)
 	var (
-		keys    = scale(100, 1000)
+		keys    = scale(60, 1000)
 		senders = 8
 		killAt  = keys / 3 // answers received on replica 1 before the kill
 		retryBy = 15 * time.Second
@@ -577,7 +577,7 @@ func TestChaosRedisDown(t *testing.T) {
 	var (
 		outage  = scale(2*time.Second, 10*time.Second)
 		senders = 4
-		pace    = scale(40*time.Millisecond, 20*time.Millisecond)
+		pace    = scale(80*time.Millisecond, 20*time.Millisecond)
 	)
 	st, m := chaosStack(t, "127.0.0.64", stackOptions{})
 	rcv := newReceiver(t, "f3", always(http.StatusOK))
@@ -683,7 +683,7 @@ func TestChaosPostgresRestart(t *testing.T) {
 	var (
 		outage  = scale(time.Second, 5*time.Second)
 		senders = 4
-		pace    = scale(40*time.Millisecond, 20*time.Millisecond)
+		pace    = scale(80*time.Millisecond, 20*time.Millisecond)
 	)
 	redisPath := redisServerPath(t)
 	pg := startPostgres(t)
