@@ -74,6 +74,10 @@ func (s *server) deleteEndpoint(c *fiber.Ctx) error {
 }
 
 func (s *server) rotateSecret(c *fiber.Ctx) error {
+	var req struct{} // no body, or an empty object; anything else is refused
+	if err := decodeJSON(c, &req); err != nil {
+		return err
+	}
 	e, secret, err := s.Webhooks.RotateSecret(c.UserContext(), principal(c).MerchantID, strings.Clone(c.Params("id")))
 	if err != nil {
 		return err
@@ -118,6 +122,10 @@ func sampleEvent(merchantID, environment string) func(string, time.Time) (events
 }
 
 func (s *server) testEndpoint(c *fiber.Ctx) error {
+	var req struct{} // no body, or an empty object; anything else is refused
+	if err := decodeJSON(c, &req); err != nil {
+		return err
+	}
 	pr := principal(c)
 	d, err := s.Webhooks.Test(c.UserContext(), pr.MerchantID, strings.Clone(c.Params("id")), sampleEvent(pr.MerchantID, pr.Environment))
 	if err != nil {
@@ -170,6 +178,10 @@ func (s *server) listDeliveries(c *fiber.Ctx) error {
 }
 
 func (s *server) retryDelivery(c *fiber.Ctx) error {
+	var req struct{} // no body, or an empty object; anything else is refused
+	if err := decodeJSON(c, &req); err != nil {
+		return err
+	}
 	d, err := s.Webhooks.Retry(c.UserContext(), principal(c).MerchantID, strings.Clone(c.Params("id")))
 	if err != nil {
 		return err
