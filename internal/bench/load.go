@@ -58,9 +58,11 @@ type conn struct {
 	reused bool
 }
 
-func (c *client) get() (*conn, error) {
+// get returns an idle connection, or a new one when there is none or fresh
+// is set.
+func (c *client) get(fresh bool) (*conn, error) {
 	c.mu.Lock()
-	if n := len(c.idle); n > 0 {
+	if n := len(c.idle); n > 0 && !fresh {
 		cn := c.idle[n-1]
 		c.idle = c.idle[:n-1]
 		c.mu.Unlock()
@@ -105,12 +107,13 @@ type outcome struct {
 var errBadCreated = errors.New("201 without a created charge in the body")
 
 // do sends one charge and reads the answer, before deadline. A kept-alive
-// connection the server closed while idle is retried once on a new one (the
-// Idempotency-Key makes the retry safe).
+// connection the server closed while idle is retried once on a newly dialled
+// one, not on the next idle one, which after a long pause may be closed too
+// (the Idempotency-Key makes the retry safe).
 func (c *client) do(deadline time.Time, wantSample bool) outcome {
 	seq := c.seq.Add(1)
 	for attempt := 0; ; attempt++ {
-		cn, err := c.get()
+		cn, err := c.get(attempt > 0)
 		if err != nil {
 			return outcome{err: err}
 		}

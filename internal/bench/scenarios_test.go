@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -240,5 +241,31 @@ func TestVerdicts(t *testing.T) {
 		if got := r.verdict(); got != tt.want {
 			t.Errorf("alone %+v flood %+v change %v: %s, want %s", tt.alone, tt.flood, tt.change, got, tt.want)
 		}
+	}
+}
+
+// After a pause every idle connection may have been closed by the server:
+// a request must not fail on the second stale one.
+func TestClientRetriesOnAFreshConnection(t *testing.T) {
+	srv, n, _ := chargeServer(t, http.StatusCreated)
+	c := newClient(strings.TrimPrefix(srv.URL, "http://"), "Bearer sk_test_x", "test-", new(atomic.Int64))
+	defer c.closeIdle()
+	var wg sync.WaitGroup
+	for range 4 { // four idle connections
+		wg.Add(1)
+		go func() { defer wg.Done(); c.do(time.Now().Add(2*time.Second), true) }()
+	}
+	wg.Wait()
+	if len(c.idle) < 2 {
+		t.Fatalf("%d idle connections, want at least 2", len(c.idle))
+	}
+	srv.CloseClientConnections()
+	for i := range 3 {
+		if o := c.do(time.Now().Add(2*time.Second), true); o.status != 201 || o.err != nil {
+			t.Fatalf("request %d after the server closed its connections: %d %v", i, o.status, o.err)
+		}
+	}
+	if n.Load() != 7 {
+		t.Errorf("server saw %d charges, want 7", n.Load())
 	}
 }
