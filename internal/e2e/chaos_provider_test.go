@@ -51,7 +51,7 @@ func stripeMockPath(t *testing.T) string {
 	if p, err := exec.LookPath("stripe-mock"); err == nil {
 		return p
 	}
-	serviceUnavailable(t, "stripe-mock not found in %v or on PATH; go install github.com/stripe/stripe-mock@%s", tried, chaosStripeMockVersion)
+	chaosServiceMissing(t, "stripe-mock not found in %v or on PATH; go install github.com/stripe/stripe-mock@%s", tried, chaosStripeMockVersion)
 	return ""
 }
 
@@ -241,7 +241,7 @@ func TestChaosProviderFaults(t *testing.T) {
 		timeout     = 1500 * time.Millisecond
 		maxAttempts = 4
 	)
-	perFault := scale(3, 30)
+	perFault := chaosScale(3, 30)
 	mock := startStripeMockProcess(t)
 	proxy := newProviderProxy(t, mock, timeout+time.Second)
 	st, m := chaosStack(t, "127.0.0.68", stackOptions{env: []string{
@@ -331,7 +331,7 @@ func TestChaosProviderFaults(t *testing.T) {
 					continue // the known violation, checked below
 				}
 				t.Errorf("charge %s (%s): failed (%s), but the provider booked a payment for it: the customer is charged for a failed charge",
-					c.id, c.fault, deref(final[c.id].FailureCode))
+					c.id, c.fault, chaosDeref(final[c.id].FailureCode))
 			}
 		}
 	}
@@ -356,7 +356,7 @@ func TestChaosProviderFaults(t *testing.T) {
 		len(charges), double, failedBooked, capturedUnbooked)
 }
 
-func deref(s *string) string {
+func chaosDeref(s *string) string {
 	if s == nil {
 		return ""
 	}

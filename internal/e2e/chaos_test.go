@@ -9,6 +9,7 @@ package e2e
 // the latest full-scale figures.
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -30,8 +31,8 @@ import (
 // chaosFull reports whether the fault tests run at full scale.
 func chaosFull() bool { return os.Getenv("GATEHOUSE_CHAOS") == "full" }
 
-// scale picks the smoke or the full-scale value.
-func scale[T any](smoke, full T) T {
+// chaosScale picks the smoke or the full-scale value.
+func chaosScale[T any](smoke, full T) T {
 	if chaosFull() {
 		return full
 	}
@@ -54,8 +55,8 @@ var chaosStackEnv = append(slices.Clone(webhooksStackEnv),
 
 var chaosWorkerEnv = webhooksWorkerEnv
 
-// shot is one request of a load generator and what came of it.
-type shot struct {
+// chaosShot is one request of a load generator and what came of it.
+type chaosShot struct {
 	key    string // Idempotency-Key, also the charge's metadata tag
 	start  time.Time
 	end    time.Time
@@ -65,17 +66,20 @@ type shot struct {
 	err    error
 }
 
-// chargeFrom reads the id out of a 201 charge body.
+// chargeFrom reads the id out of a 201 charge body. It may run on any
+// goroutine, so it records an error instead of stopping the test.
 func chargeFrom(t *testing.T, e exchange) string {
 	var c chargeJSON
-	decode(t, e, &c)
+	if err := json.Unmarshal(e.body, &c); err != nil || c.ID == "" {
+		t.Errorf("%s: not a charge: %v: %s", e.describe(), err, e.body)
+	}
 	return c.ID
 }
 
 // postCharge sends one POST /v1/charges with key as its Idempotency-Key and
 // metadata tag, and checks the answer against the spec.
-func postCharge(t *testing.T, st *stack, c *http.Client, base, secret, key string, capture bool) shot {
-	s := shot{key: key, start: time.Now()}
+func postCharge(t *testing.T, st *stack, c *http.Client, base, secret, key string, capture bool) chaosShot {
+	s := chaosShot{key: key, start: time.Now()}
 	e, err := sendWith(c, http.MethodPost, base+"/v1/charges", secret, cardBody("4242424242424242", capture, 1000, key), "Idempotency-Key", key)
 	s.end = time.Now()
 	return s.answer(t, st, e, err)
@@ -85,8 +89,8 @@ func postCharge(t *testing.T, st *stack, c *http.Client, base, secret, key strin
 // request carrying an Idempotency-Key counts as replayable, and the
 // transport sends it again by itself when a reused connection breaks
 // before the answer. F2 wants to see the break.
-func postChargeOnce(t *testing.T, st *stack, c *http.Client, base, secret, key string, capture bool) shot {
-	s := shot{key: key, start: time.Now()}
+func postChargeOnce(t *testing.T, st *stack, c *http.Client, base, secret, key string, capture bool) chaosShot {
+	s := chaosShot{key: key, start: time.Now()}
 	body := cardBody("4242424242424242", capture, 1000, key)
 	req, err := http.NewRequest(http.MethodPost, base+"/v1/charges", strings.NewReader(body))
 	if err != nil {
@@ -107,7 +111,7 @@ func postChargeOnce(t *testing.T, st *stack, c *http.Client, base, secret, key s
 	return s.answer(t, st, e, err)
 }
 
-func (s shot) answer(t *testing.T, st *stack, e exchange, err error) shot {
+func (s chaosShot) answer(t *testing.T, st *stack, e exchange, err error) chaosShot {
 	if err != nil {
 		s.err = err
 		return s
@@ -120,18 +124,18 @@ func (s shot) answer(t *testing.T, st *stack, e exchange, err error) shot {
 	return s
 }
 
-// loadGen sends POST /v1/charges with fresh keys from senders goroutines,
+// chaosLoad sends POST /v1/charges with fresh keys from senders goroutines,
 // alternating the replicas, each at most one request per pace, until stop
 // is closed.
-type loadGen struct {
+type chaosLoad struct {
 	mu    sync.Mutex
-	shots []shot
+	shots []chaosShot
 	wg    sync.WaitGroup
 	stop  chan struct{}
 }
 
-func startLoad(t *testing.T, st *stack, m *whMerchant, prefix string, senders int, pace time.Duration) *loadGen {
-	g := &loadGen{stop: make(chan struct{})}
+func startChaosLoad(t *testing.T, st *stack, m *whMerchant, prefix string, senders int, pace time.Duration) *chaosLoad {
+	g := &chaosLoad{stop: make(chan struct{})}
 	var n atomic.Int64
 	for s := range senders {
 		g.wg.Go(func() {
@@ -154,7 +158,7 @@ func startLoad(t *testing.T, st *stack, m *whMerchant, prefix string, senders in
 	return g
 }
 
-func (g *loadGen) end() []shot {
+func (g *chaosLoad) end() []chaosShot {
 	close(g.stop)
 	g.wg.Wait()
 	return g.shots
@@ -225,7 +229,7 @@ func idempotencyRecords(t *testing.T, db testenv.DB, merchant string) map[string
 	return out
 }
 
-// receivedAll polls until every event of the merchant's charges has reached
+// waitDrained polls until every event of the merchant's charges has reached
 // every receiver and every charge is captured and the outbox is empty; it
 // returns when that held, failing the test after within.
 func waitDrained(t *testing.T, st *stack, m *whMerchant, rcvs []*receiver, from time.Time, within time.Duration) (time.Duration, int) {
@@ -292,7 +296,7 @@ func chaosStackOn(t *testing.T, bins binaries, db testenv.DB, redisPath, ip stri
 	opts.workerEnv = append(slices.Clone(chaosWorkerEnv), opts.workerEnv...)
 	start := time.Now()
 	st := startStackWith(t, bins, db, redisPath, spec, opts)
-	t.Logf("stack ready in %s (scale %s)", time.Since(start).Round(time.Millisecond), scale("smoke", "full"))
+	t.Logf("stack ready in %s (scale %s)", time.Since(start).Round(time.Millisecond), chaosScale("smoke", "full"))
 	m := newWebhookMerchant(t, st, &secretBag{}, ip, "chaos")
 	return st, m
 }
@@ -303,12 +307,12 @@ func chaosStackOn(t *testing.T, bins binaries, db testenv.DB, redisPath, ip stri
 func TestChaosWorkerKilled(t *testing.T) {
 	chaosParallel(t)
 	var (
-		charges  = scale(50, 500) // two events each (created, captured), to two receivers
+		charges  = chaosScale(50, 500) // two events each (created, captured), to two receivers
 		senders  = 4
-		pace     = scale(20*time.Millisecond, 10*time.Millisecond)
-		kills    = scale(2, 5)
-		every    = scale(500*time.Millisecond, 700*time.Millisecond)
-		takes    = scale(50*time.Millisecond, 200*time.Millisecond)
+		pace     = chaosScale(20*time.Millisecond, 10*time.Millisecond)
+		kills    = chaosScale(2, 5)
+		every    = chaosScale(500*time.Millisecond, 700*time.Millisecond)
+		takes    = chaosScale(50*time.Millisecond, 200*time.Millisecond)
 		drainMax = 75 * time.Second // a killed worker's tasks wait for their 30 s asynq lease
 	)
 	st, m := chaosStack(t, "127.0.0.60", stackOptions{})
@@ -321,7 +325,7 @@ func TestChaosWorkerKilled(t *testing.T) {
 
 	began := time.Now()
 	var wg sync.WaitGroup
-	shots := make([]shot, charges)
+	shots := make([]chaosShot, charges)
 	next := make(chan int)
 	for s := range senders {
 		wg.Go(func() {
@@ -396,7 +400,7 @@ func TestChaosWorkerKilled(t *testing.T) {
 func TestChaosAPIReplicaKilled(t *testing.T) {
 	chaosParallel(t)
 	var (
-		keys    = scale(60, 1000)
+		keys    = chaosScale(60, 1000)
 		senders = 8
 		killAt  = keys / 3 // answers received on replica 1 before the kill
 		retryBy = 15 * time.Second
@@ -411,7 +415,7 @@ func TestChaosAPIReplicaKilled(t *testing.T) {
 		conflicts    int // 409 idempotency_key_in_use answers while retrying
 		firstCharges = map[string]string{}
 	)
-	results := make([]shot, keys)
+	results := make([]chaosShot, keys)
 	next := make(chan int)
 	var wg sync.WaitGroup
 	for range senders {
@@ -457,9 +461,9 @@ func TestChaosAPIReplicaKilled(t *testing.T) {
 	}()
 	// A few requests are surely in flight: their bodies are half sent when
 	// the replica dies.
-	slowKeys := scale(4, 8)
+	slowKeys := chaosScale(4, 8)
 	slowCut := make(chan struct{})
-	slowResults := make([]shot, slowKeys)
+	slowResults := make([]chaosShot, slowKeys)
 	var slowWG sync.WaitGroup
 	var slowStarted sync.WaitGroup
 	for i := range slowKeys {
@@ -495,7 +499,14 @@ func TestChaosAPIReplicaKilled(t *testing.T) {
 		})
 	}
 	slowStarted.Wait()
-	<-killed
+	select {
+	case <-killed:
+	case <-time.After(2 * time.Minute):
+		mu.Lock()
+		n := answered
+		mu.Unlock()
+		t.Fatalf("%d of %d charges answered by api-1 after 2 minutes; the kill waits for %d", n, keys, killAt)
+	}
 	victim := st.apis[0]
 	if err := victim.cmd.Process.Kill(); err != nil {
 		t.Fatalf("SIGKILL api-1: %v", err)
@@ -566,7 +577,7 @@ func TestChaosAPIReplicaKilled(t *testing.T) {
 		len(results), inFlight, refused, conflicts, double, extraCalls, orphans, replayed, len(firstCharges), restart.Round(time.Millisecond))
 }
 
-func (s shot) is409() bool { return s.status == http.StatusConflict }
+func (s chaosShot) is409() bool { return s.status == http.StatusConflict }
 
 // TestChaosRedisDown is F3: the stack's Redis is stopped under load. Charges
 // are accepted (201) or refused with 503, never 500; no request leaves
@@ -575,9 +586,9 @@ func (s shot) is409() bool { return s.status == http.StatusConflict }
 func TestChaosRedisDown(t *testing.T) {
 	chaosParallel(t)
 	var (
-		outage  = scale(2*time.Second, 10*time.Second)
+		outage  = chaosScale(2*time.Second, 10*time.Second)
 		senders = 4
-		pace    = scale(80*time.Millisecond, 20*time.Millisecond)
+		pace    = chaosScale(80*time.Millisecond, 20*time.Millisecond)
 	)
 	st, m := chaosStack(t, "127.0.0.64", stackOptions{})
 	rcv := newReceiver(t, "f3", always(http.StatusOK))
@@ -587,7 +598,7 @@ func TestChaosRedisDown(t *testing.T) {
 	// A key of another merchant, seen by both replicas (so they cache it), then revoked.
 	revoked := revokedKey(t, st, pc)
 
-	load := startLoad(t, st, m, "f3", senders, pace)
+	load := startChaosLoad(t, st, m, "f3", senders, pace)
 	// The revoked key is tried on both replicas all along.
 	var probes, probeBad atomic.Int64
 	stopProbe := make(chan struct{})
@@ -643,7 +654,7 @@ func TestChaosRedisDown(t *testing.T) {
 			t.Errorf("charge %s: %d %s %v, want 201 or 503", s.key, s.status, s.code, s.err)
 		}
 	}
-	drained, lost := waitDrained(t, st, m, []*receiver{rcv}, up, scale(45*time.Second, 60*time.Second))
+	drained, lost := waitDrained(t, st, m, []*receiver{rcv}, up, chaosScale(45*time.Second, 60*time.Second))
 
 	// No partial state: a 201 has exactly its charge, anything else none.
 	rows := byTag(chargeRows(t, st.db, m.id))
@@ -681,9 +692,9 @@ func TestChaosRedisDown(t *testing.T) {
 func TestChaosPostgresRestart(t *testing.T) {
 	chaosParallel(t)
 	var (
-		outage  = scale(time.Second, 5*time.Second)
+		outage  = chaosScale(time.Second, 5*time.Second)
 		senders = 4
-		pace    = scale(80*time.Millisecond, 20*time.Millisecond)
+		pace    = chaosScale(80*time.Millisecond, 20*time.Millisecond)
 	)
 	redisPath := redisServerPath(t)
 	pg := startPostgres(t)
@@ -691,7 +702,7 @@ func TestChaosPostgresRestart(t *testing.T) {
 	db := pg.newDB(t, bins, "gatehouse_chaos")
 	st, m := chaosStackOn(t, bins, db, redisPath, "127.0.0.66", stackOptions{})
 
-	load := startLoad(t, st, m, "f4", senders, pace)
+	load := startChaosLoad(t, st, m, "f4", senders, pace)
 	time.Sleep(500 * time.Millisecond) // load before the fault
 	pg.stop(t)
 	down := time.Now()

@@ -31,16 +31,16 @@ type pgServer struct {
 	proc *process
 }
 
-// requireServices reports whether a missing service must fail the test
+// chaosServicesRequired reports whether a missing service must fail the test
 // instead of skipping it.
-func requireServices() bool {
+func chaosServicesRequired() bool {
 	return os.Getenv("GATEHOUSE_REQUIRE_SERVICES") == "1" || os.Getenv("CI") == "true"
 }
 
-// serviceUnavailable skips the test, or fails it when services are required.
-func serviceUnavailable(t *testing.T, format string, args ...any) {
+// chaosServiceMissing skips the test, or fails it when services are required.
+func chaosServiceMissing(t *testing.T, format string, args ...any) {
 	t.Helper()
-	if requireServices() {
+	if chaosServicesRequired() {
 		t.Fatalf(format, args...)
 	}
 	t.Skipf(format+" (set GATEHOUSE_REQUIRE_SERVICES=1 to fail instead)", args...)
@@ -89,7 +89,7 @@ func startPostgres(t *testing.T) *pgServer {
 	t.Helper()
 	bin, err := postgresBinDir()
 	if err != nil {
-		serviceUnavailable(t, "project-local PostgreSQL: %v", err)
+		chaosServiceMissing(t, "project-local PostgreSQL: %v", err)
 	}
 	dir, err := os.MkdirTemp("", "gatehouse-pg-")
 	if err != nil {
@@ -100,7 +100,7 @@ func startPostgres(t *testing.T) *pgServer {
 	if os.Geteuid() == 0 {
 		u, err := user.Lookup("postgres")
 		if err != nil {
-			serviceUnavailable(t, "project-local PostgreSQL: running as root and no postgres user to own the cluster: %v", err)
+			chaosServiceMissing(t, "project-local PostgreSQL: running as root and no postgres user to own the cluster: %v", err)
 		}
 		uid, _ := strconv.Atoi(u.Uid)
 		gid, _ := strconv.Atoi(u.Gid)
@@ -113,7 +113,7 @@ func startPostgres(t *testing.T) *pgServer {
 	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: p.cred}
 	initdb.Env = []string{"PATH=" + os.Getenv("PATH")}
 	if out, err := initdb.CombinedOutput(); err != nil {
-		serviceUnavailable(t, "project-local PostgreSQL: initdb: %v\n%s", err, out)
+		chaosServiceMissing(t, "project-local PostgreSQL: initdb: %v\n%s", err, out)
 	}
 	t.Cleanup(func() {
 		p.kill(t)
@@ -142,7 +142,7 @@ func (p *pgServer) start(t *testing.T) time.Time {
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
 	cmd.Stdout, cmd.Stderr = p.out, p.out
 	if err := cmd.Start(); err != nil {
-		serviceUnavailable(t, "project-local PostgreSQL: start postgres: %v", err)
+		chaosServiceMissing(t, "project-local PostgreSQL: start postgres: %v", err)
 	}
 	proc := &process{name: "postgres", cmd: cmd, out: p.out, done: make(chan struct{})}
 	go func() {
@@ -161,10 +161,10 @@ func (p *pgServer) start(t *testing.T) time.Time {
 		}
 		cancel()
 		if proc.exited() {
-			serviceUnavailable(t, "project-local PostgreSQL on port %d exited at start: %v\n%s", p.port, proc.cmd.ProcessState, p.out.tail(4<<10))
+			chaosServiceMissing(t, "project-local PostgreSQL on port %d exited at start: %v\n%s", p.port, proc.cmd.ProcessState, p.out.tail(4<<10))
 		}
 		if time.Now().After(deadline) {
-			serviceUnavailable(t, "project-local PostgreSQL on port %d does not accept connections after 30s: %v", p.port, err)
+			chaosServiceMissing(t, "project-local PostgreSQL on port %d does not accept connections after 30s: %v", p.port, err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
