@@ -78,7 +78,7 @@ var decodeSeeds = []string{
 var decodeTargets = map[string]func() any{
 	"charges.create":   func() any { return new(charges.CreateParams) },
 	"charges.capture":  func() any { return new(captureRequest) },
-	"charges.void":     func() any { return new(struct{}) },
+	"charges.void":     func() any { return new(struct{}) }, // also rotate_secret, test and retry
 	"refunds.create":   func() any { return new(refunds.CreateParams) },
 	"endpoints.create": func() any { return new(webhooks.CreateParams) },
 	"endpoints.update": func() any { return new(webhooks.UpdateParams) },
