@@ -8,8 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"golang.org/x/crypto/argon2"
+
+	"github.com/gatehouse-pay/gatehouse/internal/apperr"
 )
 
 // Argon2id parameters (OWASP's minimum for argon2id): 19 MiB, 2 passes, 1 lane.
@@ -24,16 +27,27 @@ const (
 var b64 = base64.RawStdEncoding
 
 // Hasher hashes and verifies passwords with argon2id. Each hash takes about
-// 19 MiB and 20 ms of one core, so a semaphore caps how many run at once: a
-// login flood queues instead of exhausting memory and starving other requests.
+// 19 MiB and 20 ms of one core, so a semaphore caps how many run at once, and
+// a request waits at most MaxHashWait for its turn: a login flood gets quick
+// 503s instead of a queue that grows without bound, exhausting memory and
+// starving other requests.
 type Hasher struct {
 	sem   chan struct{}
+	wait  time.Duration
 	dummy string
 }
 
+// MaxHashWait is how long a hash waits for a free slot before the request is
+// refused as unavailable.
+const MaxHashWait = time.Second
+
+// ErrBusy is returned when every hashing slot stayed taken for MaxHashWait.
+var ErrBusy = &apperr.Error{Kind: apperr.KindUnavailable, Code: apperr.CodeUnavailable,
+	Message: "Too many sign-ins are being checked right now. Please retry in a second."}
+
 // NewHasher returns a Hasher that runs at most maxConcurrent hashes at once.
 func NewHasher(maxConcurrent int) *Hasher {
-	h := &Hasher{sem: make(chan struct{}, max(1, maxConcurrent))}
+	h := &Hasher{sem: make(chan struct{}, max(1, maxConcurrent)), wait: MaxHashWait}
 	h.dummy = h.encode(make([]byte, argonSaltLen), []byte("gatehouse-dummy-password"))
 	return h
 }
@@ -42,6 +56,15 @@ func (h *Hasher) acquire(ctx context.Context) error {
 	select {
 	case h.sem <- struct{}{}:
 		return nil
+	default:
+	}
+	t := time.NewTimer(h.wait)
+	defer t.Stop()
+	select {
+	case h.sem <- struct{}{}:
+		return nil
+	case <-t.C:
+		return ErrBusy
 	case <-ctx.Done():
 		return ctx.Err()
 	}

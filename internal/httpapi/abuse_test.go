@@ -101,6 +101,15 @@ func abuseCases(r bodyRoute) []abuseCase {
 		{name: "no Content-Type", body: good, headers: []string{"Content-Type", ""}, status: 415, codes: []string{"unsupported_media_type"}},
 		{name: "malformed Content-Type", body: good, headers: []string{"Content-Type", "application/json; charset"}, status: 415, codes: []string{"unsupported_media_type"}},
 	}
+	// A duplicate name hides a second value from whatever reads the body
+	// another way (a log, a proxy, a signature): refused, at any depth.
+	if len(r.base) > 0 {
+		f := r.base[0]
+		cases = append(cases, abuseCase{name: "duplicate " + f.name, body: render(append(slices.Clone(r.base), f)),
+			status: 400, codes: []string{"parameter_invalid"}, param: f.name})
+		cases = append(cases, abuseCase{name: "duplicate in a nested object", body: render(with(r.base, "metadata", `{"a":"1","a":"2"}`)),
+			status: 400, codes: []string{"parameter_invalid"}, param: "metadata.a"})
+	}
 	if !r.emptyIsValid {
 		cases = append(cases,
 			abuseCase{name: "empty body", body: "", headers: []string{"Content-Type", "application/json"}, status: 400, codes: []string{"parameter_missing"}},
@@ -128,6 +137,7 @@ func abuseCases(r bodyRoute) []abuseCase {
 				field("1e400", "1e400", "parameter_invalid"),
 				field("escaped NUL", `"a\u0000b"`, "parameter_invalid"),
 				field("raw NUL", "\"a\x00b\"", "invalid_json"),
+				field("invalid UTF-8", "\"a\xff\xfeb\"", "invalid_json"),
 			)
 		} else {
 			cases = append(cases,

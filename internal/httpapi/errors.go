@@ -75,6 +75,9 @@ func (s *server) renderError(c *fiber.Ctx, err error) error {
 		status = http.StatusInternalServerError
 	}
 	id := requestID(c)
+	if status == http.StatusServiceUnavailable && len(c.Response().Header.Peek(fiber.HeaderRetryAfter)) == 0 {
+		c.Set(fiber.HeaderRetryAfter, "1")
+	}
 	switch {
 	case status == http.StatusServiceUnavailable && s.Draining.Load():
 		// Expected while shutting down (readiness), not worth a warning.

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gofiber/fiber/v2"
 
@@ -64,6 +65,12 @@ func decodeJSON(c *fiber.Ctx, dst any) error {
 		}
 		return errNotAnObject
 	}
+	if !utf8.Valid(body) {
+		return &apperr.Error{Kind: apperr.KindInvalid, Code: apperr.CodeInvalidJSON, Message: "Request body is not valid UTF-8."}
+	}
+	if err := checkDuplicates(body); err != nil {
+		return err
+	}
 	if err := checkFields(body, reflect.TypeOf(dst), ""); err != nil {
 		return err
 	}
@@ -76,6 +83,57 @@ func decodeJSON(c *fiber.Ctx, dst any) error {
 		return &apperr.Error{Kind: apperr.KindInvalid, Code: apperr.CodeInvalidJSON, Message: "Request body must hold exactly one JSON object."}
 	}
 	return checkNUL(reflect.ValueOf(dst), "")
+}
+
+// checkDuplicates refuses an object holding one name twice, at any depth:
+// encoding/json keeps the last value, while a log, a proxy or a signature
+// may have read the first.
+func checkDuplicates(body []byte) error {
+	type frame struct {
+		object bool
+		path   string          // of this object or array
+		seen   map[string]bool // names met in this object
+		name   string          // the name whose value comes next, "" when a name comes next
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	var stack []*frame
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil // malformed JSON: the typed decode reports it
+		}
+		var top *frame
+		if len(stack) > 0 {
+			top = stack[len(stack)-1]
+		}
+		if name, ok := tok.(string); ok && top != nil && top.object && top.name == "" {
+			if top.seen[name] {
+				param := join(top.path, name)
+				return apperr.Invalid(param, "Parameter %s appears more than once.", param)
+			}
+			top.seen[name] = true
+			top.name = name
+			continue
+		}
+		path := ""
+		if top != nil {
+			path = top.path
+			if top.object {
+				path = join(top.path, top.name)
+				top.name = "" // this token is the value
+			}
+		}
+		switch tok {
+		case json.Delim('{'):
+			stack = append(stack, &frame{object: true, path: path, seen: map[string]bool{}})
+		case json.Delim('['):
+			stack = append(stack, &frame{path: path})
+		case json.Delim('}'), json.Delim(']'):
+			if stack = stack[:len(stack)-1]; len(stack) == 0 {
+				return nil
+			}
+		}
+	}
 }
 
 func decodeError(err error) error {

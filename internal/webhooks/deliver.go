@@ -68,8 +68,10 @@ type Deliverer struct {
 	first    func(delay time.Duration)
 
 	// slots bound this process's attempts per endpoint, so one slow or
-	// hanging endpoint can hold at most perEndpoint of the worker's slots
-	// and never starves deliveries to the others.
+	// hanging endpoint can hold at most perEndpoint of the worker's slots.
+	// A delivery that finds its endpoint at the cap does not wait for a slot
+	// (it would hold one of the worker's own): it is put back at once, so
+	// several slow endpoints cannot fill the worker and delay the others.
 	mu          sync.Mutex
 	slots       map[string]chan struct{}
 	perEndpoint int
@@ -80,11 +82,12 @@ type Deliverer struct {
 // runs at once.
 const PerEndpointDefault = 10
 
-// busyRetry is how soon a delivery that found its endpoint busy for a whole
-// slotWait is tried again; it is not an attempt.
+// busyRetry is how soon a delivery that found its endpoint busy is tried
+// again; it is not an attempt.
 const busyRetry = time.Second
 
-// acquire waits up to slotWait for one of the endpoint's slots.
+// acquire takes one of the endpoint's slots, waiting up to slotWait (none
+// by default) for one to free.
 func (d *Deliverer) acquire(ctx context.Context, endpointID string) (release func(), ok bool) {
 	d.mu.Lock()
 	slot, found := d.slots[endpointID]
@@ -93,6 +96,14 @@ func (d *Deliverer) acquire(ctx context.Context, endpointID string) (release fun
 		d.slots[endpointID] = slot
 	}
 	d.mu.Unlock()
+	select {
+	case slot <- struct{}{}:
+		return func() { <-slot }, true
+	default:
+	}
+	if d.slotWait <= 0 {
+		return nil, false
+	}
 	t := time.NewTimer(d.slotWait)
 	defer t.Stop()
 	select {
@@ -112,7 +123,7 @@ func NewDeliverer(store Store, sender Sender, keys *keyring.Keyring, schedule []
 		observe = func(string, int, time.Duration) {}
 	}
 	return &Deliverer{store: store, sender: sender, keys: keys, schedule: schedule, now: now, log: log, observe: observe,
-		slots: map[string]chan struct{}{}, perEndpoint: PerEndpointDefault, slotWait: 5 * time.Second}
+		slots: map[string]chan struct{}{}, perEndpoint: PerEndpointDefault}
 }
 
 // Task is the outbox task of a delivery.
