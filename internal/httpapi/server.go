@@ -34,10 +34,11 @@ import (
 const BodyLimit = 64 << 10
 
 // readLimit is what the server reads before refusing a request outright. A
-// body between BodyLimit and readLimit is read whole and answered with a clean
-// 413; refusing it unread would reset the connection under a client still
-// sending, which then never sees the answer.
-const readLimit = 4 * BodyLimit
+// body between BodyLimit and readLimit (2 MiB) is read whole and answered
+// with a clean 413; refusing it unread would reset the connection under a
+// client still sending, which then never sees the answer. Larger bodies are
+// refused unread. The cost is bounded: at most readLimit per connection.
+const readLimit = 32 * BodyLimit
 
 // Deps are everything the API needs.
 type Deps struct {

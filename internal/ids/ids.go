@@ -30,8 +30,10 @@ func Valid(prefix, id string) bool {
 	if !ok || len(rest) != 26 {
 		return false
 	}
-	_, err := sortable.DecodeString(rest)
-	return err == nil
+	b, err := sortable.DecodeString(rest)
+	// Canonical only: the last character's padding bits must be zero, so one
+	// id has one spelling (another would decode to the same bytes).
+	return err == nil && sortable.EncodeToString(b) == rest
 }
 
 // ValidUUID reports whether id is a UUID in its canonical lower-case form.

@@ -27,10 +27,16 @@ func TestValid(t *testing.T) {
 		"mer_":                                   false,
 		"mer_" + strings.Repeat("z", 26):         false, // z is outside the alphabet
 		good + "0":                               false,
+		"we_" + strings.Repeat("0", 25) + "s":    true,
+		"we_" + strings.Repeat("0", 25) + "v":    false, // same bytes as ...s: padding bits set
 		"":                                       false,
 	}
 	for id, want := range cases {
-		if got := Valid("mer", id); got != want {
+		prefix, _, _ := strings.Cut(id, "_")
+		if prefix != "we" {
+			prefix = "mer"
+		}
+		if got := Valid(prefix, id); got != want {
 			t.Errorf("Valid(mer, %q) = %v, want %v", id, got, want)
 		}
 	}
