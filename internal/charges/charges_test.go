@@ -666,7 +666,7 @@ func TestAuthorize(t *testing.T) {
 		}
 	}
 	down := func(context.Context, providers.AuthorizeRequest) (providers.Result, error) {
-		return providers.Result{}, providers.ErrUnavailable
+		return providers.Result{}, errors.Join(providers.ErrUnavailable, providers.ErrNothingBooked)
 	}
 	cases := []struct {
 		name        string

@@ -19,13 +19,15 @@ import (
 // Transition is one conditional move of a charge: it applies only if the
 // charge is still in Before's status with Before's pending action. With it
 // go the event that announces it and the deletion of the task that did it;
-// PurgeCard drops the sealed card data.
+// PurgeCard drops the sealed card data. Then, when set, is a task the new
+// state calls for, written with it.
 type Transition struct {
 	Before    Charge
 	After     Charge
 	Event     *events.Event
 	DoneTask  string
 	PurgeCard bool
+	Then      *outbox.Task
 }
 
 // Outcome is what a provider call led to, for metrics.
@@ -79,6 +81,9 @@ func (p *Processor) apply(ctx context.Context, t Transition) error {
 		p.settled(t.After.Provider, t.After.Status)
 	}
 	if p.queue != nil {
+		if applied && t.Then != nil {
+			deliveries = append(deliveries, *t.Then)
+		}
 		for _, d := range deliveries {
 			if err := p.queue.Enqueue(ctx, d); err != nil {
 				p.log.WarnContext(ctx, "delivery not enqueued; the outbox sweeper will enqueue it", "err", err)
@@ -161,7 +166,10 @@ func (p *Processor) Authorize(ctx context.Context, id string, final bool) error 
 			return fmt.Errorf("%w: %v", ErrRetry, err)
 		}
 		p.observe(c.Provider, "authorize", OutcomeUnavailable, elapsed)
-		return p.fail(ctx, c, task, "provider_unavailable", "The provider did not answer; the charge was not made.")
+		if providers.NothingBooked(err) {
+			return p.fail(ctx, c, task, "provider_unavailable", "The provider did not answer; the charge was not made.")
+		}
+		return p.failUnknown(ctx, c, task)
 	}
 	p.observe(c.Provider, "authorize", OutcomeSucceeded, elapsed)
 	after := c
@@ -261,6 +269,27 @@ func (p *Processor) fail(ctx context.Context, c Charge, task outbox.Task, code, 
 		return err
 	}
 	return p.apply(ctx, Transition{Before: c, After: after, Event: &e, DoneTask: task.ID(), PurgeCard: true})
+}
+
+// failUnknown fails a charge whose last authorization attempt left the
+// provider's answer unknown: a timeout or a reset may have lost the answer to
+// a booked payment, and an attempt that was never sent says nothing about the
+// earlier ones. The charge fails as the contract says, and the same
+// transition writes the charge:reverse task, which releases whatever the
+// provider booked (see Reverse). The sealed card stays until then: the
+// reverse re-sends the authorization with it.
+func (p *Processor) failUnknown(ctx context.Context, c Charge, task outbox.Task) error {
+	after := c
+	after.Status = StatusFailed
+	after.FailureCode = ptr("provider_unavailable")
+	after.FailureMessage = ptr("The provider did not answer; any authorization it made is being released.")
+	after.UpdatedAt = p.stamp()
+	e, err := p.event(after, events.ChargeFailed)
+	if err != nil {
+		return err
+	}
+	return p.apply(ctx, Transition{Before: c, After: after, Event: &e, DoneTask: task.ID(),
+		Then: &outbox.Task{Type: outbox.ChargeReverse, RefID: c.ID}})
 }
 
 func (p *Processor) event(c Charge, typ string) (events.Event, error) {

@@ -27,7 +27,7 @@ import (
 )
 
 // Task types. Provider work uses the outbox task types (charge:authorize,
-// charge:capture, charge:void, refund:process).
+// charge:capture, charge:void, charge:reverse, refund:process).
 const (
 	// TypeSessionsPrune deletes sessions that expired more than a day ago.
 	TypeSessionsPrune = "sessions:prune"
@@ -80,6 +80,7 @@ func (h *Handlers) Mux() *asynq.ServeMux {
 	mux.HandleFunc(outbox.ChargeAuthorize, h.provider(h.Charges.Authorize))
 	mux.HandleFunc(outbox.ChargeCapture, h.provider(h.Charges.Capture))
 	mux.HandleFunc(outbox.ChargeVoid, h.provider(h.Charges.Void))
+	mux.HandleFunc(outbox.ChargeReverse, h.provider(h.Charges.Reverse))
 	mux.HandleFunc(outbox.RefundProcess, h.provider(h.Refunds.Process))
 	mux.HandleFunc(outbox.WebhookDeliver, h.HandleWebhookDeliver)
 	return mux

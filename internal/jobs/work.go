@@ -34,11 +34,36 @@ func queueOf(typ string) string {
 
 func isProviderTask(typ string) bool {
 	switch typ {
-	case outbox.ChargeAuthorize, outbox.ChargeCapture, outbox.ChargeVoid, outbox.RefundProcess:
+	case outbox.ChargeAuthorize, outbox.ChargeCapture, outbox.ChargeVoid, outbox.ChargeReverse, outbox.RefundProcess:
 		return true
 	}
 	return false
 }
+
+// ReverseWindow is how long a charge:reverse task keeps trying, with the
+// provider backoff, to learn and release what the provider booked: Stripe
+// keeps an idempotency key (and so the answer to the authorization) for 24 h.
+const ReverseWindow = 24 * time.Hour
+
+// ReverseAttempts is how many attempts of the provider backoff (from base,
+// capped at limit) fit in ReverseWindow: the attempts of one charge:reverse
+// task, at most maxReverseAttempts. The last one that fails is logged at error
+// level; the outbox row stays, so the sweeper starts the task again.
+func ReverseAttempts(base, limit time.Duration) int {
+	n, total := 1, time.Duration(0)
+	for total < ReverseWindow && n < maxReverseAttempts {
+		d := Backoff(n, base, limit)
+		if d <= 0 {
+			return maxReverseAttempts
+		}
+		total += d
+		n++
+	}
+	return n
+}
+
+// maxReverseAttempts bounds ReverseAttempts when the backoff is very short.
+const maxReverseAttempts = 10000
 
 // Backoff is the delay before retry n (1-based) of a provider task:
 // base * 2^(n-1), at most limit. asynq counts retries from 0, hence n+1 at
@@ -83,6 +108,12 @@ func (q *Queue) newTask(t outbox.Task, headers map[string]string) (*asynq.Task, 
 		// fails; asynq's retries only carry the schedule (see RetryIn).
 		return asynq.NewTaskWithHeaders(t.Type, body, headers, asynq.TaskID(t.ID()), asynq.Queue(queueOf(t.Type)),
 			asynq.MaxRetry(25), asynq.Timeout(q.cfg.WebhookTimeout+30*time.Second)), nil
+	}
+	if t.Type == outbox.ChargeReverse {
+		// Two provider calls: the authorization sent again, then the release.
+		return asynq.NewTaskWithHeaders(t.Type, body, headers, asynq.TaskID(t.ID()), asynq.Queue(queueOf(t.Type)),
+			asynq.MaxRetry(ReverseAttempts(q.cfg.ProviderRetryBase, q.cfg.ProviderRetryMax)-1),
+			asynq.Timeout(2*q.cfg.ProviderTimeout+30*time.Second)), nil
 	}
 	return asynq.NewTaskWithHeaders(t.Type, body, headers,
 		asynq.TaskID(t.ID()),
@@ -189,6 +220,9 @@ func (h *Handlers) provider(process func(ctx context.Context, id string, final b
 		// The worker's own PROVIDER_MAX_ATTEMPTS bounds the attempts too, even
 		// if the process that enqueued the task was configured otherwise.
 		final := retried >= maxRetry || retried+1 >= h.Config.ProviderMaxAttempts
+		if t.Type() == outbox.ChargeReverse {
+			final = retried >= maxRetry || retried+1 >= ReverseAttempts(h.Config.ProviderRetryBase, h.Config.ProviderRetryMax)
+		}
 		err := process(ctx, p.ID, final)
 		if apperr.KindOf(err) == apperr.KindNotFound {
 			return fmt.Errorf("%v: %w", err, asynq.SkipRetry)

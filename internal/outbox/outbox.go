@@ -15,12 +15,15 @@ const (
 	ChargeAuthorize = "charge:authorize"
 	ChargeCapture   = "charge:capture"
 	ChargeVoid      = "charge:void"
-	RefundProcess   = "refund:process"
-	WebhookDeliver  = "webhook:deliver"
+	// ChargeReverse releases whatever the provider may have booked for a
+	// charge that failed without knowing the provider's answer.
+	ChargeReverse  = "charge:reverse"
+	RefundProcess  = "refund:process"
+	WebhookDeliver = "webhook:deliver"
 )
 
 // Types lists every task type, for metrics that report each one.
-var Types = []string{ChargeAuthorize, ChargeCapture, ChargeVoid, RefundProcess, WebhookDeliver}
+var Types = []string{ChargeAuthorize, ChargeCapture, ChargeVoid, ChargeReverse, RefundProcess, WebhookDeliver}
 
 // Task is one unit of work about one object.
 type Task struct {

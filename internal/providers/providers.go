@@ -104,6 +104,22 @@ func AsDecline(err error) (*Decline, bool) {
 // answer in time, or its circuit breaker is open. It is always retryable.
 var ErrUnavailable = errors.New("provider unavailable")
 
+// ErrNothingBooked is in the chain of an error with which a provider vouches
+// that it holds no payment under the call's idempotency key: no call with the
+// key, this one or an earlier one, was booked. Only a provider that can read
+// its own books says so (the sandbox does, for its flaky and silent cards).
+//
+// Every other error that is not a *Decline leaves the outcome of the key
+// unknown: a timeout or a reset may have lost the answer to a booked payment,
+// and even a call that was never sent (the circuit breaker is open, the
+// connection was refused) says nothing about the earlier calls with the key,
+// which may have been booked. The breaker opens precisely after such timeouts.
+var ErrNothingBooked = errors.New("provider booked nothing under the key")
+
+// NothingBooked reports whether err proves the provider holds no payment
+// under the call's idempotency key (see ErrNothingBooked).
+func NothingBooked(err error) bool { return errors.Is(err, ErrNothingBooked) }
+
 // Registry maps provider names to providers.
 type Registry map[string]Provider
 

@@ -243,7 +243,8 @@ func (s *Store) ChargeForWork(ctx context.Context, id string) (charges.Charge, [
 }
 
 // applyTransition moves a charge if it is still where the worker found it,
-// writes the event and drops the task, in one statement.
+// writes the event, drops the task that did it and writes the task the new
+// state calls for (if any), in one statement.
 const applyTransition = `
 WITH upd AS (
 	UPDATE charges SET status = $3, amount_captured = $4, provider_reference = $5, failure_code = $6,
@@ -257,6 +258,10 @@ WITH upd AS (
 	RETURNING id, merchant_id, environment, type, created_at
 ), ob AS (
 	DELETE FROM outbox WHERE task_id = $16
+), nt AS (
+	INSERT INTO outbox (task_id, task_type, ref_id)
+	SELECT $17::text, $18::text, upd.id FROM upd WHERE $17::text IS NOT NULL
+	ON CONFLICT DO NOTHING
 )` + fanout + `
 SELECT count(*), ` + deliveriesOf + ` FROM upd`
 
@@ -268,11 +273,16 @@ func (s *Store) ApplyTransition(ctx context.Context, t charges.Transition) (bool
 	if t.Event != nil {
 		evID, evType, evBody = &t.Event.ID, &t.Event.Type, t.Event.Body
 	}
+	var thenID, thenType *string
+	if t.Then != nil {
+		id := t.Then.ID()
+		thenID, thenType = &id, &t.Then.Type
+	}
 	var n int
 	var deliveries []string
 	err := s.pool.QueryRow(ctx, applyTransition, a.ID, t.Before.Status, a.Status, a.AmountCaptured, a.ProviderReference,
 		a.FailureCode, a.FailureMessage, a.PendingAction, a.CaptureAmount, a.UpdatedAt, t.PurgeCard, t.Before.PendingAction,
-		evID, evType, evBody, t.DoneTask).Scan(&n, &deliveries)
+		evID, evType, evBody, t.DoneTask, thenID, thenType).Scan(&n, &deliveries)
 	return n == 1, deliveryTasks(deliveries), mapErr(err, "charge")
 }
 

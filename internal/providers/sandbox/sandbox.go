@@ -177,10 +177,6 @@ func newReference(prefix string) string {
 	return prefix + strings.ToLower(rand.Text())
 }
 
-func unavailable(format string, args ...any) error {
-	return fmt.Errorf("%w: sandbox: %s", providers.ErrUnavailable, fmt.Sprintf(format, args...))
-}
-
 // wait models the network round trip.
 func (p *Provider) wait(ctx context.Context) error {
 	if p.opts.Latency <= 0 {
@@ -244,7 +240,9 @@ func (p *Provider) authorization(ctx context.Context, reference string) (Record,
 // its reference again without moving money. It returns a *providers.Decline
 // for a declined or malformed request, and an error wrapping
 // providers.ErrUnavailable for the flaky and the silent test cards, an
-// expired context or a ledger failure.
+// expired context or a ledger failure. The errors of the flaky and the silent
+// cards also wrap providers.ErrNothingBooked: the sandbox read its books and
+// no call with the key was booked (neither card ever books a failed call).
 func (p *Provider) Authorize(ctx context.Context, r providers.AuthorizeRequest) (providers.Result, error) {
 	rec, err := p.call(ctx, Entry{IdempotencyKey: r.IdempotencyKey, Operation: OpAuthorize, Amount: r.Amount, Currency: r.Currency})
 	if err != nil {
@@ -268,11 +266,11 @@ func (p *Provider) Authorize(ctx context.Context, r providers.AuthorizeRequest) 
 		return providers.Result{}, declineWith(rl.code)
 	case flaky:
 		if rec.Calls <= FlakyFailures {
-			return providers.Result{}, unavailable("simulated outage on attempt %d", rec.Calls)
+			return providers.Result{}, fmt.Errorf("%w: sandbox: simulated outage on attempt %d: %w", providers.ErrUnavailable, rec.Calls, providers.ErrNothingBooked)
 		}
 	case hang:
 		<-ctx.Done()
-		return providers.Result{}, fmt.Errorf("%w: sandbox: no answer: %w", providers.ErrUnavailable, ctx.Err())
+		return providers.Result{}, fmt.Errorf("%w: sandbox: no answer: %w: %w", providers.ErrUnavailable, ctx.Err(), providers.ErrNothingBooked)
 	}
 	return p.book(ctx, r.IdempotencyKey, newReference(ChargePrefix))
 }
