@@ -100,13 +100,18 @@ type providerFault struct {
 	reset bool
 }
 
+// f5MaxAttempts is the worker's PROVIDER_MAX_ATTEMPTS in F5.
+const f5MaxAttempts = 4
+
 var providerFaults = []providerFault{
 	{1100, "no fault", 0, false, false},
 	{1101, "timeout after the provider booked it, once", 1, true, false},
 	{1102, "timeout after the provider booked it, twice", 2, true, false},
 	{1103, "reset after the provider booked it, once", 1, true, true},
 	{1104, "reset before the request reached the provider, twice", 2, false, true},
-	{1105, everyAttempt, -1, true, false},
+	// Every attempt of the authorization task; the provider answers again
+	// afterwards, when the charge:reverse task sends the request again.
+	{1105, everyAttempt, f5MaxAttempts, true, false},
 }
 
 // authCall is what the proxy saw of one idempotency key of POST /v1/payment_intents.
@@ -119,18 +124,21 @@ type authCall struct {
 
 // providerProxy sits between the worker's Stripe adapter and stripe-mock and
 // injects the faults of providerFaults into authorizations (POST
-// /v1/payment_intents); it records every idempotency key.
+// /v1/payment_intents); it records every idempotency key, and the keys of
+// the releases (refunds, and cancellations of payment intents) the provider
+// answered with 2xx.
 type providerProxy struct {
 	srv      *httptest.Server
 	upstream string
 	hold     time.Duration
 	mu       sync.Mutex
 	keys     map[string]*authCall
+	released map[string]int
 }
 
 func newProviderProxy(t *testing.T, upstream string, hold time.Duration) *providerProxy {
 	t.Helper()
-	p := &providerProxy{upstream: upstream, hold: hold, keys: map[string]*authCall{}}
+	p := &providerProxy{upstream: upstream, hold: hold, keys: map[string]*authCall{}, released: map[string]int{}}
 	client := &http.Client{Timeout: 30 * time.Second}
 	p.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
@@ -183,6 +191,13 @@ func newProviderProxy(t *testing.T, upstream string, hold time.Duration) *provid
 			call.booked++
 			p.mu.Unlock()
 		}
+		release := r.Method == http.MethodPost && (r.URL.Path == "/v1/refunds" ||
+			strings.HasPrefix(r.URL.Path, "/v1/payment_intents/") && strings.HasSuffix(r.URL.Path, "/cancel"))
+		if release && res.StatusCode/100 == 2 {
+			p.mu.Lock()
+			p.released[key]++
+			p.mu.Unlock()
+		}
 		if fault.name != "" {
 			if fault.reset {
 				reset()
@@ -206,6 +221,17 @@ func newProviderProxy(t *testing.T, upstream string, hold time.Duration) *provid
 	return p
 }
 
+// releasedKeys returns how many releases the provider answered 2xx, by idempotency key.
+func (p *providerProxy) releasedKeys() map[string]int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make(map[string]int, len(p.released))
+	for k, v := range p.released {
+		out[k] = v
+	}
+	return out
+}
+
 func (p *providerProxy) snapshot() map[string]authCall {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -220,18 +246,17 @@ func (p *providerProxy) snapshot() map[string]authCall {
 // provider booked their payment on the first.
 const everyAttempt = "timeout after the provider booked it, every attempt"
 
-// failedAfterBookingFixed: charges.Processor.Authorize fails a charge
-// provider_unavailable ("the charge was not made") when its last attempt
-// times out, although an earlier (or that) call may have been booked by the
-// provider, and nothing voids the payment. Until that is fixed the test
-// expects the violation for everyAttempt, reports it in the figures and
-// fails if it is gone; every other fault must be free of it.
-const failedAfterBookingFixed = false
+// failedAfterBookingFixed: a charge whose last authorization attempt times
+// out fails provider_unavailable, although the provider may have booked the
+// payment; the charge:reverse task written with the failure releases it
+// (refund or void under gh_<charge>_reverse). With it false the test expected
+// such payments to stay taken.
+const failedAfterBookingFixed = true
 
 // TestChaosProviderFaults is F5: provider calls time out or are reset, before
 // and after the provider booked the payment. No charge is charged twice (one
-// provider key per charge, so the provider books at most once), and no charge
-// ends failed while the provider holds a payment for it.
+// provider key per charge, so the provider books at most once), and every
+// payment the provider booked for a charge that ended failed is released.
 func TestChaosProviderFaults(t *testing.T) {
 	chaosParallel(t)
 	const (
@@ -239,7 +264,7 @@ func TestChaosProviderFaults(t *testing.T) {
 		// it: a timeout that is not injected would make a fault scenario
 		// run out of attempts.
 		timeout     = 1500 * time.Millisecond
-		maxAttempts = 4
+		maxAttempts = f5MaxAttempts
 	)
 	perFault := chaosScale(3, 30)
 	mock := startStripeMockProcess(t)
@@ -279,14 +304,31 @@ func TestChaosProviderFaults(t *testing.T) {
 	}
 	final, _ := m.waitCharges(t, ids, func(_, s string) bool { return s == "captured" || s == "failed" }, 90*time.Second)
 
+	// A failed charge's charge:reverse task runs after the failure: wait
+	// until no reverse is left in the outbox (bounded), then count.
+	reverseStart := time.Now()
+	for deadline := time.Now().Add(90 * time.Second); ; {
+		n := queryInt(t, st.db, `SELECT count(*) FROM outbox WHERE task_type = 'charge:reverse'`)
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("charge:reverse tasks left in the outbox after 90s: %d", n)
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	reverseTook := time.Since(reverseStart)
+
 	calls := proxy.snapshot()
+	releases := proxy.releasedKeys()
 	ledger := map[string]chargeRow{}
 	for _, r := range chargeRows(t, st.db, m.id) {
 		ledger[r.ID] = r
 	}
-	type tally struct{ captured, failed, failedBooked, calls int }
+	type tally struct{ captured, failed, failedBooked, released, calls int }
 	per := map[string]*tally{}
-	double, failedBooked, capturedUnbooked := 0, 0, 0
+	double, failedBooked, unreleased, capturedUnbooked := 0, 0, 0, 0
 	for _, c := range charges {
 		tl := per[c.fault]
 		if tl == nil {
@@ -294,7 +336,7 @@ func TestChaosProviderFaults(t *testing.T) {
 			per[c.fault] = tl
 		}
 		status := final[c.id].Status
-		var booked bool
+		var booked, released bool
 		switch c.provider {
 		case "stripe":
 			// Every authorization request of this charge used one key.
@@ -311,9 +353,11 @@ func TestChaosProviderFaults(t *testing.T) {
 				t.Errorf("charge %s (%s): provider keys %v, want only %s", c.id, c.fault, keys, want)
 			}
 			booked = calls[want].booked > 0
+			released = releases["gh_"+c.id+"_reverse"] > 0
 		case "sandbox":
 			booked = ledger[c.id].Booked
 			tl.calls += int(ledger[c.id].Calls)
+			released = queryInt(t, st.db, `SELECT count(*) FROM sandbox_ledger WHERE idempotency_key = $1 AND reference IS NOT NULL`, "gh_"+c.id+"_reverse") > 0
 		}
 		switch status {
 		case "captured":
@@ -327,21 +371,35 @@ func TestChaosProviderFaults(t *testing.T) {
 			if booked {
 				tl.failedBooked++
 				failedBooked++
+				if released {
+					tl.released++
+					continue
+				}
+				unreleased++
 				if !failedAfterBookingFixed && c.fault == everyAttempt {
 					continue // the known violation, checked below
 				}
-				t.Errorf("charge %s (%s): failed (%s), but the provider booked a payment for it: the customer is charged for a failed charge",
+				t.Errorf("charge %s (%s): failed (%s), but the provider booked a payment for it and it was never released: the customer is charged for a failed charge",
 					c.id, c.fault, chaosDeref(final[c.id].FailureCode))
 			}
+		default:
+			t.Errorf("charge %s (%s): status %s", c.id, c.fault, status)
+		}
+		if released && status != "failed" {
+			t.Errorf("charge %s (%s): %s, but its payment was released", c.id, c.fault, status)
 		}
 	}
 	if tl := per[everyAttempt]; !failedAfterBookingFixed {
-		if tl.failedBooked == 0 {
-			t.Errorf("%s: no charge failed with a booked payment: the violation is fixed, set failedAfterBookingFixed", everyAttempt)
+		if tl.failedBooked-tl.released == 0 {
+			t.Errorf("%s: no charge failed with a payment left booked: the violation is fixed, set failedAfterBookingFixed", everyAttempt)
 		} else {
 			t.Logf("KNOWN VIOLATION (failedAfterBookingFixed = false): %s: %d of %d charges failed provider_unavailable although the provider booked their payment",
-				everyAttempt, tl.failedBooked, perFault)
+				everyAttempt, tl.failedBooked-tl.released, perFault)
 		}
+	} else if tl.failedBooked == 0 {
+		// The scenario must still exercise the release: the provider booked
+		// these payments before every attempt timed out.
+		t.Errorf("%s: no charge failed with a booked payment: the scenario no longer tests the release", everyAttempt)
 	}
 	for _, f := range providerFaults {
 		if f.faults >= 0 && f.faults < maxAttempts && per[f.name].captured != perFault {
@@ -350,10 +408,11 @@ func TestChaosProviderFaults(t *testing.T) {
 	}
 	for _, f := range append(providerFaults, providerFault{name: sandboxCases["4000000000000606"]}, providerFault{name: sandboxCases["4000000000000507"]}) {
 		tl := per[f.name]
-		t.Logf("F5 %s: %d charges, captured %d, failed %d, failed with a booked payment %d, provider calls %d", f.name, perFault, tl.captured, tl.failed, tl.failedBooked, tl.calls)
+		t.Logf("F5 %s: %d charges, captured %d, failed %d, failed with a booked payment %d (released %d), provider calls %d",
+			f.name, perFault, tl.captured, tl.failed, tl.failedBooked, tl.released, tl.calls)
 	}
-	t.Logf("F5 figures: charges %d, double charges %d, failed while the provider booked a payment %d, captured without a payment %d",
-		len(charges), double, failedBooked, capturedUnbooked)
+	t.Logf("F5 figures: charges %d, double charges %d, failed while the provider booked a payment %d, released %d, left booked %d, captured without a payment %d; reverses drained %s after the last charge settled",
+		len(charges), double, failedBooked, failedBooked-unreleased, unreleased, capturedUnbooked, reverseTook.Round(time.Millisecond))
 }
 
 func chaosDeref(s *string) string {
