@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"net/url"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -121,6 +122,9 @@ type Config struct {
 	JWTIssuer   string
 	JWTAudience string
 }
+
+// DefaultMaxConcurrentHashes is half of GOMAXPROCS, at least 1.
+func DefaultMaxConcurrentHashes() int { return max(1, runtime.GOMAXPROCS(0)/2) }
 
 // Needs says which settings a command cannot run without.
 type Needs struct {
@@ -303,7 +307,10 @@ func Load(getenv func(string) string, needs Needs) (Config, error) {
 	c.RateLimitLogin = limit("RATE_LIMIT_LOGIN", "10/5m")
 	c.RateLimitDefault = limit("RATE_LIMIT_DEFAULT", "500/1m")
 
-	n, err := strconv.Atoi(get("MAX_CONCURRENT_HASHES", "2"))
+	// By default hashing may take half the CPUs the process has (GOMAXPROCS
+	// follows the container's CPU limit), so a login flood leaves the other
+	// half to payments.
+	n, err := strconv.Atoi(get("MAX_CONCURRENT_HASHES", strconv.Itoa(DefaultMaxConcurrentHashes())))
 	if err != nil || n < 1 {
 		bad("MAX_CONCURRENT_HASHES", "must be a positive integer")
 	}
