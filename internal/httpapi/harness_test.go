@@ -73,7 +73,10 @@ func newHarness(t *testing.T, mutateEnv func(map[string]string)) *harness {
 	cfg := testConfig(t, mutateEnv)
 	db := testenv.NewDB(t)
 	testenv.NewRedis(t, testenv.RedisDBHTTPAPI) // flushes the DB index
-	rdb, err := cache.NewClient(testenv.RedisURLFor(testenv.RedisDBHTTPAPI))
+	// go-redis' default timeouts rather than the API's 500 ms: on a loaded
+	// test machine a slow answer would switch the limiter to its local
+	// fallback and make exact rate-limit counts flaky.
+	rdb, err := cache.DialQueue(testenv.RedisURLFor(testenv.RedisDBHTTPAPI), "single")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -236,7 +236,11 @@ func failure(where string, err error, ctx, parent context.Context, timeout time.
 	if errors.As(err, &ue) {
 		err = ue.Err // url.Error repeats the full URL
 	}
-	if parent.Err() == nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+	// The transport's own timers (response headers) run out at the same
+	// moment as ctx and may fire first: a timeout either way.
+	var ne net.Error
+	timedOut := errors.Is(ctx.Err(), context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
+	if parent.Err() == nil && timedOut {
 		return fmt.Errorf("webhook POST %s: %w (%s)", where, ErrTimeout, timeout)
 	}
 	return fmt.Errorf("webhook POST %s: %w", where, err)
