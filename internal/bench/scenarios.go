@@ -15,6 +15,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/gatehouse-pay/gatehouse/internal/config"
 )
 
 // The load scenarios of RELIABILITY.md beyond L1 (the charge steps), and the
@@ -431,7 +433,7 @@ func (e *environment) runLogin(ctx context.Context) *loginResult {
 	r := &loginResult{ChargeRate: e.o.chargeRate, LoginRate: e.o.loginRate, Step: e.o.loginStep, Reps: e.o.loginReps, Logins: map[int]int{}}
 	r.MaxHashes = os.Getenv("MAX_CONCURRENT_HASHES")
 	if r.MaxHashes == "" {
-		r.MaxHashes = "2 (the default)"
+		r.MaxHashes = strconv.Itoa(config.DefaultMaxConcurrentHashes()) + " (the default: half the CPUs)"
 	}
 	hc := newHTTPClient(256, e.o.timeout)
 	defer hc.CloseIdleConnections()
