@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gatehouse-pay/gatehouse/internal/apperr"
@@ -69,14 +70,22 @@ type Deliverer struct {
 
 	// slots bound this process's attempts per endpoint, so one slow or
 	// hanging endpoint can hold at most perEndpoint of the worker's slots.
-	// A delivery that finds its endpoint at the cap does not wait for a slot
-	// (it would hold one of the worker's own): it is put back at once, so
+	// A delivery that finds its endpoint at the cap waits up to slotWait for
+	// a slot, keeping a busy endpoint's pipe full, but only while fewer than
+	// maxWaiting deliveries wait in the whole process: waiting holds one of
+	// the worker's own slots, so beyond that it is put back at once and
 	// several slow endpoints cannot fill the worker and delay the others.
 	mu          sync.Mutex
 	slots       map[string]chan struct{}
 	perEndpoint int
 	slotWait    time.Duration
+	waiting     atomic.Int32
+	maxWaiting  int32
 }
+
+// maxWaitingDefault is how many deliveries may wait for an endpoint slot at
+// once in one worker process (of its 50 task slots).
+const maxWaitingDefault = 4
 
 // PerEndpointDefault is how many attempts to one endpoint a worker process
 // runs at once.
@@ -86,8 +95,8 @@ const PerEndpointDefault = 10
 // again; it is not an attempt.
 const busyRetry = time.Second
 
-// acquire takes one of the endpoint's slots, waiting up to slotWait (none
-// by default) for one to free.
+// acquire takes one of the endpoint's slots, waiting up to slotWait for one
+// to free when fewer than maxWaiting deliveries are waiting already.
 func (d *Deliverer) acquire(ctx context.Context, endpointID string) (release func(), ok bool) {
 	d.mu.Lock()
 	slot, found := d.slots[endpointID]
@@ -102,6 +111,10 @@ func (d *Deliverer) acquire(ctx context.Context, endpointID string) (release fun
 	default:
 	}
 	if d.slotWait <= 0 {
+		return nil, false
+	}
+	defer d.waiting.Add(-1)
+	if d.waiting.Add(1) > d.maxWaiting {
 		return nil, false
 	}
 	t := time.NewTimer(d.slotWait)
@@ -123,7 +136,7 @@ func NewDeliverer(store Store, sender Sender, keys *keyring.Keyring, schedule []
 		observe = func(string, int, time.Duration) {}
 	}
 	return &Deliverer{store: store, sender: sender, keys: keys, schedule: schedule, now: now, log: log, observe: observe,
-		slots: map[string]chan struct{}{}, perEndpoint: PerEndpointDefault}
+		slots: map[string]chan struct{}{}, perEndpoint: PerEndpointDefault, slotWait: time.Second, maxWaiting: maxWaitingDefault}
 }
 
 // Task is the outbox task of a delivery.
