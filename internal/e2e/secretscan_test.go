@@ -39,6 +39,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/gatehouse-pay/gatehouse/internal/charges"
 )
 
 var (
@@ -55,22 +57,6 @@ type secretHit struct {
 }
 
 func (h secretHit) String() string { return h.kind + " " + h.redacted + " in " + h.where }
-
-// luhn reports whether the digits pass the Luhn check.
-func luhn(digits string) bool {
-	sum, double := 0, false
-	for i := len(digits) - 1; i >= 0; i-- {
-		d := int(digits[i] - '0')
-		if double {
-			if d *= 2; d > 9 {
-				d -= 9
-			}
-		}
-		sum += d
-		double = !double
-	}
-	return sum%10 == 0
-}
 
 // knownIIN reports whether the digits start like a card of a major network.
 func knownIIN(d string) bool {
@@ -110,7 +96,7 @@ func cardNumbers(data []byte) []string {
 			}
 		}
 		d := string(digits)
-		if len(d) < 13 || len(d) > 19 || !luhn(d) || !knownIIN(d) {
+		if len(d) < 13 || len(d) > 19 || !charges.Luhn(d) || !knownIIN(d) {
 			continue
 		}
 		out = append(out, fmt.Sprintf("%s... (%d digits)", d[:4], len(d)))
