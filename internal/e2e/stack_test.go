@@ -432,6 +432,21 @@ func (w *workerSlot) current() *process {
 	return w.proc
 }
 
+// newStack starts a stack with opts on a fresh database, its own Redis and
+// the built binaries, every response checked against api/openapi.yaml, and
+// logs how long the start took; what names what the test is about.
+func newStack(t *testing.T, opts stackOptions, what string) *stack {
+	t.Helper()
+	redisPath := redisServerPath(t)
+	db := testenv.NewDB(t)
+	bins := buildBinaries(t)
+	spec := testenv.LoadSpec(t)
+	start := time.Now()
+	st := startStackWith(t, bins, db, redisPath, spec, opts)
+	t.Logf("stack ready in %s (build %s); %s", time.Since(start).Round(time.Millisecond), buildTook.Round(time.Millisecond), what)
+	return st
+}
+
 // startStack starts Redis and the binaries on db; t.Cleanup stops them in
 // reverse order (the binaries first, with the SIGTERM check, then Redis).
 func startStack(t *testing.T, bins binaries, db testenv.DB, redisPath string, spec *testenv.Spec) *stack {
