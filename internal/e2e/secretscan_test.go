@@ -89,6 +89,12 @@ func cardNumbers(data []byte) []string {
 		if start > 0 && isWordByte(data[start-1]) || end < len(data) && isWordByte(data[end]) {
 			continue
 		}
+		// Digit groups of a dash-joined token, such as the first three groups
+		// of a UUID whose fourth group starts with a letter, are not a card.
+		if start > 1 && data[start-1] == '-' && isWordByte(data[start-2]) ||
+			end+1 < len(data) && data[end] == '-' && isWordByte(data[end+1]) {
+			continue
+		}
 		digits := make([]byte, 0, end-start)
 		for _, b := range data[start:end] {
 			if '0' <= b && b <= '9' {
@@ -332,6 +338,7 @@ func TestSecretScanner(t *testing.T) {
 		{"uuid v7", "0190f4b6-3c2a-7d4e-8f00-000000000001 01a201a2-ab92-7021-8412-345678901234"},
 		{"uuid all digits", "12345678-1234-4123-8123-123456789012"},
 		{"uuid v4", "42424242-4242-4242-9242-424242424242"},
+		{"uuid v4 with a Luhn-valid head", `"request_id":"41234567-4711-4120-a123-123456789abc"`},
 		{"timestamps", `2026-11-22T05:02:46.036Z 2026-11-22 05:02:46.036+00 1763788966036 1763788966036000000 ts=1763788966`},
 		{"prefixed ids", "mer_06h038l52hrq56uotce84nmmn8 key_06h038rautv058n4blr5p4j648 we_4242424242424242424242abcd"},
 		{"last4 and fingerprint", `"last4":"4242","fingerprint":"779031aae643b39467074b5260b3837f"`},
