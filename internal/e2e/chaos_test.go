@@ -795,19 +795,8 @@ func TestChaosPostgresRestart(t *testing.T) {
 // replicas (so that they cache it) and revokes it; every replica refuses it.
 func revokedKey(t *testing.T, st *stack, c *http.Client) apiKey {
 	t.Helper()
-	email := "revoked-" + randomHex(t, 6) + "@example.com"
-	password := "correct horse " + randomHex(t, 8)
-	st.createMerchant(t, email, password, "Chaos revoked")
-	login := st.do(t, c, http.MethodPost, st.replicas[0]+"/v1/auth/login", "", fmt.Sprintf(`{"email":%q,"password":%q}`, email, password))
-	mustExpect(t, login, http.StatusOK, "")
-	var session struct {
-		Token string `json:"token"`
-	}
-	decode(t, login, &session)
-	e := st.do(t, c, http.MethodPost, st.replicas[1]+"/v1/me/api_keys", session.Token, `{"name":"revoked"}`)
-	mustExpect(t, e, http.StatusCreated, "")
-	var k apiKey
-	decode(t, e, &k)
+	_, token := st.signUp(t, c, "revoked", "Chaos revoked")
+	k := st.newKey(t, c, token, "revoked")
 	for _, base := range st.replicas {
 		mustExpect(t, st.do(t, c, http.MethodGet, base+"/v1/me", k.SecretKey, ""), http.StatusOK, "")
 	}

@@ -335,24 +335,9 @@ func TestChargesEndToEnd(t *testing.T) {
 	began := time.Now()
 	st := newStack(t, stackOptions{env: chargesStackEnv, workerEnv: chargesWorkerEnv}, "charges")
 
-	email := "charges-" + randomHex(t, 6) + "@example.com"
-	password := "correct horse " + randomHex(t, 8)
-	st.createMerchant(t, email, password, "Charges Merchant")
 	setup := newClient(t, "127.0.0.20")
-	login := st.do(t, setup, http.MethodPost, st.replicas[0]+"/v1/auth/login", "", fmt.Sprintf(`{"email":%q,"password":%q}`, email, password))
-	mustExpect(t, login, http.StatusOK, "")
-	var session struct {
-		Token string `json:"token"`
-	}
-	decode(t, login, &session)
-	newKey := func(name string) string {
-		e := st.do(t, setup, http.MethodPost, st.replicas[1]+"/v1/me/api_keys", session.Token, fmt.Sprintf(`{"name":%q}`, name))
-		mustExpect(t, e, http.StatusCreated, "")
-		var k apiKey
-		decode(t, e, &k)
-		return k.SecretKey
-	}
-	key, faultKey := newKey("charges"), newKey("fault")
+	_, token := st.signUp(t, setup, "charges", "Charges Merchant")
+	key, faultKey := st.newKey(t, setup, token, "charges").SecretKey, st.newKey(t, setup, token, "fault").SecretKey
 
 	t.Run("a_lifecycle_of_every_sandbox_card", func(t *testing.T) {
 		p := &payments{st: st, c: newClient(t, "127.0.0.21"), key: key}

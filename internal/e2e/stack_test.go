@@ -614,6 +614,33 @@ func (s *stack) do(t *testing.T, c *http.Client, method, url, token, body string
 }
 
 // createMerchant runs `api merchant create` and returns the new merchant's id.
+// signUp creates a merchant named name with a random email and password,
+// logs in on replica 1 through c, and returns the merchant id and the
+// session token.
+func (s *stack) signUp(t *testing.T, c *http.Client, label, name string) (merchantID, token string) {
+	t.Helper()
+	email := label + "-" + randomHex(t, 6) + "@example.com"
+	password := "correct horse " + randomHex(t, 8)
+	merchantID = s.createMerchant(t, email, password, name)
+	login := s.do(t, c, http.MethodPost, s.replicas[0]+"/v1/auth/login", "", fmt.Sprintf(`{"email":%q,"password":%q}`, email, password))
+	mustExpect(t, login, http.StatusOK, "")
+	var session struct {
+		Token string `json:"token"`
+	}
+	decode(t, login, &session)
+	return merchantID, session.Token
+}
+
+// newKey creates an API key named name with the session token on replica 2.
+func (s *stack) newKey(t *testing.T, c *http.Client, token, name string) apiKey {
+	t.Helper()
+	e := s.do(t, c, http.MethodPost, s.replicas[1]+"/v1/me/api_keys", token, fmt.Sprintf(`{"name":%q}`, name))
+	mustExpect(t, e, http.StatusCreated, "")
+	var k apiKey
+	decode(t, e, &k)
+	return k
+}
+
 func (s *stack) createMerchant(t *testing.T, email, password, name string) string {
 	t.Helper()
 	cmd := exec.Command(s.bins.api, "merchant", "create", "--email", email, "--password", password, "--name", name)

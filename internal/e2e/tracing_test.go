@@ -226,20 +226,9 @@ func TestTracingEndToEnd(t *testing.T) {
 	}})
 	base := st.replicas[0]
 
-	email := "tracing-" + randomHex(t, 6) + "@example.com"
-	password := "correct horse " + randomHex(t, 8)
-	st.createMerchant(t, email, password, "Tracing Merchant")
 	c := newClient(t, "127.0.0.30")
-	login := st.do(t, c, http.MethodPost, base+"/v1/auth/login", "", fmt.Sprintf(`{"email":%q,"password":%q}`, email, password))
-	mustExpect(t, login, http.StatusOK, "")
-	var session struct {
-		Token string `json:"token"`
-	}
-	decode(t, login, &session)
-	e := st.do(t, c, http.MethodPost, base+"/v1/me/api_keys", session.Token, `{"name":"tracing"}`)
-	mustExpect(t, e, http.StatusCreated, "")
-	var key apiKey
-	decode(t, e, &key)
+	_, token := st.signUp(t, c, "tracing", "Tracing Merchant")
+	key := st.newKey(t, c, token, "tracing")
 
 	// The caller's trace: the API's span must continue it.
 	chargeTrace, callerSpan := randomHex(t, 16), randomHex(t, 8)

@@ -219,20 +219,9 @@ func (b *secretBag) all() []string {
 // merchant talks to the stack from client address ip.
 func newWebhookMerchant(t *testing.T, st *stack, bag *secretBag, ip, name string) *whMerchant {
 	t.Helper()
-	email := name + "-" + randomHex(t, 6) + "@example.com"
-	password := "correct horse " + randomHex(t, 8)
-	id := st.createMerchant(t, email, password, "Webhooks "+name)
 	c := newClient(t, ip)
-	login := st.do(t, c, http.MethodPost, st.replicas[0]+"/v1/auth/login", "", fmt.Sprintf(`{"email":%q,"password":%q}`, email, password))
-	mustExpect(t, login, http.StatusOK, "")
-	var session struct {
-		Token string `json:"token"`
-	}
-	decode(t, login, &session)
-	e := st.do(t, c, http.MethodPost, st.replicas[1]+"/v1/me/api_keys", session.Token, `{"name":"webhooks"}`)
-	mustExpect(t, e, http.StatusCreated, "")
-	var k apiKey
-	decode(t, e, &k)
+	id, token := st.signUp(t, c, name, "Webhooks "+name)
+	k := st.newKey(t, c, token, "webhooks")
 	return &whMerchant{payments: &payments{st: st, c: c, key: k.SecretKey}, id: id, secrets: bag}
 }
 
