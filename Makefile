@@ -23,19 +23,21 @@ PKG       ?= ./...
 TEST_FLAGS ?=
 BENCH     ?= .
 OPENAPI   := api/openapi.yaml
-REDOCLY   := npx --yes @redocly/cli@2.77.0
+REDOCLY_VERSION := 2.77.0
 
-# Services for the test suite. Tests FAIL (they do not skip) when these are
-# unreachable, because GATEHOUSE_REQUIRE_SERVICES=1 is set for `make test`.
-TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
-TEST_REDIS_URL    ?= redis://127.0.0.1:6379
-export TEST_DATABASE_URL TEST_REDIS_URL
+# `make test` and `make chaos` run inside deploy/local/testenv.sh: it installs the
+# pinned tools the tests run (deploy/local/tools.sh: promtool, prometheus,
+# kustomize, stripe-mock, redocly, the signature verifiers) into bin/tools and
+# finds or starts PostgreSQL and Redis (TEST_DATABASE_URL / TEST_REDIS_URL when
+# set). Tests FAIL (they do not skip) when a service or tool is missing, because
+# GATEHOUSE_REQUIRE_SERVICES=1 is set there.
+TESTENV := bash deploy/local/testenv.sh
 
 # Keep the OpenAPI linter quiet and offline apart from the package download.
 export REDOCLY_TELEMETRY := off
 export REDOCLY_SUPPRESS_UPDATE_NOTICE := true
 
-.PHONY: help build run test bench lint fmt fmt-check vet openapi-lint clean
+.PHONY: help build run test tools bench lint fmt fmt-check vet openapi-lint clean
 
 help: ## Show the available targets
 	@echo 'Gatehouse: make <target>'
@@ -53,9 +55,16 @@ build: ## Build bin/api and bin/worker
 run: ## Build and run api + worker locally with Postgres/Redis (deploy/local/run.sh)
 	@bash deploy/local/run.sh
 
-test: vet ## go vet, OpenAPI lint, then the whole test suite with -race against real Postgres/Redis
-	@$(MAKE) --no-print-directory openapi-lint OPENAPI_LINT_OPTIONAL=$(if $(filter true,$(CI)),,1)
+test: ## Install the test tools if missing, start Postgres/Redis if needed; go vet, OpenAPI lint, every test with -race
+	@$(TESTENV) $(MAKE) --no-print-directory test-in-env
+
+# test-in-env is `make test` once deploy/local/testenv.sh has set things up.
+.PHONY: test-in-env
+test-in-env: vet openapi-lint
 	GATEHOUSE_REQUIRE_SERVICES=1 $(GO) test -race -count=1 -timeout 20m $(TEST_FLAGS) $(PKG)
+
+tools: ## Install the pinned tools the tests run into bin/tools (make test does this itself)
+	@bash deploy/local/tools.sh install
 
 # BENCH_FLAGS passes flags to the load harness, e.g. BENCH_FLAGS='-perf -step 10s'
 # (bin/bench -h lists them). docs/BENCHMARKS.md explains the method. The harness
@@ -71,7 +80,7 @@ bench: build ## Load-test POST /v1/charges next to a floor program (writes docs/
 # `make test` runs the same tests at smoke scale. docs/reliability.md has the method.
 .PHONY: chaos
 chaos: ## Fault tests at full scale: worker/API kill -9, Redis and PostgreSQL outages, provider timeouts
-	GATEHOUSE_REQUIRE_SERVICES=1 GATEHOUSE_CHAOS=full $(GO) test -count=1 -run '^TestChaos' -timeout 45m -v ./internal/e2e
+	@$(TESTENV) env GATEHOUSE_REQUIRE_SERVICES=1 GATEHOUSE_CHAOS=full $(GO) test -count=1 -run '^TestChaos' -timeout 45m -v ./internal/e2e
 
 # FUZZTIME bounds each fuzz target's run, e.g. make fuzz FUZZTIME=5m.
 FUZZTIME ?= 30s
@@ -103,22 +112,20 @@ fmt-check: ## Fail if any Go file is not gofmt-formatted
 vet: ## go vet ./...
 	$(GO) vet ./...
 
-# OPENAPI_LINT_OPTIONAL=1 turns a missing npx into a warning (make test outside CI).
-# A missing api/openapi.yaml is always an error: the spec is part of the product.
-openapi-lint: ## Lint api/openapi.yaml with Redocly CLI (needs Node.js/npx)
+# The pinned Redocly CLI of bin/tools (make tools), or the same version through npx.
+openapi-lint: ## Lint api/openapi.yaml with Redocly CLI (needs Node.js)
 	@if [ ! -f $(OPENAPI) ]; then \
 		echo "openapi-lint: $(OPENAPI) is missing" >&2; exit 1; \
 	fi; \
-	if ! command -v npx >/dev/null 2>&1; then \
-		if [ -n "$(OPENAPI_LINT_OPTIONAL)" ]; then \
-			echo "WARNING: npx not found, skipping the OpenAPI lint of $(OPENAPI) (install Node.js: apt-get install nodejs npm / brew install node)" >&2; \
-			exit 0; \
-		fi; \
-		echo "openapi-lint: npx not found; install Node.js >= 20.19 (apt-get install nodejs npm / brew install node)" >&2; \
-		exit 1; \
+	if [ -x $(BIN_DIR)/tools/redocly ]; then \
+		redocly=($(BIN_DIR)/tools/redocly); \
+	elif command -v npx >/dev/null 2>&1; then \
+		redocly=(npx --yes @redocly/cli@$(REDOCLY_VERSION)); \
+	else \
+		echo "openapi-lint: needs Node.js >= 20 with npm (apt-get install nodejs npm / brew install node), or make tools" >&2; exit 1; \
 	fi; \
-	echo "$(REDOCLY) lint $(OPENAPI)"; \
-	$(REDOCLY) lint $(OPENAPI)
+	echo "$${redocly[*]} lint $(OPENAPI)"; \
+	"$${redocly[@]}" lint $(OPENAPI)
 
-clean: ## Remove build and test outputs (bin/, coverage.out); leaves .dev/ alone
+clean: ## Remove build and test outputs (bin/, coverage.out); leaves .dev/ and the tool cache alone
 	rm -rf $(BIN_DIR) coverage.out

@@ -1,11 +1,12 @@
 // Package k8s_test checks the deployment files of Gatehouse: the kustomize
-// base and overlays in this directory (rendered with `kubectl kustomize` and
+// base and overlays in this directory (rendered with `kustomize build` and
 // decoded strictly into the Kubernetes and Prometheus Operator types), the
 // alert rules (promtool), docker-compose.yml, its Prometheus and Grafana
 // files, and the Dockerfile.
 //
-// kubectl (or kustomize) and promtool are required when CI=true or
+// kustomize (or kubectl) and promtool are required when CI=true or
 // GATEHOUSE_REQUIRE_SERVICES=1; otherwise the tests that need them skip.
+// make test installs the pinned ones into bin/tools (deploy/local/tools.sh).
 package k8s_test
 
 import (
@@ -135,21 +136,22 @@ func tool(t *testing.T, name string) string {
 		return path
 	}
 	if required() {
-		t.Fatalf("%s is required (CI=true or GATEHOUSE_REQUIRE_SERVICES=1) but not found: %v", name, err)
+		t.Fatalf("%s is required (CI=true or GATEHOUSE_REQUIRE_SERVICES=1) but not found (make tools installs it into bin/tools): %v", name, err)
 	}
 	t.Skipf("%s not found; skipping (set CI=true to make this a failure)", name)
 	return ""
 }
 
-// kustomizeCommand renders dir with `kubectl kustomize`, or with a
-// standalone `kustomize build` where kubectl is not installed.
+// kustomizeCommand renders dir with `kustomize build` (the pinned one that
+// deploy/local/tools.sh puts in bin/tools), or with `kubectl kustomize` where
+// no standalone kustomize is installed.
 func kustomizeCommand(t *testing.T, dir string) *exec.Cmd {
 	t.Helper()
-	if kubectl, err := exec.LookPath("kubectl"); err == nil {
-		return exec.Command(kubectl, "kustomize", dir)
-	}
 	if kustomize, err := exec.LookPath("kustomize"); err == nil {
 		return exec.Command(kustomize, "build", dir)
+	}
+	if kubectl, err := exec.LookPath("kubectl"); err == nil {
+		return exec.Command(kubectl, "kustomize", dir)
 	}
 	if required() {
 		t.Fatal("kubectl or kustomize is required (CI=true or GATEHOUSE_REQUIRE_SERVICES=1) but neither is on PATH")

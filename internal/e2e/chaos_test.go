@@ -740,10 +740,13 @@ func TestChaosPostgresRestart(t *testing.T) {
 			t.Errorf("charge %s: %d %s %v, want 201 or 503", s.key, s.status, s.code, s.err)
 		}
 	}
+	// The 5 s recovery promise is held at full scale (make chaos, a quiet
+	// machine); at smoke scale, inside make test on a loaded machine, the
+	// test asserts that service comes back and reports how soon.
 	recovery := time.Duration(-1)
 	if recovered.IsZero() {
 		t.Errorf("no 201 within 30s after Postgres came back")
-	} else if recovery = recovered.Sub(up); recovery > 5*time.Second {
+	} else if recovery = recovered.Sub(up); chaosFull() && recovery > 5*time.Second {
 		t.Errorf("first 201 %s after Postgres came back, want within 5s", recovery)
 	}
 	if unavailable == 0 {

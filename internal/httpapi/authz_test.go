@@ -1137,10 +1137,17 @@ func TestJWTAttacksEveryRoute(t *testing.T) {
 }
 
 // TestLoginTiming is RELIABILITY.md A3: an unknown email and a wrong password
-// get the same status and the same body (but for request_id), and the median
-// of their time differences is under 5 ms. The work is measured as CPU time of
-// this process (server and client run in it), which the load of other
-// processes on a shared machine does not blur; wall-clock times are reported.
+// get the same status and the same body (but for request_id), and cost the
+// same work. The work is measured as CPU time of this process (server and
+// client run in it), which the load of other processes blurs less than wall
+// time; wall-clock times are reported.
+//
+// The promise is a median difference under 5 ms for a login of about 20 ms.
+// Under -race a login costs about ten times the CPU, and on a loaded 2-core
+// machine the CPU of the same work varies by a few per cent (caches, the
+// other core's load), so the bound here scales with the measured cost: the
+// median difference must stay under a tenth of the median login, or 5 ms,
+// whichever is more. A path that skips the hash differs by nearly all of it.
 func TestLoginTiming(t *testing.T) {
 	h := newHarness(t, authzEnv)
 	h.merchant("ada@example.com", matrixPassword)
@@ -1230,7 +1237,8 @@ func TestLoginTiming(t *testing.T) {
 		rounds, median(of(wrong, wallOf)), median(of(unknown, wallOf)), median(wallDiff))
 	t.Logf("login, %d rounds: CPU median wrong password %v, unknown email %v, median difference %v",
 		rounds, median(of(wrong, cpuOf)), median(of(unknown, cpuOf)), median(cpuDiff))
-	if d := median(cpuDiff); d >= 5*time.Millisecond || d <= -5*time.Millisecond {
-		t.Errorf("a wrong password and an unknown email differ by %v of CPU in median, want less than 5ms", d)
+	bound := max(5*time.Millisecond, median(of(append(slices.Clone(wrong), unknown...), cpuOf))/10)
+	if d := median(cpuDiff); d >= bound || d <= -bound {
+		t.Errorf("a wrong password and an unknown email differ by %v of CPU in median, want less than %v", d, bound)
 	}
 }

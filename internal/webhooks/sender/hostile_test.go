@@ -141,10 +141,14 @@ func measure(f func()) (peakGrowth, allocated uint64) {
 // beyond the cap, before or after decompression.
 func TestSendSurvivesHostileReceivers(t *testing.T) {
 	const (
-		timeout    = 500 * time.Millisecond
-		slack      = time.Second // a loaded CI machine; an unbounded read takes several seconds
-		maxGrowth  = 8 << 20     // bytes the heap may rise during one attempt
-		maxAllocs  = 32 << 20    // bytes one attempt may allocate in all
+		timeout = 500 * time.Millisecond
+		slack   = 4 * time.Second // room for a loaded machine; what these cases catch without a timeout never ends
+		// maxSent bounds what a receiver of an unbounded body gets out before
+		// the sender stops reading: the kept body plus both sockets' buffers
+		// on loopback, far below the gigabytes a sender that reads on would take.
+		maxSent    = 64 << 20
+		maxGrowth  = 8 << 20  // bytes the heap may rise during one attempt
+		maxAllocs  = 32 << 20 // bytes one attempt may allocate in all
 		gigabyte   = 1 << 30
 		bombMember = 16 << 20 // inflated bytes per gzip member
 	)
@@ -154,13 +158,16 @@ func TestSendSurvivesHostileReceivers(t *testing.T) {
 	}
 	chunk := bytes.Repeat([]byte("x"), 32<<10)
 
-	// stream writes chunk until n bytes went out (n < 0: forever) or the peer left.
+	// stream writes chunk until n bytes went out (n < 0: forever) or the peer
+	// left, adding what went out to streamed.
+	var streamed atomic.Int64
 	stream := func(w http.ResponseWriter, b []byte, n int) {
 		f := w.(http.Flusher)
 		for sent := 0; n < 0 || sent < n; sent += len(b) {
 			if _, err := w.Write(b); err != nil {
 				return
 			}
+			streamed.Add(int64(len(b)))
 			f.Flush()
 		}
 	}
@@ -257,6 +264,7 @@ func TestSendSurvivesHostileReceivers(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			url := tc.url(t)
+			streamed.Store(0)
 			s := New(Options{Timeout: timeout, AllowPrivate: true})
 			defer s.CloseIdleConnections()
 			var res Result
@@ -284,6 +292,13 @@ func TestSendSurvivesHostileReceivers(t *testing.T) {
 			}
 			if len(res.Body) > DefaultMaxBody {
 				t.Errorf("Body holds %d bytes, more than MaxBody", len(res.Body))
+			}
+			// The sender stopped reading: the receiver could not get out
+			// more than the buffers hold (checked after the connection closed,
+			// when the receiver's writes fail).
+			s.CloseIdleConnections()
+			if n := streamed.Load(); n > maxSent {
+				t.Errorf("the receiver wrote %d MiB before the sender stopped reading, want under %d MiB", n>>20, maxSent>>20)
 			}
 		})
 	}

@@ -212,8 +212,10 @@ func TestSendHonoursTheCallersContext(t *testing.T) {
 	time.AfterFunc(100*time.Millisecond, cancel)
 	start := time.Now()
 	res := New(Options{Timeout: 5 * time.Second, AllowPrivate: true}).Send(ctx, Request{URL: silent})
-	if !errors.Is(res.Err, context.Canceled) || errors.Is(res.Err, ErrTimeout) || time.Since(start) > 2*time.Second {
-		t.Errorf("Send = %+v after %v, want context.Canceled soon after the cancel", res, time.Since(start))
+	// context.Canceled and not ErrTimeout: the cancel ended the attempt, not
+	// the 5 s timeout, however long a loaded machine took to get there.
+	if !errors.Is(res.Err, context.Canceled) || errors.Is(res.Err, ErrTimeout) {
+		t.Errorf("Send = %+v after %v, want context.Canceled by the caller's cancel", res, time.Since(start))
 	}
 }
 

@@ -1,0 +1,183 @@
+#!/usr/bin/env bash
+# The programs Gatehouse's tests run, pinned, installed when missing.
+#
+#   deploy/local/tools.sh          install what is missing, link it into bin/tools, list it
+#   deploy/local/tools.sh check    exit 1 (and say what) when something is missing
+#
+# `make test` and .ci/run call this; nobody has to install these by hand. What a
+# machine needs before it: Go, Node.js with npm, gcc (for -race), PostgreSQL and
+# Redis (running, or installed so that deploy/local/services.sh can start them).
+#
+# | tool                  | version          | how                                                        |
+# |-----------------------|------------------|------------------------------------------------------------|
+# | promtool, prometheus  | 2.53.3 (LTS)     | Go module github.com/prometheus/prometheus v0.53.3, go build |
+# | kustomize             | v5.5.0           | go install sigs.k8s.io/kustomize/kustomize/v5@v5.5.0        |
+# | stripe-mock           | v0.203.0         | go install github.com/stripe/stripe-mock@v0.203.0           |
+# | redocly (OpenAPI lint)| @redocly/cli 2.77.0 | npm install                                              |
+# | signature verifiers   | internal/webhooks/testdata/verify/package-lock.json | npm ci          |
+#
+# Each tool is built once per machine into $GATEHOUSE_TOOLS_DIR (default
+# ~/.cache/gatehouse/tools) under NAME@VERSION, so clones share it, and linked
+# into bin/tools of this checkout, which `make test` puts first on PATH. Prometheus
+# is built inside its own module (its go.mod has replace directives, which
+# `go install pkg@version` refuses), with GOWORK=off. An install goes to a
+# temporary directory first and is renamed into place, so two runs at once
+# never see half a tool.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+TOOLS_DIR=${GATEHOUSE_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/gatehouse/tools}
+LINK_DIR=$ROOT/bin/tools
+
+PROMETHEUS_MODULE=github.com/prometheus/prometheus
+PROMETHEUS_VERSION=v0.53.3 # the Go module version of Prometheus 2.53.3
+PROMETHEUS_RELEASE=2.53.3
+KUSTOMIZE_VERSION=v5.5.0
+STRIPE_MOCK_VERSION=v0.203.0
+REDOCLY_VERSION=2.77.0
+VERIFY_DIR=$ROOT/internal/webhooks/testdata/verify
+
+log() { printf '[tools] %s\n' "$*" >&2; }
+fail() {
+	printf '[tools] ERROR: %s\n' "$*" >&2
+	exit 1
+}
+
+# Go lives in /usr/local/go/bin on our machines; find it there when it is not on PATH.
+command -v go >/dev/null 2>&1 || PATH=/usr/local/go/bin:$PATH
+command -v go >/dev/null 2>&1 || fail "go is required (Go 1.26: https://go.dev/doc/install); it is not on PATH or in /usr/local/go/bin"
+
+# Go builds of the tools ignore the caller's module settings.
+go_env() { env GOFLAGS= GOWORK=off GO111MODULE=on "$@"; }
+
+# fresh_dir NAME@VERSION: a new temporary directory beside the final one.
+fresh_dir() {
+	mkdir -p "$TOOLS_DIR"
+	mktemp -d "$TOOLS_DIR/.$1.XXXXXX"
+}
+
+# settle TMP FINAL: rename TMP into place, unless another run got there first.
+settle() {
+	if ! mv -T "$1" "$2" 2>/dev/null; then
+		rm -rf "$1"
+		[ -d "$2" ] || fail "could not move $1 to $2"
+	fi
+}
+
+# go_install NAME VERSION PKG: go install PKG@VERSION into TOOLS_DIR/NAME@VERSION.
+go_install() {
+	local name=$1 version=$2 pkg=$3 final tmp
+	final=$TOOLS_DIR/$name@$version
+	[ -x "$final/$name" ] && return 0
+	log "installing $name $version (go install $pkg@$version)"
+	tmp=$(fresh_dir "$name@$version")
+	if ! (cd "$tmp" && go_env GOBIN="$tmp" go install "$pkg@$version") >"$tmp.log" 2>&1; then
+		cat "$tmp.log" >&2
+		rm -rf "$tmp" "$tmp.log"
+		fail "go install $pkg@$version failed (output above)"
+	fi
+	rm -f "$tmp.log"
+	settle "$tmp" "$final"
+}
+
+# prometheus_install: promtool and prometheus from the Prometheus module, built in
+# its own module directory so that its replace directives apply.
+prometheus_install() {
+	local final=$TOOLS_DIR/prometheus@$PROMETHEUS_VERSION tmp src
+	[ -x "$final/promtool" ] && [ -x "$final/prometheus" ] && return 0
+	log "building promtool and prometheus from $PROMETHEUS_MODULE@$PROMETHEUS_VERSION (once per machine; a few minutes)"
+	tmp=$(fresh_dir "prometheus@$PROMETHEUS_VERSION")
+	src=$(go_env go mod download -json "$PROMETHEUS_MODULE@$PROMETHEUS_VERSION" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+	[ -n "$src" ] && [ -f "$src/go.mod" ] || fail "go mod download $PROMETHEUS_MODULE@$PROMETHEUS_VERSION did not give a module directory"
+	if ! (cd "$src" && go_env go build -trimpath -ldflags "-s -w -X github.com/prometheus/common/version.Version=$PROMETHEUS_RELEASE" -o "$tmp/" ./cmd/promtool ./cmd/prometheus) >"$tmp.log" 2>&1; then
+		cat "$tmp.log" >&2
+		rm -rf "$tmp" "$tmp.log"
+		fail "building Prometheus $PROMETHEUS_VERSION failed (output above)"
+	fi
+	rm -f "$tmp.log"
+	settle "$tmp" "$final"
+}
+
+need_npm() {
+	command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 ||
+		fail "Node.js 20 or newer with npm is required (Debian: apt-get install nodejs npm; macOS: brew install node)"
+}
+
+# redocly_install: @redocly/cli, pinned, in its own folder.
+redocly_install() {
+	local final=$TOOLS_DIR/redocly@$REDOCLY_VERSION tmp
+	[ -x "$final/node_modules/.bin/redocly" ] && return 0
+	need_npm
+	log "installing @redocly/cli $REDOCLY_VERSION (npm)"
+	tmp=$(fresh_dir "redocly@$REDOCLY_VERSION")
+	printf '{"private":true}\n' >"$tmp/package.json"
+	if ! (cd "$tmp" && npm install --no-audit --no-fund --ignore-scripts --save-exact "@redocly/cli@$REDOCLY_VERSION") >"$tmp.log" 2>&1; then
+		cat "$tmp.log" >&2
+		rm -rf "$tmp" "$tmp.log"
+		fail "npm install @redocly/cli@$REDOCLY_VERSION failed (output above)"
+	fi
+	rm -f "$tmp.log"
+	settle "$tmp" "$final"
+}
+
+# verifiers_installed: node_modules of the signature verifiers matches package.json.
+verifiers_installed() {
+	(cd "$VERIFY_DIR" && node -e '
+		const fs = require("fs");
+		const want = JSON.parse(fs.readFileSync("package.json")).dependencies;
+		for (const [name, version] of Object.entries(want)) {
+			const got = JSON.parse(fs.readFileSync("node_modules/" + name + "/package.json")).version;
+			if (got !== version) process.exit(1);
+		}') >/dev/null 2>&1
+}
+
+# verifiers_install: npm ci of the webhook signature verifiers, from their lock file.
+verifiers_install() {
+	need_npm
+	verifiers_installed && return 0
+	log "installing the webhook signature verifiers (npm ci in internal/webhooks/testdata/verify)"
+	(cd "$VERIFY_DIR" && npm ci --no-audit --no-fund --ignore-scripts) >/dev/null ||
+		fail "npm ci in $VERIFY_DIR failed"
+}
+
+link() {
+	mkdir -p "$LINK_DIR"
+	ln -sfn "$1" "$LINK_DIR/$2"
+}
+
+install_all() {
+	prometheus_install
+	go_install kustomize "$KUSTOMIZE_VERSION" sigs.k8s.io/kustomize/kustomize/v5
+	go_install stripe-mock "$STRIPE_MOCK_VERSION" github.com/stripe/stripe-mock
+	redocly_install
+	verifiers_install
+
+	link "$TOOLS_DIR/prometheus@$PROMETHEUS_VERSION/promtool" promtool
+	link "$TOOLS_DIR/prometheus@$PROMETHEUS_VERSION/prometheus" prometheus
+	link "$TOOLS_DIR/kustomize@$KUSTOMIZE_VERSION/kustomize" kustomize
+	link "$TOOLS_DIR/stripe-mock@$STRIPE_MOCK_VERSION/stripe-mock" stripe-mock
+	link "$TOOLS_DIR/redocly@$REDOCLY_VERSION/node_modules/.bin/redocly" redocly
+	log "ready in bin/tools: promtool and prometheus $PROMETHEUS_RELEASE, kustomize $KUSTOMIZE_VERSION, stripe-mock $STRIPE_MOCK_VERSION, redocly $REDOCLY_VERSION; signature verifiers"
+}
+
+check_all() {
+	local missing=() t
+	for t in promtool prometheus kustomize stripe-mock redocly; do
+		[ -x "$LINK_DIR/$t" ] || missing+=("$t")
+	done
+	verifiers_installed || missing+=("signature verifiers")
+	if [ "${#missing[@]}" -gt 0 ]; then
+		log "missing: ${missing[*]} (run deploy/local/tools.sh)"
+		return 1
+	fi
+	log "all present in bin/tools"
+}
+
+case "${1:-install}" in
+install) install_all ;;
+check) check_all ;;
+*)
+	echo "usage: $0 [install|check]" >&2
+	exit 2
+	;;
+esac
