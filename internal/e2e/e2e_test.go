@@ -66,7 +66,7 @@ func TestEndToEnd(t *testing.T) {
 	merchantID := st.createMerchant(t, email, password, "E2E Merchant")
 	credentials := fmt.Sprintf(`{"email":%q,"password":%q}`, email, password)
 	setup := newClient(t, "127.0.0.2")
-	login := st.do(t, setup, http.MethodPost, r1+"/v1/auth/login", "", credentials)
+	login := st.login(t, setup, r1, credentials)
 	mustExpect(t, login, http.StatusOK, "")
 	var session struct {
 		Token    string `json:"token"`
@@ -238,7 +238,7 @@ func TestEndToEnd(t *testing.T) {
 				len(took), took[0].Round(time.Microsecond), took[len(took)-1].Round(time.Microsecond))
 		}
 		// The limit is per client address: another address still logs in.
-		expect(t, st.do(t, newClient(t, "127.0.0.12"), http.MethodPost, r2+"/v1/auth/login", "", credentials), http.StatusOK, "")
+		expect(t, st.login(t, newClient(t, "127.0.0.12"), r2, credentials), http.StatusOK, "")
 	})
 
 	t.Run("e_redis_flush_postgres_decides", func(t *testing.T) {

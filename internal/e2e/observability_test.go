@@ -563,9 +563,9 @@ func newObsTraffic(t *testing.T, st *stack) *obsTraffic {
 	st.createMerchant(t, email, password, "Observability Merchant")
 	r1, r2 := st.replicas[0], st.replicas[1]
 
-	bad := st.do(t, tr.c, http.MethodPost, r2+"/v1/auth/login", "", fmt.Sprintf(`{"email":%q,"password":"wrong password"}`, email))
+	bad := st.login(t, tr.c, r2, fmt.Sprintf(`{"email":%q,"password":"wrong password"}`, email))
 	expect(t, bad, http.StatusUnauthorized, "invalid_credentials")
-	login := st.do(t, tr.c, http.MethodPost, r1+"/v1/auth/login", "", fmt.Sprintf(`{"email":%q,"password":%q}`, email, password))
+	login := st.login(t, tr.c, r1, fmt.Sprintf(`{"email":%q,"password":%q}`, email, password))
 	mustExpect(t, login, http.StatusOK, "")
 	var session struct {
 		Token string `json:"token"`
