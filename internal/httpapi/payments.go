@@ -28,7 +28,7 @@ func (s *server) idempotent(c *fiber.Ctx) (*idempotency.Request, error) {
 	if err := idempotency.Validate(key); err != nil {
 		return nil, err
 	}
-	fp := s.Keyring.MAC(keyring.PurposeIdempotency, []byte(c.Method()), []byte(c.Path()), c.Body())
+	fp := s.Keyring.MAC(keyring.PurposeIdempotency, []byte(c.Method()), []byte(c.Path()), c.BodyRaw())
 	return &idempotency.Request{Key: strings.Clone(key), Fingerprint: fp}, nil
 }
 
