@@ -251,7 +251,7 @@ type webhookSender struct{ s *sender.Sender }
 
 func (w webhookSender) Send(ctx context.Context, o webhooks.Outgoing) webhooks.Response {
 	r := w.s.Send(ctx, sender.Request{URL: o.URL, Body: o.Body, Headers: o.Headers})
-	return webhooks.Response{StatusCode: r.StatusCode, Duration: r.Duration, Err: r.Err, Body: r.Body}
+	return webhooks.Response{StatusCode: r.StatusCode, Duration: r.Duration, Err: r.Err, Reason: sender.Reason(r.Err), Body: r.Body}
 }
 
 // withRequestID gives every answer an X-Request-Id, as the API does.

@@ -131,6 +131,18 @@ type Created struct {
 // Create issues a key pair for the merchant. environment "" means sandbox;
 // "live" is refused with live_mode_disabled.
 func (s *Service) Create(ctx context.Context, merchantID, environment, name string) (Created, error) {
+	c, err := s.newKey(merchantID, environment, name)
+	if err != nil {
+		return Created{}, err
+	}
+	if err := s.store.CreateKey(ctx, c.Key); err != nil {
+		return Created{}, err
+	}
+	return c, nil
+}
+
+// newKey checks the parameters and makes a key pair.
+func (s *Service) newKey(merchantID, environment, name string) (Created, error) {
 	switch environment {
 	case "", Sandbox:
 	case Live:
@@ -152,9 +164,6 @@ func (s *Service) Create(ctx context.Context, merchantID, environment, name stri
 		SecretDigest: Digest(secret),
 		SecretLast4:  secret[len(secret)-4:],
 		CreatedAt:    s.now().UTC().Truncate(time.Millisecond),
-	}
-	if err := s.store.CreateKey(ctx, k); err != nil {
-		return Created{}, err
 	}
 	return Created{Key: k, Secret: secret}, nil
 }

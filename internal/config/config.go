@@ -85,6 +85,15 @@ type Config struct {
 	// ShutdownDelay keeps serving, with readiness false, for this long after
 	// SIGTERM so load balancers stop routing before the listener closes.
 	ShutdownDelay time.Duration
+	// HTTPReadTimeout bounds the reading of one request, headers and body,
+	// from its first byte, so a slow sender holds a connection that long at
+	// most; HTTPWriteTimeout bounds writing the answer; HTTPIdleTimeout closes
+	// a keep-alive connection that sends nothing; HTTPMaxConns caps the
+	// connections served at once (more are refused with 503).
+	HTTPReadTimeout  time.Duration
+	HTTPWriteTimeout time.Duration
+	HTTPIdleTimeout  time.Duration
+	HTTPMaxConns     int
 
 	WebhookRetrySchedule        []time.Duration
 	WebhookTimeout              time.Duration
@@ -250,6 +259,14 @@ func Load(getenv func(string) string, needs Needs) (Config, error) {
 	}
 	c.ShutdownTimeout = duration("SHUTDOWN_TIMEOUT", "25s", time.Second)
 	c.ShutdownDelay = duration("SHUTDOWN_DELAY", "0s", 0)
+	c.HTTPReadTimeout = duration("HTTP_READ_TIMEOUT", "15s", 100*time.Millisecond)
+	c.HTTPWriteTimeout = duration("HTTP_WRITE_TIMEOUT", "15s", 100*time.Millisecond)
+	c.HTTPIdleTimeout = duration("HTTP_IDLE_TIMEOUT", "75s", 100*time.Millisecond)
+	if n, err := strconv.Atoi(get("HTTP_MAX_CONNS", "10000")); err != nil || n < 1 {
+		bad("HTTP_MAX_CONNS", "must be a positive integer")
+	} else {
+		c.HTTPMaxConns = n
+	}
 	c.ProviderTimeout = duration("PROVIDER_TIMEOUT", "15s", 10*time.Millisecond)
 	c.ProviderRetryBase = duration("PROVIDER_RETRY_BASE", "2s", time.Millisecond)
 	c.ProviderRetryMax = duration("PROVIDER_RETRY_MAX", "5m", time.Millisecond)

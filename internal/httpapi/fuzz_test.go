@@ -111,6 +111,10 @@ func fuzzDecode(f *testing.F, target string) {
 	for _, s := range decodeSeeds {
 		f.Add([]byte(s), "application/json")
 	}
+	f.Add([]byte(`{"environment":"live"}`), "application/json")
+	f.Add([]byte(`{"environment":"LIVE","amount":1}`), "application/json")
+	f.Add([]byte(`{"environment":"\u006cive"}`), "application/json")
+	f.Add([]byte(`{"metadata":{"environment":"live"}}`), "application/json")
 	f.Add([]byte(`{}`), "text/plain")
 	f.Add([]byte(`{}`), "application/json; charset=utf-8")
 	f.Add([]byte(`{}`), "application/merge-patch+json")
@@ -131,6 +135,13 @@ func fuzzDecode(f *testing.F, target string) {
 			case e.Kind == apperr.KindUnsupportedMedia:
 				if mt, _, err := mime.ParseMediaType(contentType); err == nil && mt == "application/json" {
 					t.Fatalf("Content-Type %q refused as not JSON", contentType)
+				}
+			case e.Code == apperr.CodeLiveModeDisabled:
+				var top map[string]any
+				_ = json.Unmarshal(body, &top)
+				env, _ := top["environment"].(string)
+				if e.Message != apperr.LiveModeMessage || !strings.EqualFold(strings.TrimSpace(env), "live") {
+					t.Fatalf("decode(%q) = %v: live mode refused without a live environment", body, err)
 				}
 			case e.Kind != apperr.KindInvalid:
 				t.Fatalf("decode(%q) = %v (kind %d), want kind Invalid", body, err, e.Kind)

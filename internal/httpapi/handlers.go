@@ -9,6 +9,7 @@ import (
 
 	"github.com/gatehouse-pay/gatehouse/internal/apikeys"
 	"github.com/gatehouse-pay/gatehouse/internal/apperr"
+	"github.com/gatehouse-pay/gatehouse/internal/idempotency"
 	"github.com/gatehouse-pay/gatehouse/internal/ids"
 	"github.com/gatehouse-pay/gatehouse/internal/merchants"
 )
@@ -127,7 +128,26 @@ func (s *server) createKey(c *fiber.Ctx) error {
 	if err := decodeJSON(c, &req); err != nil {
 		return err
 	}
-	created, err := s.Keys.Create(c.UserContext(), principal(c).MerchantID, req.Environment, req.Name)
+	idem, err := s.idempotent(c)
+	if err != nil {
+		return err
+	}
+	var created apikeys.Created
+	if idem == nil {
+		created, err = s.Keys.Create(c.UserContext(), principal(c).MerchantID, req.Environment, req.Name)
+	} else {
+		// The record holds the key without its secret (kept only as a
+		// digest): a repeat gets the same key object, no secret_key.
+		var replay *idempotency.Response
+		created, replay, err = s.Keys.CreateOnce(c.UserContext(), principal(c).MerchantID, req.Environment, req.Name, idem,
+			func(k apikeys.Key) (idempotency.Response, error) {
+				return renderAs[keyJSON](fiber.StatusCreated)(presentKey(k))
+			})
+		if err == nil && replay != nil {
+			c.Set(fiber.HeaderCacheControl, "no-store")
+			return sendAnswer(c, *replay, true)
+		}
+	}
 	if err != nil {
 		return err
 	}

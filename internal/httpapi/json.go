@@ -50,8 +50,12 @@ var (
 // decodeJSON reads the body into dst strictly: it must be one JSON object
 // whose fields dst knows, with the right types. An empty body is an empty
 // object, so required fields are reported as missing by the caller.
+//
+// A top-level "environment" of "live" is refused with live_mode_disabled on
+// every route, before the fields are checked: a route that takes no
+// environment must not answer 400 to a live-mode request.
 func decodeJSON(c *fiber.Ctx, dst any) error {
-	body := c.Body()
+	body := c.BodyRaw() // never Body: it would decode a Content-Encoding unbounded
 	if len(bytes.TrimSpace(body)) == 0 {
 		return nil
 	}
@@ -71,6 +75,9 @@ func decodeJSON(c *fiber.Ctx, dst any) error {
 	if err := checkDuplicates(body); err != nil {
 		return err
 	}
+	if liveMode(body) {
+		return apperr.LiveMode()
+	}
 	if err := checkFields(body, reflect.TypeOf(dst), ""); err != nil {
 		return err
 	}
@@ -83,6 +90,19 @@ func decodeJSON(c *fiber.Ctx, dst any) error {
 		return &apperr.Error{Kind: apperr.KindInvalid, Code: apperr.CodeInvalidJSON, Message: "Request body must hold exactly one JSON object."}
 	}
 	return checkNUL(reflect.ValueOf(dst), "")
+}
+
+// liveMode reports whether the object's top-level environment is "live", in
+// any case (encoding/json matches the name without regard to case too).
+func liveMode(body []byte) bool {
+	var probe struct {
+		Environment any `json:"environment"`
+	}
+	if json.Unmarshal(body, &probe) != nil {
+		return false
+	}
+	env, ok := probe.Environment.(string)
+	return ok && strings.EqualFold(strings.TrimSpace(env), "live")
 }
 
 // checkDuplicates refuses an object holding one name twice, at any depth:

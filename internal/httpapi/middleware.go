@@ -10,6 +10,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 	"github.com/gofiber/fiber/v2/utils"
 	"github.com/google/uuid"
+	"github.com/valyala/fasthttp"
 
 	"github.com/gatehouse-pay/gatehouse/internal/apikeys"
 	"github.com/gatehouse-pay/gatehouse/internal/apperr"
@@ -69,7 +70,13 @@ func (s *server) observe(c *fiber.Ctx) error {
 
 	var err error
 	route := "unmatched" // never a raw path: labels stay bounded
-	if len(c.Body()) > BodyLimit {
+	// The body is only ever read raw (BodyRaw): Ctx.Body would decode a
+	// Content-Encoding without any size limit, so a 1 KB gzip bomb would
+	// expand to gigabytes before any check. Encoded bodies are refused unread.
+	body := c.BodyRaw()
+	if len(body) > 0 && encoded(&c.Request().Header) {
+		err = errEncodedBody
+	} else if len(body) > BodyLimit {
 		err = fiber.ErrRequestEntityTooLarge
 	} else if err = c.Next(); !isRoutingError(err) {
 		route = c.Route().Path
@@ -116,6 +123,27 @@ func methodLabel(m string) string {
 	return "OTHER"
 }
 
+var errEncodedBody = &apperr.Error{Kind: apperr.KindUnsupportedMedia, Code: apperr.CodeUnsupportedMedia,
+	Message: "Compressed request bodies are not accepted: send the JSON body without Content-Encoding (or with Content-Encoding: identity)."}
+
+// encoded reports whether any Content-Encoding header line names a coding
+// other than identity. Every line counts, each a comma-separated list, names
+// compared without regard to case (RFC 9110 8.4).
+func encoded(h *fasthttp.RequestHeader) bool {
+	found := false
+	h.VisitAll(func(k, v []byte) {
+		if found || !strings.EqualFold(string(k), fiber.HeaderContentEncoding) {
+			return
+		}
+		for _, coding := range strings.Split(string(v), ",") {
+			if c := strings.TrimSpace(coding); c != "" && !strings.EqualFold(c, "identity") {
+				found = true
+			}
+		}
+	})
+	return found
+}
+
 // isRoutingError reports whether the router found no route for the request.
 func isRoutingError(err error) bool {
 	var fe *fiber.Error
@@ -142,15 +170,28 @@ func (s *server) clientIP(c *fiber.Ctx) netip.Addr {
 	if len(s.trusted) == 0 || !s.trusted.contains(peer) {
 		return peer
 	}
+	return forwardedClient(&c.Request().Header, peer, s.trusted)
+}
+
+// forwardedClient is the right-most X-Forwarded-For entry that is not a
+// trusted proxy, the header's lines read in order as if joined with commas:
+// a proxy that appends its own line must not leave the client's first line
+// in charge. peer is the answer when no entry can be believed.
+func forwardedClient(h *fasthttp.RequestHeader, peer netip.Addr, trusted trustedProxies) netip.Addr {
+	var hops []string
+	h.VisitAll(func(k, v []byte) {
+		if strings.EqualFold(string(k), fiber.HeaderXForwardedFor) {
+			hops = append(hops, strings.Split(string(v), ",")...)
+		}
+	})
 	client := peer
-	hops := strings.Split(c.Get(fiber.HeaderXForwardedFor), ",")
 	for i := len(hops) - 1; i >= 0; i-- {
 		a, err := netip.ParseAddr(strings.TrimSpace(hops[i]))
 		if err != nil {
 			break // a garbled entry: trust nothing to its left
 		}
 		client = a.Unmap()
-		if !s.trusted.contains(client) {
+		if !trusted.contains(client) {
 			break
 		}
 	}

@@ -28,7 +28,7 @@ func (s *server) idempotent(c *fiber.Ctx) (*idempotency.Request, error) {
 	if err := idempotency.Validate(key); err != nil {
 		return nil, err
 	}
-	fp := s.Keyring.MAC(keyring.PurposeIdempotency, []byte(c.Method()), []byte(c.Path()), c.Body())
+	fp := s.Keyring.MAC(keyring.PurposeIdempotency, []byte(c.Method()), []byte(c.Path()), c.BodyRaw())
 	return &idempotency.Request{Key: strings.Clone(key), Fingerprint: fp}, nil
 }
 
@@ -42,12 +42,18 @@ func renderAs[T any](status int) func(T) (idempotency.Response, error) {
 
 // sendResult writes a created or replayed answer, byte for byte.
 func sendResult(c *fiber.Ctx, r charges.Result) error {
-	if r.Replayed {
+	return sendAnswer(c, r.Response, r.Replayed)
+}
+
+// sendAnswer writes a first or replayed answer, byte for byte; a replay
+// carries Idempotent-Replayed: true.
+func sendAnswer(c *fiber.Ctx, r idempotency.Response, replayed bool) error {
+	if replayed {
 		c.Set("Idempotent-Replayed", "true")
 	}
-	c.Status(r.Response.Status)
+	c.Status(r.Status)
 	c.Set(fiber.HeaderContentType, contentTypeJSON)
-	return c.Send(r.Response.Body)
+	return c.Send(r.Body)
 }
 
 func (s *server) createCharge(c *fiber.Ctx) error {

@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net/http"
 	"sync/atomic"
-	"time"
 
 	"github.com/gofiber/contrib/otelfiber/v2"
 	"github.com/gofiber/fiber/v2"
@@ -73,12 +72,19 @@ func NewServer(d Deps) *fiber.App {
 		d.Draining = new(atomic.Bool)
 	}
 	s := &server{Deps: d, trusted: trustedProxies(d.Config.TrustedProxies)}
+	// Slow senders and idle connections (docs/operations.md): a request
+	// must arrive whole within the read timeout of its first byte (the
+	// deadline is not extended per byte); a keep-alive connection that
+	// sends nothing is closed after the idle timeout; at most
+	// HTTP_MAX_CONNS connections are served at once; the request line
+	// and headers must fit the 16 KiB read buffer (431 otherwise).
 	app := fiber.New(fiber.Config{
 		AppName:               "gatehouse",
 		BodyLimit:             readLimit,
-		ReadTimeout:           15 * time.Second,
-		WriteTimeout:          15 * time.Second,
-		IdleTimeout:           75 * time.Second,
+		ReadTimeout:           d.Config.HTTPReadTimeout,
+		WriteTimeout:          d.Config.HTTPWriteTimeout,
+		IdleTimeout:           d.Config.HTTPIdleTimeout,
+		Concurrency:           d.Config.HTTPMaxConns,
 		ReadBufferSize:        16 << 10,
 		DisableStartupMessage: true,
 		ErrorHandler:          s.renderError,

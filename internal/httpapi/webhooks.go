@@ -9,6 +9,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/apperr"
 	"github.com/gatehouse-pay/gatehouse/internal/charges"
 	"github.com/gatehouse-pay/gatehouse/internal/events"
+	"github.com/gatehouse-pay/gatehouse/internal/idempotency"
 	"github.com/gatehouse-pay/gatehouse/internal/ids"
 	"github.com/gatehouse-pay/gatehouse/internal/refunds"
 	"github.com/gatehouse-pay/gatehouse/internal/webhooks"
@@ -24,13 +25,20 @@ func (s *server) createEndpoint(c *fiber.Ctx) error {
 	if err := decodeJSON(c, &p); err != nil {
 		return err
 	}
+	idem, err := s.idempotent(c)
+	if err != nil {
+		return err
+	}
 	pr := principal(c)
-	e, secret, err := s.Webhooks.Create(c.UserContext(), pr.MerchantID, pr.Environment, p)
+	res, err := s.Webhooks.Create(c.UserContext(), pr.MerchantID, pr.Environment, p, idem,
+		func(e webhooks.Endpoint, secret string) (idempotency.Response, error) {
+			return renderAs[endpointWithSecret](fiber.StatusCreated)(endpointWithSecret{Endpoint: e.View(), Secret: secret})
+		})
 	if err != nil {
 		return err
 	}
 	c.Set(fiber.HeaderCacheControl, "no-store")
-	return writeJSON(c, fiber.StatusCreated, endpointWithSecret{Endpoint: e.View(), Secret: secret})
+	return sendAnswer(c, res.Response, res.Replayed)
 }
 
 func (s *server) listEndpoints(c *fiber.Ctx) error {

@@ -74,12 +74,6 @@ func scanEndpoint(row pgx.Row) (webhooks.Endpoint, error) {
 
 const insertEndpoint = `INSERT INTO webhook_endpoints (` + endpointColumns + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, NULL, NULL, $9, $9, NULL)`
 
-// CreateEndpoint stores a new endpoint.
-func (s *Store) CreateEndpoint(ctx context.Context, e webhooks.Endpoint) error {
-	_, err := s.pool.Exec(ctx, insertEndpoint, e.ID, e.MerchantID, e.Environment, e.URL, e.Events, e.Active, e.Description, e.SecretSealed, e.CreatedAt)
-	return mapErr(err, "webhook_endpoint")
-}
-
 const selectEndpoint = `SELECT ` + endpointColumns + ` FROM webhook_endpoints WHERE id = $1 AND merchant_id = $2 AND deleted_at IS NULL`
 
 // EndpointByID returns one of the merchant's endpoints or NotFound.

@@ -28,7 +28,11 @@ type Response struct {
 	StatusCode int
 	Duration   time.Duration
 	Err        error
-	Body       string
+	// Reason is what the merchant's attempt log shows for Err: one of a
+	// small fixed set ("destination not allowed", "timeout", ...). Err
+	// itself may name internal addresses and goes to the operator's log only.
+	Reason string
+	Body   string
 }
 
 // OK reports a 2xx answer.
@@ -50,6 +54,10 @@ type AttemptRecord struct {
 	NextAttemptAt *time.Time
 	DoneTask      string // deleted from the outbox when the delivery is final
 }
+
+// ReasonFailed is the attempt log's reason for a transport error the sender
+// did not classify.
+const ReasonFailed = "connection failed"
 
 // RetryIn asks the queue to run the delivery task again after Delay.
 type RetryIn struct{ Delay time.Duration }
@@ -228,8 +236,13 @@ func (d *Deliverer) Deliver(ctx context.Context, id string) error {
 		a.StatusCode = &code
 	}
 	if res.Err != nil {
-		msg := res.Err.Error()
+		msg := res.Reason
+		if msg == "" {
+			msg = ReasonFailed
+		}
 		a.Error = &msg
+		d.log.WarnContext(ctx, "webhook attempt failed", "delivery_id", del.ID, "endpoint_id", ep.ID,
+			"attempt", n, "reason", msg, "error", res.Err.Error())
 	} else if !res.OK() {
 		msg := "non-2xx answer"
 		if res.StatusCode >= 300 && res.StatusCode < 400 {

@@ -298,7 +298,7 @@ func TestDeliverFollowsTheSchedule(t *testing.T) {
 	r.sender.answer = func(n int) webhooks.Response {
 		switch n {
 		case 2:
-			return webhooks.Response{Duration: took, Err: errors.New("connection refused")}
+			return webhooks.Response{Duration: took, Err: errors.New("dial tcp 203.0.113.5:443: connect: connection refused"), Reason: "connection refused"}
 		case 3:
 			return webhooks.Response{StatusCode: 302, Duration: took, Err: errors.New("redirect not followed")}
 		}
@@ -368,7 +368,7 @@ func TestDeliverFollowsTheSchedule(t *testing.T) {
 		t.Errorf("attempt 2 (connection refused): status code %v, want none", deref(del.Log[1].StatusCode))
 	}
 	if e := derefS(del.Log[1].Error); e != "connection refused" {
-		t.Errorf("attempt 2: error %v, want the transport error", e)
+		t.Errorf("attempt 2: error %v, want the sender's reason", e)
 	}
 	if c := deref(del.Log[2].StatusCode); c != 302 {
 		t.Errorf("attempt 3 (redirect): status code %v, want 302", c)
@@ -710,5 +710,35 @@ func TestDeliverPerEndpointCap(t *testing.T) {
 	r.store.mu.Unlock()
 	if err := r.deliver(); err != nil {
 		t.Errorf("after the hanging POSTs ended: %v, want the attempt made", err)
+	}
+}
+
+// TestDeliverErrorsShowNoInternals: the attempt log the merchant reads holds
+// the sender's fixed reason, never the transport error, which may name an
+// internal address and its denied range; that detail goes to the operator's
+// log with the delivery id.
+func TestDeliverErrorsShowNoInternals(t *testing.T) {
+	detail := errors.New("webhook POST http://hooks.example.com: destination address is not allowed for webhooks: prohibited IP address 10.0.3.7 (denied by 10.0.0.0/8)")
+	for _, tc := range []struct{ reason, want string }{
+		{"destination not allowed", "destination not allowed"},
+		{"", webhooks.ReasonFailed}, // a sender that gives no reason
+	} {
+		r := newRig(t, defaultSchedule)
+		var logged bytes.Buffer
+		r.d = webhooks.NewDeliverer(r.store, r.sender, r.keys, defaultSchedule, r.clock.now, slog.New(slog.NewJSONHandler(&logged, nil)), nil)
+		r.sender.answer = func(int) webhooks.Response {
+			return webhooks.Response{Duration: time.Millisecond, Err: detail, Reason: tc.reason}
+		}
+		_ = r.deliver()
+		_, _, records := r.store.state()
+		if len(records) != 1 || records[0].Attempt.Error == nil {
+			t.Fatalf("records %+v, want one failed attempt", records)
+		}
+		if got := *records[0].Attempt.Error; got != tc.want {
+			t.Errorf("attempt error %q, want %q", got, tc.want)
+		}
+		if !strings.Contains(logged.String(), "10.0.3.7") || !strings.Contains(logged.String(), deliveryID) {
+			t.Errorf("the operator's log lacks the detail or the delivery id: %s", logged.String())
+		}
 	}
 }

@@ -7,6 +7,7 @@ package webhooks
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"net/url"
 	"strconv"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/gatehouse-pay/gatehouse/internal/apperr"
 	"github.com/gatehouse-pay/gatehouse/internal/events"
+	"github.com/gatehouse-pay/gatehouse/internal/idempotency"
 	"github.com/gatehouse-pay/gatehouse/internal/ids"
 	"github.com/gatehouse-pay/gatehouse/internal/keyring"
 	"github.com/gatehouse-pay/gatehouse/internal/listing"
@@ -151,7 +153,11 @@ type Patch struct {
 // merchant id answers NotFound for another merchant's objects. Methods that
 // create work return the outbox tasks they wrote, for the caller to enqueue.
 type Store interface {
-	CreateEndpoint(ctx context.Context, e Endpoint) error
+	// CreateEndpoint stores the endpoint; with idem it also records first
+	// under the key, in the same transaction, unless the key was used: then
+	// it creates nothing and returns the stored response (ErrReused when it
+	// answered another request).
+	CreateEndpoint(ctx context.Context, e Endpoint, idem *idempotency.Request, first idempotency.Response) (*idempotency.Response, error)
 	EndpointByID(ctx context.Context, merchantID, id string) (Endpoint, error)
 	ListEndpoints(ctx context.Context, merchantID string, p listing.Params) (listing.Page[Endpoint], error)
 	UpdateEndpoint(ctx context.Context, merchantID, id string, p Patch) (Endpoint, error)
@@ -207,9 +213,56 @@ func (s *Service) stamp() time.Time { return s.now().UTC().Truncate(time.Millise
 
 func notFound() error { return apperr.NotFound("webhook_endpoint") }
 
-// Create registers an endpoint and returns it with its secret, which exists
-// in clear only in this answer.
-func (s *Service) Create(ctx context.Context, merchantID, environment string, p CreateParams) (Endpoint, string, error) {
+// Created is the answer to an endpoint creation: the first response, or the
+// stored one replayed for a repeated Idempotency-Key.
+type Created struct {
+	Response idempotency.Response
+	Replayed bool
+}
+
+// Create registers an endpoint and answers with render(endpoint, secret):
+// the secret exists in clear only in that answer. With an Idempotency-Key
+// the answer is stored with the endpoint, in the same transaction, sealed
+// with ENCRYPTION_KEY (it holds the secret), and a repeat of the request
+// within 24 hours gets it back, secret included, creating nothing; another
+// request under the key gets idempotency_key_reused, one while the first
+// still runs idempotency_key_in_use.
+func (s *Service) Create(ctx context.Context, merchantID, environment string, p CreateParams, idem *idempotency.Request, render func(Endpoint, string) (idempotency.Response, error)) (Created, error) {
+	e, secret, err := s.newEndpoint(merchantID, environment, p)
+	if err != nil {
+		return Created{}, err
+	}
+	first, err := render(e, secret)
+	if err != nil {
+		return Created{}, apperr.Internal(err)
+	}
+	stored := first
+	if idem != nil {
+		if stored.Body, err = s.keys.Seal(keyring.PurposeWebhook, first.Body, idempotencyAAD(merchantID, idem.Key)); err != nil {
+			return Created{}, apperr.Internal(err)
+		}
+	}
+	replay, err := s.store.CreateEndpoint(ctx, e, idem, stored)
+	if err != nil {
+		return Created{}, err
+	}
+	if replay == nil {
+		return Created{Response: first}, nil
+	}
+	body, err := s.keys.Open(keyring.PurposeWebhook, replay.Body, idempotencyAAD(merchantID, idem.Key))
+	if err != nil {
+		return Created{}, apperr.Internal(fmt.Errorf("webhooks: open the stored answer of an idempotency key: %w", err))
+	}
+	return Created{Response: idempotency.Response{Status: replay.Status, Body: body}, Replayed: true}, nil
+}
+
+// idempotencyAAD binds a sealed stored answer to its merchant and key.
+func idempotencyAAD(merchantID, key string) []byte {
+	return []byte("idempotency\x00" + merchantID + "\x00" + key)
+}
+
+// newEndpoint checks the parameters and makes the endpoint and its secret.
+func (s *Service) newEndpoint(merchantID, environment string, p CreateParams) (Endpoint, string, error) {
 	if err := checkEnvironment(p.Environment); err != nil {
 		return Endpoint{}, "", err
 	}
@@ -239,9 +292,6 @@ func (s *Service) Create(ctx context.Context, merchantID, environment string, p 
 		Active: true, Description: p.Description, CreatedAt: now, UpdatedAt: now}
 	if e.SecretSealed, err = s.keys.Seal(keyring.PurposeWebhook, []byte(secret), []byte(e.ID)); err != nil {
 		return Endpoint{}, "", apperr.Internal(err)
-	}
-	if err := s.store.CreateEndpoint(ctx, e); err != nil {
-		return Endpoint{}, "", err
 	}
 	return e, secret, nil
 }

@@ -12,6 +12,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -266,4 +267,59 @@ func text(b []byte, max int) string {
 		s = s[:len(s)-size]
 	}
 	return s
+}
+
+// The reasons a failed attempt shows the merchant (the delivery's attempt
+// log). They are a small fixed set: the error itself may name internal
+// addresses, the denied range, the resolver or certificate details, which go
+// only to the operator's log.
+const (
+	ReasonNotAllowed = "destination not allowed"
+	ReasonInvalidURL = "invalid url"
+	ReasonTimeout    = "timeout"
+	ReasonDNS        = "dns lookup failed"
+	ReasonRefused    = "connection refused"
+	ReasonReset      = "connection reset"
+	ReasonTLS        = "tls error"
+	ReasonNetwork    = "network unreachable"
+	ReasonFailed     = "connection failed"
+)
+
+// Reason maps a Result's Err to one of the fixed merchant-facing reasons;
+// "" for nil.
+func Reason(err error) string {
+	var (
+		dnsErr  *net.DNSError
+		certErr *tls.CertificateVerificationError
+		recErr  tls.RecordHeaderError
+		alert   tls.AlertError
+		unknown x509.UnknownAuthorityError
+		host    x509.HostnameError
+		invalid x509.CertificateInvalidError
+		ne      net.Error
+	)
+	switch {
+	case err == nil:
+		return ""
+	case errors.Is(err, ErrForbiddenDestination):
+		return ReasonNotAllowed
+	case errors.Is(err, ErrInvalidURL):
+		return ReasonInvalidURL
+	case errors.Is(err, ErrTimeout), errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		return ReasonTimeout
+	case errors.As(err, &dnsErr):
+		return ReasonDNS
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return ReasonRefused
+	case errors.As(err, &certErr), errors.As(err, &recErr), errors.As(err, &alert),
+		errors.As(err, &unknown), errors.As(err, &host), errors.As(err, &invalid),
+		strings.Contains(err.Error(), "tls: "), strings.Contains(err.Error(), "HTTP response to HTTPS client"):
+		return ReasonTLS
+	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE), errors.Is(err, io.EOF),
+		errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.ECONNABORTED):
+		return ReasonReset
+	case errors.Is(err, syscall.ENETUNREACH), errors.Is(err, syscall.EHOSTUNREACH):
+		return ReasonNetwork
+	}
+	return ReasonFailed
 }
