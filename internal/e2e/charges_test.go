@@ -60,6 +60,7 @@ type chargeJSON struct {
 	ID             string `json:"id"`
 	Object         string `json:"object"`
 	Amount         int64  `json:"amount"`
+	AmountCaptured int64  `json:"amount_captured"`
 	AmountRefunded int64  `json:"amount_refunded"`
 	Currency       string `json:"currency"`
 	Status         string `json:"status"`
