@@ -260,7 +260,19 @@ func TestChaosProviderOutcomes(t *testing.T) {
 			captureIDs = append(captureIDs, o.charge)
 		}
 	}
-	final, _ := m.waitCharges(t, captureIDs, func(_, s string) bool { return s != "authorized" }, 120*time.Second)
+	// A capture is settled when it is no longer pending (a capture that is
+	// dropped leaves the charge authorized, which the checks below catch).
+	for deadline := time.Now().Add(120 * time.Second); ; {
+		n := queryInt(t, st.db, `SELECT count(*) FROM charges WHERE id::text = ANY($1) AND pending_action IS NOT NULL`, captureIDs)
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d captures still pending after 120s", n)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	final, _ := m.waitCharges(t, captureIDs, func(string, string) bool { return true }, time.Second)
 	refunds := map[string]refundJSON{}
 	for _, o := range objs {
 		if o.refund != "" {
