@@ -102,7 +102,7 @@ func work(ctx context.Context, getenv func(string) string, stderr io.Writer) err
 
 	reg := metrics.NewRegistry()
 	reg.MustRegister(store.PoolCollector(pool), cache.PoolCollector(rdb, "cache"), cache.PoolCollector(qrdb, "queue"),
-		store.OutboxCollector(pool, 5*time.Second))
+		store.OutboxCollector(pool, 5*time.Second), store.OutcomesCollector(pool, cfg.ProviderOutcomeUnknownAfter, 5*time.Second))
 	db := store.New(pool)
 	keys, err := keyring.New(cfg.EncryptionKey)
 	if err != nil {
@@ -143,9 +143,11 @@ func work(ctx context.Context, getenv func(string) string, stderr io.Writer) err
 	chargeOutcome := func(provider, status string) { pm.Charges.WithLabelValues(provider, status).Inc() }
 	refundOutcome := func(provider, status string) { pm.Refunds.WithLabelValues(provider, status).Inc() }
 	handlers := &jobs.Handlers{
-		Auth:     auth.NewService(nil, db, cache.New(rdb), nil, nil, time.Now, log),
-		Charges:  charges.NewProcessor(db, registry, keys, cfg.ProviderTimeout, time.Now, log, observe).WithQueue(queue).WithOutcomes(chargeOutcome),
-		Refunds:  refunds.NewProcessor(db, registry, cfg.ProviderTimeout, time.Now, log, observe).WithQueue(queue).WithOutcomes(refundOutcome),
+		Auth: auth.NewService(nil, db, cache.New(rdb), nil, nil, time.Now, log),
+		Charges: charges.NewProcessor(db, registry, keys, cfg.ProviderTimeout, time.Now, log, observe).WithQueue(queue).WithOutcomes(chargeOutcome).
+			WithWindows(cfg.ProviderIdempotencyWindow, cfg.ProviderOutcomeUnknownAfter),
+		Refunds: refunds.NewProcessor(db, registry, cfg.ProviderTimeout, time.Now, log, observe).WithQueue(queue).WithOutcomes(refundOutcome).
+			WithWindows(cfg.ProviderIdempotencyWindow, cfg.ProviderOutcomeUnknownAfter),
 		Webhooks: deliverer,
 		Events:   events.NewService(db, time.Now),
 		Store:    db,

@@ -40,6 +40,20 @@ const (
 	OutcomeRetry       Outcome = "retry"
 	OutcomeUnavailable Outcome = "unavailable"
 	OutcomeNoop        Outcome = "noop"
+	// OutcomePending: the provider accepted the operation and has not
+	// finished it (a pending refund, a processing payment).
+	OutcomePending Outcome = "pending"
+)
+
+// Defaults of the windows of unknown outcomes (see Processor.WithWindows).
+const (
+	// DefaultIdempotencyWindow is how long a capture or refund whose outcome
+	// is unknown is sent again under its idempotency key before it is only
+	// looked up: Stripe keeps idempotency keys for at least 24 hours.
+	DefaultIdempotencyWindow = 24 * time.Hour
+	// DefaultUnknownAfter is how long an outcome may stay unknown before it
+	// is logged at error level for an operator.
+	DefaultUnknownAfter = 24 * time.Hour
 )
 
 // Processor is the worker side: it carries charges through the provider.
@@ -53,6 +67,25 @@ type Processor struct {
 	observe   func(provider, op string, o Outcome, d time.Duration)
 	queue     outbox.Enqueuer
 	settled   func(provider, status string)
+	// window and unknownAfter: see WithWindows.
+	window       time.Duration
+	unknownAfter time.Duration
+}
+
+// WithWindows sets how long after it was requested a capture is still sent
+// again under its idempotency key (the provider's idempotency window; after
+// it the payment is looked up, never captured again) and after how long a
+// capture whose outcome is still unknown is logged at error level for an
+// operator. Zero keeps the default (DefaultIdempotencyWindow,
+// DefaultUnknownAfter).
+func (p *Processor) WithWindows(window, unknownAfter time.Duration) *Processor {
+	if window > 0 {
+		p.window = window
+	}
+	if unknownAfter > 0 {
+		p.unknownAfter = unknownAfter
+	}
+	return p
 }
 
 // WithOutcomes makes the processor report every status change it commits
@@ -99,7 +132,8 @@ func NewProcessor(store Store, reg providers.Registry, keys *keyring.Keyring, ti
 	if observe == nil {
 		observe = func(string, string, Outcome, time.Duration) {}
 	}
-	return &Processor{store: store, providers: reg, keys: keys, timeout: timeout, now: now, log: log, observe: observe}
+	return &Processor{store: store, providers: reg, keys: keys, timeout: timeout, now: now, log: log, observe: observe,
+		window: DefaultIdempotencyWindow, unknownAfter: DefaultUnknownAfter}
 }
 
 // ErrRetry wraps a provider outage that the queue should retry later.
@@ -190,6 +224,24 @@ func (p *Processor) Authorize(ctx context.Context, id string, final bool) error 
 }
 
 // Capture captures an authorized charge whose capture was requested.
+//
+// Within the provider's idempotency window (counted from the capture
+// request, so never later than from its first sending) the capture is sent
+// under its one key, gh_<charge>_capture, as often as it takes. After the
+// window it is never sent again: the payment is looked up
+// (providers.Lookup) and its status and captured amount decide. A capture the
+// provider answers as processing is followed with lookups.
+//
+// The charge becomes captured (charge.captured) once the provider has
+// captured it, with the amount the provider captured; a decline, or a lookup
+// that finds the payment still only authorized, leaves it authorized with
+// the failure recorded and the capture request cleared (known: nothing was
+// captured); a payment the provider canceled makes it voided. Any other
+// answer leaves the outcome unknown: the charge stays authorized with the
+// capture pending, so a void or another capture is refused (409
+// invalid_state) and no refund can start, and the task is tried again
+// (ErrRetry, wrapped; a plain error on the final attempt: the outbox row
+// stays and the sweeper sends the task again).
 func (p *Processor) Capture(ctx context.Context, id string, final bool) error {
 	return p.settle(ctx, id, final, ActionCapture)
 }
@@ -212,17 +264,12 @@ func (p *Processor) settle(ctx context.Context, id string, final bool, action st
 		p.observe(c.Provider, action, OutcomeNoop, 0)
 		return p.done(ctx, task)
 	}
+	if action == ActionCapture {
+		return p.capture(ctx, c, prov, task, final)
+	}
 	start := time.Now()
 	cctx, cancel := context.WithTimeout(ctx, p.timeout)
-	amount := c.Amount
-	if c.CaptureAmount != nil {
-		amount = *c.CaptureAmount
-	}
-	if action == ActionCapture {
-		_, err = prov.Capture(cctx, providers.CaptureRequest{IdempotencyKey: IdempotencyKey(c.ID, "capture"), Reference: *c.ProviderReference, Amount: amount})
-	} else {
-		_, err = prov.Void(cctx, providers.VoidRequest{IdempotencyKey: IdempotencyKey(c.ID, "void"), Reference: *c.ProviderReference})
-	}
+	_, err = prov.Void(cctx, providers.VoidRequest{IdempotencyKey: IdempotencyKey(c.ID, "void"), Reference: *c.ProviderReference})
 	cancel()
 	elapsed := time.Since(start)
 	after := c
@@ -234,13 +281,8 @@ func (p *Processor) settle(ctx context.Context, id string, final bool, action st
 	case err == nil:
 		p.observe(c.Provider, action, OutcomeSucceeded, elapsed)
 		after.FailureCode, after.FailureMessage = nil, nil
-		typ := events.ChargeCaptured
-		if action == ActionCapture {
-			after.Status, after.AmountCaptured = StatusCaptured, amount
-		} else {
-			after.Status, typ = StatusVoided, events.ChargeVoided
-		}
-		e, err := p.event(after, typ)
+		after.Status = StatusVoided
+		e, err := p.event(after, events.ChargeVoided)
 		if err != nil {
 			return err
 		}

@@ -110,6 +110,13 @@ type Config struct {
 	ProviderMaxAttempts int
 	ProviderRetryBase   time.Duration
 	ProviderRetryMax    time.Duration
+	// ProviderIdempotencyWindow is how long a capture or refund whose
+	// outcome is unknown is sent again under its idempotency key; after it
+	// the provider is only asked to look the object up (Stripe keeps keys
+	// 24 h). ProviderOutcomeUnknownAfter is how long an outcome may stay
+	// unknown before it is surfaced (error log, gatehouse_provider_outcomes_unknown).
+	ProviderIdempotencyWindow   time.Duration
+	ProviderOutcomeUnknownAfter time.Duration
 	// ProviderBreakerFailures is how many provider outages in a row open a
 	// provider's circuit breaker (for 30 s).
 	ProviderBreakerFailures int
@@ -270,6 +277,8 @@ func Load(getenv func(string) string, needs Needs) (Config, error) {
 	c.ProviderTimeout = duration("PROVIDER_TIMEOUT", "15s", 10*time.Millisecond)
 	c.ProviderRetryBase = duration("PROVIDER_RETRY_BASE", "2s", time.Millisecond)
 	c.ProviderRetryMax = duration("PROVIDER_RETRY_MAX", "5m", time.Millisecond)
+	c.ProviderIdempotencyWindow = duration("PROVIDER_IDEMPOTENCY_WINDOW", "24h", time.Second)
+	c.ProviderOutcomeUnknownAfter = duration("PROVIDER_OUTCOME_UNKNOWN_AFTER", "24h", time.Second)
 	c.SandboxLatency = duration("SANDBOX_LATENCY", "0s", 0)
 	c.OutboxSweepAfter = duration("OUTBOX_SWEEP_AFTER", "30s", time.Second)
 	c.ReconcileAfter = duration("RECONCILE_AFTER", "2m", time.Second)

@@ -1,6 +1,6 @@
 package e2e
 
-// The fault tests F1-F5 of RELIABILITY.md against the real binaries. Every
+// The fault tests F1-F5 and F9 of RELIABILITY.md against the real binaries. Every
 // test is named TestChaos...; GATEHOUSE_CHAOS=full (make chaos) runs them at
 // full scale, anything else at a smoke scale of a few seconds of load that
 // runs inside make test. Every figure is computed from what the receivers,

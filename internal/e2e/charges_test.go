@@ -27,8 +27,12 @@ import (
 // MaxRetry = PROVIDER_MAX_ATTEMPTS-1 and Timeout = PROVIDER_TIMEOUT+30s
 // (internal/jobs/work.go NewTask), so a worker-only setting would not bound
 // the attempts of tasks the API enqueued.
+// providerTimeout is twenty times the sandbox's latency: only the silent
+// card (4000000000000606) reaches it, never a healthy call on a loaded
+// machine, whose timeouts would open the breaker and fail charges that the
+// fault test expects captured.
 const (
-	providerTimeout     = 300 * time.Millisecond
+	providerTimeout     = time.Second
 	providerMaxAttempts = 4
 	sandboxLatency      = 50 * time.Millisecond
 )
@@ -60,6 +64,7 @@ type chargeJSON struct {
 	ID             string `json:"id"`
 	Object         string `json:"object"`
 	Amount         int64  `json:"amount"`
+	AmountCaptured int64  `json:"amount_captured"`
 	AmountRefunded int64  `json:"amount_refunded"`
 	Currency       string `json:"currency"`
 	Status         string `json:"status"`

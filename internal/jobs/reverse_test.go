@@ -37,8 +37,10 @@ func TestReverseAttemptsCoverTheWindow(t *testing.T) {
 	}
 }
 
-// A charge:reverse task goes to the critical queue with the attempts of
-// ReverseAttempts and its id as the outbox row's.
+// The tasks whose outcome may be unknown while money may have moved
+// (charge:reverse, charge:capture, refund:process) go to the critical queue
+// with the attempts of ReverseAttempts and their id as the outbox row's; the
+// others keep PROVIDER_MAX_ATTEMPTS.
 func TestReverseTaskOptions(t *testing.T) {
 	testenv.NewRedis(t, testenv.RedisDBJobs)
 	redisOpt, err := asynq.ParseRedisURI(testenv.RedisURLFor(testenv.RedisDBJobs))
@@ -53,18 +55,31 @@ func TestReverseTaskOptions(t *testing.T) {
 	defer client.Close()
 	inspector := asynq.NewInspector(redisOpt)
 	defer inspector.Close()
-	task := outbox.Task{Type: outbox.ChargeReverse, RefID: ids.NewUUID()}
-	if err := jobs.NewQueue(client, inspector, cfg).Enqueue(context.Background(), task); err != nil {
-		t.Fatal(err)
-	}
-	info, err := inspector.GetTaskInfo("critical", task.ID())
-	if err != nil {
-		t.Fatalf("charge:reverse not in the critical queue: %v", err)
-	}
-	if want := jobs.ReverseAttempts(cfg.ProviderRetryBase, cfg.ProviderRetryMax) - 1; info.MaxRetry != want {
-		t.Errorf("max retry %d, want %d", info.MaxRetry, want)
-	}
-	if info.Timeout != 2*cfg.ProviderTimeout+30*time.Second {
-		t.Errorf("timeout %v, want two provider calls and a margin", info.Timeout)
+	window := jobs.ReverseAttempts(cfg.ProviderRetryBase, cfg.ProviderRetryMax) - 1
+	for _, c := range []struct {
+		typ      string
+		maxRetry int
+		timeout  time.Duration
+	}{
+		{outbox.ChargeReverse, window, 2*cfg.ProviderTimeout + 30*time.Second},
+		{outbox.ChargeCapture, window, 2*cfg.ProviderTimeout + 30*time.Second},
+		{outbox.RefundProcess, window, 2*cfg.ProviderTimeout + 30*time.Second},
+		{outbox.ChargeAuthorize, cfg.ProviderMaxAttempts - 1, cfg.ProviderTimeout + 30*time.Second},
+		{outbox.ChargeVoid, cfg.ProviderMaxAttempts - 1, cfg.ProviderTimeout + 30*time.Second},
+	} {
+		task := outbox.Task{Type: c.typ, RefID: ids.NewUUID()}
+		if err := jobs.NewQueue(client, inspector, cfg).Enqueue(context.Background(), task); err != nil {
+			t.Fatal(err)
+		}
+		info, err := inspector.GetTaskInfo("critical", task.ID())
+		if err != nil {
+			t.Fatalf("%s not in the critical queue: %v", c.typ, err)
+		}
+		if info.MaxRetry != c.maxRetry {
+			t.Errorf("%s: max retry %d, want %d", c.typ, info.MaxRetry, c.maxRetry)
+		}
+		if info.Timeout != c.timeout {
+			t.Errorf("%s: timeout %v, want %v", c.typ, info.Timeout, c.timeout)
+		}
 	}
 }

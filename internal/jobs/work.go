@@ -40,10 +40,24 @@ func isProviderTask(typ string) bool {
 	return false
 }
 
-// ReverseWindow is how long a charge:reverse task keeps trying, with the
-// provider backoff, to learn and release what the provider booked: Stripe
-// keeps an idempotency key (and so the answer to the authorization) for 24 h.
+// ReverseWindow is how long a charge:reverse, charge:capture or
+// refund:process task keeps trying, with the provider backoff, to learn the
+// outcome of what it sent: Stripe keeps an idempotency key (and so the answer
+// to the request) for 24 h. After it, the outbox row stays and the sweeper
+// starts the task again: captures and refunds are then looked up (see
+// charges.Processor.Capture and refunds.Processor.Process).
 const ReverseWindow = 24 * time.Hour
+
+// untilKnown reports whether a task type keeps trying for ReverseWindow
+// rather than PROVIDER_MAX_ATTEMPTS times: the tasks whose outcome may be
+// unknown while money may have moved, which never end as a guess.
+func untilKnown(typ string) bool {
+	switch typ {
+	case outbox.ChargeReverse, outbox.ChargeCapture, outbox.RefundProcess:
+		return true
+	}
+	return false
+}
 
 // ReverseAttempts is how many attempts of the provider backoff (from base,
 // capped at limit) fit in ReverseWindow: the attempts of one charge:reverse
@@ -109,8 +123,9 @@ func (q *Queue) newTask(t outbox.Task, headers map[string]string) (*asynq.Task, 
 		return asynq.NewTaskWithHeaders(t.Type, body, headers, asynq.TaskID(t.ID()), asynq.Queue(queueOf(t.Type)),
 			asynq.MaxRetry(25), asynq.Timeout(q.cfg.WebhookTimeout+30*time.Second)), nil
 	}
-	if t.Type == outbox.ChargeReverse {
-		// Two provider calls: the authorization sent again, then the release.
+	if untilKnown(t.Type) {
+		// Two provider calls at most: the request sent again, then the
+		// release (reverse) or a lookup (a pending capture or refund).
 		return asynq.NewTaskWithHeaders(t.Type, body, headers, asynq.TaskID(t.ID()), asynq.Queue(queueOf(t.Type)),
 			asynq.MaxRetry(ReverseAttempts(q.cfg.ProviderRetryBase, q.cfg.ProviderRetryMax)-1),
 			asynq.Timeout(2*q.cfg.ProviderTimeout+30*time.Second)), nil
@@ -220,7 +235,7 @@ func (h *Handlers) provider(process func(ctx context.Context, id string, final b
 		// The worker's own PROVIDER_MAX_ATTEMPTS bounds the attempts too, even
 		// if the process that enqueued the task was configured otherwise.
 		final := retried >= maxRetry || retried+1 >= h.Config.ProviderMaxAttempts
-		if t.Type() == outbox.ChargeReverse {
+		if untilKnown(t.Type()) {
 			final = retried >= maxRetry || retried+1 >= ReverseAttempts(h.Config.ProviderRetryBase, h.Config.ProviderRetryMax)
 		}
 		err := process(ctx, p.ID, final)

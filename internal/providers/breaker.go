@@ -42,8 +42,8 @@ type BreakerOptions struct {
 }
 
 // Breaker is a Provider guarded by a circuit breaker. Only availability
-// failures count toward opening the circuit: a *Decline proves the provider is
-// up and counts as a success, and a call its caller cancelled
+// failures count toward opening the circuit: a *Decline, or a lookup that
+// found nothing, proves the provider is up and counts as a success, and a call its caller cancelled
 // (context.Canceled) counts as nothing. A deadline that expires while the
 // provider is silent is a failure. While the circuit is open every method
 // returns an error wrapping ErrUnavailable and ErrCircuitOpen at once, without
@@ -73,7 +73,9 @@ func WithBreaker(p Provider, opts BreakerOptions) *Breaker {
 		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= opts.Failures },
 		IsSuccessful: func(err error) bool {
 			_, declined := AsDecline(err)
-			return err == nil || declined
+			// A lookup that found nothing is an answer too.
+			found := NothingBooked(err) && !errors.Is(err, ErrUnavailable)
+			return err == nil || declined || found
 		},
 		IsExcluded: func(err error) bool { return errors.Is(err, context.Canceled) },
 	}
@@ -115,4 +117,31 @@ func (b *Breaker) Void(ctx context.Context, r VoidRequest) (Result, error) {
 // Refund calls the provider unless the circuit is open.
 func (b *Breaker) Refund(ctx context.Context, r RefundRequest) (Result, error) {
 	return b.call(func() (Result, error) { return b.p.Refund(ctx, r) })
+}
+
+// LookupRefund reads the wrapped provider's books unless the circuit is open.
+// A provider that cannot look refunds up answers ErrUnavailable and ErrNoLookup.
+func (b *Breaker) LookupRefund(ctx context.Context, r RefundLookup) (Result, error) {
+	l, ok := b.p.(Lookup)
+	if !ok {
+		return Result{}, fmt.Errorf("%w: %s: %w", ErrUnavailable, b.p.Name(), ErrNoLookup)
+	}
+	return b.call(func() (Result, error) { return l.LookupRefund(ctx, r) })
+}
+
+// LookupPayment reads the wrapped provider's books unless the circuit is
+// open. A provider that cannot look payments up answers ErrUnavailable and
+// ErrNoLookup.
+func (b *Breaker) LookupPayment(ctx context.Context, reference string) (Payment, error) {
+	l, ok := b.p.(Lookup)
+	if !ok {
+		return Payment{}, fmt.Errorf("%w: %s: %w", ErrUnavailable, b.p.Name(), ErrNoLookup)
+	}
+	var p Payment
+	_, err := b.call(func() (Result, error) {
+		var err error
+		p, err = l.LookupPayment(ctx, reference)
+		return Result{Reference: p.Reference}, err
+	})
+	return p, err
 }

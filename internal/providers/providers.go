@@ -59,11 +59,20 @@ type RefundRequest struct {
 	Amount         int64
 	Currency       string
 	Reason         string
+	// RefundID is the gateway's id of the refund. The provider keeps it
+	// with its refund (Stripe: metadata gatehouse_refund_id), so a lookup
+	// finds the refund after the idempotency key has expired.
+	RefundID string
 }
 
 // Result is the provider's answer to a call it completed.
 type Result struct {
 	Reference string // the provider's id of the payment or refund
+	// Pending is true when the provider accepted the operation but has not
+	// finished it (a Stripe refund that is pending, a PaymentIntent that is
+	// processing). Money may still move either way: the caller follows the
+	// object with a Lookup until it is final.
+	Pending bool
 }
 
 // Provider is an upstream payment provider.
@@ -119,6 +128,51 @@ var ErrNothingBooked = errors.New("provider booked nothing under the key")
 // NothingBooked reports whether err proves the provider holds no payment
 // under the call's idempotency key (see ErrNothingBooked).
 func NothingBooked(err error) bool { return errors.Is(err, ErrNothingBooked) }
+
+// RefundLookup names the refund a lookup searches for.
+type RefundLookup struct {
+	Reference      string // the provider's id of the charge the refund returns
+	RefundID       string // the gateway's id of the refund (see RefundRequest.RefundID)
+	IdempotencyKey string // the key the refund was sent with
+	// ProviderRefund is the provider's id of the refund when an earlier
+	// answer named it (a pending refund); "" when no answer arrived.
+	ProviderRefund string
+}
+
+// Payment statuses a lookup reports.
+const (
+	PaymentAuthorized = "authorized" // authorized and not captured
+	PaymentProcessing = "processing" // a capture is under way
+	PaymentCaptured   = "captured"
+	PaymentCanceled   = "canceled" // released: nothing can be captured any more
+)
+
+// Payment is what a lookup reads of a payment (an authorization).
+type Payment struct {
+	Reference string
+	Status    string // one of the Payment* statuses
+	Captured  int64  // the amount captured, when Status is PaymentCaptured
+}
+
+// Lookup reads the provider's own books. The worker uses it when resending a
+// request cannot tell the outcome: once the provider has forgotten the
+// idempotency key (Stripe keeps keys 24 h; a resend after that would move
+// money again under a new booking), and to follow an operation the provider
+// answered as pending.
+//
+// LookupRefund answers a final refund with its Result, a refund that is
+// still pending with Result.Pending, a failed or canceled one with a
+// *Decline, and an error wrapping ErrNothingBooked (and not ErrUnavailable:
+// it is an answer) when the provider holds no refund for r.RefundID. LookupPayment answers the state of the payment
+// reference. Any other error leaves the outcome unknown.
+type Lookup interface {
+	LookupRefund(ctx context.Context, r RefundLookup) (Result, error)
+	LookupPayment(ctx context.Context, reference string) (Payment, error)
+}
+
+// ErrNoLookup is in the chain of the error of a Lookup method of a provider
+// that cannot read its books (with ErrUnavailable: the outcome stays unknown).
+var ErrNoLookup = errors.New("provider has no lookup")
 
 // Registry maps provider names to providers.
 type Registry map[string]Provider

@@ -71,7 +71,7 @@ func TestProcessorReportsOutcomes(t *testing.T) {
 		{name: "succeeded", provider: "sandbox", want: []outcome{{"sandbox", refunds.StatusSucceeded}}},
 		{name: "the charge's provider is reported", provider: "stripe", want: []outcome{{"stripe", refunds.StatusSucceeded}}},
 		{name: "declined", provider: "sandbox", refund: decline, want: []outcome{{"sandbox", refunds.StatusFailed}}},
-		{name: "provider down, final attempt", provider: "sandbox", refund: down, final: true, want: []outcome{{"sandbox", refunds.StatusFailed}}},
+		{name: "provider down, final attempt: still pending", provider: "sandbox", refund: down, final: true, wantErr: true, want: []outcome{}},
 		{name: "provider down, the queue retries", provider: "sandbox", refund: down, wantErr: true, want: []outcome{}},
 		{name: "provider not configured on the worker", provider: "adyen", want: []outcome{{"adyen", refunds.StatusFailed}}},
 		{name: "no provider reference", provider: "sandbox", noRef: true, want: []outcome{{"sandbox", refunds.StatusFailed}}},
@@ -117,7 +117,7 @@ func TestProcessorReportsOutcomes(t *testing.T) {
 func TestProcessorWithoutOutcomes(t *testing.T) {
 	st := &fakeStore{RefundForWorkFn: func(context.Context, string) (refunds.Refund, charges.Charge, error) {
 		return refunds.Refund{ID: "0193a5d0-3c4e-7a5b-8c6d-7e8f9a0b1c2d", ChargeID: chargeID, Amount: 500, Currency: "USD",
-			Status: refunds.StatusPending}, capturedCharge(), nil
+			Status: refunds.StatusPending, CreatedAt: testNow}, capturedCharge(), nil
 	}}
 	if err := worker(st, &fakeProvider{}).Process(context.Background(), "0193a5d0-3c4e-7a5b-8c6d-7e8f9a0b1c2d", false); err != nil {
 		t.Fatal(err)

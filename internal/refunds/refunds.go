@@ -222,14 +222,16 @@ func (s *Service) List(ctx context.Context, merchantID, chargeID string, p listi
 
 // Processor is the worker side of refunds.
 type Processor struct {
-	store     Store
-	providers providers.Registry
-	timeout   time.Duration
-	now       func() time.Time
-	log       *slog.Logger
-	observe   func(provider, op string, o charges.Outcome, d time.Duration)
-	queue     outbox.Enqueuer
-	settled   func(provider, status string)
+	store        Store
+	providers    providers.Registry
+	timeout      time.Duration
+	now          func() time.Time
+	log          *slog.Logger
+	observe      func(provider, op string, o charges.Outcome, d time.Duration)
+	queue        outbox.Enqueuer
+	settled      func(provider, status string)
+	window       time.Duration
+	unknownAfter time.Duration
 }
 
 // WithOutcomes makes the processor report each refund it settles (succeeded
@@ -243,6 +245,21 @@ func (p *Processor) WithOutcomes(f func(provider, status string)) *Processor {
 // settlements create right after commit; without it they wait for the sweeper.
 func (p *Processor) WithQueue(q outbox.Enqueuer) *Processor {
 	p.queue = q
+	return p
+}
+
+// WithWindows sets how long after its creation a refund is still sent again
+// under its idempotency key (the provider's idempotency window; after it the
+// refund is looked up, never sent again) and after how long a refund whose
+// outcome is still unknown is logged at error level for an operator. Zero
+// keeps a default (charges.DefaultIdempotencyWindow, charges.DefaultUnknownAfter).
+func (p *Processor) WithWindows(window, unknownAfter time.Duration) *Processor {
+	if window > 0 {
+		p.window = window
+	}
+	if unknownAfter > 0 {
+		p.unknownAfter = unknownAfter
+	}
 	return p
 }
 
@@ -269,11 +286,30 @@ func NewProcessor(store Store, reg providers.Registry, timeout time.Duration, no
 	if observe == nil {
 		observe = func(string, string, charges.Outcome, time.Duration) {}
 	}
-	return &Processor{store: store, providers: reg, timeout: timeout, now: now, log: log, observe: observe}
+	return &Processor{store: store, providers: reg, timeout: timeout, now: now, log: log, observe: observe,
+		window: charges.DefaultIdempotencyWindow, unknownAfter: charges.DefaultUnknownAfter}
 }
 
-// Process settles a pending refund at the provider. It returns a wrapped
-// charges.ErrRetry while the provider is unavailable and this is not the final attempt.
+// Process settles a pending refund at the provider.
+//
+// Within the provider's idempotency window (counted from the refund's
+// creation, so never later than from its first sending) the refund is sent
+// under its one key, gh_<refund>_refund, as often as it takes: the provider
+// answers a key it booked with that booking. After the window it is never
+// sent again (the provider may have forgotten the key and would book a second
+// refund): it is looked up (providers.Lookup) by the refund id it carries.
+// A refund the provider answers as pending is followed with lookups.
+//
+// The refund succeeds (refund.succeeded, and charge.refunded when the charge
+// is fully refunded, in the same transaction) when the provider booked it,
+// fails (the held amount is released) when the provider declined it or
+// vouches that it holds none, and otherwise stays pending: its outcome is
+// unknown and money may have moved. Then Process returns a wrapped
+// charges.ErrRetry (the queue tries again with backoff) or, on the final
+// attempt, a plain error: the outbox row stays and the sweeper sends the
+// task again. A refund still unknown after the unknownAfter bound is logged at
+// error level on every attempt and counted by the
+// gatehouse_provider_outcomes_unknown gauge.
 func (p *Processor) Process(ctx context.Context, id string, final bool) error {
 	task := outbox.Task{Type: outbox.RefundProcess, RefID: id}
 	r, c, err := p.store.RefundForWork(ctx, id)
@@ -283,23 +319,43 @@ func (p *Processor) Process(ctx context.Context, id string, final bool) error {
 	if r.Status != StatusPending {
 		return p.store.DeleteTask(ctx, task.ID())
 	}
+	now := p.now().UTC()
 	after := r
-	after.UpdatedAt = p.now().UTC().Truncate(time.Millisecond)
+	after.UpdatedAt = now.Truncate(time.Millisecond)
 	prov, ok := p.providers.Get(c.Provider)
 	if !ok || c.ProviderReference == nil {
 		after.Status, after.FailureCode = StatusFailed, ptr("provider_unavailable")
 		return p.settle(ctx, c.Provider, after, task.ID(), noEvents)
 	}
+	key := charges.IdempotencyKey(r.ID, "refund")
+	lookup := providers.RefundLookup{Reference: *c.ProviderReference, RefundID: r.ID, IdempotencyKey: key}
+	look, canLook := prov.(providers.Lookup)
+	op := "refund"
 	start := time.Now()
 	cctx, cancel := context.WithTimeout(ctx, p.timeout)
-	res, err := prov.Refund(cctx, providers.RefundRequest{IdempotencyKey: charges.IdempotencyKey(r.ID, "refund"),
-		Reference: *c.ProviderReference, Amount: r.Amount, Currency: r.Currency, Reason: deref(r.Reason)})
+	var res providers.Result
+	if now.Sub(r.CreatedAt) < p.window {
+		res, err = prov.Refund(cctx, providers.RefundRequest{IdempotencyKey: key, RefundID: r.ID,
+			Reference: *c.ProviderReference, Amount: r.Amount, Currency: r.Currency, Reason: deref(r.Reason)})
+		if err == nil && res.Pending && canLook {
+			// Sent again, the key only replays the first answer: follow the refund itself.
+			op, lookup.ProviderRefund = "refund_lookup", res.Reference
+			res, err = look.LookupRefund(cctx, lookup)
+		}
+	} else {
+		op = "refund_lookup"
+		if canLook {
+			res, err = look.LookupRefund(cctx, lookup)
+		} else {
+			err = fmt.Errorf("%w: %s: %w", providers.ErrUnavailable, c.Provider, providers.ErrNoLookup)
+		}
+	}
 	cancel()
 	elapsed := time.Since(start)
 	d, declined := providers.AsDecline(err)
 	switch {
-	case err == nil:
-		p.observe(c.Provider, "refund", charges.OutcomeSucceeded, elapsed)
+	case err == nil && !res.Pending:
+		p.observe(c.Provider, op, charges.OutcomeSucceeded, elapsed)
 		after.Status, after.ProviderReference = StatusSucceeded, &res.Reference
 		return p.settle(ctx, c.Provider, after, task.ID(), func(r Refund, c charges.Charge) ([]events.Event, error) {
 			out := []events.Event{}
@@ -317,17 +373,37 @@ func (p *Processor) Process(ctx context.Context, id string, final bool) error {
 			}
 			return out, nil
 		})
+	case err == nil:
+		p.observe(c.Provider, op, charges.OutcomePending, elapsed)
+		return p.unknown(ctx, r, final, now, fmt.Errorf("refunds: the provider's refund %s is still pending", res.Reference))
 	case declined:
-		p.observe(c.Provider, "refund", charges.OutcomeDeclined, elapsed)
+		p.observe(c.Provider, op, charges.OutcomeDeclined, elapsed)
 		after.Status, after.FailureCode = StatusFailed, &d.Code
-	case !final:
-		p.observe(c.Provider, "refund", charges.OutcomeRetry, elapsed)
-		return fmt.Errorf("%w: %v", charges.ErrRetry, err)
-	default:
-		p.observe(c.Provider, "refund", charges.OutcomeUnavailable, elapsed)
+	case providers.NothingBooked(err) && (op == "refund_lookup" || final):
+		// The provider read its books: no refund moved any money.
+		p.observe(c.Provider, op, charges.OutcomeUnavailable, elapsed)
 		after.Status, after.FailureCode = StatusFailed, ptr("provider_unavailable")
+	case !final:
+		p.observe(c.Provider, op, charges.OutcomeRetry, elapsed)
+		return p.unknown(ctx, r, final, now, err)
+	default:
+		p.observe(c.Provider, op, charges.OutcomeUnavailable, elapsed)
+		return p.unknown(ctx, r, final, now, err)
 	}
 	return p.settle(ctx, c.Provider, after, task.ID(), noEvents)
+}
+
+// unknown answers an attempt after which the refund's outcome is still
+// unknown: the refund stays pending and the task is tried again.
+func (p *Processor) unknown(ctx context.Context, r Refund, final bool, now time.Time, err error) error {
+	if age := now.Sub(r.CreatedAt); age >= p.unknownAfter {
+		p.log.ErrorContext(ctx, "refund outcome still unknown at the provider; see the runbook ProviderOutcomeUnknown",
+			"refund_id", r.ID, "charge_id", r.ChargeID, "age", age.Round(time.Second).String(), "err", err)
+	}
+	if !final {
+		return fmt.Errorf("%w: %v", charges.ErrRetry, err)
+	}
+	return fmt.Errorf("refunds: outcome of refund %s still unknown after the last attempt; the sweeper sends it again: %w", r.ID, err)
 }
 
 func noEvents(Refund, charges.Charge) ([]events.Event, error) { return nil, nil }

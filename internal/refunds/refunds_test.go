@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -311,7 +312,7 @@ func TestProcess(t *testing.T) {
 			if err := worker(st, p).Process(ctx, refundID, false); err != nil {
 				t.Fatal(err)
 			}
-			wantReq := []providers.RefundRequest{{IdempotencyKey: "gh_" + refundID + "_refund", Reference: "ch_ref", Amount: 500, Currency: "USD", Reason: "duplicate"}}
+			wantReq := []providers.RefundRequest{{IdempotencyKey: "gh_" + refundID + "_refund", Reference: "ch_ref", Amount: 500, Currency: "USD", Reason: "duplicate", RefundID: refundID}}
 			if diff := cmp.Diff(wantReq, p.refunds); diff != "" {
 				t.Errorf("provider calls (-want +got):\n%s", diff)
 			}
@@ -342,8 +343,8 @@ func TestProcess(t *testing.T) {
 		{"down", func(context.Context, providers.RefundRequest) (providers.Result, error) {
 			return providers.Result{}, providers.ErrUnavailable
 		}, false, true, ""},
-		{"down, final", func(context.Context, providers.RefundRequest) (providers.Result, error) {
-			return providers.Result{}, providers.ErrUnavailable
+		{"down, final: nothing booked", func(context.Context, providers.RefundRequest) (providers.Result, error) {
+			return providers.Result{}, fmt.Errorf("%w: %w", providers.ErrUnavailable, providers.ErrNothingBooked)
 		}, true, false, "provider_unavailable"},
 	}
 	for _, c := range failures {

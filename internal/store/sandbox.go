@@ -3,6 +3,8 @@ package store
 import (
 	"context"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/gatehouse-pay/gatehouse/internal/providers/sandbox"
 )
 
@@ -51,4 +53,37 @@ func (l *SandboxLedger) Authorization(ctx context.Context, reference string) (sa
 		Scan(&r.IdempotencyKey, &op, &r.Parent, &r.Amount, &r.Currency, &r.Reference, &r.Calls)
 	r.Operation = sandbox.Operation(op)
 	return r, mapErr(err, "sandbox authorization")
+}
+
+const ledgerLookup = `SELECT idempotency_key, operation, parent_reference, amount, currency, coalesce(reference, ''), calls
+FROM sandbox_ledger WHERE idempotency_key = $1`
+
+// Lookup implements sandbox.Ledger.
+func (l *SandboxLedger) Lookup(ctx context.Context, idempotencyKey string) (sandbox.Record, error) {
+	var r sandbox.Record
+	var op string
+	err := l.s.pool.QueryRow(ctx, ledgerLookup, idempotencyKey).
+		Scan(&r.IdempotencyKey, &op, &r.Parent, &r.Amount, &r.Currency, &r.Reference, &r.Calls)
+	r.Operation = sandbox.Operation(op)
+	return r, mapErr(err, "sandbox ledger entry")
+}
+
+const ledgerBooked = `SELECT idempotency_key, operation, parent_reference, amount, currency, reference, calls
+FROM sandbox_ledger WHERE parent_reference = $1 AND operation IN ('capture', 'void') AND reference IS NOT NULL
+ORDER BY created_at, idempotency_key`
+
+// Booked implements sandbox.Ledger.
+func (l *SandboxLedger) Booked(ctx context.Context, reference string) ([]sandbox.Record, error) {
+	rows, err := l.s.pool.Query(ctx, ledgerBooked, reference)
+	if err != nil {
+		return nil, mapErr(err, "sandbox ledger entry")
+	}
+	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (sandbox.Record, error) {
+		var r sandbox.Record
+		var op string
+		err := row.Scan(&r.IdempotencyKey, &op, &r.Parent, &r.Amount, &r.Currency, &r.Reference, &r.Calls)
+		r.Operation = sandbox.Operation(op)
+		return r, err
+	})
+	return list, mapErr(err, "sandbox ledger entry")
 }

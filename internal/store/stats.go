@@ -132,3 +132,53 @@ func (c *outboxCollector) refresh() error {
 	c.counts, c.ages, c.at = counts, ages, time.Now()
 	return nil
 }
+
+// outcomesUnknown counts the captures and refunds still waiting for the
+// provider's outcome longer than $1: a capture requested (the charge is
+// authorized with the capture pending; updated_at is the request's time,
+// nothing else moves the charge meanwhile) and a refund still pending.
+const outcomesUnknown = `
+SELECT (SELECT count(*) FROM charges WHERE status = 'authorized' AND pending_action = 'capture' AND updated_at < now() - $1::float8 * interval '1 second'),
+       (SELECT count(*) FROM refunds WHERE status = 'pending' AND created_at < now() - $1::float8 * interval '1 second')`
+
+var outcomesUnknownDesc = prometheus.NewDesc("gatehouse_provider_outcomes_unknown",
+	"Captures and refunds whose provider outcome is still unknown after PROVIDER_OUTCOME_UNKNOWN_AFTER, by operation.",
+	[]string{"operation"}, nil)
+
+// OutcomesCollector exports gatehouse_provider_outcomes_unknown{operation}
+// (capture, refund): the captures and refunds waiting for the provider's
+// outcome longer than after, which an operator must resolve (see
+// docs/operations.md). It queries Postgres at most once per minInterval, with
+// a short timeout; a failed query leaves the metric out of that scrape.
+func OutcomesCollector(pool *pgxpool.Pool, after, minInterval time.Duration) prometheus.Collector {
+	return &outcomesCollector{pool: pool, after: after, every: minInterval}
+}
+
+type outcomesCollector struct {
+	pool         *pgxpool.Pool
+	after, every time.Duration
+
+	mu               sync.Mutex
+	at               time.Time
+	loaded           bool
+	captures, refnds float64
+}
+
+func (c *outcomesCollector) Describe(ch chan<- *prometheus.Desc) { ch <- outcomesUnknownDesc }
+
+func (c *outcomesCollector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.loaded || time.Since(c.at) >= c.every {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		var captures, refnds int64
+		err := c.pool.QueryRow(ctx, outcomesUnknown, c.after.Seconds()).Scan(&captures, &refnds)
+		cancel()
+		if err != nil {
+			return
+		}
+		c.captures, c.refnds, c.at, c.loaded = float64(captures), float64(refnds), time.Now(), true
+	}
+	ch <- prometheus.MustNewConstMetric(outcomesUnknownDesc, prometheus.GaugeValue, c.captures, "capture")
+	ch <- prometheus.MustNewConstMetric(outcomesUnknownDesc, prometheus.GaugeValue, c.refnds, "refund")
+}

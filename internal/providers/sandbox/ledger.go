@@ -84,4 +84,17 @@ type Ledger interface {
 	//
 	//	SELECT ... FROM sandbox_ledger WHERE reference = $1 AND operation = 'authorize'
 	Authorization(ctx context.Context, reference string) (Record, error)
+
+	// Lookup returns the row of idempotencyKey, or an error of kind
+	// apperr.KindNotFound when no call was ever made with it.
+	//
+	//	SELECT ... FROM sandbox_ledger WHERE idempotency_key = $1
+	Lookup(ctx context.Context, idempotencyKey string) (Record, error)
+
+	// Booked returns the booked captures and voids of the authorization
+	// reference, oldest first.
+	//
+	//	SELECT ... FROM sandbox_ledger WHERE parent_reference = $1
+	//	AND operation IN ('capture', 'void') AND reference IS NOT NULL ORDER BY created_at
+	Booked(ctx context.Context, reference string) ([]Record, error)
 }

@@ -26,6 +26,18 @@ const (
 	RefundPrefix = "sbx_re_"
 )
 
+// LostAnswerAmount is the test amount of captures and refunds whose answer
+// is lost: the sandbox books a capture or refund of exactly this amount and
+// then, for the first LostAnswerFailures calls with its idempotency key,
+// answers with an error wrapping providers.ErrUnavailable and
+// context.DeadlineExceeded, as if the answer had timed out on its way back.
+// The next call with the key answers with the booking.
+const LostAnswerAmount = 1313
+
+// LostAnswerFailures is how many calls with one key lose their answer (see
+// LostAnswerAmount).
+const LostAnswerFailures = 2
+
 // FlakyFailures is how many calls with one idempotency key the flaky card
 // (4000000000000507) answers with ErrUnavailable before it succeeds.
 const FlakyFailures = 2
@@ -38,6 +50,12 @@ type Options struct {
 	Latency time.Duration
 	// Now is the clock that decides whether a card has expired; time.Now when nil.
 	Now func() time.Time
+	// LoseAnswer, when set, is asked after every booked capture or refund
+	// (a replay of an earlier booking too) with the operation and how many
+	// calls were made with the key, this one included; true loses the
+	// answer as LostAnswerAmount does. Tests use it to make every call
+	// book and then time out.
+	LoseAnswer func(op Operation, calls int64) bool
 }
 
 // Provider is the sandbox provider. It is safe for concurrent use.
@@ -284,7 +302,7 @@ func (p *Provider) Capture(ctx context.Context, r providers.CaptureRequest) (pro
 		return providers.Result{}, err
 	}
 	if rec.Reference != "" {
-		return providers.Result{Reference: rec.Reference}, nil
+		return p.answer(rec, providers.Result{Reference: rec.Reference}, nil)
 	}
 	if r.Amount < 0 {
 		return providers.Result{}, invalid("The amount to capture must not be negative.")
@@ -296,7 +314,8 @@ func (p *Provider) Capture(ctx context.Context, r providers.CaptureRequest) (pro
 	if r.Amount > auth.Amount {
 		return providers.Result{}, invalid("The amount to capture exceeds the authorized amount.")
 	}
-	return p.book(ctx, r.IdempotencyKey, auth.Reference)
+	res, err := p.book(ctx, r.IdempotencyKey, auth.Reference)
+	return p.answer(rec, res, err)
 }
 
 // Void releases an authorization the sandbox issued and answers with its
@@ -327,7 +346,7 @@ func (p *Provider) Refund(ctx context.Context, r providers.RefundRequest) (provi
 		return providers.Result{}, err
 	}
 	if rec.Reference != "" {
-		return providers.Result{Reference: rec.Reference}, nil
+		return p.answer(rec, providers.Result{Reference: rec.Reference}, nil)
 	}
 	if r.Amount <= 0 {
 		return providers.Result{}, invalid("The refund amount must be positive.")
@@ -342,5 +361,82 @@ func (p *Provider) Refund(ctx context.Context, r providers.RefundRequest) (provi
 	if r.Currency != "" && !strings.EqualFold(r.Currency, auth.Currency) {
 		return providers.Result{}, invalid("The refund currency differs from the charge's.")
 	}
-	return p.book(ctx, r.IdempotencyKey, newReference(RefundPrefix))
+	res, err := p.book(ctx, r.IdempotencyKey, newReference(RefundPrefix))
+	return p.answer(rec, res, err)
+}
+
+// answer returns the answer to a capture or refund call, or loses it after
+// the booking (see LostAnswerAmount and Options.LoseAnswer).
+func (p *Provider) answer(rec Record, res providers.Result, err error) (providers.Result, error) {
+	if err != nil {
+		return res, err
+	}
+	lost := rec.Amount == LostAnswerAmount && rec.Calls <= LostAnswerFailures
+	if p.opts.LoseAnswer != nil && p.opts.LoseAnswer(rec.Operation, rec.Calls) {
+		lost = true
+	}
+	if lost {
+		return providers.Result{}, fmt.Errorf("%w: sandbox: the answer to %s call %d was lost after booking: %w",
+			providers.ErrUnavailable, rec.Operation, rec.Calls, context.DeadlineExceeded)
+	}
+	return res, nil
+}
+
+var _ providers.Lookup = (*Provider)(nil)
+
+// LookupRefund reads the sandbox's books for the refund sent with
+// r.IdempotencyKey (the sandbox keeps keys for ever, so the key names the
+// refund as the gateway's refund id would). A refund it booked is a result;
+// none is an error wrapping providers.ErrNothingBooked; a ledger failure
+// wraps providers.ErrUnavailable. Lookups never lose their answer.
+func (p *Provider) LookupRefund(ctx context.Context, r providers.RefundLookup) (providers.Result, error) {
+	if err := p.wait(ctx); err != nil {
+		return providers.Result{}, err
+	}
+	rec, err := p.ledger.Lookup(ctx, r.IdempotencyKey)
+	switch {
+	case apperr.KindOf(err) == apperr.KindNotFound:
+		return providers.Result{}, fmt.Errorf("sandbox: no call with key %s: %w", r.IdempotencyKey, providers.ErrNothingBooked)
+	case err != nil:
+		return providers.Result{}, fmt.Errorf("%w: sandbox ledger: %w", providers.ErrUnavailable, err)
+	case rec.Operation != OpRefund || rec.Parent != r.Reference:
+		return providers.Result{}, invalid("The key %s is not a refund of %s.", r.IdempotencyKey, r.Reference)
+	case rec.Reference == "":
+		return providers.Result{}, fmt.Errorf("sandbox: the refund with key %s was never booked: %w", r.IdempotencyKey, providers.ErrNothingBooked)
+	}
+	return providers.Result{Reference: rec.Reference}, nil
+}
+
+// LookupPayment reads the sandbox's books for the authorization reference:
+// canceled when a void was booked, captured (with the amount of the first
+// booked capture; 0 in the capture is the whole amount) when a capture was,
+// else authorized. An authorization captured by the authorize call itself
+// also reads as authorized: the ledger does not record the capture flag.
+func (p *Provider) LookupPayment(ctx context.Context, reference string) (providers.Payment, error) {
+	if err := p.wait(ctx); err != nil {
+		return providers.Payment{}, err
+	}
+	auth, err := p.authorization(ctx, reference)
+	if err != nil {
+		return providers.Payment{}, err
+	}
+	booked, err := p.ledger.Booked(ctx, reference)
+	if err != nil {
+		return providers.Payment{}, fmt.Errorf("%w: sandbox ledger: %w", providers.ErrUnavailable, err)
+	}
+	out := providers.Payment{Reference: reference, Status: providers.PaymentAuthorized}
+	for _, b := range booked {
+		switch b.Operation {
+		case OpVoid:
+			return providers.Payment{Reference: reference, Status: providers.PaymentCanceled}, nil
+		case OpCapture:
+			if out.Status != providers.PaymentCaptured {
+				out.Status, out.Captured = providers.PaymentCaptured, b.Amount
+				if b.Amount == 0 {
+					out.Captured = auth.Amount
+				}
+			}
+		}
+	}
+	return out, nil
 }

@@ -69,6 +69,28 @@ func (l *fakeLedger) Authorization(ctx context.Context, reference string) (sandb
 	return sandbox.Record{}, apperr.New(apperr.KindNotFound, apperr.CodeNotFound, "no such reference")
 }
 
+func (l *fakeLedger) Lookup(ctx context.Context, key string) (sandbox.Record, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r, ok := l.rows[key]
+	if !ok {
+		return sandbox.Record{}, apperr.New(apperr.KindNotFound, apperr.CodeNotFound, "no ledger row")
+	}
+	return *r, nil
+}
+
+func (l *fakeLedger) Booked(ctx context.Context, reference string) ([]sandbox.Record, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []sandbox.Record
+	for _, r := range l.rows {
+		if r.Parent == reference && (r.Operation == sandbox.OpCapture || r.Operation == sandbox.OpVoid) && r.Reference != "" {
+			out = append(out, *r)
+		}
+	}
+	return out, nil
+}
+
 func (l *fakeLedger) row(t *testing.T, key string) sandbox.Record {
 	t.Helper()
 	l.mu.Lock()

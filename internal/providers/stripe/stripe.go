@@ -171,7 +171,9 @@ func intentDecline(pi *stripego.PaymentIntent) *providers.Decline {
 	return nil
 }
 
-// Capture captures r.Amount (0: all that is capturable) of the PaymentIntent r.Reference.
+// Capture captures r.Amount (0: all that is capturable) of the PaymentIntent
+// r.Reference. A PaymentIntent left processing is a pending result: the
+// caller follows it with LookupPayment.
 func (p *Provider) Capture(ctx context.Context, r providers.CaptureRequest) (providers.Result, error) {
 	if err := checkKey(r.IdempotencyKey); err != nil {
 		return providers.Result{}, err
@@ -185,7 +187,7 @@ func (p *Provider) Capture(ctx context.Context, r providers.CaptureRequest) (pro
 	if err != nil {
 		return providers.Result{}, mapError(err)
 	}
-	return providers.Result{Reference: pi.ID}, nil
+	return providers.Result{Reference: pi.ID, Pending: pi.Status == stripego.PaymentIntentStatusProcessing}, nil
 }
 
 // Void cancels the PaymentIntent r.Reference, which releases its authorization.
@@ -202,8 +204,15 @@ func (p *Provider) Void(ctx context.Context, r providers.VoidRequest) (providers
 	return providers.Result{Reference: pi.ID}, nil
 }
 
+// RefundMetadataKey is the metadata key under which a Stripe refund carries
+// the gateway's refund id, so LookupRefund can find it once its idempotency
+// key has expired.
+const RefundMetadataKey = "gatehouse_refund_id"
+
 // Refund refunds r.Amount of the PaymentIntent r.Reference; the reference is
-// the Refund's id. A refund Stripe reports failed or canceled is a decline.
+// the Refund's id. r.RefundID goes into the refund's metadata. A refund
+// Stripe reports failed or canceled is a decline; one that is pending (or
+// requires action) is a pending result.
 func (p *Provider) Refund(ctx context.Context, r providers.RefundRequest) (providers.Result, error) {
 	if err := checkKey(r.IdempotencyKey); err != nil {
 		return providers.Result{}, err
@@ -215,12 +224,76 @@ func (p *Provider) Refund(ctx context.Context, r providers.RefundRequest) (provi
 	if r.Reason != "" {
 		params.Reason = stripego.String(r.Reason)
 	}
+	if r.RefundID != "" {
+		params.AddMetadata(RefundMetadataKey, r.RefundID)
+	}
 	params.SetIdempotencyKey(r.IdempotencyKey)
 	re, err := p.client.V1Refunds.Create(ctx, params)
 	if err != nil {
 		return providers.Result{}, mapError(err)
 	}
+	return refundResult(re)
+}
+
+var _ providers.Lookup = (*Provider)(nil)
+
+// LookupRefund finds the refund of r: by its Stripe id when an earlier answer
+// named it, else among the PaymentIntent's refunds by the gateway's refund id
+// in its metadata. No such refund is an error wrapping
+// providers.ErrNothingBooked.
+func (p *Provider) LookupRefund(ctx context.Context, r providers.RefundLookup) (providers.Result, error) {
+	if r.ProviderRefund != "" {
+		re, err := p.client.V1Refunds.Retrieve(ctx, r.ProviderRefund, nil)
+		if err != nil {
+			return providers.Result{}, mapError(err)
+		}
+		return refundResult(re)
+	}
+	if r.RefundID == "" {
+		return providers.Result{}, &providers.Decline{Code: "invalid_request", Message: "A refund id is required."}
+	}
+	params := &stripego.RefundListParams{PaymentIntent: stripego.String(r.Reference)}
+	params.Limit = stripego.Int64(100)
+	for re, err := range p.client.V1Refunds.List(ctx, params) {
+		if err != nil {
+			return providers.Result{}, mapError(err)
+		}
+		if re.Metadata[RefundMetadataKey] == r.RefundID {
+			return refundResult(re)
+		}
+	}
+	return providers.Result{}, fmt.Errorf("stripe: no refund of %s carries %s %s: %w", r.Reference, RefundMetadataKey, r.RefundID, providers.ErrNothingBooked)
+}
+
+// LookupPayment retrieves the PaymentIntent reference and reads its status
+// and amount_received.
+func (p *Provider) LookupPayment(ctx context.Context, reference string) (providers.Payment, error) {
+	pi, err := p.client.V1PaymentIntents.Retrieve(ctx, reference, nil)
+	if err != nil {
+		return providers.Payment{}, mapError(err)
+	}
+	out := providers.Payment{Reference: pi.ID}
+	switch pi.Status {
+	case stripego.PaymentIntentStatusSucceeded:
+		out.Status, out.Captured = providers.PaymentCaptured, pi.AmountReceived
+	case stripego.PaymentIntentStatusProcessing:
+		out.Status = providers.PaymentProcessing
+	case stripego.PaymentIntentStatusCanceled:
+		out.Status = providers.PaymentCanceled
+	case stripego.PaymentIntentStatusRequiresCapture:
+		out.Status = providers.PaymentAuthorized
+	default:
+		return providers.Payment{}, fmt.Errorf("%w: stripe: payment intent %s is %s", providers.ErrUnavailable, pi.ID, pi.Status)
+	}
+	return out, nil
+}
+
+// refundResult reads a Stripe refund: succeeded is a result, pending or
+// requires_action a pending result, failed or canceled a decline.
+func refundResult(re *stripego.Refund) (providers.Result, error) {
 	switch re.Status {
+	case stripego.RefundStatusPending, stripego.RefundStatusRequiresAction:
+		return providers.Result{Reference: re.ID, Pending: true}, nil
 	case stripego.RefundStatusFailed, stripego.RefundStatusCanceled:
 		code := string(re.FailureReason)
 		if code == "" {

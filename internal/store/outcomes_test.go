@@ -1,0 +1,62 @@
+package store_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/gatehouse-pay/gatehouse/internal/store"
+	"github.com/gatehouse-pay/gatehouse/internal/testenv"
+)
+
+// gatehouse_provider_outcomes_unknown counts, by operation, the captures
+// (authorized charges with the capture pending) and the refunds (pending)
+// waiting for the provider longer than the bound, and nothing younger or
+// settled.
+func TestOutcomesCollector(t *testing.T) {
+	db := testenv.NewDB(t)
+	f := newOutboxFixture(t, db.Pool)
+	charge := func(status string, action *string, age time.Duration) string {
+		id := uuid.NewString()
+		f.exec(t, `INSERT INTO charges (id, merchant_id, environment, amount, amount_captured, currency, status, pending_action,
+				payment_method, capture, card_brand, provider, provider_reference, created_at, updated_at)
+			VALUES ($1, $2, 'sandbox', 2000, CASE WHEN $3 IN ('captured') THEN 2000 ELSE 0 END, 'USD', $3, $4, 'card', false, 'visa',
+				'sandbox', 'sbx_ch_1', now() - $5::interval, now() - $5::interval)`, id, f.merchantID, status, action, age.String())
+		return id
+	}
+	refund := func(chargeID, status string, age time.Duration) {
+		f.exec(t, `INSERT INTO refunds (id, merchant_id, charge_id, amount, currency, status, created_at, updated_at)
+			VALUES ($1, $2, $3, 100, 'USD', $4, now() - $5::interval, now())`, uuid.NewString(), f.merchantID, chargeID, status, age.String())
+	}
+	capture, void := "capture", "void"
+	charge("authorized", &capture, 3*time.Hour) // unknown for 3 h
+	charge("authorized", &capture, 3*time.Hour) // and another
+	charge("authorized", &capture, time.Minute) // too young
+	charge("authorized", &void, 3*time.Hour)    // a void, not a capture
+	charge("authorized", nil, 3*time.Hour)      // nothing requested
+	captured := charge("captured", nil, 5*time.Hour)
+	refund(captured, "pending", 2*time.Hour) // unknown for 2 h
+	refund(captured, "pending", time.Minute) // too young
+	refund(captured, "succeeded", 5*time.Hour)
+	refund(captured, "failed", 5*time.Hour)
+
+	c := store.OutcomesCollector(db.Pool, time.Hour, 0)
+	want := map[string]float64{"gatehouse_provider_outcomes_unknown{capture}": 2, "gatehouse_provider_outcomes_unknown{refund}": 1}
+	if diff := cmp.Diff(want, collectValues(t, c)); diff != "" {
+		t.Errorf("series (-want +got):\n%s", diff)
+	}
+	problems, err := testutil.CollectAndLint(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("lint: %s: %s", p.Metric, p.Text)
+	}
+	want = map[string]float64{"gatehouse_provider_outcomes_unknown{capture}": 0, "gatehouse_provider_outcomes_unknown{refund}": 0}
+	if diff := cmp.Diff(want, collectValues(t, store.OutcomesCollector(db.Pool, 24*time.Hour, 0))); diff != "" {
+		t.Errorf("with a 24 h bound (-want +got):\n%s", diff)
+	}
+}
