@@ -362,6 +362,9 @@ func (f fakeKeys) KeyByDigest(_ context.Context, d []byte) (apikeys.Key, error) 
 	}
 	return apikeys.Key{}, apperr.NotFound("key")
 }
+func (f fakeKeys) KeyByID(context.Context, string, string) (apikeys.Key, error) {
+	return apikeys.Key{}, apperr.NotFound("key")
+}
 func (f fakeKeys) RevokeKey(context.Context, string, string) (apikeys.Key, error) {
 	return apikeys.Key{}, nil
 }
@@ -553,6 +556,25 @@ func FuzzListParams(f *testing.F) {
 			t.Fatalf("listParams(%q) accepted starting_after %q", query, p.StartingAfter)
 		case p.EndingBefore != "" && !oracle.MatchString(p.EndingBefore):
 			t.Fatalf("listParams(%q) accepted ending_before %q", query, p.EndingBefore)
+		}
+	})
+}
+
+// FuzzLoginAccount: the key of an account's login budget is 32 hex digits
+// for any email a client sends, the same for every spelling that signs in
+// to the same account (case, surrounding spaces), and holds nothing of the
+// email itself.
+func FuzzLoginAccount(f *testing.F) {
+	for _, e := range []string{"ada@example.com", " ADA@Example.com\t", "", "\x00", "é@example.com", strings.Repeat("a", 1000)} {
+		f.Add(e)
+	}
+	f.Fuzz(func(t *testing.T, email string) {
+		k := accountOf(email)
+		if len(k) != 32 || strings.Trim(k, "0123456789abcdef") != "" {
+			t.Fatalf("accountOf(%q) = %q, want 32 lowercase hex digits", email, k)
+		}
+		if other := accountOf(" " + strings.ToUpper(email) + "\n"); merchants.NormalizeEmail(strings.ToUpper(email)) == merchants.NormalizeEmail(email) && other != k {
+			t.Fatalf("accountOf differs for spellings of %q: %q vs %q", email, k, other)
 		}
 	})
 }
