@@ -13,6 +13,7 @@ package ratelimit
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"log/slog"
@@ -410,17 +411,24 @@ return 1
 
 func knownKey(name, key string) string { return "gh:known:" + name + ":" + key }
 
+// knownMember is how a member is stored: a digest, so that Redis holds no
+// client addresses, and a token that never runs into the score's digits.
+func knownMember(member string) string {
+	d := sha256.Sum256([]byte(member))
+	return hex.EncodeToString(d[:16])
+}
+
 // Remember records that member (a client address) succeeded for key under
 // name. Errors are ignored: a forgotten address only loses its exemption.
 func (l *Limiter) Remember(ctx context.Context, name, key, member string) {
-	_ = rememberScript.Run(ctx, l.rdb, []string{knownKey(name, key)}, member, maxKnown, int(knownFor/time.Second)).Err()
+	_ = rememberScript.Run(ctx, l.rdb, []string{knownKey(name, key)}, knownMember(member), maxKnown, int(knownFor/time.Second)).Err()
 }
 
 // Known reports whether member succeeded for key under name within the last
 // 30 days. If Redis cannot answer it reports true: the caller then relies on
 // its other limits rather than refuse an owner it cannot recognise.
 func (l *Limiter) Known(ctx context.Context, name, key, member string) bool {
-	score, err := l.rdb.ZScore(ctx, knownKey(name, key), member).Result()
+	score, err := l.rdb.ZScore(ctx, knownKey(name, key), knownMember(member)).Result()
 	if errors.Is(err, redis.Nil) {
 		return false
 	}
