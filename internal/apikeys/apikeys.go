@@ -1,8 +1,11 @@
 // Package apikeys issues, authenticates and revokes API key pairs. A secret key
 // is shown once, at creation, and stored only as its SHA-256 digest. A shared
-// read-through cache maps digests to keys and is updated synchronously on
-// revoke, so a revoked key is refused by every replica at once; Postgres stays
-// the truth when the cache is down or was flushed.
+// read-through cache maps the digests of existing keys to them; a revoke marks
+// the key revoked in that cache before it commits in Postgres, and fails if it
+// cannot, so a revoked key is refused by every replica at once. Postgres stays
+// the truth when the cache is down or was flushed. Digests that match no key
+// are never cached: a caller choosing them could grow the cache without bound
+// (the per-address limit of failed authentications bounds their lookups).
 package apikeys
 
 import (
@@ -46,24 +49,23 @@ type Key struct {
 	RevokedAt    *time.Time
 }
 
-// Store persists keys. KeyByDigest and RevokeKey return KindNotFound when
-// there is no such key (for that merchant). RevokeKey is idempotent and keeps
-// the first revocation time.
+// Store persists keys. KeyByDigest, KeyByID and RevokeKey return
+// KindNotFound when there is no such key (for that merchant). RevokeKey is
+// idempotent and keeps the first revocation time.
 type Store interface {
 	CreateKey(ctx context.Context, k Key) error
 	ListKeys(ctx context.Context, merchantID string, p listing.Params) (listing.Page[Key], error)
 	KeyByDigest(ctx context.Context, digest []byte) (Key, error)
+	KeyByID(ctx context.Context, merchantID, id string) (Key, error)
 	RevokeKey(ctx context.Context, merchantID, id string) (Key, error)
 }
 
-// Entry is what the cache knows of a digest. Unknown marks a digest that
-// matches no key, so floods of bad keys do not reach Postgres.
+// Entry is what the cache knows of the digest of an existing key.
 type Entry struct {
 	KeyID       string
 	MerchantID  string
 	Environment string
 	Revoked     bool
-	Unknown     bool
 }
 
 // Cache is the shared digest cache. Errors mean it is unreachable. Fill writes
@@ -75,12 +77,12 @@ type Cache interface {
 	SetKey(ctx context.Context, digest []byte, e Entry, ttl time.Duration) error
 }
 
-// Cache lifetimes. Revocations overwrite entries at once; the TTLs bound memory
-// and the staleness left if Redis was unreachable during a revoke.
+// Cache lifetimes. A revoke overwrites the entry before it commits, so an
+// "active" entry is never served after a revoke was answered; the TTLs bound
+// memory. When a "revoked" entry expires, the next lookup reads Postgres.
 const (
 	activeTTL  = 10 * time.Minute
 	revokedTTL = 24 * time.Hour
-	unknownTTL = time.Minute
 )
 
 // Service manages key pairs.
@@ -196,7 +198,7 @@ func (s *Service) Authenticate(ctx context.Context, secret string) (Entry, error
 		case err == nil:
 			e = Entry{KeyID: k.ID, MerchantID: k.MerchantID, Environment: k.Environment, Revoked: k.RevokedAt != nil}
 		case apperr.KindOf(err) == apperr.KindNotFound:
-			e = Entry{Unknown: true}
+			return Entry{}, errUnknownKey // not cached: see the package comment
 		default:
 			return Entry{}, err
 		}
@@ -207,8 +209,6 @@ func (s *Service) Authenticate(ctx context.Context, secret string) (Entry, error
 		}
 	}
 	switch {
-	case e.Unknown:
-		return Entry{}, errUnknownKey
 	case e.Revoked:
 		return Entry{}, errRevokedKey
 	case e.Environment == Live:
@@ -218,29 +218,33 @@ func (s *Service) Authenticate(ctx context.Context, secret string) (Entry, error
 }
 
 func ttlOf(e Entry) time.Duration {
-	switch {
-	case e.Unknown:
-		return unknownTTL
-	case e.Revoked:
+	if e.Revoked {
 		return revokedTTL
 	}
 	return activeTTL
 }
 
-// Revoke revokes one of the merchant's keys in Postgres and then in the shared
-// cache, so every replica refuses it from the next request on. Revoking a
-// revoked key returns it unchanged. A key of another merchant is not found.
+// Revoke revokes one of the merchant's keys so that every replica refuses it
+// from the next request on. It marks the key revoked in the shared cache
+// first and commits the revocation in Postgres only once that write
+// succeeded: replicas serve "active" only from that cache, so when the write
+// fails nothing is revoked and the error is KindUnavailable (the caller
+// retries; a revoke is idempotent). If Postgres fails after the cache write,
+// the key is already refused and the retry completes the revocation.
+// Revoking a revoked key returns it unchanged. A key of another merchant is
+// not found.
 func (s *Service) Revoke(ctx context.Context, merchantID, id string) (Key, error) {
 	if !ids.Valid("key", id) {
 		return Key{}, apperr.NotFound("api_key")
 	}
-	k, err := s.store.RevokeKey(ctx, merchantID, id)
+	k, err := s.store.KeyByID(ctx, merchantID, id)
 	if err != nil {
 		return Key{}, err
 	}
 	e := Entry{KeyID: k.ID, MerchantID: k.MerchantID, Environment: k.Environment, Revoked: true}
 	if err := s.cache.SetKey(ctx, k.SecretDigest, e, revokedTTL); err != nil {
-		s.log.ErrorContext(ctx, "key cache not updated on revoke", "key_id", k.ID, "err", err)
+		s.log.ErrorContext(ctx, "key not revoked: the key cache cannot be updated", "key_id", k.ID, "err", err)
+		return Key{}, apperr.Unavailable(err)
 	}
-	return k, nil
+	return s.store.RevokeKey(ctx, merchantID, id)
 }

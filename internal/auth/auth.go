@@ -83,8 +83,8 @@ func NewService(m MerchantFinder, store Store, cache Cache, hasher *Hasher, toke
 }
 
 // activeCacheTTL bounds how long an "active" state may be served from the
-// cache; revocations overwrite it at once, so it only matters if Redis was
-// unreachable during a logout and later came back with its old data.
+// cache and so the memory of open sessions; a logout overwrites it before it
+// commits (see Logout).
 const activeCacheTTL = 5 * time.Minute
 
 // Login is the result of a successful sign-in.
@@ -209,19 +209,20 @@ func (s *Service) ttl(state string, expiresAt time.Time) time.Duration {
 	return max(time.Second, left)
 }
 
-// Logout revokes the caller's session in Postgres, then marks it revoked in the
-// shared cache so that every replica refuses the token from now on.
+// Logout ends the caller's session so that every replica refuses its token
+// from the next request on. It marks the session revoked in the shared cache
+// first, for longer than any token lives, and commits the revocation in
+// Postgres only once that write succeeded: replicas serve "active" only from
+// that cache, so when the write fails nothing is revoked and the error is
+// KindUnavailable (the client retries with the same token). If Postgres fails
+// after the cache write, the token is already refused everywhere.
 func (s *Service) Logout(ctx context.Context, p Principal) error {
-	sess, err := s.store.RevokeSession(ctx, p.SessionID)
-	if err != nil {
-		return err
+	if err := s.cache.SetSessionState(ctx, p.SessionID, cacheValue(StateRevoked, p.MerchantID), SessionTTL+time.Minute); err != nil {
+		s.log.ErrorContext(ctx, "session not revoked: the session cache cannot be updated", "session_id", p.SessionID, "err", err)
+		return apperr.Unavailable(err)
 	}
-	if err := s.cache.SetSessionState(ctx, sess.ID, cacheValue(StateRevoked, sess.MerchantID), s.ttl(StateRevoked, sess.ExpiresAt)); err != nil {
-		// Postgres already refuses the token; replicas that cannot reach Redis
-		// read Postgres. The active TTL bounds a stale entry if Redis returns.
-		s.log.ErrorContext(ctx, "session cache not updated on logout", "session_id", sess.ID, "err", err)
-	}
-	return nil
+	_, err := s.store.RevokeSession(ctx, p.SessionID)
+	return err
 }
 
 // PruneExpired deletes sessions that expired more than a day ago and returns how many.

@@ -196,10 +196,7 @@ func keyKey(digest []byte) string { return "gh:key:" + hex.EncodeToString(digest
 // Entries are stored as "merchant|key|environment|state".
 func encodeEntry(e apikeys.Entry) string {
 	state := "active"
-	switch {
-	case e.Unknown:
-		return "|||unknown"
-	case e.Revoked:
+	if e.Revoked {
 		state = "revoked"
 	}
 	return e.MerchantID + "|" + e.KeyID + "|" + e.Environment + "|" + state
@@ -215,8 +212,6 @@ func decodeEntry(v string) (apikeys.Entry, error) {
 	case "active":
 	case "revoked":
 		e.Revoked = true
-	case "unknown":
-		e.Unknown = true
 	default:
 		return apikeys.Entry{}, fmt.Errorf("cache: malformed key entry state")
 	}

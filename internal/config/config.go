@@ -131,6 +131,10 @@ type Config struct {
 	RateLimitCharges Limit
 	RateLimitLogin   Limit
 	RateLimitDefault Limit
+	// RateLimitLoginAccount is the budget of failed logins per account
+	// (email), across addresses; over it, only addresses that signed in to
+	// the account before may try (see docs/design.md).
+	RateLimitLoginAccount Limit
 
 	// MaxConcurrentHashes caps concurrent password hashes (argon2id uses 19 MiB each).
 	MaxConcurrentHashes int
@@ -332,6 +336,7 @@ func Load(getenv func(string) string, needs Needs) (Config, error) {
 	c.RateLimitCharges = limit("RATE_LIMIT_CHARGES", "100/1m")
 	c.RateLimitLogin = limit("RATE_LIMIT_LOGIN", "10/5m")
 	c.RateLimitDefault = limit("RATE_LIMIT_DEFAULT", "500/1m")
+	c.RateLimitLoginAccount = limit("RATE_LIMIT_LOGIN_ACCOUNT", "20/15m")
 
 	// By default hashing may take half the CPUs the process has (GOMAXPROCS
 	// follows the container's CPU limit), so a login flood leaves the other

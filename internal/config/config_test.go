@@ -26,8 +26,8 @@ func TestLoadDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := []any{c.HTTPAddr, c.MetricsAddr, c.DefaultProvider, c.RateLimitCharges, c.RateLimitLogin, c.RateLimitDefault, c.WebhookTimeout, c.WebhookRetrySchedule, c.WebhookAllowPrivateNetworks, len(c.EncryptionKey)}
-	want := []any{":8080", ":9091", "sandbox", Limit{100, time.Minute}, Limit{10, 5 * time.Minute}, Limit{500, time.Minute}, 5 * time.Second,
+	got := []any{c.HTTPAddr, c.MetricsAddr, c.DefaultProvider, c.RateLimitCharges, c.RateLimitLogin, c.RateLimitDefault, c.RateLimitLoginAccount, c.WebhookTimeout, c.WebhookRetrySchedule, c.WebhookAllowPrivateNetworks, len(c.EncryptionKey)}
+	want := []any{":8080", ":9091", "sandbox", Limit{100, time.Minute}, Limit{10, 5 * time.Minute}, Limit{500, time.Minute}, Limit{20, 15 * time.Minute}, 5 * time.Second,
 		[]time.Duration{0, 5 * time.Minute, 30 * time.Minute, 2 * time.Hour, 24 * time.Hour}, false, 32}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Fatalf("defaults (-want +got):\n%s", diff)

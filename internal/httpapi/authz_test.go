@@ -179,6 +179,7 @@ func (r authzRoute) request(route string, f *authzFixture, id string) (method, p
 func authzEnv(env map[string]string) {
 	paymentsEnv(env)
 	env["RATE_LIMIT_LOGIN"] = "100000/1m"
+	env["RATE_LIMIT_LOGIN_ACCOUNT"] = "100000/1m"
 }
 
 // authzFixture is a merchant with objects of every kind.

@@ -373,6 +373,9 @@ func (f fakeKeys) KeyByDigest(_ context.Context, d []byte) (apikeys.Key, error) 
 	}
 	return apikeys.Key{}, apperr.NotFound("key")
 }
+func (f fakeKeys) KeyByID(context.Context, string, string) (apikeys.Key, error) {
+	return apikeys.Key{}, apperr.NotFound("key")
+}
 func (f fakeKeys) RevokeKey(context.Context, string, string) (apikeys.Key, error) {
 	return apikeys.Key{}, nil
 }
@@ -430,13 +433,15 @@ func (noMerchants) MerchantByEmail(context.Context, string) (merchants.Merchant,
 // (or the 403 of live mode), never another kind of error.
 func FuzzAuthorization(f *testing.F) {
 	const secret = "sk_test_0123456789ABCDEFGHIJabcdefghij"
-	now := time.Now()
+	// Fixed times, so that every fuzzing worker process issues the same
+	// tokens as the one that sent it the seed corpus.
+	issued, expires := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2099, 1, 1, 0, 0, 0, 0, time.UTC)
 	tokens := auth.NewTokens([]byte("0123456789abcdef0123456789abcdef-fuzz"), "gatehouse", "gatehouse-api", time.Now)
-	jwt, err := tokens.Issue("mer_1", "ses_1", now.Truncate(time.Second), now.Add(time.Hour).Truncate(time.Second))
+	jwt, err := tokens.Issue("mer_1", "ses_1", issued, expires)
 	if err != nil {
 		f.Fatal(err)
 	}
-	other, err := tokens.Issue("mer_1", "ses_2", now.Truncate(time.Second), now.Add(time.Hour).Truncate(time.Second))
+	other, err := tokens.Issue("mer_1", "ses_2", issued, expires)
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -564,6 +569,25 @@ func FuzzListParams(f *testing.F) {
 			t.Fatalf("listParams(%q) accepted starting_after %q", query, p.StartingAfter)
 		case p.EndingBefore != "" && !oracle.MatchString(p.EndingBefore):
 			t.Fatalf("listParams(%q) accepted ending_before %q", query, p.EndingBefore)
+		}
+	})
+}
+
+// FuzzLoginAccount: the key of an account's login budget is 32 hex digits
+// for any email a client sends, the same for every spelling that signs in
+// to the same account (case, surrounding spaces), and holds nothing of the
+// email itself.
+func FuzzLoginAccount(f *testing.F) {
+	for _, e := range []string{"ada@example.com", " ADA@Example.com\t", "", "\x00", "é@example.com", strings.Repeat("a", 1000)} {
+		f.Add(e)
+	}
+	f.Fuzz(func(t *testing.T, email string) {
+		k := accountOf(email)
+		if len(k) != 32 || strings.Trim(k, "0123456789abcdef") != "" {
+			t.Fatalf("accountOf(%q) = %q, want 32 lowercase hex digits", email, k)
+		}
+		if other := accountOf(" " + strings.ToUpper(email) + "\n"); merchants.NormalizeEmail(strings.ToUpper(email)) == merchants.NormalizeEmail(email) && other != k {
+			t.Fatalf("accountOf differs for spellings of %q: %q vs %q", email, k, other)
 		}
 	})
 }

@@ -69,7 +69,12 @@ func (s *server) login(c *fiber.Ctx) error {
 	if err := decodeJSON(c, &req); err != nil {
 		return err
 	}
+	attempted, err := s.guardLogin(c, req.Email, req.Password)
+	if err != nil {
+		return err
+	}
 	l, err := s.Auth.Login(c.UserContext(), req.Email, req.Password)
+	attempted(err)
 	if err != nil {
 		if apperr.KindOf(err) == apperr.KindUnauthenticated {
 			s.Metrics.AuthFailures.WithLabelValues(apperr.CodeOf(err)).Inc()

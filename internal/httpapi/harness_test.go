@@ -70,13 +70,39 @@ func testConfig(t *testing.T, mutate func(map[string]string)) config.Config {
 
 func newHarness(t *testing.T, mutateEnv func(map[string]string)) *harness {
 	t.Helper()
-	cfg := testConfig(t, mutateEnv)
-	db := testenv.NewDB(t)
-	testenv.NewRedis(t, testenv.RedisDBHTTPAPI) // flushes the DB index
+	return newHarnessWith(t, harnessOptions{env: mutateEnv})
+}
+
+// harnessOptions vary the API a harness starts.
+type harnessOptions struct {
+	env func(map[string]string)
+	// replicaOf, when set, makes this harness a second replica of that one:
+	// the same database and Redis DB, not flushed.
+	replicaOf *harness
+	// redisURL is the Redis the API talks to; the harness's own DB when "".
+	redisURL string
+	// keyStore, when set, wraps the store the key service uses.
+	keyStore func(apikeys.Store) apikeys.Store
+}
+
+func newHarnessWith(t *testing.T, o harnessOptions) *harness {
+	t.Helper()
+	cfg := testConfig(t, o.env)
+	var db testenv.DB
+	if o.replicaOf != nil {
+		db = o.replicaOf.db
+	} else {
+		db = testenv.NewDB(t)
+		testenv.NewRedis(t, testenv.RedisDBHTTPAPI) // flushes the DB index
+	}
+	url := o.redisURL
+	if url == "" {
+		url = testenv.RedisURLFor(testenv.RedisDBHTTPAPI)
+	}
 	// go-redis' default timeouts rather than the API's 500 ms: on a loaded
 	// test machine a slow answer would switch the limiter to its local
 	// fallback and make exact rate-limit counts flaky.
-	rdb, err := cache.DialQueue(testenv.RedisURLFor(testenv.RedisDBHTTPAPI), "single")
+	rdb, err := cache.DialQueue(url, "single")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,11 +120,15 @@ func newHarness(t *testing.T, mutateEnv func(map[string]string)) *harness {
 		t.Fatal(err)
 	}
 	queue := jobs.NewQueue(asynq.NewClientFromRedisClient(rdb), nil, cfg)
+	var keyStore apikeys.Store = st
+	if o.keyStore != nil {
+		keyStore = o.keyStore(st)
+	}
 	app := httpapi.NewServer(httpapi.Deps{
 		Config:         cfg,
 		Log:            log,
 		Auth:           auth.NewService(st, st, rc, hasher, tokens, time.Now, log),
-		Keys:           apikeys.NewService(st, rc, time.Now, log),
+		Keys:           apikeys.NewService(keyStore, rc, time.Now, log),
 		Merchants:      ms,
 		Charges:        charges.NewService(st, queue, keys, cfg.Providers(), cfg.DefaultProvider, time.Now, nil),
 		Refunds:        refunds.NewService(st, queue, time.Now, nil),
@@ -123,6 +153,17 @@ func newHarness(t *testing.T, mutateEnv func(map[string]string)) *harness {
 }
 
 var client = &http.Client{Timeout: 15 * time.Second}
+
+// clientFrom returns an HTTP client whose connections leave from the
+// loopback address ip (any of 127.0.0.0/8), so per-address limits see it as
+// its own client.
+func clientFrom(t *testing.T, ip string) *http.Client {
+	t.Helper()
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}, Timeout: 5 * time.Second}
+	tr := &http.Transport{DialContext: d.DialContext, MaxIdleConnsPerHost: 4}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr, Timeout: 15 * time.Second}
+}
 
 // response is one answer, its body decoded when it is JSON.
 type response struct {
@@ -149,6 +190,12 @@ func (r response) errField(name string) string {
 // OpenAPI spec. headers are name, value pairs.
 func (h *harness) do(method, path, body string, headers ...string) response {
 	h.t.Helper()
+	return h.doWith(client, method, path, body, headers...)
+}
+
+// doWith is do through c, for instance a client from another address.
+func (h *harness) doWith(c *http.Client, method, path, body string, headers ...string) response {
+	h.t.Helper()
 	var rd io.Reader
 	if body != "" {
 		rd = strings.NewReader(body)
@@ -167,7 +214,7 @@ func (h *harness) do(method, path, body string, headers ...string) response {
 		}
 		req.Header.Set(headers[i], headers[i+1])
 	}
-	resp, err := client.Do(req)
+	resp, err := c.Do(req)
 	if err != nil {
 		h.t.Fatalf("%s %s: %v", method, path, err)
 	}

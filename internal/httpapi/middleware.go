@@ -1,6 +1,8 @@
 package httpapi
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"net/netip"
 	"strconv"
@@ -17,6 +19,8 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/auth"
 	"github.com/gatehouse-pay/gatehouse/internal/config"
 	"github.com/gatehouse-pay/gatehouse/internal/logging"
+	"github.com/gatehouse-pay/gatehouse/internal/merchants"
+	"github.com/gatehouse-pay/gatehouse/internal/ratelimit"
 )
 
 const (
@@ -204,16 +208,25 @@ func (s *server) limit(name string, l config.Limit, keyOf func(*fiber.Ctx) strin
 	s.Limiter.Declare(name)
 	return func(c *fiber.Ctx) error {
 		d := s.Limiter.Allow(c.UserContext(), name, keyOf(c), l)
-		c.Set("RateLimit-Limit", strconv.Itoa(d.Limit))
-		c.Set("RateLimit-Remaining", strconv.Itoa(d.Remaining))
-		c.Set("RateLimit-Reset", strconv.Itoa(d.ResetSeconds()))
-		if !d.Allowed {
-			c.Set(fiber.HeaderRetryAfter, strconv.Itoa(d.RetryAfter()))
-			return &apperr.Error{Kind: apperr.KindRateLimited, Code: apperr.CodeRateLimited,
-				Message: "Too many requests. Retry after " + strconv.Itoa(d.RetryAfter()) + " seconds."}
+		if err := limited(c, d); err != nil {
+			return err
 		}
 		return c.Next()
 	}
+}
+
+// limited sets the RateLimit-* headers of d and, when d refuses, Retry-After
+// and returns the 429 error.
+func limited(c *fiber.Ctx, d ratelimit.Decision) error {
+	c.Set("RateLimit-Limit", strconv.Itoa(d.Limit))
+	c.Set("RateLimit-Remaining", strconv.Itoa(d.Remaining))
+	c.Set("RateLimit-Reset", strconv.Itoa(d.ResetSeconds()))
+	if d.Allowed {
+		return nil
+	}
+	c.Set(fiber.HeaderRetryAfter, strconv.Itoa(d.RetryAfter()))
+	return &apperr.Error{Kind: apperr.KindRateLimited, Code: apperr.CodeRateLimited,
+		Message: "Too many requests. Retry after " + strconv.Itoa(d.RetryAfter()) + " seconds."}
 }
 
 func (s *server) limitByIP(name string, l config.Limit) fiber.Handler {
@@ -257,6 +270,80 @@ func (s *server) authenticate(allowed accept) fiber.Handler {
 		c.Locals(localPrincipal, p)
 		return c.Next()
 	}
+}
+
+// authenticateCounted is authenticate for a route that is not limited per
+// address before it authenticates (the charge route is limited per key,
+// which an unknown key does not have): every failed authentication counts
+// against the per-address limit l under name, and the one over it is
+// answered 429 instead of 401. An address this replica already saw over
+// that limit is refused at once, before its key is looked up, until its
+// window frees: a flood of unknown keys costs Postgres at most about the
+// limit of lookups per window, and valid traffic pays no extra round trip.
+func (s *server) authenticateCounted(allowed accept, name string, l config.Limit) fiber.Handler {
+	s.Limiter.Declare(name)
+	return func(c *fiber.Ctx) error {
+		ip := s.clientIP(c).String()
+		if d, over := s.Limiter.Over(name, ip); over {
+			s.Metrics.AuthFailures.WithLabelValues(apperr.CodeRateLimited).Inc()
+			return limited(c, d)
+		}
+		p, err := s.resolve(c, allowed)
+		if err != nil {
+			s.Metrics.AuthFailures.WithLabelValues(apperr.CodeOf(err)).Inc()
+			switch apperr.KindOf(err) {
+			case apperr.KindUnauthenticated, apperr.KindForbidden:
+				if lerr := limited(c, s.Limiter.Allow(c.UserContext(), name, ip, l)); lerr != nil {
+					return lerr
+				}
+			}
+			return err
+		}
+		c.Locals(localPrincipal, p)
+		return c.Next()
+	}
+}
+
+// loginAccount names the per-account budget of failed logins.
+const loginAccount = "login_account"
+
+// accountOf keys an account's login budget: a digest of the normalized
+// email, so that Redis holds no email addresses. An email that matches no
+// merchant has its budget too, so the answers and the work are the same
+// whether it exists or not.
+func accountOf(email string) string {
+	d := sha256.Sum256([]byte(merchants.NormalizeEmail(email)))
+	return hex.EncodeToString(d[:16])
+}
+
+// guardLogin applies the per-account budget of failed logins
+// (RATE_LIMIT_LOGIN_ACCOUNT) to a sign-in attempt, which the per-address
+// login limit has already counted. While the account has failed more than
+// the budget in the window, from any addresses, an attempt is refused with
+// 429 and Retry-After, unless it comes from an address that signed in to the
+// account successfully in the last 30 days: attackers spread over many
+// addresses are slowed down, and cannot lock the owner out of the places the
+// owner signs in from. attempted reports the attempt's outcome: a wrong
+// email or password is charged to the budget, a success remembers the
+// address. Attempts without an email or password are left to Login (400).
+func (s *server) guardLogin(c *fiber.Ctx, email, password string) (attempted func(error), err error) {
+	if email == "" || password == "" {
+		return func(error) {}, nil
+	}
+	ctx, account, ip := c.UserContext(), accountOf(email), s.clientIP(c).String()
+	limit := s.Config.RateLimitLoginAccount
+	if d := s.Limiter.Failures(ctx, loginAccount, account, limit); !d.Allowed && !s.Limiter.Known(ctx, loginAccount, account, ip) {
+		s.Metrics.AuthFailures.WithLabelValues(apperr.CodeRateLimited).Inc()
+		return nil, limited(c, d)
+	}
+	return func(err error) {
+		switch {
+		case err == nil:
+			s.Limiter.Remember(ctx, loginAccount, account, ip)
+		case apperr.CodeOf(err) == apperr.CodeInvalidCredentials:
+			s.Limiter.Fail(ctx, loginAccount, account, limit)
+		}
+	}, nil
 }
 
 func (s *server) resolve(c *fiber.Ctx, allowed accept) (auth.Principal, error) {

@@ -3,13 +3,19 @@
 // decides in one atomic script, so all replicas together never accept more than
 // N requests in any trailing window. When Redis cannot be reached each replica
 // falls back to an in-memory limiter with the same limits, and says so in a
-// log line and a metric.
+// log line and a metric. Each replica also remembers, in bounded memory, the
+// keys it saw refused until their window frees (Over), so callers can refuse
+// work before spending it. Failure budgets (Failures, Fail) count only failed
+// attempts, and known members (Remember, Known) exempt an account's usual
+// addresses from them.
 package ratelimit
 
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -98,6 +104,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 type Limiter struct {
 	rdb     redis.UniversalClient
 	local   *Local
+	over    *overMemo
 	metrics *Metrics
 	log     *slog.Logger
 	// degraded is 1 while Redis is failing, so the log says so once per outage.
@@ -106,7 +113,7 @@ type Limiter struct {
 
 // New returns a Limiter on rdb.
 func New(rdb redis.UniversalClient, metrics *Metrics, log *slog.Logger) *Limiter {
-	return &Limiter{rdb: rdb, local: NewLocal(time.Now), metrics: metrics, log: log}
+	return &Limiter{rdb: rdb, local: NewLocal(time.Now), over: newOverMemo(time.Now, maxOverKeys), metrics: metrics, log: log}
 }
 
 // Declare creates the zero-valued series of a named limit, so dashboards and
@@ -139,7 +146,79 @@ func (l *Limiter) Allow(ctx context.Context, name, key string, limit config.Limi
 		backend = "local"
 	}
 	l.metrics.Decisions.WithLabelValues(name, decision, backend).Inc()
+	if !d.Allowed {
+		l.over.note(name+"\x00"+key, d)
+	}
 	return d
+}
+
+// Over reports, from this replica's memory and without a round trip, that
+// key was refused under the named limit and its window has not freed since:
+// the decision Allow would return now (no request leaves the window before
+// Reset). Callers use it to refuse work before spending it, as the charge
+// route does before looking up a key for an address over its budget of
+// failed authentications. A replica that has not itself seen the refusal
+// answers false and learns it from its next call to Allow.
+func (l *Limiter) Over(name, key string) (Decision, bool) {
+	return l.over.get(name + "\x00" + key)
+}
+
+// maxOverKeys bounds the memory of Over: at most this many keys are held
+// (about 100 bytes each); beyond it refusals are not remembered and the
+// callers go back to asking Redis.
+const maxOverKeys = 100_000
+
+// overMemo remembers, per replica, the keys that are over a limit until
+// their window frees.
+type overMemo struct {
+	mu    sync.Mutex
+	now   func() time.Time
+	max   int
+	swept time.Time
+	until map[string]Decision // Reset holds the absolute time, as nanoseconds since the epoch
+}
+
+func newOverMemo(now func() time.Time, max int) *overMemo {
+	return &overMemo{now: now, max: max, until: map[string]Decision{}}
+}
+
+func (m *overMemo) note(key string, d Decision) {
+	now := m.now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.until) >= m.max {
+		if now.Sub(m.swept) < time.Second {
+			return // full, and swept a moment ago: do not scan on every refusal
+		}
+		m.swept = now
+		for k, v := range m.until {
+			if time.Duration(now.UnixNano()) >= v.Reset {
+				delete(m.until, k)
+			}
+		}
+		if len(m.until) >= m.max {
+			return
+		}
+	}
+	d.Reset = time.Duration(now.UnixNano()) + d.Reset
+	m.until[key] = d
+}
+
+func (m *overMemo) get(key string) (Decision, bool) {
+	now := time.Duration(m.now().UnixNano())
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	d, ok := m.until[key]
+	if !ok {
+		return Decision{}, false
+	}
+	if now >= d.Reset {
+		delete(m.until, key)
+		return Decision{}, false
+	}
+	d.Reset -= now
+	d.Remaining = 0
+	return d, true
 }
 
 func (l *Limiter) allowRedis(ctx context.Context, name, key string, limit config.Limit) (Decision, error) {
@@ -197,6 +276,44 @@ func (l *Local) Allow(key string, limit config.Limit) Decision {
 	return d
 }
 
+// peek is Allow without recording.
+func (l *Local) peek(key string, limit config.Limit) Decision {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.now()
+	log := l.trim(key, now, limit)
+	d := Decision{Allowed: len(log) < limit.N, Limit: limit.N, Remaining: max(0, limit.N-len(log)), Local: true}
+	if len(log) > 0 {
+		d.Reset = log[0].Add(limit.Window).Sub(now)
+	}
+	return d
+}
+
+// add records one entry, keeping the newest limit.N.
+func (l *Local) add(key string, limit config.Limit) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.now()
+	if now.Sub(l.swept) > time.Minute {
+		l.sweep(now)
+	}
+	log := append(l.trim(key, now, limit), now)
+	if len(log) > limit.N {
+		log = log[len(log)-limit.N:]
+	}
+	l.windows[key] = log
+}
+
+// trim drops the entries of key that left the window and returns the rest.
+func (l *Local) trim(key string, now time.Time, limit config.Limit) []time.Time {
+	log := l.windows[key]
+	cut := 0
+	for cut < len(log) && !log[cut].After(now.Add(-limit.Window)) {
+		cut++
+	}
+	return log[cut:]
+}
+
 // sweep drops keys whose newest entry is older than the longest window we
 // could be asked about (an hour), bounding memory during a long outage.
 func (l *Local) sweep(now time.Time) {
@@ -206,4 +323,117 @@ func (l *Local) sweep(now time.Time) {
 		}
 	}
 	l.swept = now
+}
+
+// Failure budgets. Unlike Allow, which refuses the request it counts, a
+// failure budget is read before an attempt (Failures) and charged only when
+// the attempt fails (Fail), so successes never use it up. Login uses one per
+// account: see httpapi's login guard.
+
+// peekWindow reports the number of entries in the window and the time until
+// the oldest leaves it, without adding one.
+var peekWindow = redis.NewScript(`
+local window = tonumber(ARGV[1])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
+local count = redis.call('ZCARD', KEYS[1])
+local reset = 0
+local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+if oldest[2] then
+  reset = tonumber(oldest[2]) + window - now
+end
+return {count, reset}
+`)
+
+// addWindow adds one entry and keeps only the newest limit entries, so a
+// flood of failures holds at most limit members per key.
+var addWindow = redis.NewScript(`
+local limit = tonumber(ARGV[1])
+local window = tonumber(ARGV[2])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+redis.call('ZADD', KEYS[1], now, ARGV[3])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
+redis.call('ZREMRANGEBYRANK', KEYS[1], 0, -(limit + 1))
+redis.call('PEXPIRE', KEYS[1], math.floor(window / 1000) + 1000)
+return 1
+`)
+
+func failuresKey(name, key string) string { return "gh:rl:" + name + ":" + key }
+
+// Failures reports whether key still has failure budget under the named
+// limit: Allowed while fewer than limit.N failures are in the window; when
+// not, Reset is the time until the oldest leaves it. It records nothing.
+// If Redis errors, the replica's local memory decides.
+func (l *Limiter) Failures(ctx context.Context, name, key string, limit config.Limit) Decision {
+	res, err := peekWindow.Run(ctx, l.rdb, []string{failuresKey(name, key)}, limit.Window.Microseconds()).Int64Slice()
+	if err != nil {
+		l.metrics.Fallbacks.WithLabelValues(name).Inc()
+		return l.local.peek(name+"\x00"+key, limit)
+	}
+	count := int(res[0])
+	return Decision{
+		Allowed:   count < limit.N,
+		Limit:     limit.N,
+		Remaining: max(0, limit.N-count),
+		Reset:     time.Duration(res[1]) * time.Microsecond,
+	}
+}
+
+// Fail charges one failure to key under the named limit. At most limit.N
+// failures are kept per key, so a flood cannot grow the entry.
+func (l *Limiter) Fail(ctx context.Context, name, key string, limit config.Limit) {
+	var member [12]byte
+	_, _ = rand.Read(member[:])
+	err := addWindow.Run(ctx, l.rdb, []string{failuresKey(name, key)}, limit.N, limit.Window.Microseconds(), hex.EncodeToString(member[:])).Err()
+	if err != nil {
+		l.metrics.Fallbacks.WithLabelValues(name).Inc()
+		l.local.add(name+"\x00"+key, limit)
+	}
+}
+
+// Known addresses. An account remembers the last maxKnown client addresses
+// that signed in to it successfully, for knownFor, so that a failure budget
+// exhausted by others does not refuse its owner.
+const (
+	maxKnown = 20
+	knownFor = 30 * 24 * time.Hour
+)
+
+var rememberScript = redis.NewScript(`
+local t = redis.call('TIME')
+redis.call('ZADD', KEYS[1], tonumber(t[1]) * 1000000 + tonumber(t[2]), ARGV[1])
+redis.call('ZREMRANGEBYRANK', KEYS[1], 0, -(tonumber(ARGV[2]) + 1))
+redis.call('EXPIRE', KEYS[1], tonumber(ARGV[3]))
+return 1
+`)
+
+func knownKey(name, key string) string { return "gh:known:" + name + ":" + key }
+
+// knownMember is how a member is stored: a digest, so that Redis holds no
+// client addresses, and a token that never runs into the score's digits.
+func knownMember(member string) string {
+	d := sha256.Sum256([]byte(member))
+	return hex.EncodeToString(d[:16])
+}
+
+// Remember records that member (a client address) succeeded for key under
+// name. Errors are ignored: a forgotten address only loses its exemption.
+func (l *Limiter) Remember(ctx context.Context, name, key, member string) {
+	_ = rememberScript.Run(ctx, l.rdb, []string{knownKey(name, key)}, knownMember(member), maxKnown, int(knownFor/time.Second)).Err()
+}
+
+// Known reports whether member succeeded for key under name within the last
+// 30 days. If Redis cannot answer it reports true: the caller then relies on
+// its other limits rather than refuse an owner it cannot recognise.
+func (l *Limiter) Known(ctx context.Context, name, key, member string) bool {
+	score, err := l.rdb.ZScore(ctx, knownKey(name, key), knownMember(member)).Result()
+	if errors.Is(err, redis.Nil) {
+		return false
+	}
+	if err != nil {
+		return true
+	}
+	return time.Since(time.UnixMicro(int64(score))) < knownFor
 }

@@ -149,3 +149,114 @@ func TestLocalNeverExceedsLimitInAnyWindow(t *testing.T) {
 		t.Fatalf("only %d accepted: the limiter is too strict", len(accepted))
 	}
 }
+
+// Over remembers a refusal on the replica that saw it, until the window frees,
+// and nothing else.
+func TestOverRemembersRefusals(t *testing.T) {
+	rdb := testenv.NewRedis(t, testenv.RedisDBRateLimit)
+	l, _ := newLimiter(t, rdb)
+	other, _ := newLimiter(t, rdb)
+	ctx := context.Background()
+	limit := config.Limit{N: 2, Window: 2 * time.Second}
+	for i := range 2 {
+		if !l.Allow(ctx, "default", "10.0.0.1", limit).Allowed {
+			t.Fatalf("request %d refused", i)
+		}
+		if _, over := l.Over("default", "10.0.0.1"); over {
+			t.Fatalf("over after %d allowed requests", i+1)
+		}
+	}
+	if l.Allow(ctx, "default", "10.0.0.1", limit).Allowed {
+		t.Fatal("third request allowed")
+	}
+	d, over := l.Over("default", "10.0.0.1")
+	if !over || d.Allowed || d.Remaining != 0 || d.Limit != 2 || d.RetryAfter() < 1 || d.RetryAfter() > 2 {
+		t.Fatalf("Over after a refusal: %+v %v", d, over)
+	}
+	if _, over := l.Over("default", "10.0.0.2"); over {
+		t.Fatal("another key is over")
+	}
+	if _, over := l.Over("login", "10.0.0.1"); over {
+		t.Fatal("another limit is over")
+	}
+	if _, over := other.Over("default", "10.0.0.1"); over {
+		t.Fatal("a replica that saw no refusal is over")
+	}
+	// Once the window has freed, the key is no longer over.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, over := l.Over("default", "10.0.0.1"); !over {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("still over long after the window")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if !l.Allow(ctx, "default", "10.0.0.1", limit).Allowed {
+		t.Fatal("refused after the window freed")
+	}
+}
+
+// A failure budget is spent only by Fail, holds at most N entries however
+// many failures there are, and Known recognises remembered members only.
+func TestFailureBudget(t *testing.T) {
+	rdb := testenv.NewRedis(t, testenv.RedisDBRateLimit)
+	l, _ := newLimiter(t, rdb)
+	ctx := context.Background()
+	limit := config.Limit{N: 3, Window: time.Minute}
+	for range 10 {
+		if d := l.Failures(ctx, "login_account", "acct", limit); !d.Allowed || d.Remaining != 3 {
+			t.Fatalf("peeking spent the budget: %+v", d)
+		}
+	}
+	for i := range 100 {
+		l.Fail(ctx, "login_account", "acct", limit)
+		d := l.Failures(ctx, "login_account", "acct", limit)
+		if wantAllowed := i+1 < 3; d.Allowed != wantAllowed || d.Local {
+			t.Fatalf("after %d failures: %+v", i+1, d)
+		}
+		if !d.Allowed && (d.RetryAfter() < 1 || d.RetryAfter() > 60) {
+			t.Fatalf("RetryAfter %d", d.RetryAfter())
+		}
+	}
+	if n := rdb.ZCard(ctx, "gh:rl:login_account:acct").Val(); n != 3 {
+		t.Fatalf("100 failures hold %d entries, want 3", n)
+	}
+	if d := l.Failures(ctx, "login_account", "other", limit); !d.Allowed {
+		t.Fatalf("another key's budget is spent: %+v", d)
+	}
+	if l.Known(ctx, "login_account", "acct", "10.0.0.1") {
+		t.Fatal("unknown member is known")
+	}
+	for i := range 30 {
+		l.Remember(ctx, "login_account", "acct", "10.0.1."+string(rune('0'+i%10))+string(rune('0'+i/10)))
+	}
+	l.Remember(ctx, "login_account", "acct", "10.0.0.1")
+	if !l.Known(ctx, "login_account", "acct", "10.0.0.1") || l.Known(ctx, "login_account", "other", "10.0.0.1") {
+		t.Fatal("Known does not recognise exactly the remembered member")
+	}
+	if n := rdb.ZCard(ctx, "gh:known:login_account:acct").Val(); n > 20 {
+		t.Fatalf("31 remembered members hold %d entries, want at most 20", n)
+	}
+}
+
+// Without Redis the budget is kept in the replica's memory.
+func TestFailureBudgetFallsBackToMemory(t *testing.T) {
+	rdb, err := cache.NewClient("redis://127.0.0.1:1/0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rdb.Close()
+	l, m := newLimiter(t, rdb)
+	ctx := context.Background()
+	limit := config.Limit{N: 2, Window: time.Minute}
+	l.Fail(ctx, "login_account", "acct", limit)
+	l.Fail(ctx, "login_account", "acct", limit)
+	if d := l.Failures(ctx, "login_account", "acct", limit); d.Allowed || !d.Local {
+		t.Fatalf("local budget after 2 failures: %+v", d)
+	}
+	if got := testutil.ToFloat64(m.Fallbacks.WithLabelValues("login_account")); got != 3 {
+		t.Fatalf("fallbacks %v, want 3", got)
+	}
+}

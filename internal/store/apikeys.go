@@ -49,3 +49,12 @@ func (s *Store) RevokeKey(ctx context.Context, merchantID, id string) (apikeys.K
 	k, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByPos[apikeys.Key])
 	return k, mapErr(err, "api_key")
 }
+
+const selectKeyByID = `SELECT ` + keyColumns + ` FROM api_keys WHERE id = $1 AND merchant_id = $2`
+
+// KeyByID returns one of the merchant's keys; another merchant's key is NotFound.
+func (s *Store) KeyByID(ctx context.Context, merchantID, id string) (apikeys.Key, error) {
+	rows, _ := s.pool.Query(ctx, selectKeyByID, id, merchantID)
+	k, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByPos[apikeys.Key])
+	return k, mapErr(err, "api_key")
+}

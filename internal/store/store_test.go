@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"bytes"
 	"context"
 	"testing"
 	"time"
@@ -108,6 +109,12 @@ func TestKeys(t *testing.T) {
 	}
 	if page, _ := s.ListKeys(ctx, b.ID, listing.Params{Limit: 10}); len(page.Items) != 0 {
 		t.Fatalf("b sees a's keys: %+v", page.Items)
+	}
+	if _, err := s.KeyByID(ctx, b.ID, keys[0].ID); apperr.KindOf(err) != apperr.KindNotFound {
+		t.Fatalf("b reads a's key: %v", err)
+	}
+	if got, err := s.KeyByID(ctx, a.ID, keys[0].ID); err != nil || got.ID != keys[0].ID || !bytes.Equal(got.SecretDigest, keys[0].SecretDigest) {
+		t.Fatalf("key by id: %+v %v", got, err)
 	}
 	if _, err := s.RevokeKey(ctx, b.ID, keys[0].ID); apperr.KindOf(err) != apperr.KindNotFound {
 		t.Fatalf("b revoked a's key: %v", err)
