@@ -424,7 +424,7 @@ func TestGracefulShutdownAPI(t *testing.T) {
 	var first503, firstGone *sdShot
 	for i, s := range probes {
 		switch {
-		case s.start.Before(sigAt):
+		case s.end.Before(sigAt):
 			if s.status() != http.StatusOK {
 				t.Errorf("before SIGTERM: %s", s.describe(sigAt))
 			}
