@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -127,29 +126,7 @@ func newOutcomeProxy(t *testing.T, upstream string, hold time.Duration) *outcome
 			}
 			p.mu.Unlock()
 		}
-		if fault != nil {
-			if fault.reset(call) {
-				if conn, _, err := w.(http.Hijacker).Hijack(); err == nil {
-					if tc, ok := conn.(*net.TCPConn); ok {
-						_ = tc.SetLinger(0) // close with RST
-					}
-					conn.Close()
-				}
-				return
-			}
-			select { // the caller gives up first
-			case <-r.Context().Done():
-				return
-			case <-time.After(p.hold):
-			}
-		}
-		for k, v := range res.Header {
-			if k != "Content-Length" {
-				w.Header()[k] = v
-			}
-		}
-		w.WriteHeader(res.StatusCode)
-		_, _ = w.Write(answer)
+		loseOrRelay(w, r, res, answer, fault != nil, fault != nil && fault.reset(call), p.hold)
 	}))
 	t.Cleanup(p.srv.Close)
 	return p

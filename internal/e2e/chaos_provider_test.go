@@ -163,16 +163,7 @@ func newProviderProxy(t *testing.T, upstream string, hold time.Duration) *provid
 			}
 			p.mu.Unlock()
 		}
-		reset := func() {
-			conn, _, err := w.(http.Hijacker).Hijack()
-			if err != nil {
-				return
-			}
-			if tc, ok := conn.(*net.TCPConn); ok {
-				_ = tc.SetLinger(0) // close with RST
-			}
-			conn.Close()
-		}
+		reset := func() { resetConn(w) }
 		if fault.name != "" && !fault.booked {
 			reset()
 			return
@@ -198,24 +189,7 @@ func newProviderProxy(t *testing.T, upstream string, hold time.Duration) *provid
 			p.released[key]++
 			p.mu.Unlock()
 		}
-		if fault.name != "" {
-			if fault.reset {
-				reset()
-				return
-			}
-			select { // the caller gives up first
-			case <-r.Context().Done():
-				return
-			case <-time.After(p.hold):
-			}
-		}
-		for k, v := range res.Header {
-			if k != "Content-Length" {
-				w.Header()[k] = v
-			}
-		}
-		w.WriteHeader(res.StatusCode)
-		_, _ = w.Write(answer)
+		loseOrRelay(w, r, res, answer, fault.name != "", fault.reset, p.hold)
 	}))
 	t.Cleanup(p.srv.Close)
 	return p
@@ -420,4 +394,42 @@ func chaosDeref(s *string) string {
 		return ""
 	}
 	return *s
+}
+
+// resetConn closes the connection under w with a TCP reset: the caller's
+// request was received and its answer is lost.
+func resetConn(w http.ResponseWriter) {
+	conn, _, err := w.(http.Hijacker).Hijack()
+	if err != nil {
+		return
+	}
+	if tc, ok := conn.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0) // close with RST
+	}
+	conn.Close()
+}
+
+// loseOrRelay ends a fault proxy's handling of a request the provider
+// answered with res and answer: when lose is set the answer is lost, by a
+// reset or by holding it past the caller's timeout (hold); otherwise it is
+// relayed as the provider sent it.
+func loseOrRelay(w http.ResponseWriter, r *http.Request, res *http.Response, answer []byte, lose, reset bool, hold time.Duration) {
+	if lose {
+		if reset {
+			resetConn(w)
+			return
+		}
+		select { // the caller gives up first
+		case <-r.Context().Done():
+			return
+		case <-time.After(hold):
+		}
+	}
+	for k, v := range res.Header {
+		if k != "Content-Length" {
+			w.Header()[k] = v
+		}
+	}
+	w.WriteHeader(res.StatusCode)
+	_, _ = w.Write(answer)
 }
