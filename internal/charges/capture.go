@@ -11,8 +11,8 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/providers"
 )
 
-// errStillProcessing is the outcome of a capture the provider is still processing.
-var errStillProcessing = errors.New("charges: the provider is still processing the capture")
+// errStillProcessing is the outcome of a payment or capture the provider is still processing.
+var errStillProcessing = errors.New("charges: the provider is still processing the payment")
 
 // capture makes one attempt of a requested capture (see Capture).
 func (p *Processor) capture(ctx context.Context, c Charge, prov providers.Provider, task outbox.Task, final bool) error {
@@ -66,7 +66,7 @@ func (p *Processor) capture(ctx context.Context, c Charge, prov providers.Provid
 		if after.AmountCaptured <= 0 || after.AmountCaptured > c.Amount {
 			after.AmountCaptured = amount
 		}
-	case err == nil && pay.Status == providers.PaymentCanceled:
+	case err == nil && (pay.Status == providers.PaymentCanceled || pay.Status == providers.PaymentFailed):
 		// The provider released the authorization: nothing can be captured.
 		p.observe(c.Provider, op, OutcomeDeclined, elapsed)
 		after.Status, typ = StatusVoided, events.ChargeVoided

@@ -19,6 +19,10 @@ import (
 // release, the purge of the sealed card and the deletion of the task are one
 // transition; the charge stays failed.
 //
+// An authorization the provider answers as still processing is looked up
+// until it is final: released when it did not go through, else voided or
+// refunded as it ended.
+//
 // A decline of the authorization means the provider booked nothing: the task
 // is done. Any other error leaves the outcome unknown: ErrRetry (wrapped)
 // until the final attempt, which logs at error level with the charge id, since
@@ -55,8 +59,25 @@ func (p *Processor) Reverse(ctx context.Context, id string, final bool) error {
 	if err != nil {
 		return p.reverseUnknown(ctx, c, final, time.Since(start), err)
 	}
+	captured := c.Capture
+	if res.Pending {
+		// The payment is still processing: it can be neither voided nor
+		// refunded yet, and the key only replays that answer. Look it up.
+		pay, err := p.lookupPayment(ctx, c, prov, res.Reference)
+		switch {
+		case err != nil:
+			return p.reverseUnknown(ctx, c, final, time.Since(start), err)
+		case pay.Status == providers.PaymentProcessing:
+			return p.reverseUnknown(ctx, c, final, time.Since(start), errStillProcessing)
+		case pay.Status == providers.PaymentFailed || pay.Status == providers.PaymentCanceled:
+			p.observe(c.Provider, "reverse", OutcomeDeclined, time.Since(start))
+			p.log.InfoContext(ctx, "reverse: the payment of the failed charge did not go through", "charge_id", c.ID)
+			return p.released(ctx, c, task)
+		}
+		captured = pay.Status == providers.PaymentCaptured
+	}
 	cctx, cancel = context.WithTimeout(ctx, p.timeout)
-	if c.Capture {
+	if captured {
 		_, err = prov.Refund(cctx, providers.RefundRequest{IdempotencyKey: IdempotencyKey(c.ID, "reverse"),
 			Reference: res.Reference, Amount: c.Amount, Currency: c.Currency})
 	} else {
@@ -77,6 +98,18 @@ func (p *Processor) Reverse(ctx context.Context, id string, final bool) error {
 	p.observe(c.Provider, "reverse", OutcomeSucceeded, elapsed)
 	p.log.InfoContext(ctx, "reverse: released the payment of a failed charge", "charge_id", c.ID, "provider_reference", res.Reference)
 	return p.released(ctx, c, task)
+}
+
+// lookupPayment reads the payment reference at the provider; a provider
+// without lookups leaves it unknown.
+func (p *Processor) lookupPayment(ctx context.Context, c Charge, prov providers.Provider, reference string) (providers.Payment, error) {
+	look, ok := prov.(providers.Lookup)
+	if !ok {
+		return providers.Payment{}, fmt.Errorf("%w: %s: %w", providers.ErrUnavailable, c.Provider, providers.ErrNoLookup)
+	}
+	cctx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
+	return look.LookupPayment(cctx, reference)
 }
 
 // reverseUnknown answers a reverse attempt whose outcome is unknown.

@@ -210,3 +210,52 @@ func TestReverse(t *testing.T) {
 		}
 	})
 }
+
+// A reverse whose authorization is answered as still processing neither
+// voids nor refunds it (neither is possible yet, and the key only replays
+// that answer): the payment is looked up, and released as it ended.
+func TestReverseOfAProcessingPayment(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		status          string
+		voids, refunds  int
+		finished, retry bool
+	}{
+		{providers.PaymentProcessing, 0, 0, false, true},
+		{providers.PaymentCaptured, 0, 1, true, false},
+		{providers.PaymentAuthorized, 1, 0, true, false},
+		{providers.PaymentFailed, 0, 0, true, false},
+		{providers.PaymentCanceled, 0, 0, true, false},
+	} {
+		t.Run(c.status, func(t *testing.T) {
+			ch, sealed := failedUnknown(t, true)
+			st := &fakeStore{ChargeForWorkFn: func(context.Context, string) (charges.Charge, []byte, error) { return ch, sealed, nil }}
+			var refunds int
+			prov := &lookupProvider{fakeProvider: &fakeProvider{
+				AuthorizeFn: func(context.Context, providers.AuthorizeRequest) (providers.Result, error) {
+					return providers.Result{Reference: "pi_processing", Pending: true}, nil
+				},
+				RefundFn: func(context.Context, providers.RefundRequest) (providers.Result, error) {
+					refunds++
+					return providers.Result{Reference: "re_1"}, nil
+				},
+			}}
+			prov.LookupFn = func(_ context.Context, ref string) (providers.Payment, error) {
+				if ref != "pi_processing" {
+					t.Errorf("looked up %q", ref)
+				}
+				return providers.Payment{Reference: ref, Status: c.status, Captured: ch.Amount}, nil
+			}
+			err := captureWorker(t, st, prov, testNow, nil).Reverse(ctx, ch.ID, false)
+			if c.retry != errors.Is(err, charges.ErrRetry) || (!c.retry && err != nil) {
+				t.Fatalf("err = %v, want retry %v", err, c.retry)
+			}
+			if prov.lookups != 1 || len(prov.voids) != c.voids || refunds != c.refunds {
+				t.Errorf("lookups %d, voids %d, refunds %d; want 1, %d, %d", prov.lookups, len(prov.voids), refunds, c.voids, c.refunds)
+			}
+			if finished := len(st.transitions) == 1 && st.transitions[0].PurgeCard; finished != c.finished {
+				t.Errorf("finished %v (transitions %+v), want %v", finished, st.transitions, c.finished)
+			}
+		})
+	}
+}

@@ -162,6 +162,12 @@ func (p *Processor) done(ctx context.Context, task outbox.Task) error {
 // Authorize calls the provider for a created charge. It returns nil when the
 // charge reached its next state (or already had), ErrRetry (wrapped) when the
 // provider is unavailable and this is not the final attempt.
+//
+// A provider may accept the payment and not finish it (a Stripe
+// PaymentIntent left processing). Then the charge stays created, with the
+// provider's reference recorded, and is followed with lookups until the
+// payment is final (see follow); it is never failed on a guess, since money
+// may still move.
 func (p *Processor) Authorize(ctx context.Context, id string, final bool) error {
 	task := outbox.Task{Type: outbox.ChargeAuthorize, RefID: id}
 	c, sealed, prov, err := p.load(ctx, id, task)
@@ -170,6 +176,10 @@ func (p *Processor) Authorize(ctx context.Context, id string, final bool) error 
 			return err
 		}
 		if prov == nil && c.ID != "" {
+			if c.Status == StatusCreated && c.ProviderReference != nil {
+				// The provider holds a payment in progress: never fail it unseen.
+				return err
+			}
 			return p.fail(ctx, c, task, "provider_unavailable", "The provider is not configured.")
 		}
 		return err
@@ -177,6 +187,9 @@ func (p *Processor) Authorize(ctx context.Context, id string, final bool) error 
 	if c.Status != StatusCreated {
 		p.observe(c.Provider, "authorize", OutcomeNoop, 0)
 		return p.done(ctx, task)
+	}
+	if c.ProviderReference != nil {
+		return p.follow(ctx, c, prov, task, final)
 	}
 	card, err := p.card(c, sealed)
 	if err != nil {
@@ -205,13 +218,68 @@ func (p *Processor) Authorize(ctx context.Context, id string, final bool) error 
 		}
 		return p.failUnknown(ctx, c, task)
 	}
+	if res.Pending {
+		// Accepted, not finished: record the reference (the card stays
+		// sealed until the payment is final) and follow the payment.
+		p.observe(c.Provider, "authorize", OutcomePending, elapsed)
+		after := c
+		after.ProviderReference = &res.Reference
+		after.UpdatedAt = p.stamp()
+		if err := p.apply(ctx, Transition{Before: c, After: after}); err != nil {
+			return err
+		}
+		return p.authorizeUnknown(ctx, after, final, errStillProcessing)
+	}
 	p.observe(c.Provider, "authorize", OutcomeSucceeded, elapsed)
+	if c.Capture {
+		return p.authorized(ctx, c, task, res.Reference, providers.PaymentCaptured, c.Amount)
+	}
+	return p.authorized(ctx, c, task, res.Reference, providers.PaymentAuthorized, 0)
+}
+
+// follow looks up a payment the provider accepted and had not finished
+// (see Authorize). Captured at the provider: the charge is captured with the
+// amount the provider took; authorized: it is authorized; failed or
+// canceled: it fails, with the provider's reason when it gave one. Still
+// processing, or no answer: the charge stays created and the task is tried
+// again (after the last attempt the outbox row stays and the sweeper sends
+// it again).
+func (p *Processor) follow(ctx context.Context, c Charge, prov providers.Provider, task outbox.Task, final bool) error {
+	start := time.Now()
+	pay, err := p.lookupPayment(ctx, c, prov, *c.ProviderReference)
+	elapsed := time.Since(start)
+	switch {
+	case err != nil:
+		p.observe(c.Provider, "authorize_lookup", OutcomeRetry, elapsed)
+		return p.authorizeUnknown(ctx, c, final, err)
+	case pay.Status == providers.PaymentCaptured, pay.Status == providers.PaymentAuthorized:
+		p.observe(c.Provider, "authorize_lookup", OutcomeSucceeded, elapsed)
+		return p.authorized(ctx, c, task, *c.ProviderReference, pay.Status, pay.Captured)
+	case pay.Status == providers.PaymentFailed, pay.Status == providers.PaymentCanceled:
+		p.observe(c.Provider, "authorize_lookup", OutcomeDeclined, elapsed)
+		if d := pay.Failure; d != nil {
+			return p.fail(ctx, c, task, d.Code, declineMessage(d))
+		}
+		return p.fail(ctx, c, task, "processing_error", "The provider did not complete the payment.")
+	default:
+		p.observe(c.Provider, "authorize_lookup", OutcomePending, elapsed)
+		return p.authorizeUnknown(ctx, c, final, errStillProcessing)
+	}
+}
+
+// authorized records a payment the provider completed: captured (with
+// captured, the amount it took; 0 or more than the charge's means all of
+// it) or only authorized.
+func (p *Processor) authorized(ctx context.Context, c Charge, task outbox.Task, reference, status string, captured int64) error {
 	after := c
-	after.ProviderReference = &res.Reference
+	after.ProviderReference = &reference
 	after.UpdatedAt = p.stamp()
 	var ev *events.Event
-	if c.Capture {
-		after.Status, after.AmountCaptured = StatusCaptured, c.Amount
+	if status == providers.PaymentCaptured {
+		if captured <= 0 || captured > c.Amount {
+			captured = c.Amount
+		}
+		after.Status, after.AmountCaptured = StatusCaptured, captured
 		e, err := p.event(after, events.ChargeCaptured)
 		if err != nil {
 			return err
@@ -221,6 +289,21 @@ func (p *Processor) Authorize(ctx context.Context, id string, final bool) error 
 		after.Status = StatusAuthorized
 	}
 	return p.apply(ctx, Transition{Before: c, After: after, Event: ev, DoneTask: task.ID(), PurgeCard: true})
+}
+
+// authorizeUnknown answers an attempt after which a payment the provider
+// accepted is still not final: the charge stays created and the task is
+// tried again; past PROVIDER_OUTCOME_UNKNOWN_AFTER each attempt is logged at
+// error level.
+func (p *Processor) authorizeUnknown(ctx context.Context, c Charge, final bool, err error) error {
+	if age := p.now().UTC().Sub(c.CreatedAt); age >= p.unknownAfter {
+		p.log.ErrorContext(ctx, "authorization outcome still unknown at the provider; see the runbook ProviderOutcomeUnknown",
+			"charge_id", c.ID, "age", age.Round(time.Second).String(), "err", err)
+	}
+	if !final {
+		return fmt.Errorf("%w: %v", ErrRetry, err)
+	}
+	return fmt.Errorf("charges: the payment of %s is still not final at the provider after the last attempt; the sweeper sends it again: %w", c.ID, err)
 }
 
 // Capture captures an authorized charge whose capture was requested.

@@ -113,8 +113,10 @@ type Config struct {
 	// ProviderIdempotencyWindow is how long a capture or refund whose
 	// outcome is unknown is sent again under its idempotency key; after it
 	// the provider is only asked to look the object up (Stripe keeps keys
-	// 24 h). ProviderOutcomeUnknownAfter is how long an outcome may stay
-	// unknown before it is surfaced (error log, gatehouse_provider_outcomes_unknown).
+	// 24 h). ProviderOutcomeUnknownAfter is how long an outcome (of an
+	// authorization the provider has not finished, a capture, a refund) may
+	// stay unknown before it is surfaced (error log,
+	// gatehouse_provider_outcomes_unknown).
 	ProviderIdempotencyWindow   time.Duration
 	ProviderOutcomeUnknownAfter time.Duration
 	// ProviderBreakerFailures is how many provider outages in a row open a

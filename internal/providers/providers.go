@@ -145,6 +145,9 @@ const (
 	PaymentProcessing = "processing" // a capture is under way
 	PaymentCaptured   = "captured"
 	PaymentCanceled   = "canceled" // released: nothing can be captured any more
+	// PaymentFailed: the payment did not go through (a processing payment
+	// the bank refused); nothing is held.
+	PaymentFailed = "failed"
 )
 
 // Payment is what a lookup reads of a payment (an authorization).
@@ -152,6 +155,8 @@ type Payment struct {
 	Reference string
 	Status    string // one of the Payment* statuses
 	Captured  int64  // the amount captured, when Status is PaymentCaptured
+	// Failure is the provider's reason when Status is PaymentFailed, if it gave one.
+	Failure *Decline
 }
 
 // Lookup reads the provider's own books. The worker uses it when resending a

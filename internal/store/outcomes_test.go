@@ -12,10 +12,11 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/testenv"
 )
 
-// gatehouse_provider_outcomes_unknown counts, by operation, the captures
-// (authorized charges with the capture pending) and the refunds (pending)
-// waiting for the provider longer than the bound, and nothing younger or
-// settled.
+// gatehouse_provider_outcomes_unknown counts, by operation, the payments the
+// provider accepted and has not finished (created charges with a provider
+// reference), the captures (authorized charges with the capture pending) and
+// the refunds (pending) waiting for the provider longer than the bound, and
+// nothing younger or settled.
 func TestOutcomesCollector(t *testing.T) {
 	db := testenv.NewDB(t)
 	f := newOutboxFixture(t, db.Pool)
@@ -37,6 +38,10 @@ func TestOutcomesCollector(t *testing.T) {
 	charge("authorized", &capture, time.Minute) // too young
 	charge("authorized", &void, 3*time.Hour)    // a void, not a capture
 	charge("authorized", nil, 3*time.Hour)      // nothing requested
+	charge("created", nil, 2*time.Hour) // a payment processing for 2 h
+	charge("created", nil, time.Minute) // too young
+	unsent := charge("created", nil, 2*time.Hour)
+	f.exec(t, `UPDATE charges SET provider_reference = NULL WHERE id = $1`, unsent) // not sent yet: nothing is at the provider
 	captured := charge("captured", nil, 5*time.Hour)
 	refund(captured, "pending", 2*time.Hour) // unknown for 2 h
 	refund(captured, "pending", time.Minute) // too young
@@ -44,7 +49,8 @@ func TestOutcomesCollector(t *testing.T) {
 	refund(captured, "failed", 5*time.Hour)
 
 	c := store.OutcomesCollector(db.Pool, time.Hour, 0)
-	want := map[string]float64{"gatehouse_provider_outcomes_unknown{capture}": 2, "gatehouse_provider_outcomes_unknown{refund}": 1}
+	want := map[string]float64{"gatehouse_provider_outcomes_unknown{authorize}": 1, "gatehouse_provider_outcomes_unknown{capture}": 2,
+		"gatehouse_provider_outcomes_unknown{refund}": 1}
 	if diff := cmp.Diff(want, collectValues(t, c)); diff != "" {
 		t.Errorf("series (-want +got):\n%s", diff)
 	}
@@ -55,7 +61,8 @@ func TestOutcomesCollector(t *testing.T) {
 	for _, p := range problems {
 		t.Errorf("lint: %s: %s", p.Metric, p.Text)
 	}
-	want = map[string]float64{"gatehouse_provider_outcomes_unknown{capture}": 0, "gatehouse_provider_outcomes_unknown{refund}": 0}
+	want = map[string]float64{"gatehouse_provider_outcomes_unknown{authorize}": 0, "gatehouse_provider_outcomes_unknown{capture}": 0,
+		"gatehouse_provider_outcomes_unknown{refund}": 0}
 	if diff := cmp.Diff(want, collectValues(t, store.OutcomesCollector(db.Pool, 24*time.Hour, 0))); diff != "" {
 		t.Errorf("with a 24 h bound (-want +got):\n%s", diff)
 	}

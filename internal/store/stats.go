@@ -133,20 +133,23 @@ func (c *outboxCollector) refresh() error {
 	return nil
 }
 
-// outcomesUnknown counts the captures and refunds still waiting for the
-// provider's outcome longer than $1: a capture requested (the charge is
-// authorized with the capture pending; updated_at is the request's time,
-// nothing else moves the charge meanwhile) and a refund still pending.
+// outcomesUnknown counts the payments, captures and refunds still waiting
+// for the provider's outcome longer than $1: a payment the provider accepted
+// and has not finished (the charge is created with a provider reference), a
+// capture requested (the charge is authorized with the capture pending;
+// updated_at is the request's time, nothing else moves the charge
+// meanwhile) and a refund still pending.
 const outcomesUnknown = `
-SELECT (SELECT count(*) FROM charges WHERE status = 'authorized' AND pending_action = 'capture' AND updated_at < now() - $1::float8 * interval '1 second'),
+SELECT (SELECT count(*) FROM charges WHERE status = 'created' AND provider_reference IS NOT NULL AND created_at < now() - $1::float8 * interval '1 second'),
+       (SELECT count(*) FROM charges WHERE status = 'authorized' AND pending_action = 'capture' AND updated_at < now() - $1::float8 * interval '1 second'),
        (SELECT count(*) FROM refunds WHERE status = 'pending' AND created_at < now() - $1::float8 * interval '1 second')`
 
 var outcomesUnknownDesc = prometheus.NewDesc("gatehouse_provider_outcomes_unknown",
-	"Captures and refunds whose provider outcome is still unknown after PROVIDER_OUTCOME_UNKNOWN_AFTER, by operation.",
+	"Authorizations, captures and refunds whose provider outcome is still unknown after PROVIDER_OUTCOME_UNKNOWN_AFTER, by operation.",
 	[]string{"operation"}, nil)
 
 // OutcomesCollector exports gatehouse_provider_outcomes_unknown{operation}
-// (capture, refund): the captures and refunds waiting for the provider's
+// (authorize, capture, refund): the payments, captures and refunds waiting for the provider's
 // outcome longer than after, which an operator must resolve (see
 // docs/operations.md). It queries Postgres at most once per minInterval, with
 // a short timeout; a failed query leaves the metric out of that scrape.
@@ -161,7 +164,7 @@ type outcomesCollector struct {
 	mu               sync.Mutex
 	at               time.Time
 	loaded           bool
-	captures, refnds float64
+	payments, captures, refnds float64
 }
 
 func (c *outcomesCollector) Describe(ch chan<- *prometheus.Desc) { ch <- outcomesUnknownDesc }
@@ -171,14 +174,15 @@ func (c *outcomesCollector) Collect(ch chan<- prometheus.Metric) {
 	defer c.mu.Unlock()
 	if !c.loaded || time.Since(c.at) >= c.every {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		var captures, refnds int64
-		err := c.pool.QueryRow(ctx, outcomesUnknown, c.after.Seconds()).Scan(&captures, &refnds)
+		var payments, captures, refnds int64
+		err := c.pool.QueryRow(ctx, outcomesUnknown, c.after.Seconds()).Scan(&payments, &captures, &refnds)
 		cancel()
 		if err != nil {
 			return
 		}
-		c.captures, c.refnds, c.at, c.loaded = float64(captures), float64(refnds), time.Now(), true
+		c.payments, c.captures, c.refnds, c.at, c.loaded = float64(payments), float64(captures), float64(refnds), time.Now(), true
 	}
+	ch <- prometheus.MustNewConstMetric(outcomesUnknownDesc, prometheus.GaugeValue, c.payments, "authorize")
 	ch <- prometheus.MustNewConstMetric(outcomesUnknownDesc, prometheus.GaugeValue, c.captures, "capture")
 	ch <- prometheus.MustNewConstMetric(outcomesUnknownDesc, prometheus.GaugeValue, c.refnds, "refund")
 }

@@ -44,6 +44,24 @@ func TestCaptureProcessingIsPending(t *testing.T) {
 	}
 }
 
+// An authorization that leaves the PaymentIntent processing is a pending
+// result with the PaymentIntent's id; a finished one is not pending.
+func TestAuthorizeProcessingIsPending(t *testing.T) {
+	for status, pending := range map[string]bool{"processing": true, "succeeded": false, "requires_capture": false} {
+		f := newFakeStripe(t, func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/v1/payment_methods" {
+				answer(200, `{"id":"pm_1","object":"payment_method"}`)(w, r)
+				return
+			}
+			answer(200, `{"id":"pi_1","object":"payment_intent","status":"`+status+`","amount":2000}`)(w, r)
+		})
+		res, err := stripe.New(secretKey, f.URL, nil).Authorize(context.Background(), authorizeRequest("gh_c_authorize", true, rawCard()))
+		if err != nil || res.Reference != "pi_1" || res.Pending != pending {
+			t.Errorf("%s: result %+v, err %v; want pi_1, pending %v", status, res, err, pending)
+		}
+	}
+}
+
 // LookupRefund finds the refund by its Stripe id when known, else by the
 // gateway's refund id among the PaymentIntent's refunds (across pages);
 // none is ErrNothingBooked and not ErrUnavailable.
@@ -103,6 +121,10 @@ func TestLookupPayment(t *testing.T) {
 		{`{"id":"pi_1","object":"payment_intent","status":"processing","amount":2000}`, providers.Payment{Reference: "pi_1", Status: providers.PaymentProcessing}, false},
 		{`{"id":"pi_1","object":"payment_intent","status":"requires_capture","amount":2000}`, providers.Payment{Reference: "pi_1", Status: providers.PaymentAuthorized}, false},
 		{`{"id":"pi_1","object":"payment_intent","status":"canceled","amount":2000}`, providers.Payment{Reference: "pi_1", Status: providers.PaymentCanceled}, false},
+		{`{"id":"pi_1","object":"payment_intent","status":"requires_payment_method","amount":2000,
+			"last_payment_error":{"type":"card_error","code":"card_declined","decline_code":"insufficient_funds","message":"Your card has insufficient funds."}}`,
+			providers.Payment{Reference: "pi_1", Status: providers.PaymentFailed, Failure: &providers.Decline{Code: "insufficient_funds", Message: "Your card has insufficient funds."}}, false},
+		{`{"id":"pi_1","object":"payment_intent","status":"requires_payment_method","amount":2000}`, providers.Payment{Reference: "pi_1", Status: providers.PaymentFailed}, false},
 		{`{"id":"pi_1","object":"payment_intent","status":"requires_action","amount":2000}`, providers.Payment{}, true},
 	} {
 		f := newFakeStripe(t, answer(200, c.body))

@@ -115,7 +115,8 @@ func (p *Provider) paymentMethod(ctx context.Context, key string, c providers.Ca
 // card at once; with r.Capture false it only authorizes (capture_method
 // manual). The reference is the PaymentIntent's id. A card that needs 3-D
 // Secure, which a server-side confirmation cannot complete, is declined with
-// authentication_required.
+// authentication_required. A PaymentIntent left processing is a pending
+// result: the caller follows it with LookupPayment until it is final.
 func (p *Provider) Authorize(ctx context.Context, r providers.AuthorizeRequest) (providers.Result, error) {
 	if err := checkKey(r.IdempotencyKey); err != nil {
 		return providers.Result{}, err
@@ -148,7 +149,7 @@ func (p *Provider) Authorize(ctx context.Context, r providers.AuthorizeRequest) 
 	if d := intentDecline(pi); d != nil {
 		return providers.Result{}, d
 	}
-	return providers.Result{Reference: pi.ID}, nil
+	return providers.Result{Reference: pi.ID, Pending: pi.Status == stripego.PaymentIntentStatusProcessing}, nil
 }
 
 // intentDecline reads a confirmed PaymentIntent that Stripe answered with
@@ -266,7 +267,8 @@ func (p *Provider) LookupRefund(ctx context.Context, r providers.RefundLookup) (
 }
 
 // LookupPayment retrieves the PaymentIntent reference and reads its status
-// and amount_received.
+// and amount_received. A PaymentIntent back at requires_payment_method
+// (a processing payment that failed) or canceled holds nothing.
 func (p *Provider) LookupPayment(ctx context.Context, reference string) (providers.Payment, error) {
 	pi, err := p.client.V1PaymentIntents.Retrieve(ctx, reference, nil)
 	if err != nil {
@@ -282,6 +284,11 @@ func (p *Provider) LookupPayment(ctx context.Context, reference string) (provide
 		out.Status = providers.PaymentCanceled
 	case stripego.PaymentIntentStatusRequiresCapture:
 		out.Status = providers.PaymentAuthorized
+	case stripego.PaymentIntentStatusRequiresPaymentMethod:
+		out.Status = providers.PaymentFailed
+		if e := pi.LastPaymentError; e != nil && e.Type == stripego.ErrorTypeCard {
+			out.Failure = cardDecline(e)
+		}
 	default:
 		return providers.Payment{}, fmt.Errorf("%w: stripe: payment intent %s is %s", providers.ErrUnavailable, pi.ID, pi.Status)
 	}
