@@ -38,8 +38,8 @@ func TestOutcomesCollector(t *testing.T) {
 	charge("authorized", &capture, time.Minute) // too young
 	charge("authorized", &void, 3*time.Hour)    // a void, not a capture
 	charge("authorized", nil, 3*time.Hour)      // nothing requested
-	charge("created", nil, 2*time.Hour) // a payment processing for 2 h
-	charge("created", nil, time.Minute) // too young
+	charge("created", nil, 2*time.Hour)         // a payment processing for 2 h
+	charge("created", nil, time.Minute)         // too young
 	unsent := charge("created", nil, 2*time.Hour)
 	f.exec(t, `UPDATE charges SET provider_reference = NULL WHERE id = $1`, unsent) // not sent yet: nothing is at the provider
 	captured := charge("captured", nil, 5*time.Hour)

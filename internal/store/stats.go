@@ -161,9 +161,9 @@ type outcomesCollector struct {
 	pool         *pgxpool.Pool
 	after, every time.Duration
 
-	mu               sync.Mutex
-	at               time.Time
-	loaded           bool
+	mu                         sync.Mutex
+	at                         time.Time
+	loaded                     bool
 	payments, captures, refnds float64
 }
 
