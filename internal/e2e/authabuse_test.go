@@ -3,8 +3,10 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -38,19 +40,23 @@ func TestAuthFloodB7(t *testing.T) {
 	rssBefore, cpuBefore := procRSS(t, pid), procCPU(t, pid)
 
 	// One flood: n requests from one address; the counts by status, with
-	// every 429 checked for the contract's headers.
+	// every 429 checked for the contract's headers, and the time to answer
+	// (request sent to body read), a figure, not an assertion.
 	flood := func(name, ip string, n int, limit int, req func(i int) (method, url, token, body string)) map[int]int {
 		c := newClient(t, ip)
 		got := map[int]int{}
+		var took answerTimes
 		for i := range n {
 			method, url, tok, body := req(i)
 			e := st.do(t, c, method, url, tok, body)
 			got[e.status()]++
+			took.add(e)
 			if e.status() == http.StatusTooManyRequests {
 				checkTooManyRequests(t, e, limit)
 			}
 		}
 		t.Logf("%s: %d requests from %s: %v", name, n, ip, got)
+		t.Logf("%s: time to answer %s", name, took)
 		if got[http.StatusTooManyRequests] == 0 {
 			t.Errorf("%s: no 429 in %d requests from one address", name, n)
 		}
@@ -86,17 +92,19 @@ func TestAuthFloodB7(t *testing.T) {
 	// spent above) stops the guesses on both replicas, and the victim still
 	// signs in from home.
 	spread := map[int]int{}
+	var spreadTook answerTimes
 	for i := range 60 {
 		c := newClient(t, fmt.Sprintf("127.0.2.%d", 1+i%30))
 		e := st.do(t, c, http.MethodPost, st.replicas[i%2]+"/v1/auth/login", "", fmt.Sprintf(`{"email":%q,"password":"spread %d"}`, victim, i))
 		spread[e.status()]++
+		spreadTook.add(e)
 		if e.status() == http.StatusTooManyRequests {
 			checkTooManyRequests(t, e, 20)
 		} else {
 			expect(t, e, http.StatusUnauthorized, "invalid_credentials")
 		}
 	}
-	t.Logf("wrong passwords for one account from 30 addresses on both replicas: %v", spread)
+	t.Logf("wrong passwords for one account from 30 addresses on both replicas: %v; time to answer %s", spread, spreadTook)
 	if spread[http.StatusUnauthorized] > 20-10 || spread[http.StatusTooManyRequests] == 0 {
 		t.Errorf("wrong passwords from 30 addresses: %v, want at most 10 x 401 (the account's budget left) and then 429", spread)
 	}
@@ -124,6 +132,47 @@ func TestAuthFloodB7(t *testing.T) {
 	if grew := dbsizeAfter - dbsizeBefore; grew > 33+8 {
 		t.Errorf("Redis grew by %d keys during the floods from 33 addresses, want at most one per address and a few more (41)", grew)
 	}
+}
+
+// answerTimes collects the time to answer of requests (sent to body read),
+// overall and by status, for the figures the floods log.
+type answerTimes struct {
+	all      []time.Duration
+	byStatus map[int][]time.Duration
+}
+
+func (a *answerTimes) add(e exchange) {
+	if a.byStatus == nil {
+		a.byStatus = map[int][]time.Duration{}
+	}
+	a.all = append(a.all, e.elapsed())
+	a.byStatus[e.status()] = append(a.byStatus[e.status()], e.elapsed())
+}
+
+// quantiles returns the p50, p99 (nearest rank) and max of ds.
+func quantiles(ds []time.Duration) (p50, p99, top time.Duration) {
+	if len(ds) == 0 {
+		return 0, 0, 0
+	}
+	s := slices.Sorted(slices.Values(ds))
+	rank := func(p float64) time.Duration {
+		i := int(p*float64(len(s))+0.999999) - 1
+		return s[min(max(i, 0), len(s)-1)]
+	}
+	return rank(0.50), rank(0.99), s[len(s)-1]
+}
+
+// String is "p50 x, p99 y, max z" over all requests, then the same by status.
+func (a answerTimes) String() string {
+	r := func(d time.Duration) time.Duration { return d.Round(time.Microsecond) }
+	p50, p99, top := quantiles(a.all)
+	var b strings.Builder
+	fmt.Fprintf(&b, "p50 %s, p99 %s, max %s", r(p50), r(p99), r(top))
+	for _, s := range slices.Sorted(maps.Keys(a.byStatus)) {
+		p50, p99, top := quantiles(a.byStatus[s])
+		fmt.Fprintf(&b, "; %d (%d): p50 %s, p99 %s, max %s", s, len(a.byStatus[s]), r(p50), r(p99), r(top))
+	}
+	return b.String()
 }
 
 // redisMemory is the stack's Redis used_memory in bytes.
