@@ -73,7 +73,7 @@ func TestProcessorReportsOutcomes(t *testing.T) {
 		{name: "declined", provider: "sandbox", refund: decline, want: []outcome{{"sandbox", refunds.StatusFailed}}},
 		{name: "provider down, final attempt: still pending", provider: "sandbox", refund: down, final: true, wantErr: true, want: []outcome{}},
 		{name: "provider down, the queue retries", provider: "sandbox", refund: down, wantErr: true, want: []outcome{}},
-		{name: "provider not configured on the worker", provider: "adyen", want: []outcome{{"adyen", refunds.StatusFailed}}},
+		{name: "provider not configured on the worker: still pending", provider: "adyen", wantErr: true, want: []outcome{}},
 		{name: "no provider reference", provider: "sandbox", noRef: true, want: []outcome{{"sandbox", refunds.StatusFailed}}},
 		{name: "succeeded but lost the race", provider: "sandbox", settle: lostRace, want: []outcome{}},
 		{name: "declined but lost the race", provider: "sandbox", refund: decline, settle: lostRace, want: []outcome{}},

@@ -322,10 +322,16 @@ func (p *Processor) Process(ctx context.Context, id string, final bool) error {
 	now := p.now().UTC()
 	after := r
 	after.UpdatedAt = now.Truncate(time.Millisecond)
-	prov, ok := p.providers.Get(c.Provider)
-	if !ok || c.ProviderReference == nil {
+	if c.ProviderReference == nil {
+		// The charge never reached the provider: there is nothing to refund there.
 		after.Status, after.FailureCode = StatusFailed, ptr("provider_unavailable")
 		return p.settle(ctx, c.Provider, after, task.ID(), noEvents)
+	}
+	prov, ok := p.providers.Get(c.Provider)
+	if !ok {
+		// An earlier attempt, from a worker that had the provider, may have
+		// reached it: the outcome is unknown until the provider is back.
+		return p.unknown(ctx, r, final, now, fmt.Errorf("%w: provider %q is not configured on this worker", providers.ErrUnavailable, c.Provider))
 	}
 	key := charges.IdempotencyKey(r.ID, "refund")
 	lookup := providers.RefundLookup{Reference: *c.ProviderReference, RefundID: r.ID, IdempotencyKey: key}

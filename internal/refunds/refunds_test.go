@@ -373,19 +373,26 @@ func TestProcess(t *testing.T) {
 		})
 	}
 
-	t.Run("no provider or no reference", func(t *testing.T) {
+	t.Run("no reference: nothing reached the provider", func(t *testing.T) {
 		noRef := capturedCharge()
 		noRef.ProviderReference = nil
-		for _, c := range []struct {
-			charge charges.Charge
-			prov   providers.Provider
-		}{{capturedCharge(), nil}, {noRef, &fakeProvider{}}} {
-			st := &fakeStore{RefundForWorkFn: forWork(pending, c.charge)}
-			if err := worker(st, c.prov).Process(ctx, refundID, false); err != nil {
-				t.Fatal(err)
-			}
-			if len(st.settled) != 1 || st.settled[0].Status != refunds.StatusFailed || *st.settled[0].FailureCode != "provider_unavailable" {
-				t.Errorf("settled %+v", st.settled)
+		st := &fakeStore{RefundForWorkFn: forWork(pending, noRef)}
+		if err := worker(st, &fakeProvider{}).Process(ctx, refundID, false); err != nil {
+			t.Fatal(err)
+		}
+		if len(st.settled) != 1 || st.settled[0].Status != refunds.StatusFailed || *st.settled[0].FailureCode != "provider_unavailable" {
+			t.Errorf("settled %+v", st.settled)
+		}
+	})
+
+	t.Run("provider not configured on this worker: still pending, on the last attempt too", func(t *testing.T) {
+		// An earlier attempt from a worker that had the provider may have
+		// been booked: failing the refund would invite a second one.
+		for _, final := range []bool{false, true} {
+			st := &fakeStore{RefundForWorkFn: forWork(pending, capturedCharge())}
+			err := worker(st, nil).Process(ctx, refundID, final)
+			if err == nil || errors.Is(err, charges.ErrRetry) == final || len(st.settled) != 0 {
+				t.Errorf("final %v: err %v, settled %+v; want an error (ErrRetry unless final) and nothing settled", final, err, st.settled)
 			}
 		}
 	})
