@@ -169,6 +169,7 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer) er
 		log.Warn("task not enqueued; the outbox sweeper will enqueue it", "err", err)
 	}
 
+	httpMetrics := metrics.NewHTTP(reg)
 	app := httpapi.NewServer(httpapi.Deps{
 		Config:         cfg,
 		Log:            log,
@@ -181,7 +182,7 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer) er
 		Webhooks:       webhooks.NewService(db, queue, keys, cfg.WebhookAllowPrivateNetworks, time.Now, onEnqueueErr),
 		Keyring:        keys,
 		Limiter:        ratelimit.New(rdb, ratelimit.NewMetrics(reg), log),
-		Metrics:        metrics.NewHTTP(reg),
+		Metrics:        httpMetrics,
 		MetricsHandler: metrics.Handler(reg),
 		Checks: map[string]func(context.Context) error{
 			"postgres": db.Ping,
@@ -194,7 +195,8 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer) er
 	if err != nil {
 		return fmt.Errorf("listen on HTTP_ADDR %s: %w", cfg.HTTPAddr, err)
 	}
-	log.Info("api listening", "addr", ln.Addr().String())
+	ln = httpapi.LimitListener(ln, cfg.HTTPMaxConns, httpMetrics, log)
+	log.Info("api listening", "addr", ln.Addr().String(), "max_conns", cfg.HTTPMaxConns)
 	served := make(chan error, 1)
 	go func() { served <- app.Listener(ln) }()
 

@@ -25,6 +25,7 @@ const (
 var metricNames = []string{
 	"up",
 	"gatehouse_http_requests_total", "gatehouse_http_request_duration_seconds", "gatehouse_http_requests_in_flight",
+	"gatehouse_http_connections_open", "gatehouse_http_connections_refused_total",
 	"gatehouse_auth_failures_total", "gatehouse_ratelimit_decisions_total", "gatehouse_ratelimit_fallback_total",
 	"gatehouse_build_info", "gatehouse_charges_created_total",
 	"gatehouse_db_pool_acquired_connections", "gatehouse_db_pool_idle_connections", "gatehouse_db_pool_total_connections",

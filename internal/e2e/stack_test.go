@@ -509,6 +509,9 @@ func startStackWith(t *testing.T, bins binaries, db testenv.DB, redisPath string
 	for base, p := range procs {
 		s.waitReady(t, c, base, p, 60*time.Second)
 	}
+	// A test starts with no connection of the stack's own left open, so
+	// that it can count the API's connections (HTTP_MAX_CONNS).
+	c.CloseIdleConnections()
 	return s
 }
 

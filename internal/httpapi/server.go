@@ -75,16 +75,24 @@ func NewServer(d Deps) *fiber.App {
 	// Slow senders and idle connections (docs/operations.md): a request
 	// must arrive whole within the read timeout of its first byte (the
 	// deadline is not extended per byte); a keep-alive connection that
-	// sends nothing is closed after the idle timeout; at most
-	// HTTP_MAX_CONNS connections are served at once; the request line
-	// and headers must fit the 16 KiB read buffer (431 otherwise).
+	// sends nothing is closed after the idle timeout; the request line and
+	// headers must fit the 16 KiB read buffer (431 otherwise).
+	//
+	// HTTP_MAX_CONNS is enforced by LimitListener, which answers the surplus
+	// in the contract's error body. fasthttp's Concurrency is the size of its
+	// worker pool, one goroutine per connection served, and over it fasthttp
+	// writes a plain-text 503 of its own. It stays well above the cap: a
+	// worker closes its connection, freeing a place under the cap, an
+	// instant before it is ready to serve the next one, so with equal limits
+	// a connection accepted in that instant would meet fasthttp's 503.
+	// Workers are started on demand, so the headroom costs nothing.
 	app := fiber.New(fiber.Config{
 		AppName:               "gatehouse",
 		BodyLimit:             readLimit,
 		ReadTimeout:           d.Config.HTTPReadTimeout,
 		WriteTimeout:          d.Config.HTTPWriteTimeout,
 		IdleTimeout:           d.Config.HTTPIdleTimeout,
-		Concurrency:           d.Config.HTTPMaxConns,
+		Concurrency:           max(fiber.DefaultConcurrency, 2*d.Config.HTTPMaxConns),
 		ReadBufferSize:        16 << 10,
 		DisableStartupMessage: true,
 		ErrorHandler:          s.renderError,

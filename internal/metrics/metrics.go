@@ -58,6 +58,11 @@ type HTTP struct {
 	// ChargesCreated counts charges created (replays of an idempotent
 	// request are not counted), by provider.
 	ChargesCreated *prometheus.CounterVec
+	// ConnectionsOpen are the client connections being served, at most
+	// HTTP_MAX_CONNS; ConnectionsRefused counts those refused with a 503
+	// because that many were open.
+	ConnectionsOpen    prometheus.Gauge
+	ConnectionsRefused prometheus.Counter
 }
 
 // NewHTTP creates and registers the API's request metrics.
@@ -84,8 +89,17 @@ func NewHTTP(reg prometheus.Registerer) *HTTP {
 			Namespace: "gatehouse", Name: "charges_created_total",
 			Help: "Charges created through the API, by provider (idempotent replays excluded).",
 		}, []string{"provider"}),
+		ConnectionsOpen: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "gatehouse", Name: "http_connections_open",
+			Help: "Client connections being served (at most HTTP_MAX_CONNS).",
+		}),
+		ConnectionsRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "gatehouse", Name: "http_connections_refused_total",
+			Help: "Client connections answered 503 and closed because HTTP_MAX_CONNS connections were open.",
+		}),
 	}
-	reg.MustRegister(m.Requests, m.Duration, m.InFlight, m.AuthFailures, m.ChargesCreated)
+	reg.MustRegister(m.Requests, m.Duration, m.InFlight, m.AuthFailures, m.ChargesCreated,
+		m.ConnectionsOpen, m.ConnectionsRefused)
 	return m
 }
 

@@ -23,7 +23,9 @@ func TestConstructorsRegister(t *testing.T) {
 		want map[string]int
 	}{
 		{"NewHTTP", func(reg prometheus.Registerer) { metrics.NewHTTP(reg) }, map[string]int{
-			"gatehouse_http_requests_in_flight": 1,
+			"gatehouse_http_requests_in_flight":        1,
+			"gatehouse_http_connections_open":          1,
+			"gatehouse_http_connections_refused_total": 1,
 		}},
 		{"NewJobs", func(reg prometheus.Registerer) { metrics.NewJobs(reg) }, map[string]int{}},
 		{"NewProviders", func(reg prometheus.Registerer) { metrics.NewProviders(reg) }, map[string]int{}},
@@ -79,6 +81,7 @@ func TestEveryMetricInOneRegistry(t *testing.T) {
 		"gatehouse_build_info", "go_goroutines",
 		"gatehouse_http_requests_total", "gatehouse_http_request_duration_seconds", "gatehouse_http_requests_in_flight",
 		"gatehouse_auth_failures_total", "gatehouse_charges_created_total",
+		"gatehouse_http_connections_open", "gatehouse_http_connections_refused_total",
 		"gatehouse_jobs_processed_total", "gatehouse_job_duration_seconds",
 		"gatehouse_provider_calls_total", "gatehouse_provider_call_duration_seconds", "gatehouse_provider_circuit_state",
 		"gatehouse_charges_total", "gatehouse_refunds_total",
