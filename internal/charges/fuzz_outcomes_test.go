@@ -22,14 +22,7 @@ import (
 // captured with the amount the provider took, or authorized with nothing
 // captured.
 func FuzzCaptureOutcomes(f *testing.F) {
-	f.Add([]byte{}, uint8(255), uint8(0))
-	f.Add([]byte{2, 2, 2, 0}, uint8(255), uint8(3))                 // booked, answers lost, then one arrives
-	f.Add([]byte{1, 1, 1}, uint8(2), uint8(1))                      // never reaches the provider, then the window passes
-	f.Add([]byte{2, 1, 1, 2, 1}, uint8(2), uint8(2))                // booked and lost, then looked up after the window
-	f.Add([]byte{4, 4, 4, 2, 4, 0}, uint8(255), uint8(1))           // left processing, followed
-	f.Add([]byte{3}, uint8(255), uint8(0))                          // declined
-	f.Add([]byte{2, 3, 3, 1, 4, 4, 2, 0, 1}, uint8(3), uint8(2))    // mixed
-	f.Add([]byte{1, 2, 1, 4, 1, 1, 4, 4, 0, 2}, uint8(1), uint8(5)) // window passes at once
+	providertest.AddSeeds(f)
 	f.Fuzz(func(t *testing.T, script []byte, windowAfter, finalEvery uint8) {
 		if len(script) > 64 {
 			script = script[:64]
@@ -53,31 +46,9 @@ func FuzzCaptureOutcomes(f *testing.F) {
 		clock := testNow
 		p := charges.NewProcessor(st, providers.Registry{"sandbox": prov}, testKeyring(t), time.Second, func() time.Time { return clock },
 			slog.New(slog.DiscardHandler), nil)
-		key := charges.IdempotencyKey(cur.ID, "capture")
-		for attempt := 0; cur.PendingAction != nil; attempt++ {
-			if attempt > 2*len(script)+4 {
-				t.Fatalf("still pending after %d attempts, with an honest provider since the script ran out", attempt)
-			}
-			past := attempt >= int(windowAfter)
-			clock = testNow.Add(time.Minute)
-			if past {
-				clock = testNow.Add(charges.DefaultIdempotencyWindow + time.Hour)
-			}
-			final := finalEvery > 0 && attempt%int(finalEvery) == int(finalEvery)-1
-			sent := len(prov.Keys)
-			err := p.Capture(ctx, cur.ID, final)
-			if past && len(prov.Keys) != sent {
-				t.Fatalf("attempt %d: the capture was sent after the idempotency window", attempt)
-			}
-			if cur.PendingAction != nil && err == nil {
-				t.Fatalf("attempt %d: the capture is still pending and the attempt reported success", attempt)
-			}
-		}
-		for _, k := range prov.Keys {
-			if k != key {
-				t.Fatalf("a capture was sent under %q, want only %q", k, key)
-			}
-		}
+		prov.Drive(t, charges.IdempotencyKey(cur.ID, "capture"), testNow, charges.DefaultIdempotencyWindow, windowAfter, finalEvery, &clock,
+			func() bool { return cur.PendingAction != nil },
+			func(final bool) error { return p.Capture(ctx, cur.ID, final) })
 		books := prov.Payments["pi_1"]
 		switch cur.Status {
 		case charges.StatusCaptured:

@@ -21,14 +21,7 @@ import (
 // ended, and then the gateway's record equals the books: succeeded with the
 // provider's refund, or failed with nothing refunded.
 func FuzzRefundOutcomes(f *testing.F) {
-	f.Add([]byte{}, uint8(255), uint8(0))
-	f.Add([]byte{2, 2, 2, 0}, uint8(255), uint8(3))                 // booked, answers lost, then one arrives
-	f.Add([]byte{1, 1, 1}, uint8(2), uint8(1))                      // never reaches the provider, then the window passes
-	f.Add([]byte{2, 1, 1, 2, 1}, uint8(2), uint8(2))                // booked and lost, then looked up after the window
-	f.Add([]byte{4, 4, 4, 2, 4, 0}, uint8(255), uint8(1))           // left pending, followed
-	f.Add([]byte{3}, uint8(255), uint8(0))                          // declined
-	f.Add([]byte{2, 3, 3, 1, 4, 4, 2, 0, 1}, uint8(3), uint8(2))    // mixed
-	f.Add([]byte{1, 2, 1, 4, 1, 1, 4, 4, 0, 2}, uint8(1), uint8(5)) // window passes at once
+	providertest.AddSeeds(f)
 	f.Fuzz(func(t *testing.T, script []byte, windowAfter, finalEvery uint8) {
 		if len(script) > 64 {
 			script = script[:64]
@@ -54,30 +47,9 @@ func FuzzRefundOutcomes(f *testing.F) {
 		clock := testNow
 		p := refunds.NewProcessor(st, providers.Registry{"sandbox": prov}, time.Second, func() time.Time { return clock }, discard(), nil)
 		key := charges.IdempotencyKey(cur.ID, "refund")
-		for attempt := 0; cur.Status == refunds.StatusPending; attempt++ {
-			if attempt > 2*len(script)+4 {
-				t.Fatalf("still pending after %d attempts, with an honest provider since the script ran out", attempt)
-			}
-			past := attempt >= int(windowAfter)
-			clock = testNow.Add(time.Minute)
-			if past {
-				clock = testNow.Add(charges.DefaultIdempotencyWindow + time.Hour)
-			}
-			final := finalEvery > 0 && attempt%int(finalEvery) == int(finalEvery)-1
-			sent := len(prov.Keys)
-			err := p.Process(ctx, cur.ID, final)
-			if past && len(prov.Keys) != sent {
-				t.Fatalf("attempt %d: the refund was sent after the idempotency window", attempt)
-			}
-			if cur.Status == refunds.StatusPending && err == nil {
-				t.Fatalf("attempt %d: the refund is still pending and the attempt reported success", attempt)
-			}
-		}
-		for _, k := range prov.Keys {
-			if k != key {
-				t.Fatalf("a refund was sent under %q, want only %q", k, key)
-			}
-		}
+		prov.Drive(t, key, testNow, charges.DefaultIdempotencyWindow, windowAfter, finalEvery, &clock,
+			func() bool { return cur.Status == refunds.StatusPending },
+			func(final bool) error { return p.Process(ctx, cur.ID, final) })
 		refunded := prov.Refunded(*c.ProviderReference)
 		switch cur.Status {
 		case refunds.StatusSucceeded:

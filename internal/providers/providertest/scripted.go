@@ -10,6 +10,8 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"testing"
+	"time"
 
 	"github.com/gatehouse-pay/gatehouse/internal/providers"
 )
@@ -102,19 +104,30 @@ func (s *Scripted) Void(context.Context, providers.VoidRequest) (providers.Resul
 	return providers.Result{}, &providers.Decline{Code: "invalid_request", Message: "scripted: no voids"}
 }
 
+// reach reads the fate of a capture or refund call of the payment
+// reference with key: a lost request never reaches the books; one that does
+// is listed in Keys. The caller holds s.mu.
+func (s *Scripted) reach(reference, key string) (Fate, *Payment, error) {
+	fate := s.next()
+	if fate == LostRequest {
+		return fate, nil, errLostRequest
+	}
+	p, ok := s.Payments[reference]
+	if !ok {
+		return fate, nil, &providers.Decline{Code: "invalid_request", Message: "No such payment."}
+	}
+	s.Keys = append(s.Keys, key)
+	return fate, p, nil
+}
+
 // Capture books a capture of r.Amount (0: all) once per payment.
 func (s *Scripted) Capture(_ context.Context, r providers.CaptureRequest) (providers.Result, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	fate := s.next()
-	if fate == LostRequest {
-		return providers.Result{}, errLostRequest
+	fate, p, err := s.reach(r.Reference, r.IdempotencyKey)
+	if err != nil {
+		return providers.Result{}, err
 	}
-	p, ok := s.Payments[r.Reference]
-	if !ok {
-		return providers.Result{}, &providers.Decline{Code: "invalid_request", Message: "No such payment."}
-	}
-	s.Keys = append(s.Keys, r.IdempotencyKey)
 	if p.CaptureKey == "" {
 		if fate == Declined {
 			return providers.Result{}, &providers.Decline{Code: "invalid_request", Message: "scripted decline"}
@@ -140,15 +153,10 @@ func (s *Scripted) Capture(_ context.Context, r providers.CaptureRequest) (provi
 func (s *Scripted) Refund(_ context.Context, r providers.RefundRequest) (providers.Result, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	fate := s.next()
-	if fate == LostRequest {
-		return providers.Result{}, errLostRequest
+	fate, p, err := s.reach(r.Reference, r.IdempotencyKey)
+	if err != nil {
+		return providers.Result{}, err
 	}
-	p, ok := s.Payments[r.Reference]
-	if !ok {
-		return providers.Result{}, &providers.Decline{Code: "invalid_request", Message: "No such payment."}
-	}
-	s.Keys = append(s.Keys, r.IdempotencyKey)
 	re, booked := s.Refunds[r.IdempotencyKey]
 	if !booked {
 		if fate == Declined {
@@ -227,4 +235,68 @@ func (s *Scripted) Refunded(reference string) int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.refunded(reference)
+}
+
+// Seeds are fuzz inputs for Drive: (script, windowAfter, finalEvery).
+var Seeds = []struct {
+	Script                  []byte
+	WindowAfter, FinalEvery uint8
+}{
+	{[]byte{}, 255, 0},
+	{[]byte{2, 2, 2, 0}, 255, 3},                 // booked, answers lost, then one arrives
+	{[]byte{1, 1, 1}, 2, 1},                      // never reaches the provider, then the window passes
+	{[]byte{2, 1, 1, 2, 1}, 2, 2},                // booked and lost, then looked up after the window
+	{[]byte{4, 4, 4, 2, 4, 0}, 255, 1},           // left processing, followed
+	{[]byte{3}, 255, 0},                          // declined
+	{[]byte{2, 3, 3, 1, 4, 4, 2, 0, 1}, 3, 2},    // mixed
+	{[]byte{1, 2, 1, 4, 1, 1, 4, 4, 0, 2}, 1, 5}, // the window passes at once
+}
+
+// AddSeeds adds Seeds to f.
+func AddSeeds(f *testing.F) {
+	for _, s := range Seeds {
+		f.Add(s.Script, s.WindowAfter, s.FinalEvery)
+	}
+}
+
+// Drive makes attempts of one operation until pending reports false: at
+// attempt n (from 0) the clock reads requested plus a minute, or, from
+// attempt windowAfter on, plus window and an hour; every finalEvery-th
+// attempt is its task's last (none when 0). It fails t when a request
+// reaches the books after the window, when an attempt reports success while
+// the operation is still pending, when every request the books saw was not
+// sent under key, or when the operation is still pending once the script
+// has run out and the provider has answered honestly for a while.
+func (s *Scripted) Drive(t testing.TB, key string, requested time.Time, window time.Duration, windowAfter, finalEvery uint8,
+	clock *time.Time, pending func() bool, attempt func(final bool) error) {
+	t.Helper()
+	limit := 2*len(s.script) + 4
+	for n := 0; pending(); n++ {
+		if n > limit {
+			t.Fatalf("still pending after %d attempts, with an honest provider since the script ran out", n)
+		}
+		past := n >= int(windowAfter)
+		*clock = requested.Add(time.Minute)
+		if past {
+			*clock = requested.Add(window + time.Hour)
+		}
+		s.mu.Lock()
+		sent := len(s.Keys)
+		s.mu.Unlock()
+		err := attempt(finalEvery > 0 && n%int(finalEvery) == int(finalEvery)-1)
+		s.mu.Lock()
+		resent := len(s.Keys) != sent
+		s.mu.Unlock()
+		if past && resent {
+			t.Fatalf("attempt %d: the request was sent after the idempotency window", n)
+		}
+		if pending() && err == nil {
+			t.Fatalf("attempt %d: still pending and the attempt reported success", n)
+		}
+	}
+	for _, k := range s.Keys {
+		if k != key {
+			t.Fatalf("a request was sent under %q, want only %q", k, key)
+		}
+	}
 }
