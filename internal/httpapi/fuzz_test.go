@@ -360,8 +360,8 @@ func FuzzClientIP(f *testing.F) {
 	})
 }
 
-// fakeKeys knows one secret key.
-type fakeKeys struct{ digest []byte }
+// fakeKeys knows one secret key, and one more that was revoked.
+type fakeKeys struct{ digest, revoked []byte }
 
 func (f fakeKeys) CreateKey(context.Context, apikeys.Key) error { return nil }
 func (f fakeKeys) ListKeys(context.Context, string, listing.Params) (listing.Page[apikeys.Key], error) {
@@ -370,6 +370,10 @@ func (f fakeKeys) ListKeys(context.Context, string, listing.Params) (listing.Pag
 func (f fakeKeys) KeyByDigest(_ context.Context, d []byte) (apikeys.Key, error) {
 	if bytes.Equal(d, f.digest) {
 		return apikeys.Key{ID: "key_1", MerchantID: "mer_1", Environment: "test"}, nil
+	}
+	if f.revoked != nil && bytes.Equal(d, f.revoked) {
+		at := time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC)
+		return apikeys.Key{ID: "key_2", MerchantID: "mer_1", Environment: "test", RevokedAt: &at}, nil
 	}
 	return apikeys.Key{}, apperr.NotFound("key")
 }
@@ -404,13 +408,18 @@ func (downCache) SetSessionState(context.Context, string, string, time.Duration)
 	return errCacheDown
 }
 
-// fakeSessions knows one open session of mer_1.
+// fakeSessions knows one open session of mer_1 (ses_1) and one that was
+// logged out (ses_3).
 type fakeSessions struct{}
 
 func (fakeSessions) CreateSession(context.Context, auth.Session) error { return nil }
 func (fakeSessions) SessionByID(_ context.Context, id string) (auth.Session, error) {
-	if id == "ses_1" {
+	switch id {
+	case "ses_1":
 		return auth.Session{ID: id, MerchantID: "mer_1", ExpiresAt: time.Now().Add(time.Hour)}, nil
+	case "ses_3":
+		at := time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC)
+		return auth.Session{ID: id, MerchantID: "mer_1", ExpiresAt: time.Now().Add(time.Hour), RevokedAt: &at}, nil
 	}
 	return auth.Session{}, apperr.NotFound("session")
 }
@@ -428,11 +437,13 @@ func (noMerchants) MerchantByEmail(context.Context, string) (merchants.Merchant,
 }
 
 // FuzzAuthorization: the Authorization header yields a principal only when
-// its token is byte for byte a credential that was issued (surrounding
-// whitespace aside) and of a kind the route accepts; every refusal is a 401
-// (or the 403 of live mode), never another kind of error.
+// its token is byte for byte a credential that was issued and not revoked
+// (surrounding whitespace aside) and of a kind the route accepts: no
+// spelling of a revoked key or a logged-out session's token gets in. Every
+// refusal is a 401 (or the 403 of live mode), never another kind of error.
 func FuzzAuthorization(f *testing.F) {
 	const secret = "sk_test_0123456789ABCDEFGHIJabcdefghij"
+	const revokedSecret = "sk_test_REVOKED789ABCDEFGHIJabcdefghij"
 	// Fixed times, so that every fuzzing worker process issues the same
 	// tokens as the one that sent it the seed corpus.
 	issued, expires := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2099, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -445,15 +456,20 @@ func FuzzAuthorization(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
+	loggedOut, err := tokens.Issue("mer_1", "ses_3", issued, expires)
+	if err != nil {
+		f.Fatal(err)
+	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	s := &server{Deps: Deps{
-		Keys: apikeys.NewService(fakeKeys{digest: apikeys.Digest(secret)}, downCache{}, time.Now, log),
+		Keys: apikeys.NewService(fakeKeys{digest: apikeys.Digest(secret), revoked: apikeys.Digest(revokedSecret)}, downCache{}, time.Now, log),
 		Auth: auth.NewService(noMerchants{}, fakeSessions{}, downCache{}, auth.NewHasher(1), tokens, time.Now, log),
 	}}
 	for _, h := range []string{"Bearer " + secret, "bearer " + secret, "BEARER  " + secret + " ", "Bearer " + jwt, "Bearer " + other,
 		"Bearer " + secret + "x", "Bearer " + secret[:len(secret)-1], "Bearer " + secret + "\x00", "Bearer " + secret + "\r\nX: y",
 		"Bearer\t" + secret, "Basic " + secret, secret, "Bearer", "Bearer ", "", "Bearer pk_test_abc", "Bearer sk_live_abc",
-		"Bearer " + jwt[:len(jwt)-2], "Bearer " + jwt + ".x", "Bearer eyJhbGciOiJub25lIn0.e30.", "Bearer sk_" + strings.Repeat("a", 200)} {
+		"Bearer " + jwt[:len(jwt)-2], "Bearer " + jwt + ".x", "Bearer eyJhbGciOiJub25lIn0.e30.", "Bearer sk_" + strings.Repeat("a", 200),
+		"Bearer " + revokedSecret, "bearer  " + revokedSecret + " ", "Bearer " + loggedOut, "BEARER " + loggedOut + "\t"} {
 		f.Add(h, uint8(3))
 		f.Add(h, uint8(1))
 		f.Add(h, uint8(2))
@@ -466,6 +482,17 @@ func FuzzAuthorization(f *testing.F) {
 		withCtx(func(r *fasthttp.Request) { r.Header.Set(fiber.HeaderAuthorization, "Bearer "+tc.token) }, nil, func(c *fiber.Ctx) {
 			if p, err := s.resolve(c, tc.allowed); err != nil || p.MerchantID != "mer_1" {
 				f.Fatalf("the issued %.10s... is refused: %+v, %v", tc.token, p, err)
+			}
+		})
+	}
+	// And they refuse what was revoked, or the target would prove nothing of it.
+	for _, tc := range []struct {
+		token   string
+		allowed accept
+	}{{revokedSecret, acceptKey}, {loggedOut, acceptSession}} {
+		withCtx(func(r *fasthttp.Request) { r.Header.Set(fiber.HeaderAuthorization, "Bearer "+tc.token) }, nil, func(c *fiber.Ctx) {
+			if p, err := s.resolve(c, tc.allowed); err == nil {
+				f.Fatalf("the revoked %.10s... is accepted as %+v", tc.token, p)
 			}
 		})
 	}
