@@ -18,7 +18,7 @@ type canary struct {
 
 // startCanary listens on host (127.0.0.1 or ::1); it returns nil when the
 // address family is not available here.
-func startCanary(t *testing.T, host string) *canary {
+func startCanary(t testing.TB, host string) *canary {
 	t.Helper()
 	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
@@ -44,7 +44,7 @@ func startCanary(t *testing.T, host string) *canary {
 // 127.0.0.1 that answers every A question with 127.0.0.1 and every AAAA
 // question with ::1 (a name rebound to loopback), or with NXDOMAIN when
 // loopback is false. /etc/hosts is still read first, as in production.
-func fakeDNS(t *testing.T, loopback bool) *net.Resolver {
+func fakeDNS(t testing.TB, loopback bool) *net.Resolver {
 	t.Helper()
 	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
 	if err != nil {
