@@ -140,7 +140,7 @@ func NewProviders(reg prometheus.Registerer) *Providers {
 	m := &Providers{
 		Calls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "gatehouse", Name: "provider_calls_total",
-			Help: "Provider calls by provider, operation and outcome (succeeded, declined, retry, unavailable, noop).",
+			Help: "Provider calls by provider, operation and outcome (succeeded, declined, retry, unavailable, pending, noop).",
 		}, []string{"provider", "operation", "outcome"}),
 		Duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: "gatehouse", Name: "provider_call_duration_seconds",
