@@ -5,7 +5,6 @@ package e2e
 
 import (
 	"bytes"
-	"compress/gzip"
 	"fmt"
 	"net/http"
 	"os"
@@ -13,38 +12,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gatehouse-pay/gatehouse/internal/testenv"
 )
-
-// bombOf returns members concatenated gzip members of 8 MiB of zeros each:
-// about 8 KB a member, members*8 MiB expanded.
-func bombOf(t *testing.T, members int) []byte {
-	t.Helper()
-	var one bytes.Buffer
-	zw, _ := gzip.NewWriterLevel(&one, gzip.BestCompression)
-	zeros := make([]byte, 1<<20)
-	for range 8 {
-		if _, err := zw.Write(zeros); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := zw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return bytes.Repeat(one.Bytes(), members)
-}
-
-func gzipped(t *testing.T, b []byte) []byte {
-	t.Helper()
-	var out bytes.Buffer
-	zw, _ := gzip.NewWriterLevel(&out, gzip.BestCompression)
-	if _, err := zw.Write(b); err != nil {
-		t.Fatal(err)
-	}
-	if err := zw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return out.Bytes()
-}
 
 // procStatus returns the process's resident set (VmRSS) in bytes and its CPU
 // time (user + system) from /proc.
@@ -88,8 +58,8 @@ func TestCompressedBodyBombs(t *testing.T) {
 	pid := st.apis[0].cmd.Process.Pid
 	base := st.replicas[0]
 
-	single := bombOf(t, 200)             // 1.6 MB on the wire, 1.6 GiB expanded
-	double := gzipped(t, bombOf(t, 200)) // a few KB, 1.6 GiB after two gunzips
+	single := testenv.GzipBomb(t, 200)                  // 1.6 MB on the wire, 1.6 GiB expanded
+	double := testenv.Gzip(t, testenv.GzipBomb(t, 200)) // a few KB, 1.6 GiB after two gunzips
 	t.Logf("bodies: gzip %d bytes, gzip of gzip %d bytes; each expands to %d MiB", len(single), len(double), 200*8)
 	routes := []struct {
 		method, path, token string

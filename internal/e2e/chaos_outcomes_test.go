@@ -1,8 +1,6 @@
 package e2e
 
 import (
-	"bytes"
-	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -109,15 +107,10 @@ func newOutcomeProxy(t *testing.T, upstream string, hold time.Duration) *outcome
 				p.mu.Unlock()
 			}
 		}
-		req, _ := http.NewRequestWithContext(context.WithoutCancel(r.Context()), r.Method, p.upstream+r.URL.RequestURI(), bytes.NewReader(body))
-		req.Header = r.Header.Clone()
-		res, err := client.Do(req)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadGateway)
+		res, answer, ok := forward(w, r, client, p.upstream, body)
+		if !ok {
 			return
 		}
-		answer, _ := io.ReadAll(res.Body)
-		res.Body.Close()
 		if k != nil && res.StatusCode/100 == 2 {
 			p.mu.Lock()
 			k.booked++

@@ -168,15 +168,10 @@ func newProviderProxy(t *testing.T, upstream string, hold time.Duration) *provid
 			reset()
 			return
 		}
-		req, _ := http.NewRequestWithContext(context.WithoutCancel(r.Context()), r.Method, p.upstream+r.URL.RequestURI(), bytes.NewReader(body))
-		req.Header = r.Header.Clone()
-		res, err := client.Do(req)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadGateway)
+		res, answer, ok := forward(w, r, client, p.upstream, body)
+		if !ok {
 			return
 		}
-		answer, _ := io.ReadAll(res.Body)
-		res.Body.Close()
 		if call != nil && res.StatusCode/100 == 2 {
 			p.mu.Lock()
 			call.booked++
@@ -407,6 +402,23 @@ func resetConn(w http.ResponseWriter) {
 		_ = tc.SetLinger(0) // close with RST
 	}
 	conn.Close()
+}
+
+// forward sends a fault proxy's request, with the body it already read, to
+// upstream, and returns the provider's answer read whole; the request goes on
+// even if the caller gives up, as a provider would finish it. A transport
+// error is answered 502 and ok is false.
+func forward(w http.ResponseWriter, r *http.Request, client *http.Client, upstream string, body []byte) (res *http.Response, answer []byte, ok bool) {
+	req, _ := http.NewRequestWithContext(context.WithoutCancel(r.Context()), r.Method, upstream+r.URL.RequestURI(), bytes.NewReader(body))
+	req.Header = r.Header.Clone()
+	res, err := client.Do(req)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return nil, nil, false
+	}
+	answer, _ = io.ReadAll(res.Body)
+	res.Body.Close()
+	return res, answer, true
 }
 
 // loseOrRelay ends a fault proxy's handling of a request the provider

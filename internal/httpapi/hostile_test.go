@@ -6,7 +6,6 @@ package httpapi_test
 import (
 	"bufio"
 	"bytes"
-	"compress/gzip"
 	"encoding/json"
 	"errors"
 	"io"
@@ -21,43 +20,8 @@ import (
 	"time"
 
 	"github.com/gatehouse-pay/gatehouse/internal/apperr"
+	"github.com/gatehouse-pay/gatehouse/internal/testenv"
 )
-
-// gzipBomb returns a gzip stream of members members, each of 8 MiB of zeros:
-// a valid gzip body (RFC 1952 allows concatenated members) of about 8 KB per
-// member that expands to members*8 MiB.
-func gzipBomb(t testing.TB, members int) []byte {
-	t.Helper()
-	var one bytes.Buffer
-	zw, err := gzip.NewWriterLevel(&one, gzip.BestCompression)
-	if err != nil {
-		t.Fatal(err)
-	}
-	zeros := make([]byte, 1<<20)
-	for i := 0; i < 8; i++ {
-		if _, err := zw.Write(zeros); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := zw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return bytes.Repeat(one.Bytes(), members)
-}
-
-// gzipOf compresses b once.
-func gzipOf(t testing.TB, b []byte) []byte {
-	t.Helper()
-	var out bytes.Buffer
-	zw, _ := gzip.NewWriterLevel(&out, gzip.BestCompression)
-	if _, err := zw.Write(b); err != nil {
-		t.Fatal(err)
-	}
-	if err := zw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return out.Bytes()
-}
 
 // sendReq sends a prepared request and checks the answer against the spec.
 func (h *harness) sendReq(t *testing.T, req *http.Request) response {
@@ -86,10 +50,10 @@ func TestEncodedBodiesRefused(t *testing.T) {
 	a := h.account("encoded@example.com")
 	login := []byte(`{"email":"encoded@example.com","password":"correct horse battery"}`)
 
-	bomb := gzipBomb(t, 7)                // 56 KB, under the body limit; 56 MiB expanded
-	big := gzipBomb(t, 200)               // 1.6 MB, over the body limit; 1.6 GiB expanded
-	double := gzipOf(t, gzipBomb(t, 200)) // a few KB; "gzip, gzip" expands it to 1.6 GiB
-	jsonGzip := gzipOf(t, login)          // a real compressed login
+	bomb := testenv.GzipBomb(t, 7)                      // 56 KB, under the body limit; 56 MiB expanded
+	big := testenv.GzipBomb(t, 200)                     // 1.6 MB, over the body limit; 1.6 GiB expanded
+	double := testenv.Gzip(t, testenv.GzipBomb(t, 200)) // a few KB; "gzip, gzip" expands it to 1.6 GiB
+	jsonGzip := testenv.Gzip(t, login)                  // a real compressed login
 	routes := []struct {
 		method, path string
 		auth         []string

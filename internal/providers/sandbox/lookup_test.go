@@ -7,8 +7,6 @@ import (
 
 	"github.com/gatehouse-pay/gatehouse/internal/providers"
 	"github.com/gatehouse-pay/gatehouse/internal/providers/sandbox"
-	"github.com/gatehouse-pay/gatehouse/internal/store"
-	"github.com/gatehouse-pay/gatehouse/internal/testenv"
 )
 
 // On its Postgres books: captures and refunds of LostAnswerAmount are booked
@@ -16,17 +14,8 @@ import (
 // next call answers with the one booking. Lookups read the books and send
 // nothing.
 func TestLostAnswersAndLookupsOnPostgres(t *testing.T) {
-	db := testenv.NewDB(t)
-	p := newSandbox(store.New(db.Pool).SandboxLedger(), sandbox.Options{})
+	p, count := onPostgres(t)
 	ctx := context.Background()
-	count := func(t *testing.T, query string, args ...any) int {
-		t.Helper()
-		var n int
-		if err := db.Pool.QueryRow(ctx, query, args...).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
 	auth := authorize(card("4242424242424242"), "lost-auth")
 	auth.Capture, auth.Amount = false, sandbox.LostAnswerAmount
 	res, err := p.Authorize(ctx, auth)

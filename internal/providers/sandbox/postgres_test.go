@@ -12,22 +12,27 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/testenv"
 )
 
-// The sandbox on its real books: the store's ledger on a migrated database.
-// Calls and provider-side charges are counted with SQL, as the reliability
-// checks count them.
-func TestOnPostgresLedger(t *testing.T) {
+// onPostgres is the sandbox on the store's ledger of a fresh migrated
+// database, and a count of a query on that database.
+func onPostgres(t *testing.T) (*sandbox.Provider, func(t *testing.T, query string, args ...any) int) {
+	t.Helper()
 	db := testenv.NewDB(t)
-	p := newSandbox(store.New(db.Pool).SandboxLedger(), sandbox.Options{})
-	ctx := context.Background()
-
-	count := func(t *testing.T, query string, args ...any) int {
+	return newSandbox(store.New(db.Pool).SandboxLedger(), sandbox.Options{}), func(t *testing.T, query string, args ...any) int {
 		t.Helper()
 		var n int
-		if err := db.Pool.QueryRow(ctx, query, args...).Scan(&n); err != nil {
+		if err := db.Pool.QueryRow(context.Background(), query, args...).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		return n
 	}
+}
+
+// The sandbox on its real books: the store's ledger on a migrated database.
+// Calls and provider-side charges are counted with SQL, as the reliability
+// checks count them.
+func TestOnPostgresLedger(t *testing.T) {
+	p, count := onPostgres(t)
+	ctx := context.Background()
 	calls := func(t *testing.T, key string) int {
 		t.Helper()
 		return count(t, `SELECT calls FROM sandbox_ledger WHERE idempotency_key = $1`, key)
