@@ -820,8 +820,23 @@ func TestAuthorize(t *testing.T) {
 		if err := worker(t, st, &fakeProvider{}).Authorize(ctx, ch.ID, false); err != nil {
 			t.Fatal(err)
 		}
-		if len(st.transitions) != 1 || *st.transitions[0].After.FailureCode != "provider_unavailable" {
+		// An earlier attempt from a worker that had the provider may have
+		// been booked: the charge fails with its reverse, the card kept for it.
+		if len(st.transitions) != 1 || *st.transitions[0].After.FailureCode != "provider_unavailable" ||
+			st.transitions[0].Then == nil || st.transitions[0].Then.Type != outbox.ChargeReverse || st.transitions[0].PurgeCard {
 			t.Errorf("transitions %+v", st.transitions)
+		}
+	})
+
+	t.Run("provider not configured, the charge already authorized: a duplicate task is dropped", func(t *testing.T) {
+		ch, _ := created(t, true)
+		ch.Provider, ch.Status, ch.AmountCaptured, ch.ProviderReference = "stripe", charges.StatusCaptured, ch.Amount, ptr("pi_1")
+		st := &fakeStore{ChargeForWorkFn: func(context.Context, string) (charges.Charge, []byte, error) { return ch, nil, nil }}
+		if err := worker(t, st, &fakeProvider{}).Authorize(ctx, ch.ID, false); err != nil {
+			t.Fatal(err)
+		}
+		if len(st.transitions) != 0 || len(st.deleted) != 1 || st.deleted[0] != "charge:authorize:"+ch.ID {
+			t.Errorf("transitions %+v, deleted %v; want none and the task dropped", st.transitions, st.deleted)
 		}
 	})
 }

@@ -175,12 +175,20 @@ func (p *Processor) Authorize(ctx context.Context, id string, final bool) error 
 		if apperr.KindOf(err) == apperr.KindNotFound {
 			return err
 		}
+		if prov == nil && c.ID != "" && c.Status != StatusCreated {
+			return p.done(ctx, task) // a duplicate task: the authorization is over
+		}
 		if prov == nil && c.ID != "" {
-			if c.Status == StatusCreated && c.ProviderReference != nil {
+			if c.ProviderReference != nil {
 				// The provider holds a payment in progress: never fail it unseen.
 				return err
 			}
-			return p.fail(ctx, c, task, "provider_unavailable", "The provider is not configured.")
+			// An earlier attempt, from a worker that had the provider, may
+			// have been booked: fail the charge as an unknown outcome, whose
+			// charge:reverse releases it once a worker has the provider.
+			p.log.ErrorContext(ctx, "provider not configured on this worker; the charge fails and its reverse waits for a worker that has it",
+				"charge_id", c.ID, "provider", c.Provider)
+			return p.failUnknown(ctx, c, task)
 		}
 		return err
 	}
