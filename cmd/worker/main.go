@@ -82,6 +82,13 @@ func work(ctx context.Context, getenv func(string) string, stderr io.Writer) err
 		return err
 	}
 	defer pool.Close()
+	// The delivery batches run on a pool of their own, with generic plans
+	// (see store.GenericPlans); two statements of each kind at once at most.
+	batchPool, err := store.Open(ctx, cfg.DatabaseURL.Reveal(), store.GenericPlans(), store.MaxConns(4))
+	if err != nil {
+		return err
+	}
+	defer batchPool.Close()
 	cache.SetLogger(log)
 	rdb, err := cache.Dial(cfg.RedisURL.Reveal(), cfg.RedisMode)
 	if err != nil {
@@ -103,7 +110,7 @@ func work(ctx context.Context, getenv func(string) string, stderr io.Writer) err
 	reg := metrics.NewRegistry()
 	reg.MustRegister(store.PoolCollector(pool), cache.PoolCollector(rdb, "cache"), cache.PoolCollector(qrdb, "queue"),
 		store.OutboxCollector(pool, 5*time.Second), store.OutcomesCollector(pool, cfg.ProviderOutcomeUnknownAfter, 5*time.Second))
-	db := store.New(pool)
+	db := store.New(pool).WithBatchPool(batchPool)
 	keys, err := keyring.New(cfg.EncryptionKey)
 	if err != nil {
 		return err
@@ -134,6 +141,7 @@ func work(ctx context.Context, getenv func(string) string, stderr io.Writer) err
 	queue := jobs.NewQueue(client, inspector, cfg)
 	jm := metrics.NewJobs(reg)
 	wm := metrics.NewWebhooks(reg)
+	db.ObserveBatches(func(kind string, n int) { wm.BatchSize.WithLabelValues(kind).Observe(float64(n)) })
 	out := sender.New(sender.Options{Timeout: cfg.WebhookTimeout, AllowPrivate: cfg.WebhookAllowPrivateNetworks})
 	deliverer := webhooks.NewDeliverer(db, webhookSender{out}, keys, cfg.WebhookRetrySchedule, time.Now, log,
 		func(outcome string, attempt int, d time.Duration) {

@@ -196,6 +196,9 @@ type Webhooks struct {
 	// FirstAttempt is the time from a delivery's commit (with its event) to
 	// the start of its first attempt.
 	FirstAttempt prometheus.Histogram
+	// BatchSize is how many deliveries one database statement of the
+	// worker read ("read") or recorded ("record").
+	BatchSize *prometheus.HistogramVec
 }
 
 // NewWebhooks creates and registers the delivery metrics.
@@ -216,10 +219,18 @@ func NewWebhooks(reg prometheus.Registerer) *Webhooks {
 			Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
 		}),
 	}
-	reg.MustRegister(m.Attempts, m.Duration, m.FirstAttempt)
+	m.BatchSize = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: "gatehouse", Name: "webhook_batch_size",
+		Help:    "Deliveries read or recorded by one database statement of the worker, by statement (read, record).",
+		Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 200},
+	}, []string{"statement"})
+	reg.MustRegister(m.Attempts, m.Duration, m.FirstAttempt, m.BatchSize)
 	for _, o := range []string{"succeeded", "failed"} {
 		m.Attempts.WithLabelValues(o, "1")
 		m.Duration.WithLabelValues(o)
+	}
+	for _, s := range []string{"read", "record"} {
+		m.BatchSize.WithLabelValues(s)
 	}
 	return m
 }

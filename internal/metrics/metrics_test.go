@@ -33,6 +33,7 @@ func TestConstructorsRegister(t *testing.T) {
 			"gatehouse_webhook_attempts_total":              2, // succeeded and failed, attempt 1
 			"gatehouse_webhook_attempt_duration_seconds":    2,
 			"gatehouse_webhook_first_attempt_delay_seconds": 1,
+			"gatehouse_webhook_batch_size":                  2,
 		}},
 	}
 	for _, c := range cases {
@@ -86,6 +87,7 @@ func TestEveryMetricInOneRegistry(t *testing.T) {
 		"gatehouse_provider_calls_total", "gatehouse_provider_call_duration_seconds", "gatehouse_provider_circuit_state",
 		"gatehouse_charges_total", "gatehouse_refunds_total",
 		"gatehouse_webhook_attempts_total", "gatehouse_webhook_attempt_duration_seconds", "gatehouse_webhook_first_attempt_delay_seconds",
+		"gatehouse_webhook_batch_size",
 	} {
 		if names[name] == 0 {
 			t.Errorf("%s is not gathered", name)

@@ -108,7 +108,7 @@ type outboxFixture struct {
 	endpointID string
 }
 
-func newOutboxFixture(t *testing.T, pool *pgxpool.Pool) outboxFixture {
+func newOutboxFixture(t testing.TB, pool *pgxpool.Pool) outboxFixture {
 	t.Helper()
 	f := outboxFixture{pool: pool, merchantID: "mer_stats", endpointID: "we_stats"}
 	f.exec(t, `INSERT INTO merchants (id, email, name, password_hash) VALUES ($1, 'stats@example.com', 'n', 'h')`, f.merchantID)
@@ -117,7 +117,7 @@ func newOutboxFixture(t *testing.T, pool *pgxpool.Pool) outboxFixture {
 	return f
 }
 
-func (f outboxFixture) exec(t *testing.T, sql string, args ...any) {
+func (f outboxFixture) exec(t testing.TB, sql string, args ...any) {
 	t.Helper()
 	if _, err := f.pool.Exec(context.Background(), sql, args...); err != nil {
 		t.Fatalf("%s: %v", strings.Join(strings.Fields(sql), " "), err)

@@ -19,20 +19,77 @@ import (
 
 	"github.com/gatehouse-pay/gatehouse/internal/apperr"
 	"github.com/gatehouse-pay/gatehouse/internal/tracing"
+	"github.com/gatehouse-pay/gatehouse/internal/webhooks"
 	"github.com/gatehouse-pay/gatehouse/migrations"
 )
 
 // Store is the PostgreSQL implementation of the domain stores.
 type Store struct {
-	pool *pgxpool.Pool
+	pool    *pgxpool.Pool
+	batches batches
 }
 
+// batches are the worker's delivery reads and attempt records, each run as
+// one statement for the calls made at the same time.
+type batches struct {
+	pool   *pgxpool.Pool // the pool they run on (see WithBatchPool)
+	work   *batcher[string, work]
+	record *batcher[webhooks.AttemptRecord, bool]
+}
+
+// Delivery batches: at most batchMax calls per statement and batchParallel
+// statements of a kind in flight; a batch lingers batchLinger for more calls
+// (see batcher) and gives up after batchTimeout.
+const (
+	batchMax      = 200
+	batchParallel = 2
+	batchLinger   = 3 * time.Millisecond
+	batchTimeout  = 10 * time.Second
+)
+
 // New returns a Store on pool.
-func New(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
+func New(pool *pgxpool.Pool) *Store {
+	s := &Store{pool: pool}
+	s.batches.pool = pool
+	s.batches.work = newBatcher(batchMax, batchParallel, batchLinger, batchTimeout, s.deliveriesForWork)
+	s.batches.record = newBatcher(batchMax, batchParallel, batchLinger, batchTimeout, s.recordAttempts)
+	return s
+}
+
+// WithBatchPool runs the delivery batches on pool, a pool opened with
+// GenericPlans: the batches are the worker's most frequent statements, and
+// planning them afresh on every run would cost more than running them.
+func (s *Store) WithBatchPool(pool *pgxpool.Pool) *Store {
+	s.batches.pool = pool
+	return s
+}
+
+// ObserveBatches calls f with the kind ("read" or "record") and the number
+// of calls of every delivery batch the store runs.
+func (s *Store) ObserveBatches(f func(kind string, size int)) {
+	s.batches.work.setObserver(func(n int) { f("read", n) })
+	s.batches.record.setObserver(func(n int) { f("record", n) })
+}
+
+// An OpenOption adjusts a pool before it connects.
+type OpenOption func(*pgxpool.Config)
+
+// GenericPlans makes the pool's sessions plan each prepared statement once,
+// for any parameters (plan_cache_mode = force_generic_plan), rather than
+// plan it afresh each time. Only for statements whose best plan does not
+// depend on their parameters: lookups and updates by primary key.
+func GenericPlans() OpenOption {
+	return func(c *pgxpool.Config) { c.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan" }
+}
+
+// MaxConns bounds the pool's connections.
+func MaxConns(n int32) OpenOption {
+	return func(c *pgxpool.Config) { c.MaxConns = n }
+}
 
 // Open connects a pool to url and checks that the server answers. When
 // tracing is on (tracing.Setup runs first) the pool's work is traced.
-func Open(ctx context.Context, url string) (*pgxpool.Pool, error) {
+func Open(ctx context.Context, url string, opts ...OpenOption) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("store: parse DATABASE_URL: %w", redact(err))
@@ -50,6 +107,9 @@ func Open(ctx context.Context, url string) (*pgxpool.Pool, error) {
 		// become child spans: the SQL text with its $n placeholders, never
 		// the arguments.
 		cfg.ConnConfig.Tracer = otelpgx.NewTracer()
+	}
+	for _, o := range opts {
+		o(cfg)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

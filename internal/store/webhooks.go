@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -261,55 +260,136 @@ func (s *Store) RecoverDeliveries(ctx context.Context, merchantID, endpointID st
 	return int64(len(ids)), deliveryTasks(ids), nil
 }
 
-// selectDeliveryForWork reads a delivery, the body to send and its endpoint
-// (even if deleted) in one round trip.
-const selectDeliveryForWork = `SELECT d.id, d.endpoint_id, d.merchant_id, d.event_id, d.event_type, d.test_body IS NOT NULL,
+// selectDeliveriesForWork reads deliveries, the body to send and their
+// endpoints (even if deleted) in one round trip.
+const selectDeliveriesForWork = `SELECT d.id, d.endpoint_id, d.merchant_id, d.event_id, d.event_type, d.test_body IS NOT NULL,
 	d.status, d.attempts, d.chain_attempts, d.next_attempt_at, d.created_at, d.updated_at,
 	coalesce(d.test_body::text, (SELECT e.body::text FROM events e WHERE e.id = d.event_id)),
 	w.id, w.merchant_id, w.environment, w.url, w.events, w.active, w.description, w.secret_sealed,
 	w.previous_secret_sealed, w.previous_secret_until, w.created_at, w.updated_at, w.deleted_at
-FROM webhook_deliveries d JOIN webhook_endpoints w ON w.id = d.endpoint_id WHERE d.id = $1`
+FROM webhook_deliveries d JOIN webhook_endpoints w ON w.id = d.endpoint_id WHERE d.id = ANY($1::uuid[])`
 
-// DeliveryForWork returns a delivery, its endpoint (even if deleted) and the
-// body to send, nil when the event was pruned.
-func (s *Store) DeliveryForWork(ctx context.Context, id string) (webhooks.Delivery, webhooks.Endpoint, []byte, error) {
-	var body *string
-	var e webhooks.Endpoint
-	d, err := scanDelivery(s.pool.QueryRow(ctx, selectDeliveryForWork, id), append([]any{&body}, endpointDest(&e)...)...)
-	if err != nil {
-		return d, e, nil, mapErr(err, "webhook_delivery")
-	}
-	if body == nil {
-		return d, e, nil, nil // the event was pruned: the delivery can only fail
-	}
-	return d, e, []byte(*body), nil
+// work is one delivery as the worker needs it.
+type work struct {
+	d    webhooks.Delivery
+	e    webhooks.Endpoint
+	body []byte
+	err  error
 }
 
-const recordAttempt = `
-WITH d AS (
-	UPDATE webhook_deliveries SET status = $3, attempts = $2, chain_attempts = $4, next_attempt_at = $5, updated_at = now()
-	WHERE id = $1 AND status = 'pending' AND attempts = $2 - 1
-	RETURNING id
+// DeliveryForWork returns a delivery, its endpoint (even if deleted) and the
+// body to send, nil when the event was pruned. Calls made at the same time
+// share one query (see batcher).
+func (s *Store) DeliveryForWork(ctx context.Context, id string) (webhooks.Delivery, webhooks.Endpoint, []byte, error) {
+	w, err := s.batches.work.do(ctx, id)
+	if err == nil {
+		err = w.err
+	}
+	return w.d, w.e, w.body, err
+}
+
+func (s *Store) deliveriesForWork(ctx context.Context, ids []string) ([]work, error) {
+	rows, err := s.batches.pool.Query(ctx, selectDeliveriesForWork, ids)
+	if err != nil {
+		return nil, mapErr(err, "webhook_delivery")
+	}
+	found := make(map[string]work, len(ids))
+	for rows.Next() {
+		var w work
+		var body *string
+		if w.d, err = scanDelivery(rows, append([]any{&body}, endpointDest(&w.e)...)...); err != nil {
+			rows.Close()
+			return nil, mapErr(err, "webhook_delivery")
+		}
+		if body != nil { // nil: the event was pruned and the delivery can only fail
+			w.body = []byte(*body)
+		}
+		found[w.d.ID] = w
+	}
+	if err := rows.Err(); err != nil {
+		return nil, mapErr(err, "webhook_delivery")
+	}
+	out := make([]work, len(ids))
+	for i, id := range ids {
+		w, ok := found[id]
+		if !ok {
+			w.err = apperr.NotFound("webhook_delivery")
+		}
+		out[i] = w
+	}
+	return out, nil
+}
+
+// recordAttempts applies a batch of attempts: each only if its delivery is
+// still pending with attempt-1 attempts, so an attempt is recorded once. It
+// commits without waiting for the WAL to reach the disk (synchronous_commit
+// off, for this transaction only): a crash may lose the last fraction of a
+// second of attempts, and then those deliveries are sent again, which
+// at-least-once delivery allows. Money and events are never written this way.
+const recordAttempts = `
+WITH r AS (
+	SELECT * FROM unnest($1::uuid[], $2::int[], $3::text[], $4::int[], $5::timestamptz[], $6::timestamptz[],
+		$7::int[], $8::int[], $9::text[], $10::text[], $11::text[])
+		AS r (id, attempt, status, chain_attempts, next_attempt_at, started_at, duration_ms, status_code, error, response_body, done_task)
+), d AS (
+	UPDATE webhook_deliveries w SET status = r.status, attempts = r.attempt, chain_attempts = r.chain_attempts,
+		next_attempt_at = r.next_attempt_at, updated_at = now()
+	FROM r WHERE w.id = r.id AND w.status = 'pending' AND w.attempts = r.attempt - 1
+	RETURNING w.id
 ), a AS (
 	INSERT INTO webhook_attempts (delivery_id, attempt, started_at, duration_ms, status_code, error, response_body)
-	SELECT d.id, $2, $6, $7, $8, $9, $10 FROM d
+	SELECT r.id, r.attempt, r.started_at, r.duration_ms, r.status_code, r.error, r.response_body FROM r JOIN d ON d.id = r.id
 ), ob AS (
-	DELETE FROM outbox WHERE task_id = $11 AND EXISTS (SELECT 1 FROM d)
+	DELETE FROM outbox o USING r, d WHERE d.id = r.id AND o.task_id = r.done_task
 )
-SELECT count(*) FROM d`
+SELECT set_config('synchronous_commit', 'off', true), coalesce((SELECT array_agg(id::text) FROM d), '{}')`
 
-// RecordAttempt implements webhooks.Store.
+// RecordAttempt implements webhooks.Store. Calls made at the same time share
+// one statement and one commit (see batcher and recordAttempts).
 func (s *Store) RecordAttempt(ctx context.Context, r webhooks.AttemptRecord) (bool, error) {
-	a := r.Attempt
-	var done *string
-	if r.DoneTask != "" {
-		done = &r.DoneTask
+	return s.batches.record.do(ctx, r)
+}
+
+func (s *Store) recordAttempts(ctx context.Context, rs []webhooks.AttemptRecord) ([]bool, error) {
+	n := len(rs)
+	var (
+		ids, statuses           = make([]string, 0, n), make([]string, 0, n)
+		attempts, chains, durs  = make([]int, 0, n), make([]int, 0, n), make([]int, 0, n)
+		next                    = make([]*time.Time, 0, n)
+		started                 = make([]time.Time, 0, n)
+		codes                   = make([]*int, 0, n)
+		errs, bodies, doneTasks = make([]*string, 0, n), make([]*string, 0, n), make([]*string, 0, n)
+	)
+	first := make(map[string]int, n) // a delivery's first record in the batch; a repeat is not applied
+	for i, r := range rs {
+		if _, dup := first[r.DeliveryID]; dup {
+			continue
+		}
+		first[r.DeliveryID] = i
+		a := r.Attempt
+		var done *string
+		if r.DoneTask != "" {
+			done = &r.DoneTask
+		}
+		ids, statuses = append(ids, r.DeliveryID), append(statuses, r.Status)
+		attempts, chains, durs = append(attempts, a.Attempt), append(chains, r.ChainAttempts), append(durs, a.DurationMS)
+		next, started, codes = append(next, r.NextAttemptAt), append(started, a.StartedAt), append(codes, a.StatusCode)
+		errs, bodies, doneTasks = append(errs, a.Error), append(bodies, a.ResponseBody), append(doneTasks, done)
 	}
-	var n int
-	err := s.pool.QueryRow(ctx, recordAttempt, r.DeliveryID, a.Attempt, r.Status, r.ChainAttempts, r.NextAttemptAt,
-		a.StartedAt, a.DurationMS, a.StatusCode, a.Error, a.ResponseBody, done).Scan(&n)
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return false, mapErr(err, "webhook_delivery")
+	var applied []string
+	var ignored string
+	err := s.batches.pool.QueryRow(ctx, recordAttempts, ids, attempts, statuses, chains, next, started, durs, codes, errs, bodies, doneTasks).
+		Scan(&ignored, &applied)
+	if err != nil {
+		return nil, mapErr(err, "webhook_delivery")
 	}
-	return n == 1, nil
+	ok := make(map[string]bool, len(applied))
+	for _, id := range applied {
+		ok[id] = true
+	}
+	out := make([]bool, n)
+	for i, r := range rs {
+		out[i] = first[r.DeliveryID] == i && ok[r.DeliveryID]
+	}
+	return out, nil
 }

@@ -107,6 +107,9 @@ type Sender struct {
 	maxBody   int64
 }
 
+// IdlePerHost is how many idle connections the sender keeps per host.
+const IdlePerHost = 10
+
 // New returns a Sender configured by o.
 func New(o Options) *Sender { return newSender(o, nil) }
 
@@ -132,10 +135,14 @@ func newSender(o Options, resolver *net.Resolver) *Sender {
 		TLSHandshakeTimeout:    o.Timeout,
 		ResponseHeaderTimeout:  o.Timeout,
 		MaxResponseHeaderBytes: maxHeaderBytes,
-		MaxIdleConns:           64,
-		MaxIdleConnsPerHost:    2,
-		IdleConnTimeout:        60 * time.Second,
-		Protocols:              protocols,
+		// A host keeps as many idle connections as the attempts a worker
+		// runs at once to one endpoint (webhooks.PerEndpointDefault), so a
+		// busy endpoint's attempts reuse connections rather than open (and,
+		// over HTTPS, handshake) a new one for most of them.
+		MaxIdleConns:        512,
+		MaxIdleConnsPerHost: IdlePerHost,
+		IdleConnTimeout:     60 * time.Second,
+		Protocols:           protocols,
 	}
 	return &Sender{
 		client: &http.Client{

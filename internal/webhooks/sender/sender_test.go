@@ -288,3 +288,62 @@ func TestText(t *testing.T) {
 		}
 	}
 }
+
+// TestConnectionsAreReusedAtTheEndpointCap: waves of as many attempts at once
+// as a worker runs to one endpoint reuse the first wave's connections.
+func TestConnectionsAreReusedAtTheEndpointCap(t *testing.T) {
+	var opened atomic.Int64
+	var gate atomic.Pointer[chan struct{}]
+	first := make(chan struct{})
+	gate.Store(&first)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		<-*gate.Load()
+		w.WriteHeader(http.StatusOK)
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			opened.Add(1)
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	s := New(Options{Timeout: 2 * time.Second, AllowPrivate: true})
+	wave := func() {
+		var wg sync.WaitGroup
+		for range IdlePerHost {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if res := s.Send(context.Background(), Request{URL: srv.URL, Body: []byte("{}")}); res.StatusCode != http.StatusOK {
+					t.Errorf("send: %+v", res)
+				}
+			}()
+		}
+		for opened.Load() < IdlePerHost {
+			time.Sleep(time.Millisecond) // all in flight at once
+		}
+		close(first)
+		wg.Wait()
+	}
+	wave()
+	second := make(chan struct{})
+	gate.Store(&second)
+	afterFirst := opened.Load()
+	go func() {
+		time.Sleep(50 * time.Millisecond) // the second wave in flight at once too
+		close(second)
+	}()
+	var wg sync.WaitGroup
+	for range IdlePerHost {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.Send(context.Background(), Request{URL: srv.URL, Body: []byte("{}")})
+		}()
+	}
+	wg.Wait()
+	if afterFirst != IdlePerHost || opened.Load() != afterFirst {
+		t.Errorf("connections opened: %d by the first wave of %d, %d in all; want the second wave to open none", afterFirst, IdlePerHost, opened.Load())
+	}
+}

@@ -1,0 +1,167 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestBatcherCoalescesConcurrentCalls: calls made while a batch is in flight
+// run together in the next one, each gets its own result, and an idle call
+// runs at once, alone.
+func TestBatcherCoalescesConcurrentCalls(t *testing.T) {
+	release := make(chan struct{})
+	var mu sync.Mutex
+	var sizes []int
+	b := newBatcher(50, 1, 0, time.Second, func(_ context.Context, reqs []int) ([]int, error) {
+		mu.Lock()
+		sizes = append(sizes, len(reqs))
+		first := len(sizes) == 1
+		mu.Unlock()
+		if first {
+			<-release // hold the first batch while the others queue
+		}
+		out := make([]int, len(reqs))
+		for i, r := range reqs {
+			out[i] = r * 10
+		}
+		return out, nil
+	})
+	ctx := context.Background()
+	firstDone := make(chan int)
+	go func() {
+		v, _ := b.do(ctx, 1)
+		firstDone <- v
+	}()
+	waitFor(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(sizes) == 1 })
+
+	var wg sync.WaitGroup
+	results := make([]int, 30)
+	for i := range results {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			v, err := b.do(ctx, i+2)
+			if err != nil {
+				t.Error(err)
+			}
+			results[i] = v
+		}()
+	}
+	waitFor(t, func() bool { b.mu.Lock(); defer b.mu.Unlock(); return len(b.queue) == 30 })
+	close(release)
+	wg.Wait()
+	if v := <-firstDone; v != 10 {
+		t.Errorf("first call: %d, want 10", v)
+	}
+	for i, v := range results {
+		if v != (i+2)*10 {
+			t.Errorf("call %d: %d, want %d", i+2, v, (i+2)*10)
+		}
+	}
+	if len(sizes) != 2 || sizes[0] != 1 || sizes[1] != 30 {
+		t.Errorf("batch sizes %v, want [1 30]: the 30 calls made during the first batch run as one", sizes)
+	}
+	if v, err := b.do(ctx, 7); v != 70 || err != nil || sizes[len(sizes)-1] != 1 {
+		t.Errorf("idle call: %d, %v, last batch size %d; want 70, nil, 1", v, err, sizes[len(sizes)-1])
+	}
+}
+
+// TestBatcherBoundsBatchesAndSharesErrors: no batch is larger than max, at
+// most parallel run at once, and a failed statement fails every call in it.
+func TestBatcherBoundsBatchesAndSharesErrors(t *testing.T) {
+	var mu sync.Mutex
+	running, most, largest := 0, 0, 0
+	fail := errors.New("statement failed")
+	b := newBatcher(4, 2, 0, time.Second, func(_ context.Context, reqs []int) ([]int, error) {
+		mu.Lock()
+		running++
+		most, largest = max(most, running), max(largest, len(reqs))
+		mu.Unlock()
+		time.Sleep(5 * time.Millisecond)
+		mu.Lock()
+		running--
+		mu.Unlock()
+		return nil, fail
+	})
+	var wg sync.WaitGroup
+	for i := range 40 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := b.do(context.Background(), i); !errors.Is(err, fail) {
+				t.Errorf("call %d: %v, want the statement's error", i, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if largest > 4 || most > 2 {
+		t.Errorf("largest batch %d (max 4), most in flight %d (parallel 2)", largest, most)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.inFlight != 0 || len(b.queue) != 0 {
+		t.Errorf("after the calls: %d in flight, %d queued; want none", b.inFlight, len(b.queue))
+	}
+}
+
+// TestBatcherCallerGivesUp: a caller whose context ends stops waiting; the
+// batch still runs under its own context.
+func TestBatcherCallerGivesUp(t *testing.T) {
+	release := make(chan struct{})
+	ran := make(chan error, 1)
+	b := newBatcher(10, 1, 0, time.Second, func(ctx context.Context, reqs []int) ([]int, error) {
+		<-release
+		ran <- ctx.Err()
+		return make([]int, len(reqs)), nil
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := b.do(ctx, 1); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled caller: %v, want context.Canceled", err)
+	}
+	close(release)
+	if err := <-ran; err != nil {
+		t.Errorf("the batch's own context: %v, want live", err)
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(5 * time.Second); !cond(); {
+		if time.Now().After(end) {
+			t.Fatal("condition not reached in 5 s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestBatcherLingers: calls made within the linger of an idle batcher's
+// first call run in one batch with it.
+func TestBatcherLingers(t *testing.T) {
+	var mu sync.Mutex
+	var sizes []int
+	b := newBatcher(50, 1, 200*time.Millisecond, time.Second, func(_ context.Context, reqs []int) ([]int, error) {
+		mu.Lock()
+		sizes = append(sizes, len(reqs))
+		mu.Unlock()
+		return make([]int, len(reqs)), nil
+	})
+	var wg sync.WaitGroup
+	for i := range 5 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			time.Sleep(time.Duration(i) * 10 * time.Millisecond)
+			if _, err := b.do(context.Background(), i); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if len(sizes) != 1 || sizes[0] != 5 {
+		t.Errorf("batch sizes %v, want [5]: the calls within the linger run together", sizes)
+	}
+}
