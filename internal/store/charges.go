@@ -36,13 +36,13 @@ func scanCharge(row pgx.Row, extra ...any) (charges.Charge, error) {
 // createCharge writes the idempotency record (if any), the charge, its event
 // and its outbox task in one statement, so in one round trip and one
 // transaction. With a used key nothing is written and no row comes back.
-const createCharge = `
+var createCharge = `
 WITH idem AS (
 	INSERT INTO idempotency_keys (merchant_id, key, fingerprint, status, response)
 	SELECT $2::text, $25::text, $26::bytea, $27::int, $28::bytea WHERE $25::text IS NOT NULL
 	ON CONFLICT (merchant_id, key) DO UPDATE SET fingerprint = EXCLUDED.fingerprint, status = EXCLUDED.status,
 		response = EXCLUDED.response, created_at = now()
-	WHERE idempotency_keys.created_at < now() - interval '24 hours'
+	WHERE idempotency_keys.created_at < ` + idempotencyCutoff + `
 	RETURNING 1
 ), ch AS (
 	INSERT INTO charges (id, merchant_id, environment, amount, currency, status, payment_method, capture,
@@ -150,14 +150,14 @@ func (s *Store) ListCharges(ctx context.Context, merchantID string, f charges.Fi
 	return listPage(ctx, s, query, args, p, func(r pgx.Row) (charges.Charge, error) { return scanCharge(r) }, "charge")
 }
 
-const (
+var (
 	markAction = `UPDATE charges SET pending_action = $3, capture_amount = $4, updated_at = $5
 WHERE id = $1 AND merchant_id = $2 AND status = 'authorized' AND pending_action IS NULL AND ($4::bigint IS NULL OR $4 <= amount)
 RETURNING ` + chargeColumns
 	insertIdempotencyPlaceholder = `INSERT INTO idempotency_keys (merchant_id, key, fingerprint, status, response)
 VALUES ($1, $2, $3, 0, '')
 ON CONFLICT (merchant_id, key) DO UPDATE SET fingerprint = EXCLUDED.fingerprint, status = 0, response = '', created_at = now()
-WHERE idempotency_keys.created_at < now() - interval '24 hours'`
+WHERE idempotency_keys.created_at < ` + idempotencyCutoff
 	completeIdempotency = `UPDATE idempotency_keys SET status = $3, response = $4 WHERE merchant_id = $1 AND key = $2`
 	insertOutbox        = `INSERT INTO outbox (task_id, task_type, ref_id) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING`
 )

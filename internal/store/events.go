@@ -19,9 +19,9 @@ func scanEvent(row pgx.Row) (events.Event, error) {
 }
 
 // Events older than the retention period are never served, pruned or not.
-const retained = ` AND created_at > now() - interval '30 days'`
+var retained = ` AND created_at > ` + cutoff(events.Retention)
 
-const selectEvent = `SELECT ` + eventColumns + ` FROM events WHERE id = $1 AND merchant_id = $2` + retained
+var selectEvent = `SELECT ` + eventColumns + ` FROM events WHERE id = $1 AND merchant_id = $2` + retained
 
 // EventByID returns the merchant's event or NotFound.
 func (s *Store) EventByID(ctx context.Context, merchantID, id string) (events.Event, error) {

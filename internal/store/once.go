@@ -14,11 +14,11 @@ import (
 // use for less than 24 hours is left alone (no row affected). A concurrent
 // claim of the same key waits on the primary key until the first commits
 // (then sees the record) or for lock_timeout (then ErrInUse).
-const insertIdempotencyRecord = `INSERT INTO idempotency_keys (merchant_id, key, fingerprint, status, response)
+var insertIdempotencyRecord = `INSERT INTO idempotency_keys (merchant_id, key, fingerprint, status, response)
 VALUES ($1, $2, $3, $4, $5)
 ON CONFLICT (merchant_id, key) DO UPDATE SET fingerprint = EXCLUDED.fingerprint, status = EXCLUDED.status,
 	response = EXCLUDED.response, created_at = now()
-WHERE idempotency_keys.created_at < now() - interval '24 hours'`
+WHERE idempotency_keys.created_at < ` + idempotencyCutoff
 
 // createOnce runs create in a transaction that first records the key with
 // the first response, so the object and the record commit together. A key

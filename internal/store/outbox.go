@@ -26,13 +26,14 @@ func (s *Store) StaleTasks(ctx context.Context, before time.Time, limit int) ([]
 	return list, mapErr(err, "task")
 }
 
-// reconcile re-creates the task of any charge or refund that has waited for
+// reconcile re-creates the task (ids and types as outbox.Task; a pending
+// action is the capture or void of outbox.ChargeCapture and outbox.ChargeVoid) of any charge or refund that has waited for
 // the worker longer than the cut-off without one (defence in depth: the task
 // is written in the same transaction as the state that needs it).
 const reconcile = `
 WITH a AS (
 	INSERT INTO outbox (task_id, task_type, ref_id)
-	SELECT 'charge:authorize:' || id, 'charge:authorize', id FROM charges WHERE status = 'created' AND updated_at < $1
+	SELECT '` + outbox.ChargeAuthorize + `:' || id, '` + outbox.ChargeAuthorize + `', id FROM charges WHERE status = 'created' AND updated_at < $1
 	ON CONFLICT DO NOTHING RETURNING 1
 ), c AS (
 	INSERT INTO outbox (task_id, task_type, ref_id)
@@ -41,7 +42,7 @@ WITH a AS (
 	ON CONFLICT DO NOTHING RETURNING 1
 ), r AS (
 	INSERT INTO outbox (task_id, task_type, ref_id)
-	SELECT 'refund:process:' || id, 'refund:process', id FROM refunds WHERE status = 'pending' AND updated_at < $1
+	SELECT '` + outbox.RefundProcess + `:' || id, '` + outbox.RefundProcess + `', id FROM refunds WHERE status = 'pending' AND updated_at < $1
 	ON CONFLICT DO NOTHING RETURNING 1
 )
 SELECT (SELECT count(*) FROM a) + (SELECT count(*) FROM c) + (SELECT count(*) FROM r)`

@@ -61,7 +61,7 @@ SELECT o.task_type, count(*),
        coalesce(extract(epoch FROM now() - min(coalesce(d.next_attempt_at, o.created_at))
                 FILTER (WHERE coalesce(d.next_attempt_at, o.created_at) <= now())), 0)::float8
 FROM outbox o
-LEFT JOIN webhook_deliveries d ON o.task_type = 'webhook:deliver' AND d.id = o.ref_id
+LEFT JOIN webhook_deliveries d ON o.task_type = '` + outbox.WebhookDeliver + `' AND d.id = o.ref_id
 GROUP BY o.task_type`
 
 // OutboxCollector exports gatehouse_outbox_backlog and

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/exaring/otelpgx"
@@ -18,6 +19,7 @@ import (
 	"github.com/pressly/goose/v3/lock"
 
 	"github.com/gatehouse-pay/gatehouse/internal/apperr"
+	"github.com/gatehouse-pay/gatehouse/internal/idempotency"
 	"github.com/gatehouse-pay/gatehouse/internal/tracing"
 	"github.com/gatehouse-pay/gatehouse/internal/webhooks"
 	"github.com/gatehouse-pay/gatehouse/migrations"
@@ -188,3 +190,12 @@ func mapErr(err error, what string) error {
 	}
 	return apperr.Internal(err)
 }
+
+// cutoff is the SQL for the time d before now, as the retention periods of
+// the domain packages define it.
+func cutoff(d time.Duration) string {
+	return "now() - interval '" + strconv.FormatInt(int64(d/time.Second), 10) + " seconds'"
+}
+
+// idempotencyCutoff is when a stored idempotency key expires.
+var idempotencyCutoff = cutoff(idempotency.Retention)

@@ -26,8 +26,13 @@ const fanout = `
 		AND we.active AND we.deleted_at IS NULL AND ev.type = ANY (we.events)
 	RETURNING id
 ), dlob AS (
-	INSERT INTO outbox (task_id, task_type, ref_id) SELECT 'webhook:deliver:' || dl.id, 'webhook:deliver', dl.id FROM dl
+	` + insertDeliverTasks + ` dl d
 )`
+
+// insertDeliverTasks, followed by a relation named d with an id column,
+// writes the outbox row of each delivery: task id and type as outbox.Task.
+const insertDeliverTasks = `INSERT INTO outbox (task_id, task_type, ref_id) SELECT '` + outbox.WebhookDeliver + `:' || d.id, '` +
+	outbox.WebhookDeliver + `', d.id FROM`
 
 // deliveriesOf is the select-list item naming the deliveries fanout wrote.
 const deliveriesOf = `(SELECT coalesce(array_agg(id::text), '{}') FROM dl)`
@@ -141,7 +146,7 @@ WITH d AS (
 	INSERT INTO webhook_deliveries (id, endpoint_id, merchant_id, event_id, event_type, test_body, status, next_attempt_at, created_at, updated_at)
 	VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7, $7, $7) RETURNING id
 )
-INSERT INTO outbox (task_id, task_type, ref_id) SELECT 'webhook:deliver:' || d.id, 'webhook:deliver', d.id FROM d`
+` + insertDeliverTasks + ` d`
 
 // CreateTestDelivery stores a test delivery with its own body and its task.
 func (s *Store) CreateTestDelivery(ctx context.Context, d webhooks.Delivery, body []byte) (outbox.Task, error) {
@@ -210,7 +215,7 @@ WITH d AS (
 	WHERE id = $1 AND merchant_id = $2 AND status = 'failed'
 	RETURNING id
 ), ob AS (
-	INSERT INTO outbox (task_id, task_type, ref_id) SELECT 'webhook:deliver:' || d.id, 'webhook:deliver', d.id FROM d
+	` + insertDeliverTasks + ` d
 	ON CONFLICT DO NOTHING
 )
 SELECT count(*) FROM d`
@@ -240,7 +245,7 @@ WITH d AS (
 	WHERE endpoint_id = $1 AND merchant_id = $2 AND status = 'failed' AND created_at >= $3
 	RETURNING id
 ), ob AS (
-	INSERT INTO outbox (task_id, task_type, ref_id) SELECT 'webhook:deliver:' || d.id, 'webhook:deliver', d.id FROM d
+	` + insertDeliverTasks + ` d
 	ON CONFLICT DO NOTHING
 )
 SELECT coalesce(array_agg(id::text), '{}') FROM d`
