@@ -16,3 +16,16 @@ func (s *Store) ReadBatch(ctx context.Context, ids []string) error {
 func (s *Store) RecordBatch(ctx context.Context, rs []webhooks.AttemptRecord) ([]bool, error) {
 	return s.recordAttempts(ctx, rs)
 }
+
+// DeliveryBatchStatements are the statements the batch pool runs.
+func DeliveryBatchStatements() map[string]string {
+	return map[string]string{"read": selectDeliveriesForWork, "record": recordAttempts}
+}
+
+// ExplainArgs are sample arguments of a batch statement for EXPLAIN EXECUTE.
+func ExplainArgs(name string) string {
+	if name == "read" {
+		return `'{00000000-0000-7000-8000-000000000001}'`
+	}
+	return `'{00000000-0000-7000-8000-000000000001}', '{1}', '{succeeded}', '{1}', '{NULL}', '{2026-01-01T00:00:00Z}', '{1}', '{200}', '{NULL}', '{NULL}', '{NULL}'`
+}

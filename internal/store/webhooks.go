@@ -345,7 +345,7 @@ WITH r AS (
 	INSERT INTO webhook_attempts (delivery_id, attempt, started_at, duration_ms, status_code, error, response_body)
 	SELECT r.id, r.attempt, r.started_at, r.duration_ms, r.status_code, r.error, r.response_body FROM r JOIN d ON d.id = r.id
 ), ob AS (
-	DELETE FROM outbox o USING r, d WHERE d.id = r.id AND o.task_id = r.done_task
+	DELETE FROM outbox WHERE task_id = ANY (ARRAY(SELECT r.done_task FROM r JOIN d ON d.id = r.id WHERE r.done_task IS NOT NULL))
 )
 SELECT set_config('synchronous_commit', 'off', true), coalesce((SELECT array_agg(id::text) FROM d), '{}')`
 
