@@ -25,7 +25,7 @@ import (
 // Settings of the charges stack. The PROVIDER_* settings go to the API
 // replicas too: the replica that enqueues a provider task stamps it with
 // MaxRetry = PROVIDER_MAX_ATTEMPTS-1 and Timeout = PROVIDER_TIMEOUT+30s
-// (internal/jobs/work.go NewTask), so a worker-only setting would not bound
+// (internal/jobs/tasks.go, Queue.NewTask), so a worker-only setting would not bound
 // the attempts of tasks the API enqueued.
 // providerTimeout is twenty times the sandbox's latency: only the silent
 // card (4000000000000606) reaches it, never a healthy call on a loaded

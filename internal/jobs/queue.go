@@ -1,0 +1,110 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/gatehouse-pay/gatehouse/internal/config"
+	"github.com/gatehouse-pay/gatehouse/internal/outbox"
+	"github.com/gatehouse-pay/gatehouse/internal/tracing"
+)
+
+// Queue enqueues outbox tasks on asynq. It implements outbox.Enqueuer.
+type Queue struct {
+	client    *asynq.Client
+	inspector *asynq.Inspector
+	cfg       config.Config
+}
+
+// NewQueue returns a Queue; inspector may be nil where tasks are never revived
+// (the API), and must be set in the worker, whose sweeper revives archived ones.
+func NewQueue(client *asynq.Client, inspector *asynq.Inspector, cfg config.Config) *Queue {
+	return &Queue{client: client, inspector: inspector, cfg: cfg}
+}
+
+// Enqueue hands t to the queue; a task already queued under its id is fine.
+// With tracing on, the task carries the trace context of ctx in its headers,
+// so the worker's span of it joins the trace of the request that called for it.
+func (q *Queue) Enqueue(ctx context.Context, t outbox.Task) error {
+	var headers map[string]string
+	if tracing.Enabled() {
+		headers = tracing.Inject(ctx)
+	}
+	task, err := q.newTask(t, headers)
+	if err != nil {
+		return err
+	}
+	_, err = q.client.EnqueueContext(ctx, task)
+	if errors.Is(err, asynq.ErrTaskIDConflict) {
+		return nil
+	}
+	return err
+}
+
+// Resend enqueues again the outbox tasks the sweeper found unfinished. A task
+// still queued, scheduled or retrying is left alone. One archived (it used up
+// its retries while, say, Postgres was down) is deleted and enqueued afresh.
+// One left active by a worker that died (its lease expired: asynq calls it
+// orphaned) is enqueued again under a derived id rather than waiting for
+// asynq's own recovery, which runs once a minute; the handlers are
+// idempotent, so the late original changes nothing.
+func (q *Queue) Resend(ctx context.Context, tasks []outbox.Task) error {
+	if len(tasks) == 0 {
+		return nil
+	}
+	orphaned := map[string]bool{}
+	if q.inspector != nil {
+		for _, queue := range []string{"critical", "webhooks"} {
+			active, err := q.inspector.ListActiveTasks(queue, asynq.PageSize(1000))
+			if err != nil && !errors.Is(err, asynq.ErrQueueNotFound) {
+				return err
+			}
+			for _, info := range active {
+				if info.IsOrphaned {
+					orphaned[info.ID] = true
+				}
+			}
+		}
+	}
+	for _, t := range tasks {
+		if err := q.resend(ctx, t, orphaned[t.ID()]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (q *Queue) resend(ctx context.Context, t outbox.Task, orphaned bool) error {
+	task, err := q.NewTask(t)
+	if err != nil {
+		return err
+	}
+	if orphaned {
+		id := t.ID() + ":recovered:" + strconv.FormatInt(time.Now().Unix()/60, 10)
+		_, err = q.client.EnqueueContext(ctx, task, asynq.TaskID(id))
+		if errors.Is(err, asynq.ErrTaskIDConflict) {
+			return nil
+		}
+		return err
+	}
+	_, err = q.client.EnqueueContext(ctx, task)
+	if !errors.Is(err, asynq.ErrTaskIDConflict) || q.inspector == nil {
+		return err
+	}
+	info, ierr := q.inspector.GetTaskInfo(queueOf(t.Type), t.ID())
+	if ierr != nil || info.State != asynq.TaskStateArchived {
+		return nil // queued, scheduled, retrying or running: it will happen
+	}
+	if err := q.inspector.DeleteTask(queueOf(t.Type), t.ID()); err != nil {
+		return err
+	}
+	_, err = q.client.EnqueueContext(ctx, task)
+	if errors.Is(err, asynq.ErrTaskIDConflict) {
+		return nil
+	}
+	return err
+}

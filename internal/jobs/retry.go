@@ -1,0 +1,136 @@
+// When a task is tried again, and when it gives up: every retry and skip
+// rule of the worker.
+
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/gatehouse-pay/gatehouse/internal/apperr"
+	"github.com/gatehouse-pay/gatehouse/internal/config"
+	"github.com/gatehouse-pay/gatehouse/internal/webhooks"
+)
+
+// retryDelay is how long the queue waits before running a task again: a
+// delivery the time its schedule asks (RetryIn), a provider task the
+// provider backoff, any other asynq's default.
+func retryDelay(cfg config.Config) asynq.RetryDelayFunc {
+	return func(n int, err error, t *asynq.Task) time.Duration {
+		var next *webhooks.RetryIn
+		if errors.As(err, &next) {
+			return next.Delay
+		}
+		if !isProviderTask(t.Type()) {
+			return asynq.DefaultRetryDelayFunc(n, err, t)
+		}
+		return Backoff(n+1, cfg.ProviderRetryBase, cfg.ProviderRetryMax)
+	}
+}
+
+// isFailure: a delivery waiting for its next scheduled attempt is not a failure.
+func isFailure(err error) bool { return !isRetryIn(err) }
+
+func isProviderTask(typ string) bool {
+	switch typ {
+	case TypeChargeAuthorize, TypeChargeCapture, TypeChargeVoid, TypeChargeReverse, TypeRefundProcess:
+		return true
+	}
+	return false
+}
+
+// ReverseWindow is how long a charge:reverse, charge:capture or
+// refund:process task keeps trying, with the provider backoff, to learn the
+// outcome of what it sent: Stripe keeps an idempotency key (and so the answer
+// to the request) for 24 h. After it, the outbox row stays and the sweeper
+// starts the task again: captures and refunds are then looked up (see
+// charges.Processor.Capture and refunds.Processor.Process).
+const ReverseWindow = 24 * time.Hour
+
+// untilKnown reports whether a task type keeps trying for ReverseWindow
+// rather than PROVIDER_MAX_ATTEMPTS times: the tasks whose outcome may be
+// unknown while money may have moved, which never end as a guess.
+func untilKnown(typ string) bool {
+	switch typ {
+	case TypeChargeReverse, TypeChargeCapture, TypeRefundProcess:
+		return true
+	}
+	return false
+}
+
+// ReverseAttempts is how many attempts of the provider backoff (from base,
+// capped at limit) fit in ReverseWindow: the attempts of one charge:reverse
+// task, at most maxReverseAttempts. The last one that fails is logged at error
+// level; the outbox row stays, so the sweeper starts the task again.
+func ReverseAttempts(base, limit time.Duration) int {
+	n, total := 1, time.Duration(0)
+	for total < ReverseWindow && n < maxReverseAttempts {
+		d := Backoff(n, base, limit)
+		if d <= 0 {
+			return maxReverseAttempts
+		}
+		total += d
+		n++
+	}
+	return n
+}
+
+// maxReverseAttempts bounds ReverseAttempts when the backoff is very short.
+const maxReverseAttempts = 10000
+
+// Backoff is the delay before retry n (1-based) of a provider task:
+// base * 2^(n-1), at most limit. asynq counts retries from 0, hence n+1 at
+// the call site.
+func Backoff(n int, base, limit time.Duration) time.Duration {
+	d := base
+	for i := 1; i < n && d < limit; i++ {
+		d *= 2
+	}
+	return min(d, limit)
+}
+
+func isRetryIn(err error) bool {
+	var next *webhooks.RetryIn
+	return errors.As(err, &next)
+}
+
+func isSkip(err error) bool {
+	for e := err; e != nil; {
+		if e == asynq.SkipRetry {
+			return true
+		}
+		u, ok := e.(interface{ Unwrap() error })
+		if !ok {
+			return false
+		}
+		e = u.Unwrap()
+	}
+	return false
+}
+
+// finalAttempt reports whether this run of a provider task is its last: the
+// queue's retries are used up, or the worker's own limit is reached
+// (PROVIDER_MAX_ATTEMPTS, or the attempts within ReverseWindow for the tasks
+// that run until the outcome is known), even if the process that enqueued
+// the task was configured otherwise.
+func finalAttempt(ctx context.Context, typ string, cfg config.Config) bool {
+	retried, _ := asynq.GetRetryCount(ctx)
+	maxRetry, _ := asynq.GetMaxRetry(ctx)
+	if untilKnown(typ) {
+		return retried >= maxRetry || retried+1 >= ReverseAttempts(cfg.ProviderRetryBase, cfg.ProviderRetryMax)
+	}
+	return retried >= maxRetry || retried+1 >= cfg.ProviderMaxAttempts
+}
+
+// skipMissing turns "the object does not exist" into SkipRetry: no retry can
+// make it appear.
+func skipMissing(err error) error {
+	if apperr.KindOf(err) == apperr.KindNotFound {
+		return fmt.Errorf("%v: %w", err, asynq.SkipRetry)
+	}
+	return err
+}

@@ -1,0 +1,214 @@
+// Every task the worker runs, in one place, as asynq's README lays them
+// out: its type (TypeX), payload, constructor (NewXTask, or Queue.NewTask for
+// the outbox's object tasks) with its options, and handler (HandleX). Retry
+// and skip rules are in retry.go; enqueueing in queue.go.
+
+package jobs
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/gatehouse-pay/gatehouse/internal/charges"
+	"github.com/gatehouse-pay/gatehouse/internal/idempotency"
+	"github.com/gatehouse-pay/gatehouse/internal/outbox"
+)
+
+// Task types. The object tasks are the outbox's: written with the state
+// change that calls for them, their payload the object's id.
+const (
+	TypeChargeAuthorize = outbox.ChargeAuthorize
+	TypeChargeCapture   = outbox.ChargeCapture
+	TypeChargeVoid      = outbox.ChargeVoid
+	TypeChargeReverse   = outbox.ChargeReverse
+	TypeRefundProcess   = outbox.RefundProcess
+	TypeWebhookDeliver  = outbox.WebhookDeliver
+
+	// TypeSessionsPrune deletes sessions that expired more than a day ago.
+	TypeSessionsPrune = "sessions:prune"
+	// TypeOutboxSweep enqueues outbox tasks that went missing and re-creates
+	// the tasks of charges and refunds waiting too long.
+	TypeOutboxSweep = "outbox:sweep"
+	// TypeRetentionPrune deletes idempotency keys after 24 h and events after 30 days.
+	TypeRetentionPrune = "retention:prune"
+)
+
+// payload is the body of every object task: the id and nothing else, so no
+// card data or secret ever reaches Redis.
+type payload struct {
+	ID string `json:"id"`
+}
+
+// objectID reads the id an object task carries; a bad payload is never
+// retried.
+func objectID(t *asynq.Task) (string, error) {
+	var p payload
+	if err := json.Unmarshal(t.Payload(), &p); err != nil || !charges.ValidID(p.ID) {
+		return "", fmt.Errorf("bad payload: %w", asynq.SkipRetry)
+	}
+	return p.ID, nil
+}
+
+// queueOf is the asynq queue of an outbox task type.
+func queueOf(typ string) string {
+	if typ == TypeWebhookDeliver {
+		return "webhooks"
+	}
+	return "critical"
+}
+
+// NewTask builds the asynq task of an outbox task: payload the id, TaskID the
+// outbox id, retries per the provider settings. It carries no trace context:
+// a task resent by the sweeper starts a trace of its own.
+func (q *Queue) NewTask(t outbox.Task) (*asynq.Task, error) {
+	return q.newTask(t, nil)
+}
+
+// newTask is NewTask with headers, the trace context of the work that called
+// for the task (see tracing.Inject), or nil.
+func (q *Queue) newTask(t outbox.Task, headers map[string]string) (*asynq.Task, error) {
+	body, err := json.Marshal(payload{ID: t.RefID})
+	if err != nil {
+		return nil, err
+	}
+	if t.Type == TypeWebhookDeliver {
+		// Attempts are counted in Postgres, which decides when a delivery
+		// fails; asynq's retries only carry the schedule (see RetryIn).
+		return asynq.NewTaskWithHeaders(t.Type, body, headers, asynq.TaskID(t.ID()), asynq.Queue(queueOf(t.Type)),
+			asynq.MaxRetry(25), asynq.Timeout(q.cfg.WebhookTimeout+30*time.Second)), nil
+	}
+	if untilKnown(t.Type) {
+		// Two provider calls at most: the request sent again, then the
+		// release (reverse) or a lookup (a pending capture or refund).
+		return asynq.NewTaskWithHeaders(t.Type, body, headers, asynq.TaskID(t.ID()), asynq.Queue(queueOf(t.Type)),
+			asynq.MaxRetry(ReverseAttempts(q.cfg.ProviderRetryBase, q.cfg.ProviderRetryMax)-1),
+			asynq.Timeout(2*q.cfg.ProviderTimeout+30*time.Second)), nil
+	}
+	return asynq.NewTaskWithHeaders(t.Type, body, headers,
+		asynq.TaskID(t.ID()),
+		asynq.Queue(queueOf(t.Type)),
+		asynq.MaxRetry(q.cfg.ProviderMaxAttempts-1),
+		asynq.Timeout(q.cfg.ProviderTimeout+30*time.Second),
+	), nil
+}
+
+// NewSessionsPruneTask returns the housekeeping task that prunes sessions. It
+// is unique for its period, so several workers scheduling it enqueue it once.
+func NewSessionsPruneTask() *asynq.Task {
+	return asynq.NewTask(TypeSessionsPrune, nil,
+		asynq.Queue("maintenance"), asynq.MaxRetry(3), asynq.Unique(50*time.Minute), asynq.Timeout(time.Minute))
+}
+
+// NewOutboxSweepTask returns the sweep that enqueues lost outbox tasks; one
+// per period however many workers schedule it.
+func NewOutboxSweepTask() *asynq.Task {
+	return asynq.NewTask(TypeOutboxSweep, nil, asynq.Queue("maintenance"), asynq.MaxRetry(0), asynq.Unique(9*time.Second), asynq.Timeout(time.Minute))
+}
+
+// NewRetentionPruneTask returns the hourly prune of expired idempotency keys
+// and events.
+func NewRetentionPruneTask() *asynq.Task {
+	return asynq.NewTask(TypeRetentionPrune, nil, asynq.Queue("maintenance"), asynq.MaxRetry(3), asynq.Unique(50*time.Minute), asynq.Timeout(10*time.Minute))
+}
+
+// Register adds the periodic tasks to the scheduler.
+func Register(s *asynq.Scheduler) error {
+	for spec, t := range map[string]*asynq.Task{
+		"@hourly":    NewSessionsPruneTask(),
+		"@every 10s": NewOutboxSweepTask(),
+		"@every 1h":  NewRetentionPruneTask(),
+	} {
+		if _, err := s.Register(spec, t); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Mux routes every task type to its handler, with metrics and a log line per task.
+func (h *Handlers) Mux() *asynq.ServeMux {
+	mux := asynq.NewServeMux()
+	mux.Use(h.observe)
+	mux.HandleFunc(TypeSessionsPrune, h.HandleSessionsPrune)
+	mux.HandleFunc(TypeOutboxSweep, h.HandleOutboxSweep)
+	mux.HandleFunc(TypeRetentionPrune, h.HandleRetentionPrune)
+	mux.HandleFunc(TypeChargeAuthorize, h.provider(h.Charges.Authorize))
+	mux.HandleFunc(TypeChargeCapture, h.provider(h.Charges.Capture))
+	mux.HandleFunc(TypeChargeVoid, h.provider(h.Charges.Void))
+	mux.HandleFunc(TypeChargeReverse, h.provider(h.Charges.Reverse))
+	mux.HandleFunc(TypeRefundProcess, h.provider(h.Refunds.Process))
+	mux.HandleFunc(TypeWebhookDeliver, h.HandleWebhookDeliver)
+	return mux
+}
+
+// HandleSessionsPrune prunes long-expired sessions.
+func (h *Handlers) HandleSessionsPrune(ctx context.Context, _ *asynq.Task) error {
+	n, err := h.Auth.PruneExpired(ctx)
+	if err != nil {
+		return err
+	}
+	h.Log.InfoContext(ctx, "pruned expired sessions", "count", n)
+	return nil
+}
+
+// provider adapts a processor method to an asynq handler: it decodes the id,
+// tells the method whether this is the last attempt, and turns a missing
+// object or a bad payload into SkipRetry.
+func (h *Handlers) provider(process func(ctx context.Context, id string, final bool) error) asynq.HandlerFunc {
+	return func(ctx context.Context, t *asynq.Task) error {
+		id, err := objectID(t)
+		if err != nil {
+			return err
+		}
+		return skipMissing(process(ctx, id, finalAttempt(ctx, t.Type(), h.Config)))
+	}
+}
+
+// HandleWebhookDeliver makes the next attempt of a delivery. The schedule is
+// carried back to asynq in a *webhooks.RetryIn error (see ServerConfig).
+func (h *Handlers) HandleWebhookDeliver(ctx context.Context, t *asynq.Task) error {
+	id, err := objectID(t)
+	if err != nil {
+		return err
+	}
+	return skipMissing(h.Webhooks.Deliver(ctx, id))
+}
+
+// HandleOutboxSweep re-creates the tasks of work waiting too long and
+// enqueues every outbox row older than the sweep age whose task is not queued.
+func (h *Handlers) HandleOutboxSweep(ctx context.Context, _ *asynq.Task) error {
+	now := time.Now()
+	if n, err := h.Store.Reconcile(ctx, now.Add(-h.Config.ReconcileAfter)); err != nil {
+		return err
+	} else if n > 0 {
+		h.Log.WarnContext(ctx, "reconciler re-created tasks", "count", n)
+	}
+	stale, err := h.Store.StaleTasks(ctx, now.Add(-h.Config.OutboxSweepAfter), 1000)
+	if err != nil {
+		return err
+	}
+	tasks := make([]outbox.Task, 0, len(stale))
+	for _, p := range stale {
+		tasks = append(tasks, p.Task)
+	}
+	return h.Queue.Resend(ctx, tasks)
+}
+
+// HandleRetentionPrune deletes idempotency keys older than 24 h and events
+// older than 30 days.
+func (h *Handlers) HandleRetentionPrune(ctx context.Context, _ *asynq.Task) error {
+	keys, err := h.Store.DeleteIdempotencyKeysBefore(ctx, time.Now().Add(-idempotency.Retention))
+	if err != nil {
+		return err
+	}
+	evs, err := h.Events.Prune(ctx)
+	if err != nil {
+		return err
+	}
+	h.Log.InfoContext(ctx, "pruned expired records", "idempotency_keys", keys, "events", evs)
+	return nil
+}
