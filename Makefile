@@ -72,7 +72,7 @@ tools: ## Install the pinned tools the tests run into bin/tools (make test does 
 BENCH_FLAGS ?=
 
 bench: build ## Load-test POST /v1/charges next to a floor program (writes docs/BENCHMARKS.md), then bench-micro
-	$(GO) build -trimpath -o $(BIN_DIR)/bench ./internal/bench
+	$(GO) build -trimpath -o $(BIN_DIR)/bench ./cmd/bench
 	$(BIN_DIR)/bench -api $(BIN_DIR)/api $(BENCH_FLAGS)
 	@$(MAKE) --no-print-directory bench-micro
 

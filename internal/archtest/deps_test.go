@@ -83,8 +83,8 @@ func TestDetailsLiveInOnePlace(t *testing.T) {
 	}{
 		{"github.com/gofiber/fiber/v2", []string{"internal/httpapi"}},
 		{"github.com/jackc/pgx/v5", []string{"internal/store", "internal/testenv", "internal/tracing", "cmd/api", "cmd/worker"}},
-		{"github.com/hibiken/asynq", []string{"internal/jobs", "cmd/worker", "cmd/api"}},
-		{"github.com/redis/go-redis/v9", []string{"internal/cache", "internal/ratelimit", "internal/jobs", "internal/testenv", "internal/tracing", "cmd/api", "cmd/worker"}},
+		{"github.com/hibiken/asynq", []string{"internal/jobs", "cmd/worker", "cmd/api", "cmd/bench"}},
+		{"github.com/redis/go-redis/v9", []string{"internal/cache", "internal/ratelimit", "internal/jobs", "internal/testenv", "internal/tracing", "cmd/api", "cmd/worker", "cmd/bench"}},
 	}
 	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}} {{join .Imports " "}}`, module+"/...").Output()
 	if err != nil {

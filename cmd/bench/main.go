@@ -53,13 +53,14 @@ type options struct {
 	perf        bool
 	keep        bool
 
-	webhooks     bool
-	worker       string
-	webhookRates []float64
-	webhookStep  time.Duration
-	webhookCount int
-	webhookWait  time.Duration
-	floorSenders []int
+	webhooks        bool
+	worker          string
+	webhookRates    []float64
+	webhookStep     time.Duration
+	webhookCount    int
+	webhookWait     time.Duration
+	webhookHold     time.Duration
+	webhookHoldRate float64
 
 	scenarios    map[string]bool // l1, l2, l3, l4, login, webhooks
 	l2Keys       int
@@ -112,9 +113,11 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	fs.BoolVar(&o.keep, "keep", false, "keep the database and the logs")
 	fs.BoolVar(&o.webhooks, "webhooks", true, "also measure webhook deliveries through bin/worker (before the charge steps)")
 	fs.StringVar(&o.worker, "worker", "bin/worker", "the worker binary (make build), for -webhooks")
-	whRates := fs.String("webhook-rates", "200,500", "open-model charge rates (charges/s) at which commit-to-first-attempt latency is measured")
+	whRates := fs.String("webhook-rates", "200,500,1000", "open-model charge rates (charges/s) at which commit-to-first-attempt latency is measured, -webhook-step each")
+	fs.Float64Var(&o.webhookHoldRate, "webhook-hold-rate", 1000, "charges/s of the held commit-to-first-attempt step")
+	fs.DurationVar(&o.webhookHold, "webhook-hold", 60*time.Second, "length of the held step (0 skips it)")
 	fs.DurationVar(&o.webhookStep, "webhook-step", 5*time.Second, "length of one webhook latency step")
-	fs.IntVar(&o.webhookCount, "webhook-count", 3000, "charges created in a burst for the delivery-throughput step, and signed POSTs of the floor")
+	fs.IntVar(&o.webhookCount, "webhook-count", 3000, "charges created for each delivery backlog (one worker, two workers), and tasks of each floor")
 	fs.DurationVar(&o.webhookWait, "webhook-wait", 60*time.Second, "most time a webhook step waits for its deliveries")
 	scen := fs.String("scenarios", "l1,l2,l3,l4,login,webhooks", "scenarios to run, comma-separated: l1 (charge steps next to the floor), l2 (one Idempotency-Key, concurrent), "+
 		"l3 (rate limit on two replicas), l4 (webhook fan-out with slow and failing endpoints), login (charges beside a login flood), webhooks (delivery latency and throughput)")
@@ -164,7 +167,9 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	if o.webhookCount < 1 || o.webhookCount > 100_000 {
 		return o, fmt.Errorf("-webhook-count must be from 1 to 100000")
 	}
-	o.floorSenders = []int{4, 20}
+	if o.webhookHold < 0 || o.webhookHold > 5*time.Minute || o.webhookHoldRate <= 0 || o.webhookHoldRate > 10_000 {
+		return o, fmt.Errorf("-webhook-hold must be within [0, 5m] and -webhook-hold-rate from 1 to 10000")
+	}
 	o.scenarios = map[string]bool{}
 	for _, n := range strings.Split(*scen, ",") {
 		if n = strings.ToLower(strings.TrimSpace(n)); n == "" {
@@ -209,6 +214,13 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 
 // run is the whole program; it returns the exit code.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "webhook-floor" {
+		if err := serveWebhookFloor(ctx, args[1:]); err != nil {
+			fmt.Fprintln(stderr, "bench webhook-floor:", err)
+			return 1
+		}
+		return 0
+	}
 	if len(args) > 0 && args[0] == "floor" {
 		if err := serveFloor(ctx, args[1:], getenv); err != nil {
 			fmt.Fprintln(stderr, "bench floor:", err)

@@ -1,0 +1,662 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hibiken/asynq"
+)
+
+// The webhook section runs bin/worker next to bin/api, registers an endpoint
+// on a receiver inside the harness (127.0.0.1, answering 200 at once) and
+// measures, for charge.created deliveries:
+//
+//   - delivery cost, isolated: a backlog of charges created while no worker
+//     runs; the worker starts with the asynq queue "webhooks" paused, so it
+//     first authorizes the charges (measured as its own row); then the queue
+//     is resumed and the deliveries are timed at the receiver, first to last
+//     receipt, with the worker's, Postgres's and Redis's CPU; once with one
+//     worker process, once with two;
+//   - the floor: one asynq task per delivery on the same Redis, run by "bench
+//     webhook-floor" (asynq.Server, the worker's concurrency and poll
+//     interval) whose handler signs the same body as a delivery and POSTs it
+//     to the same receiver, and nothing else; and, for reference, the signer
+//     loop alone without asynq;
+//   - commit to first attempt: charges at fixed arrival rates (open model)
+//     with one worker running, which also authorizes them, and a held step
+//     (-webhook-hold at -webhook-hold-rate); per delivery, the receiver's
+//     clock at the request minus the event's created_at, read from the body.
+
+// receipt is one request the receiver got.
+type receipt struct {
+	at      time.Time
+	created time.Time // the event's created_at
+	event   string
+	attempt string
+}
+
+// receiver records every delivery it is sent.
+type receiver struct {
+	srv  *http.Server
+	url  string
+	mu   sync.Mutex
+	got  []receipt
+	body atomic.Pointer[[]byte] // the last body received, for the floor
+	bad  atomic.Int64           // bodies without a readable created_at
+	n    atomic.Int64           // deliveries received (not floor POSTs)
+
+	floorMu sync.Mutex
+	floorAt []time.Time // arrival of each floor POST with a floorHeader
+}
+
+// floorHeader marks the asynq floor's POSTs, so the receiver times them.
+const floorHeader = "X-Bench-Floor"
+
+func startReceiver() (*receiver, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	rc := &receiver{url: "http://" + ln.Addr().String() + "/hook"}
+	rc.srv = &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(rc.serve)}
+	go func() { _ = rc.srv.Serve(ln) }()
+	return rc, nil
+}
+
+func (rc *receiver) serve(w http.ResponseWriter, r *http.Request) {
+	at := time.Now()
+	body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	w.WriteHeader(http.StatusOK)
+	id := r.Header.Get("X-Service-Event-Id")
+	if id == "" { // the floors' POSTs
+		if r.Header.Get(floorHeader) != "" {
+			rc.floorMu.Lock()
+			rc.floorAt = append(rc.floorAt, at)
+			rc.floorMu.Unlock()
+		}
+		return
+	}
+	var ev struct {
+		CreatedAt string `json:"created_at"`
+	}
+	created, err := time.Time{}, json.Unmarshal(body, &ev)
+	if err == nil {
+		created, err = time.Parse(time.RFC3339Nano, ev.CreatedAt)
+	}
+	if err != nil {
+		rc.bad.Add(1)
+	}
+	rc.body.Store(&body)
+	rc.mu.Lock()
+	rc.got = append(rc.got, receipt{at: at, created: created, event: id, attempt: r.Header.Get("X-Service-Delivery-Attempt")})
+	rc.mu.Unlock()
+	rc.n.Add(1)
+}
+
+// floorSince returns the floor POSTs received from index i on.
+func (rc *receiver) floorSince(i int) []time.Time {
+	rc.floorMu.Lock()
+	defer rc.floorMu.Unlock()
+	return slices.Clone(rc.floorAt[min(i, len(rc.floorAt)):])
+}
+
+// since returns the receipts of events created at or after t.
+func (rc *receiver) since(t time.Time) []receipt {
+	t = t.Add(-time.Millisecond) // created_at is in whole milliseconds
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	var out []receipt
+	for _, r := range rc.got {
+		if !r.created.Before(t) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// mark is a point in the receiver's count, taken with the time passed to waitFor.
+type mark struct {
+	t time.Time
+	n int64
+}
+
+func (rc *receiver) mark() mark { return mark{t: time.Now(), n: rc.n.Load()} }
+
+// waitFor waits until n distinct events created since m have arrived, or
+// limit passes; it returns their receipts.
+func (rc *receiver) waitFor(ctx context.Context, m mark, n int, limit time.Duration) []receipt {
+	end := time.Now().Add(limit)
+	t := m.t
+	for {
+		// Count before copying: the harness shares the machine with what it measures.
+		if rc.n.Load()-m.n < int64(n) && time.Now().Before(end) && ctx.Err() == nil {
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
+		got := rc.since(t)
+		if distinct(got) >= n || time.Now().After(end) || ctx.Err() != nil {
+			return got
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func distinct(rs []receipt) int {
+	seen := make(map[string]bool, len(rs))
+	for _, r := range rs {
+		seen[r.event] = true
+	}
+	return len(seen)
+}
+
+// whLatency is one commit-to-first-attempt step.
+type whLatency struct {
+	Rate                float64
+	For                 time.Duration
+	Created, Received   int // charges answered 201; distinct events delivered
+	Duplicates, Retries int // receipts beyond the first per event; receipts with attempt > 1
+	ChargeP99           time.Duration
+	P50, P99, Max       time.Duration
+	Dropped, Errors     int
+}
+
+// whThroughput is a backlog drain, or a floor run.
+type whThroughput struct {
+	Name              string
+	Senders           int // worker processes, or floor goroutines
+	Expected, Got     int
+	Wall              time.Duration // first to last receipt
+	Rate              float64       // deliveries per second over Wall
+	Worker, PG, Redis time.Duration // CPU per delivery of the worker(s) or the floor process, Postgres, Redis
+	CPU               bool          // the CPU columns were measured
+}
+
+// whAuth is the authorization phase of a backlog: the worker authorizing
+// the backlog's charges with the deliveries held back.
+type whAuth struct {
+	Charges           int
+	Wall              time.Duration
+	Worker, PG, Redis time.Duration // CPU per charge
+}
+
+// webhookResults are the webhook section's figures.
+type webhookResults struct {
+	Latency  []whLatency
+	Hold     *whLatency     // the held step
+	Drains   []whThroughput // one worker, two workers
+	Auth     *whAuth        // authorization phase of the one-worker backlog
+	Floor    *whThroughput  // asynq task + signed POST
+	Signer   *whThroughput  // signed POST loop, no asynq (reference)
+	BodySize int
+	Notes    []string
+}
+
+// measureWebhooks runs the webhook section; failures become notes.
+func (e *environment) measureWebhooks(ctx context.Context) *webhookResults {
+	w := &webhookResults{}
+	if err := e.webhooks(ctx, w); err != nil {
+		w.Notes = append(w.Notes, "webhook section: "+err.Error())
+		e.logf("webhooks: %v", err)
+	}
+	return w
+}
+
+func (e *environment) webhooks(ctx context.Context, w *webhookResults) error {
+	if _, err := os.Stat(e.o.worker); err != nil {
+		return fmt.Errorf("%s: %w (run make build)", e.o.worker, err)
+	}
+	rc, err := startReceiver()
+	if err != nil {
+		return err
+	}
+	defer rc.srv.Close()
+	var ep struct {
+		Endpoint struct {
+			ID string `json:"id"`
+		} `json:"webhook_endpoint"`
+	}
+	if err := e.request(ctx, http.MethodPost, "/v1/me/webhook_endpoints", e.apiSecret,
+		map[string]any{"url": rc.url, "events": []string{"charge.created"}, "description": "bench receiver"}, http.StatusCreated, &ep); err != nil {
+		return err
+	}
+	// The charge steps that follow measure creation without fan-out.
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := e.request(dctx, http.MethodDelete, "/v1/me/webhook_endpoints/"+ep.Endpoint.ID, e.apiSecret, nil, 0, nil); err != nil {
+			w.Notes = append(w.Notes, "delete the bench endpoint: "+err.Error())
+		}
+	}()
+	queue := asynq.NewInspector(asynq.RedisClientOpt{Addr: e.redisAddr()})
+	defer queue.Close()
+
+	for _, workers := range []int{1, 2} {
+		if ctx.Err() != nil {
+			break
+		}
+		d, auth, err := e.drain(ctx, rc, queue, workers)
+		if err != nil {
+			return err
+		}
+		w.Drains = append(w.Drains, d)
+		if workers == 1 {
+			w.Auth = &auth
+		}
+		e.pauseWorker(ctx)
+	}
+	if p := rc.body.Load(); p != nil {
+		w.BodySize = len(*p)
+	}
+	body := bytes.Repeat([]byte("x"), max(w.BodySize, 1024))
+	if p := rc.body.Load(); p != nil {
+		body = *p
+	}
+
+	// The floors: the same body to the same receiver.
+	if ctx.Err() == nil {
+		f, err := e.asynqFloor(ctx, rc, body)
+		if err != nil {
+			w.Notes = append(w.Notes, "asynq floor: "+err.Error())
+		} else {
+			w.Floor = &f
+			e.logf("webhooks: floor, asynq task + signed POST: %d at %.0f/s, floor process %s and Redis %s per delivery", f.Got, f.Rate, us(f.Worker), us(f.Redis))
+		}
+		e.pauseWorker(ctx)
+	}
+	if ctx.Err() == nil {
+		f := signerFloor(ctx, rc.url, body, 20, e.o.webhookCount)
+		w.Signer = &f
+		e.logf("webhooks: signed POST loop, 20 senders: %d at %.0f/s", f.Got, f.Rate)
+	}
+
+	// Commit to first attempt, open model, one worker authorizing the same charges.
+	if err := e.startWorker(ctx); err != nil {
+		return err
+	}
+	defer func() {
+		e.worker.proc.stop(5 * time.Second)
+		e.worker = nil
+	}()
+	// A fresh worker's first seconds, right after the drains, are not what
+	// these steps measure: warm it up at the first rate, unreported.
+	if len(e.o.webhookRates) > 0 {
+		m := rc.mark()
+		s := summarize(openModel(ctx, e.api.client, e.o.webhookRates[0], min(e.o.webhookStep, 3*time.Second), e.o.maxInflight, e.o.timeout))
+		rc.waitFor(ctx, m, s.OK, min(e.o.webhookWait, 30*time.Second))
+	}
+	e.pauseWorker(ctx)
+	steps := make([]whLatency, 0, len(e.o.webhookRates)+1)
+	for _, r := range e.o.webhookRates {
+		steps = append(steps, whLatency{Rate: r, For: e.o.webhookStep})
+	}
+	if e.o.webhookHold > 0 {
+		steps = append(steps, whLatency{Rate: e.o.webhookHoldRate, For: e.o.webhookHold})
+	}
+	for i, st := range steps {
+		if ctx.Err() != nil {
+			break
+		}
+		m := rc.mark()
+		rec := openModel(ctx, e.api.client, st.Rate, st.For, e.o.maxInflight, e.o.timeout)
+		s := summarize(rec)
+		got := rc.waitFor(ctx, m, s.OK, min(e.o.webhookWait, 30*time.Second))
+		l := latencyOf(st.Rate, s, got)
+		l.For = st.For
+		if e.o.webhookHold > 0 && i == len(steps)-1 {
+			w.Hold = &l
+		} else {
+			w.Latency = append(w.Latency, l)
+		}
+		e.logf("webhooks: %4.0f charges/s for %s: %d/%d delivered, commit to first attempt p50 %s p99 %s max %s",
+			st.Rate, st.For, l.Received, l.Created, ms(l.P50), ms(l.P99), ms(l.Max))
+		e.pauseWorker(ctx)
+	}
+	if bad := rc.bad.Load(); bad > 0 {
+		w.Notes = append(w.Notes, fmt.Sprintf("%d deliveries had no readable created_at", bad))
+	}
+	return nil
+}
+
+// drain measures one backlog: -webhook-count charges created while no worker
+// runs, then workers started with the webhooks queue paused. They authorize
+// the charges first (the auth row); then the queue is resumed and the
+// deliveries timed at the receiver.
+func (e *environment) drain(ctx context.Context, rc *receiver, queue *asynq.Inspector, workers int) (whThroughput, whAuth, error) {
+	name := "project, 1 worker"
+	if workers > 1 {
+		name = fmt.Sprintf("project, %d workers", workers)
+	}
+	m := rc.mark()
+	start := time.Now()
+	rec := closedLoop(ctx, e.api.client, 16, 30*time.Second, e.o.webhookCount, e.o.timeout)
+	created := summarize(rec).OK
+	e.logf("webhooks: %d charges created in %s for a backlog (%s)", created, time.Since(start).Round(time.Millisecond), name)
+	if err := queue.PauseQueue("webhooks"); err != nil {
+		return whThroughput{}, whAuth{}, fmt.Errorf("pause the webhooks queue: %w", err)
+	}
+	resumed := false
+	defer func() {
+		if !resumed {
+			_ = queue.UnpauseQueue("webhooks")
+		}
+	}()
+	var procs []*target
+	defer func() {
+		for _, p := range procs {
+			p.proc.stop(5 * time.Second)
+		}
+	}()
+	pids := func() []int {
+		out := make([]int, len(procs))
+		for i, p := range procs {
+			out[i] = p.pid()
+		}
+		return out
+	}
+	for i := range workers {
+		t, err := e.startWorkerNamed(ctx, fmt.Sprintf("worker-%d-%d", workers, i+1))
+		if err != nil {
+			return whThroughput{}, whAuth{}, err
+		}
+		procs = append(procs, t)
+	}
+	snap := func() cpuSnapshot { return takeSnapshotOf(pids(), e.redis.pid(), e.postmaster, e.dbName) }
+	a0, t0 := snap(), time.Now()
+	for end := time.Now().Add(e.o.webhookWait); time.Now().Before(end) && ctx.Err() == nil; {
+		var left int
+		if err := e.db.query(ctx, "SELECT count(*) FROM charges WHERE status = 'created'", nil, &left); err == nil && left == 0 {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	auth := whAuth{Charges: created, Wall: time.Since(t0)}
+	e.pauseWorker(ctx)
+	a1 := snap()
+	if c := cpuBetween(a0, a1, created); created > 0 {
+		auth.Worker, auth.PG, auth.Redis = c.Server, c.Postgres, c.Redis
+	}
+	e.logf("webhooks: %s authorized %d charges in %s: worker %s, Postgres %s, Redis %s per charge", name, created,
+		auth.Wall.Round(time.Millisecond), us(auth.Worker), us(auth.PG), us(auth.Redis))
+
+	before := snap()
+	if err := queue.UnpauseQueue("webhooks"); err != nil {
+		return whThroughput{}, auth, fmt.Errorf("resume the webhooks queue: %w", err)
+	}
+	resumed = true
+	got := rc.waitFor(ctx, m, created, e.o.webhookWait)
+	after := snap()
+	d := throughputOf(name, workers, created, got)
+	if d.Got > 0 {
+		c := cpuBetween(before, after, d.Got)
+		d.Worker, d.PG, d.Redis, d.CPU = c.Server, c.Postgres, c.Redis, true
+	}
+	e.logf("webhooks: %s: backlog of %d: %d delivered at %.0f/s; per delivery worker %s, Postgres %s, Redis %s",
+		name, created, d.Got, d.Rate, us(d.Worker), us(d.PG), us(d.Redis))
+	return d, auth, nil
+}
+
+// pauseWorker is e.pause with the worker counted as one of the measured
+// processes.
+func (e *environment) pauseWorker(ctx context.Context) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(e.o.settle):
+	}
+}
+
+func (e *environment) startWorker(ctx context.Context) error {
+	t, err := e.startWorkerNamed(ctx, "worker")
+	e.worker = t
+	return err
+}
+
+func (e *environment) startWorkerNamed(ctx context.Context, name string) (*target, error) {
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	env := append(e.apiEnv("127.0.0.1:0"), "METRICS_ADDR="+addr) // the later METRICS_ADDR wins
+	return e.startServer(ctx, name, e.o.worker, nil, env, addr)
+}
+
+func throughputOf(name string, senders, expected int, got []receipt) whThroughput {
+	t := whThroughput{Name: name, Senders: senders, Expected: expected, Got: distinct(got)}
+	if len(got) > 1 {
+		first, last := got[0].at, got[0].at
+		for _, r := range got {
+			first, last = minTime(first, r.at), maxTime(last, r.at)
+		}
+		t.Wall = last.Sub(first)
+		if t.Wall > 0 {
+			t.Rate = float64(len(got)-1) / t.Wall.Seconds()
+		}
+	}
+	return t
+}
+
+func latencyOf(rate float64, s summary, got []receipt) whLatency {
+	l := whLatency{Rate: rate, Created: s.OK, ChargeP99: s.P99, Dropped: s.Dropped, Errors: s.Errors}
+	first := map[string]time.Duration{}
+	for _, r := range got {
+		if r.attempt != "1" {
+			l.Retries++
+		}
+		d := r.at.Sub(r.created)
+		if old, ok := first[r.event]; ok {
+			l.Duplicates++
+			d = min(d, old)
+		}
+		first[r.event] = d
+	}
+	lat := make([]time.Duration, 0, len(first))
+	for _, d := range first {
+		lat = append(lat, d)
+	}
+	slices.Sort(lat)
+	l.Received = len(lat)
+	l.P50, l.P99 = quantile(lat, 0.5), quantile(lat, 0.99)
+	if len(lat) > 0 {
+		l.Max = lat[len(lat)-1]
+	}
+	return l
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// floorSecret is the floor's signing key, in the project's secret format.
+var floorSecret = "whsec_" + base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{7}, 32))
+
+// signerFloor sends n signed POSTs of body to url from senders goroutines,
+// without asynq: the signing and the HTTP alone, for reference.
+func signerFloor(ctx context.Context, url string, body []byte, senders, n int) whThroughput {
+	tr := &http.Transport{MaxIdleConnsPerHost: senders, MaxConnsPerHost: senders, DisableCompression: true}
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Transport: tr, Timeout: 5 * time.Second}
+	var next, ok atomic.Int64
+	var wg sync.WaitGroup
+	deadline := time.Now().Add(30 * time.Second)
+	start := time.Now()
+	for range senders {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil && time.Now().Before(deadline) {
+				i := next.Add(1)
+				if i > int64(n) {
+					return
+				}
+				if code, err := signedPost(ctx, hc, url, body, "evt_floor_"+strconv.FormatInt(i, 10), false); err == nil && code == http.StatusOK {
+					ok.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	wall := time.Since(start)
+	t := whThroughput{Name: "signed POST loop, no asynq", Senders: senders, Expected: n, Got: int(ok.Load()), Wall: wall}
+	if wall > 0 {
+		t.Rate = float64(t.Got) / wall.Seconds()
+	}
+	return t
+}
+
+// request calls the API with the bench key and decodes the answer into out
+// (when not nil); want 0 accepts any 2xx.
+func (e *environment) request(ctx context.Context, method, path, token string, body any, want int, out any) error {
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, "http://"+e.api.addr+path, rd)
+	if err != nil {
+		return err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	rb, _ := io.ReadAll(resp.Body)
+	if (want != 0 && resp.StatusCode != want) || (want == 0 && resp.StatusCode/100 != 2) {
+		return fmt.Errorf("%s %s: %d %s", method, path, resp.StatusCode, rb)
+	}
+	if out == nil {
+		return nil
+	}
+	if err := json.Unmarshal(rb, out); err != nil {
+		return errors.New(method + " " + path + ": unreadable answer")
+	}
+	return nil
+}
+
+// latencyTable is the commit-to-first-attempt steps, the held one last.
+func (w *webhookResults) latencyTable() table {
+	t := table{head: []string{"charges/s", "for s", "created", "delivered", "p50 ms", "p99 ms", "max ms", "duplicates", "attempts > 1", "charge p99 ms"}}
+	steps := w.Latency
+	if w.Hold != nil {
+		steps = append(slices.Clone(steps), *w.Hold)
+	}
+	for _, l := range steps {
+		t.rows = append(t.rows, []string{rate(l.Rate), strconv.FormatFloat(l.For.Seconds(), 'f', 0, 64), strconv.Itoa(l.Created),
+			strconv.Itoa(l.Received), msf(l.P50), msf(l.P99), msf(l.Max), strconv.Itoa(l.Duplicates), strconv.Itoa(l.Retries), msf(l.ChargeP99)})
+	}
+	return t
+}
+
+// throughputTable is the backlog drains and the floor runs.
+func (w *webhookResults) throughputTable() table {
+	t := table{head: []string{"", "processes / senders", "expected", "delivered", "first to last s", "deliveries/s", "worker µs", "pg µs", "redis µs"}}
+	row := func(x whThroughput) []string {
+		r := []string{x.Name, strconv.Itoa(x.Senders), strconv.Itoa(x.Expected), strconv.Itoa(x.Got),
+			strconv.FormatFloat(x.Wall.Seconds(), 'f', 2, 64), rate(x.Rate), "-", "-", "-"}
+		if x.CPU {
+			r[6], r[7], r[8] = usf(x.Worker), usf(x.PG), usf(x.Redis)
+		}
+		return r
+	}
+	for _, d := range w.Drains {
+		t.rows = append(t.rows, row(d))
+	}
+	for _, f := range []*whThroughput{w.Floor, w.Signer} {
+		if f != nil {
+			t.rows = append(t.rows, row(*f))
+		}
+	}
+	if a := w.Auth; a != nil {
+		t.rows = append(t.rows, []string{"authorizing the backlog's charges (per charge)", "1", strconv.Itoa(a.Charges), "-",
+			strconv.FormatFloat(a.Wall.Seconds(), 'f', 2, 64), "-", usf(a.Worker), usf(a.PG), usf(a.Redis)})
+	}
+	return t
+}
+
+// targets compares the section with PERFORMANCE.md.
+func (w *webhookResults) targets() table {
+	t := table{head: []string{"", "project", "floor", "project/floor", "target", ""}}
+	var one *whThroughput
+	if len(w.Drains) > 0 {
+		one = &w.Drains[0]
+	}
+	if one != nil && w.Floor != nil {
+		t.rows = append(t.rows, []string{"deliveries/s with one attempt row each, one worker (backlog of " + strconv.Itoa(one.Expected) + ")",
+			rate(one.Rate), rate(w.Floor.Rate), ratio(one.Rate, w.Floor.Rate), "≥ 0.50 of the asynq floor and ≥ 5000",
+			verdict(one.Rate >= 5000 && shown(one.Rate, w.Floor.Rate) >= 0.5 && one.Got == one.Expected)})
+	}
+	if one != nil && one.CPU {
+		t.rows = append(t.rows, []string{"Postgres CPU per delivery, µs", usf(one.PG), "", "", "≤ 150", verdict(one.PG <= 150*time.Microsecond)})
+	}
+	if l := w.Hold; l != nil {
+		t.rows = append(t.rows, []string{"commit to first attempt, p99 ms at " + rate(l.Rate) + " charges/s held " +
+			strconv.FormatFloat(l.For.Seconds(), 'f', 0, 64) + " s, the worker authorizing them (" + strconv.Itoa(l.Received) + "/" +
+			strconv.Itoa(l.Created) + " delivered)", msf(l.P99), "", "", "< 250 at 1000/s for 60 s",
+			verdict(l.P99 < 250*time.Millisecond && l.Received == l.Created && l.Rate >= 1000 && l.For >= time.Minute)})
+	}
+	if len(w.Drains) > 1 {
+		two := w.Drains[1]
+		t.rows = append(t.rows, []string{"deliveries/s, two workers (against one)", rate(two.Rate), rate(one.Rate), ratio(two.Rate, one.Rate), "shown", ""})
+	}
+	return t
+}
+
+func (w *webhookResults) text() string {
+	var b strings.Builder
+	b.WriteString("\nWebhooks (charge.created to a receiver in the harness, bin/worker):\n")
+	b.WriteString(w.targets().text("  "))
+	b.WriteString("\n  Commit to first attempt (receipt minus the event's created_at):\n")
+	b.WriteString(w.latencyTable().text("  "))
+	b.WriteString("\n  Delivery throughput (CPU columns are µs per delivery):\n")
+	b.WriteString(w.throughputTable().text("  "))
+	for _, n := range w.Notes {
+		b.WriteString("  - " + n + "\n")
+	}
+	return b.String()
+}
+
+func (w *webhookResults) markdown() string {
+	var b strings.Builder
+	b.WriteString("\n### Webhooks\n\n")
+	fmt.Fprintf(&b, "`charge.created` deliveries from `bin/worker` to a receiver inside the harness; event bodies of %d bytes. "+
+		"The floor runs one asynq task per delivery on the same Redis and signs and POSTs the same body to the same receiver (see the method).\n\n", w.BodySize)
+	b.WriteString(w.targets().markdown())
+	b.WriteString("\nCommit to first attempt, open model, one worker also authorizing the charges (receipt time minus the event's `created_at`):\n\n")
+	b.WriteString(w.latencyTable().markdown())
+	b.WriteString("\nDelivery throughput (first to last receipt; CPU columns are µs per delivery over the drain, of the worker processes or the floor process):\n\n")
+	b.WriteString(w.throughputTable().markdown())
+	if len(w.Notes) > 0 {
+		b.WriteString("\n")
+		for _, n := range w.Notes {
+			b.WriteString("- " + n + "\n")
+		}
+	}
+	return b.String()
+}
