@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -188,4 +189,54 @@ func othersCores(d time.Duration, pids []int, postmaster int, db string) float64
 	b1, _ := boxTimes()
 	o1, wall := ours(), time.Since(t0).Seconds()
 	return max(0, ((b1-b0)-(o1-o0)).Seconds()/wall)
+}
+
+// pgByKind splits the Postgres CPU between two snapshots by process: the
+// database's backends, autovacuum workers, and each background process.
+func pgByKind(a, b cpuSnapshot) map[string]time.Duration {
+	out := map[string]time.Duration{}
+	for pid, t := range b.pg {
+		d := t - a.pg[pid]
+		if d <= 0 {
+			continue
+		}
+		cmd, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+		line := strings.ReplaceAll(string(cmd), "\x00", " ")
+		kind := "backends"
+		switch {
+		case strings.Contains(line, "autovacuum worker"):
+			kind = "autovacuum"
+		case len(cmd) == 0:
+			kind = "exited"
+		default:
+			for _, aux := range pgAux {
+				if strings.Contains(line, ": "+aux) {
+					kind = aux
+				}
+			}
+			if !strings.HasPrefix(line, "postgres: ") && kind == "backends" {
+				kind = "postmaster"
+			}
+		}
+		out[kind] += d
+	}
+	return out
+}
+
+// kindsText is pgByKind per delivery, largest first, as "backends 120µs, ...".
+func kindsText(m map[string]time.Duration, n int) string {
+	type kv struct {
+		k string
+		v time.Duration
+	}
+	var list []kv
+	for k, v := range m {
+		list = append(list, kv{k, v})
+	}
+	slices.SortFunc(list, func(a, b kv) int { return int(b.v - a.v) })
+	parts := make([]string, 0, len(list))
+	for _, e := range list {
+		parts = append(parts, e.k+" "+us(e.v/time.Duration(max(n, 1))))
+	}
+	return strings.Join(parts, ", ")
 }

@@ -183,6 +183,37 @@ type whThroughput struct {
 	Rate              float64       // deliveries per second over Wall
 	Worker, PG, Redis time.Duration // CPU per delivery of the worker(s) or the floor process, Postgres, Redis
 	CPU               bool          // the CPU columns were measured
+	PGKinds           string        // Postgres CPU per delivery by process (drains only)
+	Batches           string        // mean deliveries per read and record statement (drains only)
+}
+
+// batchSizes reads gatehouse_webhook_batch_size from the workers' metrics:
+// the mean deliveries per statement, by statement.
+func batchSizes(workers []*target) string {
+	sum, count := map[string]float64{}, map[string]float64{}
+	for _, w := range workers {
+		resp, err := http.Get("http://" + w.addr + "/metrics")
+		if err != nil {
+			return ""
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		for _, line := range strings.Split(string(raw), "\n") {
+			for _, st := range []string{"read", "record"} {
+				for name, into := range map[string]map[string]float64{"_sum": sum, "_count": count} {
+					prefix := "gatehouse_webhook_batch_size" + name + `{statement="` + st + `"} `
+					if v, ok := strings.CutPrefix(line, prefix); ok {
+						f, _ := strconv.ParseFloat(v, 64)
+						into[st] += f
+					}
+				}
+			}
+		}
+	}
+	if count["read"] == 0 || count["record"] == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%.1f per read, %.1f per record", sum["read"]/count["read"], sum["record"]/count["record"])
 }
 
 // whAuth is the authorization phase of a backlog: the worker authorizing
@@ -253,6 +284,9 @@ func (e *environment) webhooks(ctx context.Context, w *webhookResults) error {
 			return err
 		}
 		w.Drains = append(w.Drains, d)
+		if d.PGKinds != "" {
+			w.Notes = append(w.Notes, d.Name+": Postgres CPU per delivery by process: "+d.PGKinds+"; deliveries per statement: "+d.Batches)
+		}
 		if workers == 1 {
 			w.Auth = &auth
 		}
@@ -404,8 +438,12 @@ func (e *environment) drain(ctx context.Context, rc *receiver, queue *asynq.Insp
 		c := cpuBetween(before, after, d.Got)
 		d.Worker, d.PG, d.Redis, d.CPU = c.Server, c.Postgres, c.Redis, true
 	}
-	e.logf("webhooks: %s: backlog of %d: %d delivered at %.0f/s; per delivery worker %s, Postgres %s, Redis %s",
-		name, created, d.Got, d.Rate, us(d.Worker), us(d.PG), us(d.Redis))
+	if d.CPU {
+		d.PGKinds = kindsText(pgByKind(before, after), d.Got)
+	}
+	d.Batches = batchSizes(procs)
+	e.logf("webhooks: %s: backlog of %d: %d delivered at %.0f/s; per delivery worker %s, Postgres %s (%s), Redis %s",
+		name, created, d.Got, d.Rate, us(d.Worker), us(d.PG), d.PGKinds, us(d.Redis))
 	return d, auth, nil
 }
 
