@@ -34,7 +34,7 @@ import (
 const (
 	floorTaskType    = "bench:deliver"
 	floorQueue       = "bench-floor"
-	floorConcurrency = 50                    // bin/worker's asynq concurrency
+	floorConcurrency = 100                   // the slots of bin/worker's delivery pool
 	floorPoll        = 50 * time.Millisecond // bin/worker's TaskCheckInterval
 )
 
@@ -43,11 +43,11 @@ func (e *environment) redisAddr() string {
 	return strings.TrimSuffix(strings.TrimPrefix(e.redisURL, "redis://"), "/0")
 }
 
-// asynqFloor enqueues -webhook-count floor tasks, runs the floor worker until
+// asynqFloor enqueues -webhook-count floor tasks per endpoint, runs the floor worker until
 // the receiver has had them all (or -webhook-wait passes), and times them
 // first to last receipt, with the floor process's and Redis's CPU.
 func (e *environment) asynqFloor(ctx context.Context, rc *receiver, body []byte) (whThroughput, error) {
-	n := e.o.webhookCount
+	n := e.o.webhookCount * len(rc.urls)
 	client := asynq.NewClient(asynq.RedisClientOpt{Addr: e.redisAddr()})
 	defer client.Close()
 	for i := range n {
@@ -72,7 +72,7 @@ func (e *environment) asynqFloor(ctx context.Context, rc *receiver, body []byte)
 	}
 	defer logFile.Close()
 	first := len(rc.floorSince(0))
-	cmd := exec.Command(self, "webhook-floor", "-redis", e.redisAddr(), "-url", rc.url, "-body", bodyFile,
+	cmd := exec.Command(self, "webhook-floor", "-redis", e.redisAddr(), "-url", strings.Join(rc.urls, ","), "-body", bodyFile,
 		"-n", strconv.Itoa(n), "-for", e.o.webhookWait.String())
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	p, err := startProc(cmd)
@@ -108,7 +108,7 @@ func (e *environment) asynqFloor(ctx context.Context, rc *receiver, body []byte)
 func serveWebhookFloor(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("webhook-floor", flag.ContinueOnError)
 	redisAddr := fs.String("redis", "", "host:port of the Redis holding the floor's tasks")
-	url := fs.String("url", "", "the receiver")
+	url := fs.String("url", "", "the receiver's URLs, comma-separated, posted to in turn")
 	bodyFile := fs.String("body", "", "file with the body to sign and POST")
 	n := fs.Int("n", 0, "tasks to run before exiting")
 	limit := fs.Duration("for", time.Minute, "most time to run")
@@ -122,10 +122,11 @@ func serveWebhookFloor(ctx context.Context, args []string) error {
 	if *redisAddr == "" || *url == "" || *n < 1 {
 		return errors.New("-redis, -url and -n are required")
 	}
+	urls := strings.Split(*url, ",")
 	tr := &http.Transport{MaxIdleConnsPerHost: floorConcurrency, DisableCompression: true}
 	defer tr.CloseIdleConnections()
 	hc := &http.Client{Transport: tr, Timeout: 5 * time.Second}
-	var done atomic.Int64
+	var done, next atomic.Int64
 	finished := make(chan struct{})
 	srv := asynq.NewServer(asynq.RedisClientOpt{Addr: *redisAddr}, asynq.Config{
 		Concurrency: floorConcurrency, Queues: map[string]int{floorQueue: 1}, TaskCheckInterval: floorPoll, LogLevel: asynq.WarnLevel,
@@ -133,7 +134,7 @@ func serveWebhookFloor(ctx context.Context, args []string) error {
 	mux := asynq.NewServeMux()
 	mux.HandleFunc(floorTaskType, func(ctx context.Context, t *asynq.Task) error {
 		id, _ := asynq.GetTaskID(ctx)
-		code, err := signedPost(ctx, hc, *url, body, id, true)
+		code, err := signedPost(ctx, hc, urls[int(next.Add(1))%len(urls)], body, id, true)
 		if err != nil {
 			return err
 		}

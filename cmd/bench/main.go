@@ -53,14 +53,15 @@ type options struct {
 	perf        bool
 	keep        bool
 
-	webhooks        bool
-	worker          string
-	webhookRates    []float64
-	webhookStep     time.Duration
-	webhookCount    int
-	webhookWait     time.Duration
-	webhookHold     time.Duration
-	webhookHoldRate float64
+	webhooks         bool
+	worker           string
+	webhookRates     []float64
+	webhookStep      time.Duration
+	webhookCount     int
+	webhookEndpoints int
+	webhookWait      time.Duration
+	webhookHold      time.Duration
+	webhookHoldRate  float64
 
 	scenarios    map[string]bool // l1, l2, l3, l4, login, webhooks
 	l2Keys       int
@@ -117,7 +118,8 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	fs.Float64Var(&o.webhookHoldRate, "webhook-hold-rate", 1000, "charges/s of the held commit-to-first-attempt step")
 	fs.DurationVar(&o.webhookHold, "webhook-hold", 60*time.Second, "length of the held step (0 skips it)")
 	fs.DurationVar(&o.webhookStep, "webhook-step", 5*time.Second, "length of one webhook latency step")
-	fs.IntVar(&o.webhookCount, "webhook-count", 3000, "charges created for each delivery backlog (one worker, two workers), and tasks of each floor")
+	fs.IntVar(&o.webhookEndpoints, "webhook-endpoints", 3, "endpoints subscribed to charge.created, each on its own port of the receiver: a charge is this many deliveries")
+	fs.IntVar(&o.webhookCount, "webhook-count", 3000, "charges created for each delivery backlog (one worker, two workers); each floor runs this many tasks per endpoint")
 	fs.DurationVar(&o.webhookWait, "webhook-wait", 60*time.Second, "most time a webhook step waits for its deliveries")
 	scen := fs.String("scenarios", "l1,l2,l3,l4,login,webhooks", "scenarios to run, comma-separated: l1 (charge steps next to the floor), l2 (one Idempotency-Key, concurrent), "+
 		"l3 (rate limit on two replicas), l4 (webhook fan-out with slow and failing endpoints), login (charges beside a login flood), webhooks (delivery latency and throughput)")
@@ -163,6 +165,9 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	}
 	if o.webhookStep <= 0 || o.webhookStep > time.Minute || o.webhookWait <= 0 || o.webhookWait > 5*time.Minute {
 		return o, fmt.Errorf("-webhook-step must be within (0, 1m] and -webhook-wait within (0, 5m]")
+	}
+	if o.webhookEndpoints < 1 || o.webhookEndpoints > 16 {
+		return o, fmt.Errorf("-webhook-endpoints must be from 1 to 16")
 	}
 	if o.webhookCount < 1 || o.webhookCount > 100_000 {
 		return o, fmt.Errorf("-webhook-count must be from 1 to 100000")

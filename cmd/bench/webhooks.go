@@ -21,9 +21,11 @@ import (
 	"github.com/hibiken/asynq"
 )
 
-// The webhook section runs bin/worker next to bin/api, registers an endpoint
-// on a receiver inside the harness (127.0.0.1, answering 200 at once) and
-// measures, for charge.created deliveries:
+// The webhook section runs bin/worker next to bin/api, registers
+// -webhook-endpoints endpoints (three by default, as a merchant with three
+// endpoints has) on a receiver inside the harness (127.0.0.1, one port per
+// endpoint, as distinct hosts; answering 200 at once) and measures, for
+// charge.created deliveries, one per charge and endpoint:
 //
 //   - delivery cost, isolated: a backlog of charges created while no worker
 //     runs; the worker starts with the asynq queue "webhooks" paused, so it
@@ -47,12 +49,13 @@ type receipt struct {
 	created time.Time // the event's created_at
 	event   string
 	attempt string
+	to      int // the endpoint: the index of the receiver's URL
 }
 
-// receiver records every delivery it is sent.
+// receiver records every delivery it is sent, on one port per endpoint.
 type receiver struct {
-	srv  *http.Server
-	url  string
+	srvs []*http.Server
+	urls []string
 	mu   sync.Mutex
 	got  []receipt
 	body atomic.Pointer[[]byte] // the last body received, for the floor
@@ -66,18 +69,32 @@ type receiver struct {
 // floorHeader marks the asynq floor's POSTs, so the receiver times them.
 const floorHeader = "X-Bench-Floor"
 
-func startReceiver() (*receiver, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
+// startReceiver listens on endpoints ports of 127.0.0.1, one URL each.
+func startReceiver(endpoints int) (*receiver, error) {
+	rc := &receiver{}
+	for i := range max(endpoints, 1) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			rc.close()
+			return nil, err
+		}
+		srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			rc.serve(w, r, i)
+		})}
+		rc.srvs = append(rc.srvs, srv)
+		rc.urls = append(rc.urls, "http://"+ln.Addr().String()+"/hook")
+		go func() { _ = srv.Serve(ln) }()
 	}
-	rc := &receiver{url: "http://" + ln.Addr().String() + "/hook"}
-	rc.srv = &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(rc.serve)}
-	go func() { _ = rc.srv.Serve(ln) }()
 	return rc, nil
 }
 
-func (rc *receiver) serve(w http.ResponseWriter, r *http.Request) {
+func (rc *receiver) close() {
+	for _, s := range rc.srvs {
+		_ = s.Close()
+	}
+}
+
+func (rc *receiver) serve(w http.ResponseWriter, r *http.Request, to int) {
 	at := time.Now()
 	body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
 	w.WriteHeader(http.StatusOK)
@@ -102,7 +119,7 @@ func (rc *receiver) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	rc.body.Store(&body)
 	rc.mu.Lock()
-	rc.got = append(rc.got, receipt{at: at, created: created, event: id, attempt: r.Header.Get("X-Service-Delivery-Attempt")})
+	rc.got = append(rc.got, receipt{at: at, created: created, event: id, attempt: r.Header.Get("X-Service-Delivery-Attempt"), to: to})
 	rc.mu.Unlock()
 	rc.n.Add(1)
 }
@@ -136,8 +153,8 @@ type mark struct {
 
 func (rc *receiver) mark() mark { return mark{t: time.Now(), n: rc.n.Load()} }
 
-// waitFor waits until n distinct events created since m have arrived, or
-// limit passes; it returns their receipts.
+// waitFor waits until n distinct deliveries (event and endpoint) of events
+// created since m have arrived, or limit passes; it returns their receipts.
 func (rc *receiver) waitFor(ctx context.Context, m mark, n int, limit time.Duration) []receipt {
 	end := time.Now().Add(limit)
 	t := m.t
@@ -155,10 +172,13 @@ func (rc *receiver) waitFor(ctx context.Context, m mark, n int, limit time.Durat
 	}
 }
 
+// delivery names a receipt's delivery: its event at its endpoint.
+func (r receipt) delivery() string { return r.event + "@" + strconv.Itoa(r.to) }
+
 func distinct(rs []receipt) int {
 	seen := make(map[string]bool, len(rs))
 	for _, r := range rs {
-		seen[r.event] = true
+		seen[r.delivery()] = true
 	}
 	return len(seen)
 }
@@ -167,8 +187,9 @@ func distinct(rs []receipt) int {
 type whLatency struct {
 	Rate                float64
 	For                 time.Duration
-	Created, Received   int // charges answered 201; distinct events delivered
-	Duplicates, Retries int // receipts beyond the first per event; receipts with attempt > 1
+	Created, Received   int // charges answered 201; distinct deliveries (event and endpoint) received
+	Expected            int // deliveries: Created × endpoints
+	Duplicates, Retries int // receipts beyond the first per delivery; receipts with attempt > 1
 	ChargeP99           time.Duration
 	P50, P99, Max       time.Duration
 	Dropped, Errors     int
@@ -233,7 +254,9 @@ type webhookResults struct {
 	Floor    *whThroughput  // asynq task + signed POST
 	Signer   *whThroughput  // signed POST loop, no asynq (reference)
 	BodySize int
-	Notes    []string
+	// Endpoints is how many endpoints each charge.created goes to.
+	Endpoints int
+	Notes     []string
 }
 
 // measureWebhooks runs the webhook section; failures become notes.
@@ -250,28 +273,35 @@ func (e *environment) webhooks(ctx context.Context, w *webhookResults) error {
 	if _, err := os.Stat(e.o.worker); err != nil {
 		return fmt.Errorf("%s: %w (run make build)", e.o.worker, err)
 	}
-	rc, err := startReceiver()
+	rc, err := startReceiver(e.o.webhookEndpoints)
 	if err != nil {
 		return err
 	}
-	defer rc.srv.Close()
-	var ep struct {
-		Endpoint struct {
-			ID string `json:"id"`
-		} `json:"webhook_endpoint"`
-	}
-	if err := e.request(ctx, http.MethodPost, "/v1/me/webhook_endpoints", e.apiSecret,
-		map[string]any{"url": rc.url, "events": []string{"charge.created"}, "description": "bench receiver"}, http.StatusCreated, &ep); err != nil {
-		return err
-	}
+	defer rc.close()
+	w.Endpoints = len(rc.urls)
+	var ids []string
 	// The charge steps that follow measure creation without fan-out.
 	defer func() {
 		dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if err := e.request(dctx, http.MethodDelete, "/v1/me/webhook_endpoints/"+ep.Endpoint.ID, e.apiSecret, nil, 0, nil); err != nil {
-			w.Notes = append(w.Notes, "delete the bench endpoint: "+err.Error())
+		for _, id := range ids {
+			if err := e.request(dctx, http.MethodDelete, "/v1/me/webhook_endpoints/"+id, e.apiSecret, nil, 0, nil); err != nil {
+				w.Notes = append(w.Notes, "delete a bench endpoint: "+err.Error())
+			}
 		}
 	}()
+	for i, u := range rc.urls {
+		var ep struct {
+			Endpoint struct {
+				ID string `json:"id"`
+			} `json:"webhook_endpoint"`
+		}
+		if err := e.request(ctx, http.MethodPost, "/v1/me/webhook_endpoints", e.apiSecret,
+			map[string]any{"url": u, "events": []string{"charge.created"}, "description": fmt.Sprintf("bench receiver %d", i+1)}, http.StatusCreated, &ep); err != nil {
+			return err
+		}
+		ids = append(ids, ep.Endpoint.ID)
+	}
 	queue := asynq.NewInspector(asynq.RedisClientOpt{Addr: e.redisAddr()})
 	defer queue.Close()
 
@@ -312,7 +342,7 @@ func (e *environment) webhooks(ctx context.Context, w *webhookResults) error {
 		e.pauseWorker(ctx)
 	}
 	if ctx.Err() == nil {
-		f := signerFloor(ctx, rc.url, body, 20, e.o.webhookCount)
+		f := signerFloor(ctx, rc.urls, body, 20, e.o.webhookCount*len(rc.urls))
 		w.Signer = &f
 		e.logf("webhooks: signed POST loop, 20 senders: %d at %.0f/s", f.Got, f.Rate)
 	}
@@ -330,7 +360,7 @@ func (e *environment) webhooks(ctx context.Context, w *webhookResults) error {
 	if len(e.o.webhookRates) > 0 {
 		m := rc.mark()
 		s := summarize(openModel(ctx, e.api.client, e.o.webhookRates[0], min(e.o.webhookStep, 3*time.Second), e.o.maxInflight, e.o.timeout))
-		rc.waitFor(ctx, m, s.OK, min(e.o.webhookWait, 30*time.Second))
+		rc.waitFor(ctx, m, s.OK*len(rc.urls), min(e.o.webhookWait, 30*time.Second))
 	}
 	e.pauseWorker(ctx)
 	steps := make([]whLatency, 0, len(e.o.webhookRates)+1)
@@ -347,8 +377,8 @@ func (e *environment) webhooks(ctx context.Context, w *webhookResults) error {
 		m := rc.mark()
 		rec := openModel(ctx, e.api.client, st.Rate, st.For, e.o.maxInflight, e.o.timeout)
 		s := summarize(rec)
-		got := rc.waitFor(ctx, m, s.OK, min(e.o.webhookWait, 30*time.Second))
-		l := latencyOf(st.Rate, s, got)
+		got := rc.waitFor(ctx, m, s.OK*len(rc.urls), min(e.o.webhookWait, 30*time.Second))
+		l := latencyOf(st.Rate, s, got, len(rc.urls))
 		l.For = st.For
 		if e.o.webhookHold > 0 && i == len(steps)-1 {
 			w.Hold = &l
@@ -356,7 +386,7 @@ func (e *environment) webhooks(ctx context.Context, w *webhookResults) error {
 			w.Latency = append(w.Latency, l)
 		}
 		e.logf("webhooks: %4.0f charges/s for %s: %d/%d delivered, commit to first attempt p50 %s p99 %s max %s",
-			st.Rate, st.For, l.Received, l.Created, ms(l.P50), ms(l.P99), ms(l.Max))
+			st.Rate, st.For, l.Received, l.Expected, ms(l.P50), ms(l.P99), ms(l.Max))
 		e.pauseWorker(ctx)
 	}
 	if bad := rc.bad.Load(); bad > 0 {
@@ -431,9 +461,9 @@ func (e *environment) drain(ctx context.Context, rc *receiver, queue *asynq.Insp
 		return whThroughput{}, auth, fmt.Errorf("resume the webhooks queue: %w", err)
 	}
 	resumed = true
-	got := rc.waitFor(ctx, m, created, e.o.webhookWait)
+	got := rc.waitFor(ctx, m, created*len(rc.urls), e.o.webhookWait)
 	after := snap()
-	d := throughputOf(name, workers, created, got)
+	d := throughputOf(name, workers, created*len(rc.urls), got)
 	if d.Got > 0 {
 		c := cpuBetween(before, after, d.Got)
 		d.Worker, d.PG, d.Redis, d.CPU = c.Server, c.Postgres, c.Redis, true
@@ -486,19 +516,19 @@ func throughputOf(name string, senders, expected int, got []receipt) whThroughpu
 	return t
 }
 
-func latencyOf(rate float64, s summary, got []receipt) whLatency {
-	l := whLatency{Rate: rate, Created: s.OK, ChargeP99: s.P99, Dropped: s.Dropped, Errors: s.Errors}
+func latencyOf(rate float64, s summary, got []receipt, endpoints int) whLatency {
+	l := whLatency{Rate: rate, Created: s.OK, Expected: s.OK * endpoints, ChargeP99: s.P99, Dropped: s.Dropped, Errors: s.Errors}
 	first := map[string]time.Duration{}
 	for _, r := range got {
 		if r.attempt != "1" {
 			l.Retries++
 		}
 		d := r.at.Sub(r.created)
-		if old, ok := first[r.event]; ok {
+		if old, ok := first[r.delivery()]; ok {
 			l.Duplicates++
 			d = min(d, old)
 		}
-		first[r.event] = d
+		first[r.delivery()] = d
 	}
 	lat := make([]time.Duration, 0, len(first))
 	for _, d := range first {
@@ -530,9 +560,9 @@ func maxTime(a, b time.Time) time.Time {
 // floorSecret is the floor's signing key, in the project's secret format.
 var floorSecret = "whsec_" + base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{7}, 32))
 
-// signerFloor sends n signed POSTs of body to url from senders goroutines,
-// without asynq: the signing and the HTTP alone, for reference.
-func signerFloor(ctx context.Context, url string, body []byte, senders, n int) whThroughput {
+// signerFloor sends n signed POSTs of body to urls in turn from senders
+// goroutines, without asynq: the signing and the HTTP alone, for reference.
+func signerFloor(ctx context.Context, urls []string, body []byte, senders, n int) whThroughput {
 	tr := &http.Transport{MaxIdleConnsPerHost: senders, MaxConnsPerHost: senders, DisableCompression: true}
 	defer tr.CloseIdleConnections()
 	hc := &http.Client{Transport: tr, Timeout: 5 * time.Second}
@@ -549,6 +579,7 @@ func signerFloor(ctx context.Context, url string, body []byte, senders, n int) w
 				if i > int64(n) {
 					return
 				}
+				url := urls[int(i)%len(urls)]
 				if code, err := signedPost(ctx, hc, url, body, "evt_floor_"+strconv.FormatInt(i, 10), false); err == nil && code == http.StatusOK {
 					ok.Add(1)
 				}
@@ -600,14 +631,14 @@ func (e *environment) request(ctx context.Context, method, path, token string, b
 
 // latencyTable is the commit-to-first-attempt steps, the held one last.
 func (w *webhookResults) latencyTable() table {
-	t := table{head: []string{"charges/s", "for s", "created", "delivered", "p50 ms", "p99 ms", "max ms", "duplicates", "attempts > 1", "charge p99 ms"}}
+	t := table{head: []string{"charges/s", "for s", "charges", "deliveries", "delivered", "p50 ms", "p99 ms", "max ms", "duplicates", "attempts > 1", "charge p99 ms"}}
 	steps := w.Latency
 	if w.Hold != nil {
 		steps = append(slices.Clone(steps), *w.Hold)
 	}
 	for _, l := range steps {
 		t.rows = append(t.rows, []string{rate(l.Rate), strconv.FormatFloat(l.For.Seconds(), 'f', 0, 64), strconv.Itoa(l.Created),
-			strconv.Itoa(l.Received), msf(l.P50), msf(l.P99), msf(l.Max), strconv.Itoa(l.Duplicates), strconv.Itoa(l.Retries), msf(l.ChargeP99)})
+			strconv.Itoa(l.Expected), strconv.Itoa(l.Received), msf(l.P50), msf(l.P99), msf(l.Max), strconv.Itoa(l.Duplicates), strconv.Itoa(l.Retries), msf(l.ChargeP99)})
 	}
 	return t
 }
@@ -656,8 +687,8 @@ func (w *webhookResults) targets() table {
 	if l := w.Hold; l != nil {
 		t.rows = append(t.rows, []string{"commit to first attempt, p99 ms at " + rate(l.Rate) + " charges/s held " +
 			strconv.FormatFloat(l.For.Seconds(), 'f', 0, 64) + " s, the worker authorizing them (" + strconv.Itoa(l.Received) + "/" +
-			strconv.Itoa(l.Created) + " delivered)", msf(l.P99), "", "", "< 250 at 1000/s for 60 s",
-			verdict(l.P99 < 250*time.Millisecond && l.Received == l.Created && l.Rate >= 1000 && l.For >= time.Minute)})
+			strconv.Itoa(l.Expected) + " delivered)", msf(l.P99), "", "", "< 250 at 1000/s for 60 s",
+			verdict(l.P99 < 250*time.Millisecond && l.Received == l.Expected && l.Rate >= 1000 && l.For >= time.Minute)})
 	}
 	if len(w.Drains) > 1 {
 		two := w.Drains[1]
@@ -668,7 +699,7 @@ func (w *webhookResults) targets() table {
 
 func (w *webhookResults) text() string {
 	var b strings.Builder
-	b.WriteString("\nWebhooks (charge.created to a receiver in the harness, bin/worker):\n")
+	fmt.Fprintf(&b, "\nWebhooks (charge.created to %d endpoints on a receiver in the harness, bin/worker):\n", w.Endpoints)
 	b.WriteString(w.targets().text("  "))
 	b.WriteString("\n  Commit to first attempt (receipt minus the event's created_at):\n")
 	b.WriteString(w.latencyTable().text("  "))
@@ -683,8 +714,8 @@ func (w *webhookResults) text() string {
 func (w *webhookResults) markdown() string {
 	var b strings.Builder
 	b.WriteString("\n### Webhooks\n\n")
-	fmt.Fprintf(&b, "`charge.created` deliveries from `bin/worker` to a receiver inside the harness; event bodies of %d bytes. "+
-		"The floor runs one asynq task per delivery on the same Redis and signs and POSTs the same body to the same receiver (see the method).\n\n", w.BodySize)
+	fmt.Fprintf(&b, "`charge.created` deliveries from `bin/worker` to %d endpoints (one port each) of a receiver inside the harness: one delivery per charge and endpoint; "+
+		"event bodies of %d bytes. The floor runs one asynq task per delivery on the same Redis and signs and POSTs the same body to the same ports (see the method).\n\n", w.Endpoints, w.BodySize)
 	b.WriteString(w.targets().markdown())
 	b.WriteString("\nCommit to first attempt, open model, one worker also authorizing the charges (receipt time minus the event's `created_at`):\n\n")
 	b.WriteString(w.latencyTable().markdown())

@@ -20,7 +20,7 @@ func TestWebhookTargets(t *testing.T) {
 		}
 		return out
 	}
-	hold := whLatency{Rate: 1000, For: time.Minute, Created: 60000, Received: 60000, P99: 240 * time.Millisecond}
+	hold := whLatency{Rate: 1000, For: time.Minute, Created: 60000, Expected: 180000, Received: 180000, P99: 240 * time.Millisecond}
 	w := &webhookResults{
 		Drains: []whThroughput{{Expected: 3000, Got: 3000, Rate: 6000, PG: 150 * time.Microsecond, CPU: true}, {Rate: 9000}},
 		Floor:  &whThroughput{Rate: 12000},
@@ -57,15 +57,15 @@ func TestWebhookTargets(t *testing.T) {
 
 // TestReceiverTimesFloorPosts: the receiver records the asynq floor's POSTs
 // (marked with floorHeader) apart from deliveries, and waitFor counts only
-// deliveries since its mark.
+// deliveries since its mark, one per event and endpoint (port).
 func TestReceiverTimesFloorPosts(t *testing.T) {
-	rc, err := startReceiver()
+	rc, err := startReceiver(2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rc.srv.Close()
-	post := func(h map[string]string, body string) {
-		req, _ := http.NewRequest(http.MethodPost, rc.url, strings.NewReader(body))
+	defer rc.close()
+	post := func(h map[string]string, body string, to ...int) {
+		req, _ := http.NewRequest(http.MethodPost, rc.urls[append(to, 0)[0]], strings.NewReader(body))
 		for k, v := range h {
 			req.Header.Set(k, v)
 		}
@@ -88,5 +88,17 @@ func TestReceiverTimesFloorPosts(t *testing.T) {
 	got := rc.waitFor(context.Background(), m, 1, time.Second)
 	if len(got) != 1 || got[0].event != "evt_1" {
 		t.Errorf("deliveries since the mark: %+v, want evt_1 only", got)
+	}
+	// The same event at the second endpoint is a second delivery; a repeat
+	// at the first is not.
+	post(map[string]string{"X-Service-Event-Id": "evt_1", "X-Service-Delivery-Attempt": "2"}, `{"created_at":"`+created+`"}`)
+	post(map[string]string{"X-Service-Event-Id": "evt_1", "X-Service-Delivery-Attempt": "1"}, `{"created_at":"`+created+`"}`, 1)
+	got = rc.waitFor(context.Background(), m, 2, time.Second)
+	if n := distinct(got); n != 2 || len(got) != 3 {
+		t.Errorf("deliveries: %d distinct of %d receipts, want 2 of 3", n, len(got))
+	}
+	l := latencyOf(1, summary{OK: 1}, got, 2)
+	if l.Received != 2 || l.Expected != 2 || l.Duplicates != 1 || l.Retries != 1 {
+		t.Errorf("latency step: %+v, want 2 of 2 received, 1 duplicate, 1 retry", l)
 	}
 }

@@ -165,7 +165,7 @@ func work(ctx context.Context, getenv func(string) string, stderr io.Writer) err
 		Metrics:  jm,
 	}
 
-	srv := asynq.NewServerFromRedisClient(qrdb, jobs.ServerConfig(log, cfg))
+	srv := jobs.NewServers(qrdb, log, cfg)
 	// The scheduler owns its connection (it closes it on shutdown).
 	srdb, err := cache.DialQueue(cfg.RedisURL.Reveal(), cfg.RedisMode)
 	if err != nil {
@@ -231,7 +231,7 @@ func work(ctx context.Context, getenv func(string) string, stderr io.Writer) err
 	}
 
 	if err := srv.Start(handlers.Mux()); err != nil {
-		return fmt.Errorf("start asynq server: %w", err)
+		return err
 	}
 	if err := scheduler.Start(); err != nil {
 		srv.Shutdown()

@@ -5,10 +5,14 @@ package jobs
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/attribute"
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 	"go.opentelemetry.io/otel/trace"
@@ -25,9 +29,24 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/webhooks"
 )
 
-// Queues and their weights: provider calls and deliveries will outrank
+// A Pool is one of the worker's asynq servers: its queues with their
+// weights, and its task slots. asynq takes a server's tasks one at a time,
+// in one loop that tries its queues in turn with a Redis call each, so
+// deliveries have a server of their own: they are taken without first
+// polling queues that are empty, they never wait behind provider calls for
+// a slot, and a backlog of them cannot hold up an authorization.
+type Pool struct {
+	Name        string
+	Queues      map[string]int
+	Concurrency int
+}
+
+// Pools are the worker's servers. In the first, provider calls outrank
 // housekeeping.
-var Queues = map[string]int{"critical": 6, "webhooks": 4, "default": 2, "maintenance": 1}
+var Pools = []Pool{
+	{Name: "tasks", Queues: map[string]int{"critical": 6, "default": 2, "maintenance": 1}, Concurrency: 50},
+	{Name: "webhooks", Queues: map[string]int{"webhooks": 1}, Concurrency: 100},
+}
 
 // Handlers holds what the task handlers need.
 type Handlers struct {
@@ -97,15 +116,23 @@ func (h *Handlers) observe(next asynq.Handler) asynq.Handler {
 	})
 }
 
-// ServerConfig is the asynq server configuration of the worker. Provider
-// tasks back off exponentially from cfg.ProviderRetryBase up to
-// cfg.ProviderRetryMax; other tasks use asynq's default.
-func ServerConfig(log *slog.Logger, cfg config.Config) asynq.Config {
+// ServerConfigs are the asynq server configurations of the worker, one per
+// pool. Provider tasks back off exponentially from cfg.ProviderRetryBase up
+// to cfg.ProviderRetryMax; other tasks use asynq's default.
+func ServerConfigs(log *slog.Logger, cfg config.Config) []asynq.Config {
+	out := make([]asynq.Config, len(Pools))
+	for i, p := range Pools {
+		out[i] = serverConfig(log, cfg, p)
+	}
+	return out
+}
+
+func serverConfig(log *slog.Logger, cfg config.Config, p Pool) asynq.Config {
 	shutdownTimeout := cfg.ShutdownTimeout
 	return asynq.Config{
 		RetryDelayFunc:    retryDelay(cfg),
-		Concurrency:       50,
-		Queues:            Queues,
+		Concurrency:       p.Concurrency,
+		Queues:            p.Queues,
 		TaskCheckInterval: 50 * time.Millisecond,
 		IsFailure:         isFailure,
 		// Retries and scheduled tasks move to the queue within a second of
@@ -139,3 +166,47 @@ func (l asynqLogger) Fatal(args ...any) { l.log.Error("asynq fatal", "msg", args
 
 // Logger adapts the handlers' slog logger for asynq components.
 func (h *Handlers) Logger() asynq.Logger { return asynqLogger{h.Log} }
+
+// Servers are the worker's asynq servers, one per pool, sharing one Redis
+// client (which they do not close).
+type Servers []*asynq.Server
+
+// NewServers makes the servers of ServerConfigs on rdb.
+func NewServers(rdb redis.UniversalClient, log *slog.Logger, cfg config.Config) Servers {
+	configs := ServerConfigs(log, cfg)
+	out := make(Servers, len(configs))
+	for i, c := range configs {
+		out[i] = asynq.NewServerFromRedisClient(rdb, c)
+	}
+	return out
+}
+
+// Start starts every server with h; on an error it stops those started.
+func (s Servers) Start(h asynq.Handler) error {
+	for i, srv := range s {
+		if err := srv.Start(h); err != nil {
+			s[:i].Shutdown()
+			return fmt.Errorf("start asynq server %q: %w", Pools[i].Name, err)
+		}
+	}
+	return nil
+}
+
+// Shutdown stops the servers at once, each waiting up to its
+// ShutdownTimeout for its tasks, so a drain takes one timeout, not one per
+// server.
+func (s Servers) Shutdown() {
+	var wg sync.WaitGroup
+	for _, srv := range s {
+		wg.Go(srv.Shutdown)
+	}
+	wg.Wait()
+}
+
+// Ping checks the servers' Redis.
+func (s Servers) Ping() error {
+	if len(s) == 0 {
+		return errors.New("no asynq server")
+	}
+	return s[0].Ping()
+}

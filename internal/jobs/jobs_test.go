@@ -11,6 +11,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/gatehouse-pay/gatehouse/internal/apperr"
 	"github.com/gatehouse-pay/gatehouse/internal/auth"
@@ -56,7 +57,9 @@ func TestSessionsPruneRunsThroughTheQueue(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := asynq.NewServer(redisOpt, jobs.ServerConfig(log, cfg))
+	qrdb := redisOpt.MakeRedisClient().(redis.UniversalClient)
+	defer qrdb.Close()
+	srv := jobs.NewServers(qrdb, log, cfg)
 	if err := srv.Start(h.Mux()); err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/gatehouse-pay/gatehouse/internal/charges"
 	"github.com/gatehouse-pay/gatehouse/internal/config"
@@ -87,7 +88,9 @@ func TestLostOutcomesOutlastProviderMaxAttempts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := asynq.NewServer(redisOpt, jobs.ServerConfig(log, cfg))
+	qrdb := redisOpt.MakeRedisClient().(redis.UniversalClient)
+	defer qrdb.Close()
+	srv := jobs.NewServers(qrdb, log, cfg)
 	if err := srv.Start(h.Mux()); err != nil {
 		t.Fatal(err)
 	}

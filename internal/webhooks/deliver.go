@@ -79,21 +79,50 @@ type Deliverer struct {
 	// slots bound this process's attempts per endpoint, so one slow or
 	// hanging endpoint can hold at most perEndpoint of the worker's slots.
 	// A delivery that finds its endpoint at the cap waits up to slotWait for
-	// a slot, keeping a busy endpoint's pipe full, but only while fewer than
+	// a slot, keeping a busy endpoint's pipe full, while either the endpoint
+	// is fast (its recent attempts took under fastSend, so the wait is short)
+	// and fewer than perEndpoint deliveries wait for it, or fewer than
 	// maxWaiting deliveries wait in the whole process: waiting holds one of
 	// the worker's own slots, so beyond that it is put back at once and
 	// several slow endpoints cannot fill the worker and delay the others.
 	mu          sync.Mutex
-	slots       map[string]chan struct{}
+	slots       map[string]*endpointSlots
 	perEndpoint int
 	slotWait    time.Duration
 	waiting     atomic.Int32
 	maxWaiting  int32
 }
 
-// maxWaitingDefault is how many deliveries may wait for an endpoint slot at
-// once in one worker process (of its 50 task slots).
+// endpointSlots are one endpoint's attempt slots in this process.
+type endpointSlots struct {
+	slot    chan struct{}
+	waiting atomic.Int32
+	took    atomic.Int64 // recent attempts' duration (moving average), ns + 1; 0 before the first
+}
+
+// fast reports whether the endpoint's recent attempts took under fastSend.
+func (e *endpointSlots) fast() bool {
+	t := e.took.Load()
+	return t > 0 && time.Duration(t-1) < fastSend
+}
+
+// done frees a slot and adds an attempt's duration to the average.
+func (e *endpointSlots) done(took time.Duration) {
+	ns := int64(max(took, 0))
+	if old := e.took.Load(); old > 0 {
+		ns = (3*(old-1) + ns) / 4
+	}
+	e.took.Store(ns + 1)
+	<-e.slot
+}
+
+// maxWaitingDefault is how many deliveries to endpoints that are not fast
+// may wait for an endpoint slot at once in one worker process (of the 100
+// slots of its delivery pool).
 const maxWaitingDefault = 4
+
+// fastSend is the attempt duration under which an endpoint counts as fast.
+const fastSend = 100 * time.Millisecond
 
 // PerEndpointDefault is how many attempts to one endpoint a worker process
 // runs at once.
@@ -104,32 +133,45 @@ const PerEndpointDefault = 10
 const busyRetry = time.Second
 
 // acquire takes one of the endpoint's slots, waiting up to slotWait for one
-// to free when fewer than maxWaiting deliveries are waiting already.
-func (d *Deliverer) acquire(ctx context.Context, endpointID string) (release func(), ok bool) {
+// to free when the endpoint is fast and fewer than perEndpoint deliveries
+// wait for it, or fewer than maxWaiting wait in the process. The caller
+// passes the attempt's duration to release.
+func (d *Deliverer) acquire(ctx context.Context, endpointID string) (release func(took time.Duration), ok bool) {
 	d.mu.Lock()
-	slot, found := d.slots[endpointID]
+	e, found := d.slots[endpointID]
 	if !found {
-		slot = make(chan struct{}, d.perEndpoint)
-		d.slots[endpointID] = slot
+		e = &endpointSlots{slot: make(chan struct{}, d.perEndpoint)}
+		d.slots[endpointID] = e
 	}
 	d.mu.Unlock()
 	select {
-	case slot <- struct{}{}:
-		return func() { <-slot }, true
+	case e.slot <- struct{}{}:
+		return e.done, true
 	default:
 	}
 	if d.slotWait <= 0 {
 		return nil, false
 	}
+	if e.fast() {
+		defer e.waiting.Add(-1)
+		if e.waiting.Add(1) <= int32(d.perEndpoint) {
+			return e.wait(ctx, d.slotWait)
+		}
+	}
 	defer d.waiting.Add(-1)
 	if d.waiting.Add(1) > d.maxWaiting {
 		return nil, false
 	}
-	t := time.NewTimer(d.slotWait)
+	return e.wait(ctx, d.slotWait)
+}
+
+// wait waits up to limit for one of the endpoint's slots.
+func (e *endpointSlots) wait(ctx context.Context, limit time.Duration) (release func(took time.Duration), ok bool) {
+	t := time.NewTimer(limit)
 	defer t.Stop()
 	select {
-	case slot <- struct{}{}:
-		return func() { <-slot }, true
+	case e.slot <- struct{}{}:
+		return e.done, true
 	case <-t.C:
 	case <-ctx.Done():
 	}
@@ -144,7 +186,7 @@ func NewDeliverer(store Store, sender Sender, keys *keyring.Keyring, schedule []
 		observe = func(string, int, time.Duration) {}
 	}
 	return &Deliverer{store: store, sender: sender, keys: keys, schedule: schedule, now: now, log: log, observe: observe,
-		slots: map[string]chan struct{}{}, perEndpoint: PerEndpointDefault, slotWait: time.Second, maxWaiting: maxWaitingDefault}
+		slots: map[string]*endpointSlots{}, perEndpoint: PerEndpointDefault, slotWait: time.Second, maxWaiting: maxWaitingDefault}
 }
 
 // Task is the outbox task of a delivery.
@@ -229,7 +271,7 @@ func (d *Deliverer) Deliver(ctx context.Context, id string) error {
 		d.first(d.now().Sub(del.CreatedAt))
 	}
 	res := d.sender.Send(ctx, Outgoing{URL: ep.URL, Body: body, Headers: headers})
-	release()
+	release(res.Duration)
 	a := Attempt{Attempt: n, StartedAt: now, DurationMS: int(res.Duration / time.Millisecond)}
 	if res.StatusCode != 0 {
 		code := res.StatusCode

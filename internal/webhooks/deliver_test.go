@@ -713,6 +713,56 @@ func TestDeliverPerEndpointCap(t *testing.T) {
 	}
 }
 
+// TestDeliverWaitsForAFastEndpoint: at its cap, an endpoint whose recent
+// attempts were fast keeps up to PerEndpointDefault deliveries waiting for
+// its slots, more than the process-wide allowance for slow endpoints, so a
+// burst to a healthy endpoint goes out as slots free instead of being put
+// back for a second.
+func TestDeliverWaitsForAFastEndpoint(t *testing.T) {
+	r := newRig(t, defaultSchedule)
+	pending := func() {
+		r.store.mu.Lock()
+		now := r.clock.now()
+		r.store.delivery.Status, r.store.delivery.NextAttemptAt = webhooks.StatusPending, &now
+		r.store.mu.Unlock()
+	}
+	r.sender.answer = func(int) webhooks.Response { return webhooks.Response{StatusCode: 200, Duration: time.Millisecond} }
+	if err := r.deliver(); err != nil { // one quick attempt: the endpoint is fast
+		t.Fatal(err)
+	}
+	pending()
+
+	release := make(chan struct{})
+	var inFlight sync.WaitGroup
+	inFlight.Add(webhooks.PerEndpointDefault)
+	r.sender.answer = func(n int) webhooks.Response {
+		if n <= 1+webhooks.PerEndpointDefault {
+			inFlight.Done()
+			<-release
+		}
+		return webhooks.Response{StatusCode: 200, Duration: time.Millisecond}
+	}
+	const waiters = 6 // more than the 4 the process lets wait for slow endpoints
+	errs := make(chan error, webhooks.PerEndpointDefault+waiters)
+	for range webhooks.PerEndpointDefault {
+		go func() { errs <- r.deliver() }()
+	}
+	inFlight.Wait() // the endpoint is at its cap
+	for range waiters {
+		go func() { errs <- r.deliver() }()
+	}
+	time.Sleep(200 * time.Millisecond) // well inside the 1 s a delivery waits for a slot
+	close(release)
+	for range webhooks.PerEndpointDefault + waiters {
+		if err := <-errs; err != nil {
+			t.Errorf("a delivery to the fast endpoint: %v, want it sent", err)
+		}
+	}
+	if n := len(r.sender.posts()); n != 1+webhooks.PerEndpointDefault+waiters {
+		t.Errorf("POSTs: %d, want %d", n, 1+webhooks.PerEndpointDefault+waiters)
+	}
+}
+
 // TestDeliverErrorsShowNoInternals: the attempt log the merchant reads holds
 // the sender's fixed reason, never the transport error, which may name an
 // internal address and its denied range; that detail goes to the operator's
