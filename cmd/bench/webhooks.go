@@ -281,7 +281,7 @@ func (e *environment) webhooks(ctx context.Context, w *webhookResults) error {
 	w.Endpoints = len(rc.urls)
 	var ids []string
 	// The charge steps that follow measure creation without fan-out.
-	defer func() {
+	deleteEndpoints := func() {
 		dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		for _, id := range ids {
@@ -289,7 +289,9 @@ func (e *environment) webhooks(ctx context.Context, w *webhookResults) error {
 				w.Notes = append(w.Notes, "delete a bench endpoint: "+err.Error())
 			}
 		}
-	}()
+		ids = nil
+	}
+	defer deleteEndpoints()
 	for i, u := range rc.urls {
 		var ep struct {
 			Endpoint struct {
@@ -392,7 +394,54 @@ func (e *environment) webhooks(ctx context.Context, w *webhookResults) error {
 	if bad := rc.bad.Load(); bad > 0 {
 		w.Notes = append(w.Notes, fmt.Sprintf("%d deliveries had no readable created_at", bad))
 	}
+	// A step above what the machine carries leaves a backlog, which must not
+	// reach the scenarios after this section: delete the endpoints, so their
+	// deliveries end without a request, and let the worker finish the rest.
+	deleteEndpoints()
+	if n := e.settle(ctx, queue); n != "" {
+		w.Notes = append(w.Notes, n)
+	}
 	return nil
+}
+
+// settleQueues are the worker's queues that the section fills.
+var settleQueues = []string{"critical", "webhooks"}
+
+// settle waits, up to twice -webhook-wait, until no charge is left created
+// and the worker's queues are empty. What is left then (tasks and their
+// outbox rows) is deleted, and said in the returned note.
+func (e *environment) settle(ctx context.Context, queue *asynq.Inspector) string {
+	start := time.Now()
+	left := func() int {
+		n := 0
+		for _, q := range settleQueues {
+			if info, err := queue.GetQueueInfo(q); err == nil {
+				n += info.Pending + info.Active + info.Scheduled + info.Retry
+			}
+		}
+		var created int
+		if err := e.db.query(ctx, "SELECT count(*) FROM charges WHERE status = 'created'", nil, &created); err == nil {
+			n += created
+		}
+		return n
+	}
+	for end := start.Add(2 * e.o.webhookWait); time.Now().Before(end) && ctx.Err() == nil; {
+		if left() == 0 {
+			e.logf("webhooks: the steps' backlog was done %s after the last step", time.Since(start).Round(time.Second))
+			return ""
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	n := left()
+	for _, q := range settleQueues {
+		_, _ = queue.DeleteAllPendingTasks(q)
+		_, _ = queue.DeleteAllScheduledTasks(q)
+		_, _ = queue.DeleteAllRetryTasks(q)
+	}
+	_ = e.db.exec(ctx, "DELETE FROM outbox")
+	note := fmt.Sprintf("the steps left %d tasks and created charges %s after the last step; the tasks were deleted", n, time.Since(start).Round(time.Second))
+	e.logf("webhooks: %s", note)
+	return note
 }
 
 // drain measures one backlog: -webhook-count charges created while no worker
