@@ -251,6 +251,7 @@ type webhookResults struct {
 	Hold     *whLatency     // the held step
 	Drains   []whThroughput // one worker, two workers
 	Auth     *whAuth        // authorization phase of the one-worker backlog
+	Create   *whAuth        // creation of the one-worker backlog: the API's CPU in Worker
 	Floor    *whThroughput  // asynq task + signed POST
 	Signer   *whThroughput  // signed POST loop, no asynq (reference)
 	BodySize int
@@ -311,7 +312,7 @@ func (e *environment) webhooks(ctx context.Context, w *webhookResults) error {
 		if ctx.Err() != nil {
 			break
 		}
-		d, auth, err := e.drain(ctx, rc, queue, workers)
+		d, create, auth, err := e.drain(ctx, rc, queue, workers)
 		if err != nil {
 			return err
 		}
@@ -320,7 +321,7 @@ func (e *environment) webhooks(ctx context.Context, w *webhookResults) error {
 			w.Notes = append(w.Notes, d.Name+": Postgres CPU per delivery by process: "+d.PGKinds+"; deliveries per statement: "+d.Batches)
 		}
 		if workers == 1 {
-			w.Auth = &auth
+			w.Create, w.Auth = &create, &auth
 		}
 		e.pauseWorker(ctx)
 	}
@@ -448,18 +449,25 @@ func (e *environment) settle(ctx context.Context, queue *asynq.Inspector) string
 // runs, then workers started with the webhooks queue paused. They authorize
 // the charges first (the auth row); then the queue is resumed and the
 // deliveries timed at the receiver.
-func (e *environment) drain(ctx context.Context, rc *receiver, queue *asynq.Inspector, workers int) (whThroughput, whAuth, error) {
+func (e *environment) drain(ctx context.Context, rc *receiver, queue *asynq.Inspector, workers int) (whThroughput, whAuth, whAuth, error) {
 	name := "project, 1 worker"
 	if workers > 1 {
 		name = fmt.Sprintf("project, %d workers", workers)
 	}
 	m := rc.mark()
 	start := time.Now()
+	c0 := takeSnapshotOf([]int{e.api.pid()}, e.redis.pid(), e.postmaster, e.dbName)
 	rec := closedLoop(ctx, e.api.client, 16, 30*time.Second, e.o.webhookCount, e.o.timeout)
+	c1 := takeSnapshotOf([]int{e.api.pid()}, e.redis.pid(), e.postmaster, e.dbName)
 	created := summarize(rec).OK
-	e.logf("webhooks: %d charges created in %s for a backlog (%s)", created, time.Since(start).Round(time.Millisecond), name)
+	create := whAuth{Charges: created, Wall: time.Since(start)}
+	if c := cpuBetween(c0, c1, created); created > 0 {
+		create.Worker, create.PG, create.Redis = c.Server, c.Postgres, c.Redis
+	}
+	e.logf("webhooks: %d charges created in %s for a backlog (%s): API %s, Postgres %s, Redis %s per charge with its %d deliveries",
+		created, create.Wall.Round(time.Millisecond), name, us(create.Worker), us(create.PG), us(create.Redis), len(rc.urls))
 	if err := queue.PauseQueue("webhooks"); err != nil {
-		return whThroughput{}, whAuth{}, fmt.Errorf("pause the webhooks queue: %w", err)
+		return whThroughput{}, whAuth{}, whAuth{}, fmt.Errorf("pause the webhooks queue: %w", err)
 	}
 	resumed := false
 	defer func() {
@@ -483,7 +491,7 @@ func (e *environment) drain(ctx context.Context, rc *receiver, queue *asynq.Insp
 	for i := range workers {
 		t, err := e.startWorkerNamed(ctx, fmt.Sprintf("worker-%d-%d", workers, i+1))
 		if err != nil {
-			return whThroughput{}, whAuth{}, err
+			return whThroughput{}, whAuth{}, whAuth{}, err
 		}
 		procs = append(procs, t)
 	}
@@ -507,7 +515,7 @@ func (e *environment) drain(ctx context.Context, rc *receiver, queue *asynq.Insp
 
 	before := snap()
 	if err := queue.UnpauseQueue("webhooks"); err != nil {
-		return whThroughput{}, auth, fmt.Errorf("resume the webhooks queue: %w", err)
+		return whThroughput{}, create, auth, fmt.Errorf("resume the webhooks queue: %w", err)
 	}
 	resumed = true
 	got := rc.waitFor(ctx, m, created*len(rc.urls), e.o.webhookWait)
@@ -523,7 +531,7 @@ func (e *environment) drain(ctx context.Context, rc *receiver, queue *asynq.Insp
 	d.Batches = batchSizes(procs)
 	e.logf("webhooks: %s: backlog of %d: %d delivered at %.0f/s; per delivery worker %s, Postgres %s (%s), Redis %s",
 		name, created, d.Got, d.Rate, us(d.Worker), us(d.PG), d.PGKinds, us(d.Redis))
-	return d, auth, nil
+	return d, create, auth, nil
 }
 
 // pauseWorker is e.pause with the worker counted as one of the measured
@@ -710,6 +718,10 @@ func (w *webhookResults) throughputTable() table {
 		if f != nil {
 			t.rows = append(t.rows, row(*f))
 		}
+	}
+	if c := w.Create; c != nil {
+		t.rows = append(t.rows, []string{"creating the backlog's charges with their deliveries (per charge; the API process in the worker column)", "16", strconv.Itoa(c.Charges), "-",
+			strconv.FormatFloat(c.Wall.Seconds(), 'f', 2, 64), "-", usf(c.Worker), usf(c.PG), usf(c.Redis)})
 	}
 	if a := w.Auth; a != nil {
 		t.rows = append(t.rows, []string{"authorizing the backlog's charges (per charge)", "1", strconv.Itoa(a.Charges), "-",
