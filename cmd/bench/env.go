@@ -349,13 +349,13 @@ func (e *environment) apiKey(ctx context.Context, email, password string) (strin
 	var login struct {
 		Token string `json:"token"`
 	}
-	if err := e.call(ctx, "/v1/auth/login", "", map[string]string{"email": email, "password": password}, http.StatusOK, &login); err != nil {
+	if err := e.request(ctx, http.MethodPost, "/v1/auth/login", "", map[string]string{"email": email, "password": password}, http.StatusOK, &login); err != nil {
 		return "", err
 	}
 	var key struct {
 		SecretKey string `json:"secret_key"`
 	}
-	if err := e.call(ctx, "/v1/me/api_keys", login.Token, map[string]string{"environment": "sandbox", "name": "bench"}, http.StatusCreated, &key); err != nil {
+	if err := e.request(ctx, http.MethodPost, "/v1/me/api_keys", login.Token, map[string]string{"environment": "sandbox", "name": "bench"}, http.StatusCreated, &key); err != nil {
 		return "", err
 	}
 	if key.SecretKey == "" {
@@ -364,13 +364,21 @@ func (e *environment) apiKey(ctx context.Context, email, password string) (strin
 	return key.SecretKey, nil
 }
 
-func (e *environment) call(ctx context.Context, path, token string, body any, want int, out any) error {
-	b, _ := json.Marshal(body)
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+e.api.addr+path, bytes.NewReader(b))
+// request calls the API with token (none when empty) and decodes the answer
+// into out (when not nil); want 0 accepts any 2xx.
+func (e *environment) request(ctx context.Context, method, path, token string, body any, want int, out any) error {
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, "http://"+e.api.addr+path, rd)
 	if err != nil {
 		return err
 	}
-	req.Header.Set("Content-Type", "application/json")
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
@@ -380,10 +388,16 @@ func (e *environment) call(ctx context.Context, path, token string, body any, wa
 	}
 	defer resp.Body.Close()
 	rb, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != want {
-		return fmt.Errorf("POST %s: %d %s", path, resp.StatusCode, rb)
+	if (want != 0 && resp.StatusCode != want) || (want == 0 && resp.StatusCode/100 != 2) {
+		return fmt.Errorf("%s %s: %d %s", method, path, resp.StatusCode, rb)
 	}
-	return json.Unmarshal(rb, out)
+	if out == nil {
+		return nil
+	}
+	if err := json.Unmarshal(rb, out); err != nil {
+		return errors.New(method + " " + path + ": unreadable answer")
+	}
+	return nil
 }
 
 func waitFor(ctx context.Context, limit time.Duration, check func() error, what string) error {

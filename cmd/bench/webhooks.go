@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -650,40 +649,6 @@ func signerFloor(ctx context.Context, urls []string, body []byte, senders, n int
 		t.Rate = float64(t.Got) / wall.Seconds()
 	}
 	return t
-}
-
-// request calls the API with the bench key and decodes the answer into out
-// (when not nil); want 0 accepts any 2xx.
-func (e *environment) request(ctx context.Context, method, path, token string, body any, want int, out any) error {
-	var rd io.Reader
-	if body != nil {
-		b, _ := json.Marshal(body)
-		rd = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, "http://"+e.api.addr+path, rd)
-	if err != nil {
-		return err
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	rb, _ := io.ReadAll(resp.Body)
-	if (want != 0 && resp.StatusCode != want) || (want == 0 && resp.StatusCode/100 != 2) {
-		return fmt.Errorf("%s %s: %d %s", method, path, resp.StatusCode, rb)
-	}
-	if out == nil {
-		return nil
-	}
-	if err := json.Unmarshal(rb, out); err != nil {
-		return errors.New(method + " " + path + ": unreadable answer")
-	}
-	return nil
 }
 
 // latencyTable is the commit-to-first-attempt steps, the held one last.
