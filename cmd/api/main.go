@@ -35,6 +35,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/logging"
 	"github.com/gatehouse-pay/gatehouse/internal/merchants"
 	"github.com/gatehouse-pay/gatehouse/internal/metrics"
+	"github.com/gatehouse-pay/gatehouse/internal/outbox"
 	"github.com/gatehouse-pay/gatehouse/internal/ratelimit"
 	"github.com/gatehouse-pay/gatehouse/internal/refunds"
 	"github.com/gatehouse-pay/gatehouse/internal/store"
@@ -47,6 +48,14 @@ func main() {
 	defer stop()
 	os.Exit(run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
 }
+
+// The relay that enqueues tasks after the response: goroutines, buffered
+// tasks, and the bound on one enqueue and on draining it at shutdown.
+const (
+	relayWorkers = 4
+	relayDepth   = 4096
+	relayTimeout = 5 * time.Second
+)
 
 const usage = `usage:
   api                       serve the HTTP API on HTTP_ADDR
@@ -168,6 +177,16 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer) er
 	onEnqueueErr := func(err error) {
 		log.Warn("task not enqueued; the outbox sweeper will enqueue it", "err", err)
 	}
+	// Tasks are enqueued off the request path; see outbox.Relay. It is
+	// drained before the Redis client closes.
+	relay := outbox.NewRelay(queue, relayWorkers, relayDepth, relayTimeout, onEnqueueErr)
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), relayTimeout)
+		defer cancel()
+		if err := relay.Close(ctx); err != nil {
+			log.Warn("tasks left to the outbox sweeper at shutdown", "tasks", relay.Waiting(), "err", err)
+		}
+	}()
 
 	httpMetrics := metrics.NewHTTP(reg)
 	app := httpapi.NewServer(httpapi.Deps{
@@ -175,11 +194,12 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer) er
 		Log:            log,
 		Auth:           auth.NewService(db, db, rc, hasher, tokens, time.Now, log),
 		Keys:           apikeys.NewService(db, rc, time.Now, log),
+		KeyCache:       rc,
 		Merchants:      merchants.NewService(db, hasher, time.Now),
-		Charges:        charges.NewService(db, queue, keys, cfg.Providers(), cfg.DefaultProvider, time.Now, onEnqueueErr),
-		Refunds:        refunds.NewService(db, queue, time.Now, onEnqueueErr),
+		Charges:        charges.NewService(db, relay, keys, cfg.Providers(), cfg.DefaultProvider, time.Now, onEnqueueErr),
+		Refunds:        refunds.NewService(db, relay, time.Now, onEnqueueErr),
 		Events:         events.NewService(db, time.Now),
-		Webhooks:       webhooks.NewService(db, queue, keys, cfg.WebhookAllowPrivateNetworks, time.Now, onEnqueueErr),
+		Webhooks:       webhooks.NewService(db, relay, keys, cfg.WebhookAllowPrivateNetworks, time.Now, onEnqueueErr),
 		Keyring:        keys,
 		Limiter:        ratelimit.New(rdb, ratelimit.NewMetrics(reg), log),
 		Metrics:        httpMetrics,

@@ -175,6 +175,9 @@ func (s *Service) List(ctx context.Context, merchantID string, p listing.Params)
 	return s.store.ListKeys(ctx, merchantID, p)
 }
 
+// maxSecretLen bounds the secrets that are looked up at all.
+const maxSecretLen = 128
+
 var (
 	errUnknownKey = apperr.Unauthenticated(apperr.CodeInvalidToken, "Invalid API key.")
 	errRevokedKey = apperr.Unauthenticated(apperr.CodeTokenRevoked, "This API key has been revoked.")
@@ -187,7 +190,7 @@ func (s *Service) Authenticate(ctx context.Context, secret string) (Entry, error
 	if strings.HasPrefix(secret, SecretLivePrefix) {
 		return Entry{}, apperr.LiveMode()
 	}
-	if !strings.HasPrefix(secret, SecretTestPrefix) || len(secret) > 128 {
+	if !Lookable(secret) {
 		return Entry{}, errUnknownKey
 	}
 	digest := Digest(secret)

@@ -5,7 +5,6 @@ package cache
 
 import (
 	"context"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -17,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/gatehouse-pay/gatehouse/internal/apikeys"
+	"github.com/gatehouse-pay/gatehouse/internal/ratelimit"
 )
 
 // NewClient returns the cache client for a single-server redis:// or
@@ -191,15 +191,31 @@ func (c *Cache) SetSessionState(ctx context.Context, id, state string, ttl time.
 	return c.rdb.Set(ctx, sessionKey(id), state, ttl).Err()
 }
 
-func keyKey(digest []byte) string { return "gh:key:" + hex.EncodeToString(digest) }
+// keyKey is the Redis key of a key's entry, tagged with apikeys.Tag so that
+// the key's rate limits share its slot.
+func keyKey(digest []byte) string { return "gh:key:" + apikeys.Tag(digest) }
 
 // Entries are stored as "merchant|key|environment|state".
 func encodeEntry(e apikeys.Entry) string {
-	state := "active"
+	state := stateActive
 	if e.Revoked {
 		state = "revoked"
 	}
 	return e.MerchantID + "|" + e.KeyID + "|" + e.Environment + "|" + state
+}
+
+const stateActive = "active"
+
+// Gate is the gate of a key's per-key rate limits (apikeys.GatedCache): open
+// while its entry is an active key.
+func (c *Cache) Gate(digest []byte) ratelimit.Gate {
+	return ratelimit.Gate{Key: keyKey(digest), Open: "|" + stateActive}
+}
+
+// Decode reads an entry from its stored value.
+func (c *Cache) Decode(value string) (apikeys.Entry, bool) {
+	e, err := decodeEntry(value)
+	return e, err == nil
 }
 
 func decodeEntry(v string) (apikeys.Entry, error) {
@@ -209,7 +225,7 @@ func decodeEntry(v string) (apikeys.Entry, error) {
 	}
 	e := apikeys.Entry{MerchantID: p[0], KeyID: p[1], Environment: p[2]}
 	switch p[3] {
-	case "active":
+	case stateActive:
 	case "revoked":
 		e.Revoked = true
 	default:

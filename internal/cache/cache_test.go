@@ -2,7 +2,6 @@ package cache_test
 
 import (
 	"context"
-	"encoding/hex"
 	"testing"
 	"time"
 
@@ -65,7 +64,7 @@ func TestEntriesRoundTrip(t *testing.T) {
 	// An entry of an older release that cached unknown digests reads as a
 	// miss, so the caller asks Postgres.
 	old := apikeys.Digest("old")
-	if err := rdb.Set(ctx, "gh:key:"+hex.EncodeToString(old), "|||unknown", time.Minute).Err(); err != nil {
+	if err := rdb.Set(ctx, "gh:key:"+apikeys.Tag(old), "|||unknown", time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
 	if got, found, err := c.Key(ctx, old); found || err != nil {

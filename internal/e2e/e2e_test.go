@@ -110,11 +110,11 @@ func TestEndToEnd(t *testing.T) {
 			t.Errorf("GET /v1/me with the key: got merchant %q, want %q", me.ID, merchantID)
 		}
 		// The shared key cache now holds the key as active (the layout of
-		// internal/cache: gh:key:<hex sha256 of the secret>), so a refusal
+		// internal/cache: gh:key:{<hex sha256 of the secret>}), so a refusal
 		// below proves the revoke overwrote it, not that replica 2 missed it.
 		digest := sha256.Sum256([]byte(revokedKey.SecretKey))
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		n, err := st.redis.client.Exists(ctx, "gh:key:"+hex.EncodeToString(digest[:])).Result()
+		n, err := st.redis.client.Exists(ctx, "gh:key:{"+hex.EncodeToString(digest[:])+"}").Result()
 		cancel()
 		if err != nil || n != 1 {
 			t.Errorf("key cache entry after warming replica 2: got %d (err %v), want 1", n, err)

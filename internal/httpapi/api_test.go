@@ -3,12 +3,15 @@ package httpapi_test
 import (
 	"context"
 	"encoding/base64"
+	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+	"github.com/redis/go-redis/v9"
 )
 
 func TestLogin(t *testing.T) {
@@ -364,6 +367,98 @@ func TestChargesRouteIsLimitedPerKey(t *testing.T) {
 	}
 	// The limit is per key: another key of the same merchant is not limited.
 	want(t, h.do("POST", "/v1/charges", `{}`, bearer(other)...), 400, "parameter_missing")
+}
+
+// redisKeys records the Redis keys each command names.
+type redisKeys struct {
+	mu   sync.Mutex
+	cmds [][]string
+}
+
+func (r *redisKeys) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (r *redisKeys) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		var args []string
+		for _, a := range cmd.Args() {
+			args = append(args, fmt.Sprint(a))
+		}
+		r.mu.Lock()
+		r.cmds = append(r.cmds, args)
+		r.mu.Unlock()
+		return next(ctx, cmd)
+	}
+}
+func (r *redisKeys) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			_ = r.ProcessHook(func(context.Context, redis.Cmder) error { return nil })(ctx, c)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// authCommands returns, and forgets, the commands that touched a key's cache
+// entry or a rate limit.
+func (r *redisKeys) authCommands() [][]string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out [][]string
+	for _, c := range r.cmds {
+		if strings.Contains(strings.Join(c, " "), "gh:key:") || strings.Contains(strings.Join(c, " "), "gh:rl:") {
+			out = append(out, c)
+		}
+	}
+	r.cmds = nil
+	return out
+}
+
+// A charge with a key whose entry is cached reads the entry and counts the
+// request against the key's limit in one Redis round trip, on keys of one
+// Redis Cluster slot; a revoked key is refused and not counted.
+func TestChargeRouteReadsKeyAndLimitInOneRoundTrip(t *testing.T) {
+	h := newHarness(t, func(env map[string]string) { env["RATE_LIMIT_CHARGES"] = "5/1m" })
+	a := h.account("ada@example.com")
+	rec := &redisKeys{}
+	h.rdb.AddHook(rec)
+	want(t, h.do("POST", "/v1/charges", `{}`, bearer(a.secret)...), 400, "parameter_missing")
+	if n := len(rec.authCommands()); n < 2 {
+		t.Fatalf("first request (cache miss): %d auth commands, want the fill and the count", n)
+	}
+	for i := 0; i < 3; i++ {
+		r := h.do("POST", "/v1/charges", `{}`, bearer(a.secret)...)
+		want(t, r, 400, "parameter_missing")
+		if got := r.header.Get("RateLimit-Remaining"); got != strconv.Itoa(3-i) {
+			t.Fatalf("RateLimit-Remaining %q, want %d", got, 3-i)
+		}
+		cmds := rec.authCommands()
+		if len(cmds) != 1 {
+			t.Fatalf("request %d: %d commands on the key's entry and limits, want 1: %q", i+2, len(cmds), cmds)
+		}
+		var tags []string
+		for _, arg := range cmds[0] {
+			if strings.HasPrefix(arg, "gh:") {
+				open, end := strings.Index(arg, "{"), strings.Index(arg, "}")
+				if open < 0 || end < open {
+					t.Fatalf("key %q has no hash tag", arg)
+				}
+				tags = append(tags, arg[open:end+1])
+			}
+		}
+		if len(tags) != 2 || tags[0] != tags[1] {
+			t.Fatalf("keys of the script %q: hash tags %q, want two equal", cmds[0], tags)
+		}
+	}
+	// Revoked: refused, and the window (4 of 5 used) is left alone.
+	want(t, h.do("DELETE", "/v1/me/api_keys/"+a.keyID, "", bearer(a.secret)...), 200, "")
+	for i := 0; i < 3; i++ {
+		want(t, h.do("POST", "/v1/charges", `{}`, bearer(a.secret)...), 401, "token_revoked")
+	}
+	n, err := h.rdb.Eval(context.Background(), `local n = 0
+for _, k in ipairs(redis.call('KEYS', 'gh:rl:charges:*')) do n = n + redis.call('ZCARD', k) end
+return n`, nil).Int()
+	if err != nil || n != 4 {
+		t.Fatalf("entries in the charges windows: %d (%v), want 4", n, err)
+	}
 }
 
 func TestRoutingAndRequestIDs(t *testing.T) {

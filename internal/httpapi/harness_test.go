@@ -129,6 +129,7 @@ func newHarnessWith(t *testing.T, o harnessOptions) *harness {
 		Log:            log,
 		Auth:           auth.NewService(st, st, rc, hasher, tokens, time.Now, log),
 		Keys:           apikeys.NewService(keyStore, rc, time.Now, log),
+		KeyCache:       rc,
 		Merchants:      ms,
 		Charges:        charges.NewService(st, queue, keys, cfg.Providers(), cfg.DefaultProvider, time.Now, nil),
 		Refunds:        refunds.NewService(st, queue, time.Now, nil),

@@ -233,11 +233,6 @@ func (s *server) limitByIP(name string, l config.Limit) fiber.Handler {
 	return s.limit(name, l, func(c *fiber.Ctx) string { return s.clientIP(c).String() })
 }
 
-// limitByKey limits per API key; it runs after authenticate.
-func (s *server) limitByKey(name string, l config.Limit) fiber.Handler {
-	return s.limit(name, l, func(c *fiber.Ctx) string { return principal(c).KeyID })
-}
-
 type accept int
 
 const (
@@ -280,15 +275,30 @@ func (s *server) authenticate(allowed accept) fiber.Handler {
 // that limit is refused at once, before its key is looked up, until its
 // window frees: a flood of unknown keys costs Postgres at most about the
 // limit of lookups per window, and valid traffic pays no extra round trip.
-func (s *server) authenticateCounted(allowed accept, name string, l config.Limit) fiber.Handler {
+//
+// perKey, when not nil, is the key's own limit (the charge route's): the
+// request is counted under perKey.name against the key, in the same Redis
+// round trip that reads the key's cache entry (apikeys.AuthenticateLimited),
+// and answered 429 over it.
+func (s *server) authenticateCounted(allowed accept, name string, l config.Limit, perKey *namedLimit) fiber.Handler {
 	s.Limiter.Declare(name)
+	if perKey != nil {
+		s.Limiter.Declare(perKey.name)
+	}
 	return func(c *fiber.Ctx) error {
 		ip := s.clientIP(c).String()
 		if d, over := s.Limiter.Over(name, ip); over {
 			s.Metrics.AuthFailures.WithLabelValues(apperr.CodeRateLimited).Inc()
 			return limited(c, d)
 		}
-		p, err := s.resolve(c, allowed)
+		var p auth.Principal
+		var d ratelimit.Decision
+		var err error
+		if perKey != nil {
+			p, d, err = s.resolveLimited(c, allowed, *perKey)
+		} else {
+			p, err = s.resolve(c, allowed)
+		}
 		if err != nil {
 			s.Metrics.AuthFailures.WithLabelValues(apperr.CodeOf(err)).Inc()
 			switch apperr.KindOf(err) {
@@ -300,8 +310,19 @@ func (s *server) authenticateCounted(allowed accept, name string, l config.Limit
 			return err
 		}
 		c.Locals(localPrincipal, p)
+		if perKey != nil {
+			if err := limited(c, d); err != nil {
+				return err
+			}
+		}
 		return c.Next()
 	}
+}
+
+// namedLimit is a limit and the name its decisions are counted under.
+type namedLimit struct {
+	name  string
+	limit config.Limit
 }
 
 // loginAccount names the per-account budget of failed logins.
@@ -346,15 +367,64 @@ func (s *server) guardLogin(c *fiber.Ctx, email, password string) (attempted fun
 	}, nil
 }
 
-func (s *server) resolve(c *fiber.Ctx, allowed accept) (auth.Principal, error) {
+// resolveLimited is resolve for a route that takes only secret keys, which
+// also counts the request under the key's own limit l, whose identity is
+// apikeys.Tag of the secret's digest, and returns its decision. When the
+// key's entry is cached as active (the usual case) both take one Redis round
+// trip: the limiter's script reads the entry (KeyCache's gate) and counts the
+// request. A miss, a revoked or malformed entry, or an unreachable Redis
+// takes the usual way: the key service's lookup (Postgres when the cache
+// cannot answer), then the limit alone in the same window (the replica's own
+// memory when Redis is down). A key that does not authenticate is not
+// counted.
+func (s *server) resolveLimited(c *fiber.Ctx, allowed accept, l namedLimit) (auth.Principal, ratelimit.Decision, error) {
+	token, err := bearer(c)
+	if err != nil {
+		return auth.Principal{}, ratelimit.Decision{}, err
+	}
+	if allowed != acceptKey || !strings.HasPrefix(token, apikeys.SecretTestPrefix) {
+		p, err := s.resolve(c, allowed)
+		if err == nil {
+			err = apperr.Internal(errors.New("httpapi: a per-key limit on a route that takes other tokens"))
+		}
+		return p, ratelimit.Decision{}, err
+	}
+	ctx := c.UserContext()
+	if s.KeyCache != nil && apikeys.Lookable(token) {
+		digest := apikeys.Digest(token)
+		d, v, counted, err := s.Limiter.AllowGated(ctx, l.name, apikeys.Tag(digest), l.limit, s.KeyCache.Gate(digest))
+		if err == nil && counted {
+			if e, ok := s.KeyCache.Decode(v); ok && !e.Revoked && e.Environment == apikeys.Sandbox {
+				return auth.Principal{MerchantID: e.MerchantID, KeyID: e.KeyID, Environment: e.Environment}, d, nil
+			}
+		}
+	}
+	e, err := s.Keys.Authenticate(ctx, token)
+	if err != nil {
+		return auth.Principal{}, ratelimit.Decision{}, err
+	}
+	d := s.Limiter.Allow(ctx, l.name, apikeys.Tag(apikeys.Digest(token)), l.limit)
+	return auth.Principal{MerchantID: e.MerchantID, KeyID: e.KeyID, Environment: e.Environment}, d, nil
+}
+
+// bearer is the token of the Authorization header.
+func bearer(c *fiber.Ctx) (string, error) {
 	header := c.Get(fiber.HeaderAuthorization)
 	if strings.TrimSpace(header) == "" {
-		return auth.Principal{}, errNoAuth
+		return "", errNoAuth
 	}
 	scheme, token, ok := strings.Cut(strings.TrimSpace(header), " ")
 	token = strings.TrimSpace(token)
 	if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
-		return auth.Principal{}, errMalformedAuth
+		return "", errMalformedAuth
+	}
+	return token, nil
+}
+
+func (s *server) resolve(c *fiber.Ctx, allowed accept) (auth.Principal, error) {
+	token, err := bearer(c)
+	if err != nil {
+		return auth.Principal{}, err
 	}
 	ctx := c.UserContext()
 	switch {

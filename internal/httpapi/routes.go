@@ -17,7 +17,6 @@ func (s *server) routes(app *fiber.App) {
 	cfg := s.Config
 	login := s.limitByIP("login", cfg.RateLimitLogin)
 	perIP := s.limitByIP("default", cfg.RateLimitDefault)
-	perKey := s.limitByKey("charges", cfg.RateLimitCharges)
 	session := s.authenticate(acceptSession)
 	secret := s.authenticate(acceptKey)
 	either := s.authenticate(acceptSession | acceptKey)
@@ -30,7 +29,7 @@ func (s *server) routes(app *fiber.App) {
 	app.Get("/v1/me/api_keys", perIP, either, s.listKeys)
 	app.Delete("/v1/me/api_keys/:id", perIP, secret, s.revokeKey)
 
-	app.Post("/v1/charges", s.authenticateCounted(acceptKey, "default", cfg.RateLimitDefault), perKey, s.createCharge)
+	app.Post("/v1/charges", s.authenticateCounted(acceptKey, "default", cfg.RateLimitDefault, &namedLimit{"charges", cfg.RateLimitCharges}), s.createCharge)
 	app.Get("/v1/charges", perIP, secret, s.listCharges)
 	app.Get("/v1/charges/:id", perIP, secret, s.getCharge)
 	app.Post("/v1/charges/:id/capture", perIP, secret, s.captureCharge)

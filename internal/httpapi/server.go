@@ -39,12 +39,22 @@ const BodyLimit = 64 << 10
 // refused unread. The cost is bounded: at most readLimit per connection.
 const readLimit = 32 * BodyLimit
 
+// KeyGate is the API key cache as a rate-limit gate: Gate is open while
+// the key's entry says active, and Decode reads the entry the gate returns.
+type KeyGate interface {
+	Gate(digest []byte) ratelimit.Gate
+	Decode(value string) (apikeys.Entry, bool)
+}
+
 // Deps are everything the API needs.
 type Deps struct {
-	Config    config.Config
-	Log       *slog.Logger
-	Auth      *auth.Service
-	Keys      *apikeys.Service
+	Config config.Config
+	Log    *slog.Logger
+	Auth   *auth.Service
+	Keys   *apikeys.Service
+	// KeyCache, when set, lets the charge route read a key's cached entry and
+	// count its rate limit in one Redis round trip (cache.Cache).
+	KeyCache  KeyGate
 	Merchants *merchants.Service
 	Charges   *charges.Service
 	Refunds   *refunds.Service

@@ -56,7 +56,11 @@ func ceilSeconds(d time.Duration) int {
 // fewer than N remain, and reports the count and the time until the oldest
 // entry leaves. It reads the clock from Redis (TIME) so every replica shares
 // one clock. Scores are microseconds, exact in a double until the year 2255.
-var slidingWindow = redis.NewScript(`
+var slidingWindow = redis.NewScript(windowLua + `return {allowed, count, reset}`)
+
+// windowLua is the sliding window of slidingWindow and gatedWindow: KEYS[1]
+// the log, ARGV limit, window (µs) and the new member.
+const windowLua = `
 local limit = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
 local t = redis.call('TIME')
@@ -75,8 +79,7 @@ local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 if oldest[2] then
   reset = tonumber(oldest[2]) + window - now
 end
-return {allowed, count, reset}
-`)
+`
 
 // Metrics are the limiter's counters.
 type Metrics struct {
@@ -138,6 +141,12 @@ func (l *Limiter) Allow(ctx context.Context, name, key string, limit config.Limi
 	} else if l.degraded.Swap(false) {
 		l.log.InfoContext(ctx, "rate limiter back on redis", "limit", name)
 	}
+	l.record(name, key, d)
+	return d
+}
+
+// record counts a decision in the metrics and remembers a refusal for Over.
+func (l *Limiter) record(name, key string, d Decision) {
 	decision, backend := "allowed", "redis"
 	if !d.Allowed {
 		decision = "limited"
@@ -149,7 +158,6 @@ func (l *Limiter) Allow(ctx context.Context, name, key string, limit config.Limi
 	if !d.Allowed {
 		l.over.note(name+"\x00"+key, d)
 	}
-	return d
 }
 
 // Over reports, from this replica's memory and without a round trip, that
@@ -222,19 +230,83 @@ func (m *overMemo) get(key string) (Decision, bool) {
 }
 
 func (l *Limiter) allowRedis(ctx context.Context, name, key string, limit config.Limit) (Decision, error) {
-	var member [12]byte
-	_, _ = rand.Read(member[:])
-	res, err := slidingWindow.Run(ctx, l.rdb, []string{"gh:rl:" + name + ":" + key},
-		limit.N, limit.Window.Microseconds(), hex.EncodeToString(member[:])).Int64Slice()
+	res, err := slidingWindow.Run(ctx, l.rdb, []string{windowKey(name, key)},
+		limit.N, limit.Window.Microseconds(), newMember()).Int64Slice()
 	if err != nil {
 		return Decision{}, err
 	}
+	return decisionOf(limit, res[0], res[1], res[2]), nil
+}
+
+func windowKey(name, key string) string { return "gh:rl:" + name + ":" + key }
+
+// newMember is a random sorted-set member, so that requests in the same
+// microsecond are separate entries.
+func newMember() string {
+	var member [12]byte
+	_, _ = rand.Read(member[:])
+	return hex.EncodeToString(member[:])
+}
+
+func decisionOf(limit config.Limit, allowed, count, reset int64) Decision {
 	return Decision{
-		Allowed:   res[0] == 1,
+		Allowed:   allowed == 1,
 		Limit:     limit.N,
-		Remaining: max(0, limit.N-int(res[1])),
-		Reset:     time.Duration(res[2]) * time.Microsecond,
-	}, nil
+		Remaining: max(0, limit.N-int(count)),
+		Reset:     time.Duration(reset) * time.Microsecond,
+	}
+}
+
+// A Gate is a Redis string that decides whether a request is counted at all:
+// AllowGated counts the request only while the string at Key ends with Open.
+// The API key cache is one: a request with a key whose cached entry says
+// active is counted against the key's limit in the same round trip that
+// reads the entry. Key must hash to the same Redis Cluster slot as the
+// limit's key (a shared {hash tag}).
+type Gate struct {
+	Key  string
+	Open string
+}
+
+// gatedWindow is slidingWindow behind a gate: it reads KEYS[2] and, unless
+// the value ends with ARGV[4], returns {-1, 0, 0, value or ""} without
+// counting; otherwise slidingWindow's answer followed by the value.
+var gatedWindow = redis.NewScript(`
+local v = redis.call('GET', KEYS[2])
+local open = ARGV[4]
+if not v or string.len(v) < string.len(open) or string.sub(v, -string.len(open)) ~= open then
+  return {-1, 0, 0, v or ''}
+end
+` + windowLua + `return {allowed, count, reset, v}`)
+
+// AllowGated is Allow for a request that counts only while gate is open, in
+// one round trip: it returns the gate's value ("" when it does not exist)
+// and, when the gate was open, the decision with counted true. It does not
+// fall back: on a Redis error it returns the error and counts nothing, and
+// the caller takes its slower way (reading the gate's truth elsewhere, then
+// Allow with the same name and key, which share the window).
+func (l *Limiter) AllowGated(ctx context.Context, name, key string, limit config.Limit, gate Gate) (d Decision, value string, counted bool, err error) {
+	res, err := gatedWindow.Run(ctx, l.rdb, []string{windowKey(name, key), gate.Key},
+		limit.N, limit.Window.Microseconds(), newMember(), gate.Open).Slice()
+	if err != nil {
+		return Decision{}, "", false, err
+	}
+	if len(res) != 4 {
+		return Decision{}, "", false, errors.New("ratelimit: unexpected answer from the gated window")
+	}
+	allowed, _ := res[0].(int64)
+	count, _ := res[1].(int64)
+	reset, _ := res[2].(int64)
+	value, _ = res[3].(string)
+	if allowed < 0 {
+		return Decision{}, value, false, nil
+	}
+	if l.degraded.Swap(false) {
+		l.log.InfoContext(ctx, "rate limiter back on redis", "limit", name)
+	}
+	d = decisionOf(limit, allowed, count, reset)
+	l.record(name, key, d)
+	return d, value, true, nil
 }
 
 // Local is an in-memory sliding-window log with the same semantics as the
@@ -360,7 +432,7 @@ redis.call('PEXPIRE', KEYS[1], math.floor(window / 1000) + 1000)
 return 1
 `)
 
-func failuresKey(name, key string) string { return "gh:rl:" + name + ":" + key }
+func failuresKey(name, key string) string { return windowKey(name, key) }
 
 // Failures reports whether key still has failure budget under the named
 // limit: Allowed while fewer than limit.N failures are in the window; when
@@ -384,9 +456,7 @@ func (l *Limiter) Failures(ctx context.Context, name, key string, limit config.L
 // Fail charges one failure to key under the named limit. At most limit.N
 // failures are kept per key, so a flood cannot grow the entry.
 func (l *Limiter) Fail(ctx context.Context, name, key string, limit config.Limit) {
-	var member [12]byte
-	_, _ = rand.Read(member[:])
-	err := addWindow.Run(ctx, l.rdb, []string{failuresKey(name, key)}, limit.N, limit.Window.Microseconds(), hex.EncodeToString(member[:])).Err()
+	err := addWindow.Run(ctx, l.rdb, []string{failuresKey(name, key)}, limit.N, limit.Window.Microseconds(), newMember()).Err()
 	if err != nil {
 		l.metrics.Fallbacks.WithLabelValues(name).Inc()
 		l.local.add(name+"\x00"+key, limit)

@@ -260,3 +260,46 @@ func TestFailureBudgetFallsBackToMemory(t *testing.T) {
 		t.Fatalf("fallbacks %v, want 3", got)
 	}
 }
+
+// AllowGated counts a request only while its gate is open, in the window
+// Allow uses for the same name and key.
+func TestAllowGated(t *testing.T) {
+	rdb := testenv.NewRedis(t, testenv.RedisDBRateLimit)
+	l, _ := newLimiter(t, rdb)
+	ctx := context.Background()
+	limit := config.Limit{N: 3, Window: time.Minute}
+	gate := ratelimit.Gate{Key: "gh:gate:{k}", Open: "|active"}
+	count := func() int64 { return rdb.ZCard(ctx, "gh:rl:charges:{k}").Val() }
+
+	if _, v, counted, err := l.AllowGated(ctx, "charges", "{k}", limit, gate); err != nil || counted || v != "" {
+		t.Fatalf("no gate: value %q counted %v err %v; want \"\", false, nil", v, counted, err)
+	}
+	rdb.Set(ctx, gate.Key, "m|k|sandbox|revoked", time.Minute)
+	if _, v, counted, err := l.AllowGated(ctx, "charges", "{k}", limit, gate); err != nil || counted || v != "m|k|sandbox|revoked" {
+		t.Fatalf("closed gate: value %q counted %v err %v", v, counted, err)
+	}
+	if n := count(); n != 0 {
+		t.Fatalf("%d entries after closed gates, want 0", n)
+	}
+	rdb.Set(ctx, gate.Key, "m|k|sandbox|active", time.Minute)
+	if d := l.Allow(ctx, "charges", "{k}", limit); !d.Allowed || d.Remaining != 2 {
+		t.Fatalf("Allow: %+v", d)
+	}
+	for i, want := range []bool{true, true, false} {
+		d, v, counted, err := l.AllowGated(ctx, "charges", "{k}", limit, gate)
+		if err != nil || !counted || v != "m|k|sandbox|active" || d.Allowed != want || d.Local {
+			t.Fatalf("open gate, request %d: %+v value %q counted %v err %v; want allowed %v", i, d, v, counted, err, want)
+		}
+		if !want && (d.RetryAfter() < 1 || d.RetryAfter() > 60) {
+			t.Fatalf("RetryAfter %d", d.RetryAfter())
+		}
+	}
+	if _, over := l.Over("charges", "{k}"); !over {
+		t.Fatal("a gated refusal is not remembered by Over")
+	}
+
+	down, _ := newLimiter(t, redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1}))
+	if _, _, counted, err := down.AllowGated(ctx, "charges", "{k}", limit, gate); err == nil || counted {
+		t.Fatalf("Redis down: counted %v err %v; want an error for the caller's fallback", counted, err)
+	}
+}
