@@ -5,6 +5,7 @@ package cache
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -256,7 +257,19 @@ func (c *Cache) FillKey(ctx context.Context, digest []byte, e apikeys.Entry, ttl
 	return c.rdb.SetNX(ctx, keyKey(digest), encodeEntry(e), ttl).Err()
 }
 
-// SetKey caches e, overwriting any entry.
+// SetKey caches e, overwriting any entry. It also writes the entry under the
+// name releases before the hash-tagged one read (gh:key:<hex>), so that during
+// a rolling upgrade a replica of the older release refuses a key revoked
+// through a newer one at once; drop it once no such replica can run.
 func (c *Cache) SetKey(ctx context.Context, digest []byte, e apikeys.Entry, ttl time.Duration) error {
-	return c.rdb.Set(ctx, keyKey(digest), encodeEntry(e), ttl).Err()
+	v := encodeEntry(e)
+	_, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.Set(ctx, keyKey(digest), v, ttl)
+		p.Set(ctx, legacyKeyKey(digest), v, ttl)
+		return nil
+	})
+	return err
 }
+
+// legacyKeyKey is keyKey before it carried a hash tag.
+func legacyKeyKey(digest []byte) string { return "gh:key:" + hex.EncodeToString(digest) }

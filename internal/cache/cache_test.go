@@ -2,6 +2,7 @@ package cache_test
 
 import (
 	"context"
+	"encoding/hex"
 	"testing"
 	"time"
 
@@ -11,7 +12,8 @@ import (
 )
 
 func TestFillNeverOverwritesARevocation(t *testing.T) {
-	c := cache.New(testenv.NewRedis(t, testenv.RedisDBCache))
+	rdb := testenv.NewRedis(t, testenv.RedisDBCache)
+	c := cache.New(rdb)
 	ctx := context.Background()
 	digest := apikeys.Digest("sk_test_x")
 	active := apikeys.Entry{KeyID: "key_1", MerchantID: "mer_1", Environment: "sandbox"}
@@ -28,6 +30,13 @@ func TestFillNeverOverwritesARevocation(t *testing.T) {
 	got, found, err := c.Key(ctx, digest)
 	if err != nil || !found || got != revoked {
 		t.Fatalf("got %+v found=%v err=%v, want the revoked entry", got, found, err)
+	}
+	// A replica of the release before the hash-tagged names reads
+	// gh:key:<hex>: a revoke writes it too, so such a replica refuses the key
+	// during a rolling upgrade.
+	legacy, err := rdb.Get(ctx, "gh:key:"+hex.EncodeToString(digest)).Result()
+	if err != nil || legacy != "mer_1|key_1|sandbox|revoked" {
+		t.Fatalf("legacy entry %q (%v), want the revoked entry", legacy, err)
 	}
 
 	if err := c.SetSessionState(ctx, "ses_1", "revoked", time.Minute); err != nil {
