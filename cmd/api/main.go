@@ -196,7 +196,7 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer) er
 		Keys:           apikeys.NewService(db, rc, time.Now, log),
 		KeyCache:       rc,
 		Merchants:      merchants.NewService(db, hasher, time.Now),
-		Charges:        charges.NewService(db, relay, keys, cfg.Providers(), cfg.DefaultProvider, time.Now, onEnqueueErr),
+		Charges:        charges.NewService(db, relay, keys, cfg.Providers(), cfg.DefaultProvider, time.Now, onEnqueueErr).WithTokens(db),
 		Refunds:        refunds.NewService(db, relay, time.Now, onEnqueueErr),
 		Events:         events.NewService(db, time.Now),
 		Webhooks:       webhooks.NewService(db, relay, keys, cfg.WebhookAllowPrivateNetworks, time.Now, onEnqueueErr),

@@ -56,6 +56,7 @@ type Store interface {
 	CreateKey(ctx context.Context, k Key) error
 	ListKeys(ctx context.Context, merchantID string, p listing.Params) (listing.Page[Key], error)
 	KeyByDigest(ctx context.Context, digest []byte) (Key, error)
+	KeyByPublicKey(ctx context.Context, publicKey string) (Key, error)
 	KeyByID(ctx context.Context, merchantID, id string) (Key, error)
 	RevokeKey(ctx context.Context, merchantID, id string) (Key, error)
 }
@@ -218,6 +219,36 @@ func (s *Service) Authenticate(ctx context.Context, secret string) (Entry, error
 		return Entry{}, apperr.LiveMode()
 	}
 	return e, nil
+}
+
+// PublicLivePrefix is a live public key's prefix.
+const PublicLivePrefix = "pk_live_"
+
+// AuthenticatePublic resolves a public key, which only creates card tokens
+// (CONTRACT.md, "Client-side card collection"), to its key pair's entry. It
+// returns invalid_token for an unknown key, token_revoked for a key pair that
+// was revoked and live_mode_disabled for a live key. Public keys are not
+// secret, so they are looked up in Postgres without a cache; the per-address
+// limit in front bounds the lookups.
+func (s *Service) AuthenticatePublic(ctx context.Context, publicKey string) (Entry, error) {
+	if strings.HasPrefix(publicKey, PublicLivePrefix) {
+		return Entry{}, apperr.LiveMode()
+	}
+	if !strings.HasPrefix(publicKey, PublicTestPrefix) || len(publicKey) > maxSecretLen {
+		return Entry{}, errUnknownKey
+	}
+	k, err := s.store.KeyByPublicKey(ctx, publicKey)
+	switch {
+	case apperr.KindOf(err) == apperr.KindNotFound:
+		return Entry{}, errUnknownKey
+	case err != nil:
+		return Entry{}, err
+	case k.RevokedAt != nil:
+		return Entry{}, errRevokedKey
+	case k.Environment == Live:
+		return Entry{}, apperr.LiveMode()
+	}
+	return Entry{KeyID: k.ID, MerchantID: k.MerchantID, Environment: k.Environment}, nil
 }
 
 func ttlOf(e Entry) time.Duration {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -61,8 +62,11 @@ type secretCard struct {
 
 // NewCharge is everything the creation writes in one transaction.
 type NewCharge struct {
-	Charge   Charge
-	Sealed   []byte // the card, encrypted; nil for a token
+	Charge Charge
+	Sealed []byte // the card, encrypted; nil for a provider token
+	// TokenID is the Gatehouse card token the charge uses, which the
+	// transaction marks used; "" for none.
+	TokenID  string
 	Event    events.Event
 	Task     outbox.Task
 	Idem     *idempotency.Request
@@ -98,7 +102,10 @@ type Service struct {
 	fallback  string
 	now       func() time.Time
 	onEnqueue func(error)
+	tokens    TokenStore
 }
+
+var errNoTokens = errors.New("charges: no token store")
 
 // NewService returns the API-side service; providers are the names a charge
 // may ask for and defaultProvider the one used when it names none. onEnqueueErr
@@ -120,7 +127,7 @@ type Result struct {
 // the task to the queue.
 func (s *Service) Create(ctx context.Context, merchantID, environment string, p CreateParams, idem *idempotency.Request, render Renderer) (Result, error) {
 	now := s.now().UTC().Truncate(time.Millisecond)
-	c, secret, err := s.validate(p, now)
+	c, secret, tokenID, err := s.validate(p, now)
 	if err != nil {
 		return Result{}, err
 	}
@@ -132,14 +139,17 @@ func (s *Service) Create(ctx context.Context, merchantID, environment string, p 
 
 	n := NewCharge{Charge: c, Task: outbox.Task{Type: outbox.ChargeAuthorize, RefID: c.ID}, Idem: idem}
 	if secret != nil {
-		fp := hex.EncodeToString(s.keys.MAC(keyring.PurposeFingerprint, []byte(merchantID), []byte(secret.Number))[:16])
-		n.Charge.Card.Fingerprint = &fp
-		plain, err := json.Marshal(secret)
-		if err != nil {
-			return Result{}, apperr.Internal(err)
+		if n.Sealed, err = s.seal(&n.Charge.Card, merchantID, secret, c.ID); err != nil {
+			return Result{}, err
 		}
-		if n.Sealed, err = s.keys.Seal(keyring.PurposeCard, plain, []byte(c.ID)); err != nil {
-			return Result{}, apperr.Internal(err)
+	}
+	if tokenID != "" {
+		replay, err := s.useToken(ctx, &n, tokenID, now)
+		if err != nil {
+			return Result{}, err
+		}
+		if replay != nil {
+			return Result{Response: *replay, Replayed: true}, nil
 		}
 	}
 	if n.Event, err = events.New(ids.NewUUID(), merchantID, environment, events.ChargeCreated, now, n.Charge.View(), nil); err != nil {
@@ -170,7 +180,37 @@ func (s *Service) enqueue(ctx context.Context, t outbox.Task) {
 	}
 }
 
-func (s *Service) validate(p CreateParams, now time.Time) (Charge, *secretCard, error) {
+// seal sets the card's fingerprint and returns the sealed card, with owner
+// (the charge's or token's id) as its associated data.
+func (s *Service) seal(card *Card, merchantID string, secret *secretCard, owner string) ([]byte, error) {
+	fp := hex.EncodeToString(s.keys.MAC(keyring.PurposeFingerprint, []byte(merchantID), []byte(secret.Number))[:16])
+	card.Fingerprint = &fp
+	plain, err := json.Marshal(secret)
+	if err != nil {
+		return nil, apperr.Internal(err)
+	}
+	sealed, err := s.keys.Seal(keyring.PurposeCard, plain, []byte(owner))
+	if err != nil {
+		return nil, apperr.Internal(err)
+	}
+	return sealed, nil
+}
+
+// validate checks p. The card comes back as its summary in the charge and
+// either the raw card to seal, a provider token (in CardToken), or the id of
+// a Gatehouse token.
+func (s *Service) validate(p CreateParams, now time.Time) (c Charge, secret *secretCard, tokenID string, err error) {
+	c, secret, err = s.validateFields(p, now)
+	if err != nil {
+		return c, nil, "", err
+	}
+	if c.CardToken != nil && isCardToken(*c.CardToken) {
+		tokenID, c.CardToken, c.Card = *c.CardToken, nil, Card{}
+	}
+	return c, secret, tokenID, nil
+}
+
+func (s *Service) validateFields(p CreateParams, now time.Time) (Charge, *secretCard, error) {
 	if p.Environment != nil {
 		switch *p.Environment {
 		case "live":
@@ -246,37 +286,45 @@ func (s *Service) card(c *Charge, in *CardInput, now time.Time) (*secretCard, er
 		c.Card = Card{Brand: brandOfToken(tok)}
 		return nil, nil
 	}
+	card, secret, err := rawCard(RawCard{Number: in.Number, ExpMonth: in.ExpMonth, ExpYear: in.ExpYear, CVC: in.CVC}, now)
+	c.Card = card
+	return secret, err
+}
+
+// rawCard checks a card's number (Luhn), expiry and CVC and returns its
+// summary (no fingerprint yet) and the part to seal.
+func rawCard(in RawCard, now time.Time) (Card, *secretCard, error) {
 	switch {
 	case in.Number == nil || *in.Number == "":
-		return nil, apperr.Missing("card.number")
+		return Card{}, nil, apperr.Missing("card.number")
 	case in.ExpMonth == nil:
-		return nil, apperr.Missing("card.exp_month")
+		return Card{}, nil, apperr.Missing("card.exp_month")
 	case in.ExpYear == nil:
-		return nil, apperr.Missing("card.exp_year")
+		return Card{}, nil, apperr.Missing("card.exp_year")
 	case in.CVC == nil || *in.CVC == "":
-		return nil, apperr.Missing("card.cvc")
+		return Card{}, nil, apperr.Missing("card.cvc")
 	}
 	number := strings.NewReplacer(" ", "", "-", "").Replace(*in.Number)
 	if len(number) < 12 || len(number) > 19 || !digits(number) || !Luhn(number) {
-		return nil, apperr.Invalid("card.number", "card.number is not a valid card number.")
+		return Card{}, nil, apperr.Invalid("card.number", "card.number is not a valid card number.")
 	}
 	month, year := *in.ExpMonth, *in.ExpYear
 	if month < 1 || month > 12 {
-		return nil, apperr.Invalid("card.exp_month", "card.exp_month must be from 1 to 12.")
+		return Card{}, nil, apperr.Invalid("card.exp_month", "card.exp_month must be from 1 to 12.")
 	}
 	if year < 2000 || year > 2100 {
-		return nil, apperr.Invalid("card.exp_year", "card.exp_year must be a four-digit year.")
+		return Card{}, nil, apperr.Invalid("card.exp_year", "card.exp_year must be a four-digit year.")
 	}
 	if year < now.Year() || (year == now.Year() && month < int(now.Month())) {
-		return nil, apperr.Invalid("card.exp_year", "The card has expired.")
+		return Card{}, nil, apperr.Invalid("card.exp_year", "The card has expired.")
 	}
 	cvc := *in.CVC
 	if len(cvc) < 3 || len(cvc) > 4 || !digits(cvc) {
-		return nil, apperr.Invalid("card.cvc", "card.cvc must be 3 or 4 digits.")
+		return Card{}, nil, apperr.Invalid("card.cvc", "card.cvc must be 3 or 4 digits.")
 	}
 	last4 := number[len(number)-4:]
-	c.Card = Card{Brand: Brand(number), Last4: &last4, ExpMonth: &month, ExpYear: &year}
-	return &secretCard{Number: number, CVC: cvc, ExpMonth: month, ExpYear: year}, nil
+	return Card{Brand: Brand(number), Last4: &last4, ExpMonth: &month, ExpYear: &year},
+		&secretCard{Number: number, CVC: cvc, ExpMonth: month, ExpYear: year}, nil
 }
 
 // CheckMetadata enforces the metadata limits of charges and refunds: at most

@@ -510,6 +510,64 @@ func TestChargesEndToEnd(t *testing.T) {
 		checkNoCardData(t, st)
 	})
 
+	// CONTRACT.md, "Client-side card collection": a card tokenized with the
+	// public key and charged by the secret key goes through the worker like
+	// a card sent by the server, and its card is purged from the token at
+	// once and from the charge once the provider answered.
+	t.Run("a2_card_token_charged_through_the_worker", func(t *testing.T) {
+		c := newClient(t, "127.0.0.24")
+		var keys struct {
+			Data []struct {
+				PublicKey      string `json:"public_key"`
+				SecretKeyLast4 string `json:"secret_key_last4"`
+			} `json:"data"`
+		}
+		e, err := sendWith(c, http.MethodGet, st.replicas[0]+"/v1/me/api_keys", key, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		decode(t, e, &keys)
+		var pk string
+		for _, k := range keys.Data {
+			if strings.HasSuffix(key, k.SecretKeyLast4) {
+				pk = k.PublicKey
+			}
+		}
+		tok, err := sendWith(c, http.MethodPost, st.replicas[1]+"/v1/tokens", pk,
+			`{"card":{"number":"5555555555554444","exp_month":12,"exp_year":2031,"cvc":"321"}}`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st.check(t, tok)
+		mustExpect(t, tok, http.StatusCreated, "")
+		var token struct {
+			ID string `json:"id"`
+		}
+		decode(t, tok, &token)
+		p := &payments{st: st, c: c, key: key}
+		e = p.do(t, http.MethodPost, "/v1/charges",
+			`{"amount":2500,"currency":"usd","payment_method":"card","card":{"token":"`+token.ID+`"}}`)
+		mustExpect(t, e, http.StatusCreated, "")
+		var ch chargeJSON
+		decode(t, e, &ch)
+		got, _ := p.waitCharges(t, []string{ch.ID}, func(_, status string) bool { return status != "created" }, 20*time.Second)
+		if final := got[ch.ID]; final.Status != "captured" || final.AmountCaptured != 2500 || final.Card.Brand != "mastercard" ||
+			final.Card.Last4 == nil || *final.Card.Last4 != "4444" {
+			t.Fatalf("the token's charge: %+v", final)
+		}
+		ctx, cancel := dbCtx()
+		defer cancel()
+		var tokenCard, chargeCard []byte
+		if err := st.db.Pool.QueryRow(ctx, `SELECT t.card_sealed, c.card_sealed FROM card_tokens t JOIN charges c ON c.id = t.charge_id
+			WHERE t.id = $1`, token.ID).Scan(&tokenCard, &chargeCard); err != nil {
+			t.Fatal(err)
+		}
+		if tokenCard != nil || chargeCard != nil {
+			t.Errorf("sealed card left: token %d bytes, charge %d bytes", len(tokenCard), len(chargeCard))
+		}
+		checkNoCardData(t, st)
+	})
+
 	t.Run("b_refunds", func(t *testing.T) {
 		p := &payments{st: st, c: newClient(t, "127.0.0.22"), key: key}
 		create := func(number string, capture bool) string {
@@ -979,6 +1037,7 @@ func checkNoCardData(t *testing.T, st *stack) {
 		{"outbox", `SELECT task_id, convert_to(task_id || ' ' || task_type || ' ' || ref_id::text, 'UTF8') FROM outbox`},
 		{"idempotency_keys", `SELECT key, response || fingerprint FROM idempotency_keys`},
 		{"charges (outside card_sealed)", `SELECT id::text, convert_to(concat_ws(' ', card_brand, card_last4, card_fingerprint, card_token, description, metadata::text, failure_message), 'UTF8') FROM charges`},
+		{"card_tokens (outside card_sealed)", `SELECT id, convert_to(concat_ws(' ', card_brand, card_last4, card_fingerprint, key_id), 'UTF8') FROM card_tokens`},
 	} {
 		rows, err := st.db.Pool.Query(ctx, q.sql)
 		if err != nil {

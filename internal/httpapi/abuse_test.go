@@ -284,6 +284,7 @@ func TestAbusiveBodies(t *testing.T) {
 		"POST /v1/charges": {path: "/v1/charges", auth: bearer(a.secret),
 			base: []field{{"amount", "2000"}, {"currency", `"usd"`}, {"payment_method", `"card"`}, {"card", card}, {"description", `"order 1"`}},
 			str:  "description", num: "amount"},
+		"POST /v1/tokens": {path: "/v1/tokens", auth: bearer(h.publicKeyOf(a.secret)), base: []field{{"card", card}}},
 		"POST /v1/charges/:id/capture": {path: "/v1/charges/" + authorized + "/capture", auth: bearer(a.secret),
 			base: []field{{"amount", "1000"}}, num: "amount", emptyIsValid: true},
 		"POST /v1/charges/:id/void": {path: "/v1/charges/" + authorized + "/void", auth: bearer(a.secret),

@@ -40,17 +40,18 @@ import (
 type accepts int
 
 const (
-	public       accepts = iota // no Authorization header
-	sessionOnly                 // a dashboard session token
-	keyOnly                     // a secret API key
-	sessionOrKey                // either
+	public        accepts = iota // no Authorization header
+	sessionOnly                  // a dashboard session token
+	keyOnly                      // a secret API key
+	sessionOrKey                 // either
+	publicKeyOnly                // a public key (POST /v1/tokens)
 )
 
 func (a accepts) session() bool { return a == sessionOnly || a == sessionOrKey }
 func (a accepts) key() bool     { return a == keyOnly || a == sessionOrKey }
 
 func (a accepts) String() string {
-	return [...]string{"public", "session", "secret key", "session or secret key"}[a]
+	return [...]string{"public", "session", "secret key", "session or secret key", "public key"}[a]
 }
 
 // Kinds of objects a merchant owns, as the fixture creates them.
@@ -107,7 +108,9 @@ var authzRoutes = map[string]authzRoute{
 	"GET /v1/me/api_keys":        {auth: sessionOrKey, ok: 200, lists: kindAPIKey},
 	"DELETE /v1/me/api_keys/:id": {auth: keyOnly, ok: 200, idKind: kindAPIKey},
 
-	"POST /v1/charges": {auth: keyOnly, ok: 201, body: fixed(chargeJSON(set("amount", 700)))},
+	"POST /v1/charges":   {auth: keyOnly, ok: 201, body: fixed(chargeJSON(set("amount", 700)))},
+	"OPTIONS /v1/tokens": {auth: public, ok: 204},
+	"POST /v1/tokens":    {auth: publicKeyOnly, ok: 201, body: fixed(tokenCard)},
 	"GET /v1/charges": {auth: keyOnly, ok: 200, lists: kindCharge, filters: func(o *authzFixture) []string {
 		return []string{"status=captured", "status=authorized", "created[gte]=2020-01-01T00:00:00Z"}
 	}},
@@ -185,6 +188,7 @@ func authzEnv(env map[string]string) {
 // authzFixture is a merchant with objects of every kind.
 type authzFixture struct {
 	account
+	pk    string // the public key of the key pair it signs with
 	email string
 	ids   map[string][]string // kind -> ids, oldest first
 	next  map[string]int
@@ -217,6 +221,9 @@ func (f *authzFixture) creds(h *harness, a accepts) map[string][]string {
 	if a.session() {
 		out["session"] = bearer(f.session(h))
 	}
+	if a == publicKeyOnly {
+		out["public key"] = bearer(f.pk)
+	}
 	return out
 }
 
@@ -227,6 +234,8 @@ func (f *authzFixture) ownCred(h *harness, a accepts) []string {
 		return bearer(f.secret)
 	case a.session():
 		return bearer(f.session(h))
+	case a == publicKeyOnly:
+		return bearer(f.pk)
 	}
 	return nil
 }
@@ -240,6 +249,7 @@ func (h *harness) newAuthzFixture(t *testing.T, email string, w *worker, d *webh
 	f.merchantID = h.merchant(email, matrixPassword)
 	f.token = h.login(email, matrixPassword)
 	f.keyID, f.secret = h.newKey(f.token)
+	f.pk = h.publicKeyOf(f.secret)
 	for i := 0; i < n; i++ {
 		id, _ := h.newKey(f.token)
 		f.ids[kindAPIKey] = append(f.ids[kindAPIKey], id)
@@ -435,6 +445,9 @@ func TestAuthzMatrix(t *testing.T) {
 			for _, req := range sec {
 				_, s := req["sessionToken"]
 				_, k := req["secretKey"]
+				if _, p := req["publicKey"]; p {
+					got = publicKeyOnly
+				}
 				switch {
 				case s && got == keyOnly, k && got == sessionOnly:
 					got = sessionOrKey
@@ -602,6 +615,7 @@ func TestAuthzMatrix(t *testing.T) {
 	t.Run("credentials each route takes", func(t *testing.T) {
 		// A key and a session that no longer work, and tokens that never did.
 		revokedID, revoked := h.newKey(a.token)
+		revokedPK := h.publicKeyOf(revoked)
 		want(t, h.do("DELETE", "/v1/me/api_keys/"+revokedID, "", bearer(a.secret)...), 200, "")
 		loggedOut := a.session(h)
 		want(t, h.do("DELETE", "/v1/auth/logout", "", bearer(loggedOut)...), 204, "")
@@ -628,9 +642,16 @@ func TestAuthzMatrix(t *testing.T) {
 			probes := []probe{
 				{"no Authorization", nil, 401, "missing_authorization"},
 				{"Basic scheme", []string{"Authorization", "Basic " + base64.StdEncoding.EncodeToString([]byte(a.secret+":"))}, 401, "invalid_token"},
-				{"public key", bearer(pk), 401, "invalid_token_type"},
 				{"live secret key", bearer("sk_live_" + strings.TrimPrefix(a.secret, "sk_test_")), 403, "live_mode_disabled"},
 				{"forged session", bearer(forged), 401, "invalid_token"},
+			}
+			if route.auth == publicKeyOnly {
+				probes = append(probes,
+					probe{"revoked key pair's public key", bearer(revokedPK), 401, "token_revoked"},
+					probe{"unknown public key", bearer("pk_test_" + strings.Repeat("0", 24)), 401, "invalid_token"},
+					probe{"live public key", bearer("pk_live_" + strings.TrimPrefix(pk, "pk_test_")), 403, "live_mode_disabled"})
+			} else {
+				probes = append(probes, probe{"public key", bearer(pk), 401, "invalid_token_type"})
 			}
 			if route.auth.key() {
 				probes = append(probes,

@@ -377,6 +377,9 @@ func (f fakeKeys) KeyByDigest(_ context.Context, d []byte) (apikeys.Key, error) 
 	}
 	return apikeys.Key{}, apperr.NotFound("key")
 }
+func (f fakeKeys) KeyByPublicKey(context.Context, string) (apikeys.Key, error) {
+	return apikeys.Key{}, apperr.NotFound("key")
+}
 func (f fakeKeys) KeyByID(context.Context, string, string) (apikeys.Key, error) {
 	return apikeys.Key{}, apperr.NotFound("key")
 }

@@ -131,7 +131,7 @@ func newHarnessWith(t *testing.T, o harnessOptions) *harness {
 		Keys:           apikeys.NewService(keyStore, rc, time.Now, log),
 		KeyCache:       rc,
 		Merchants:      ms,
-		Charges:        charges.NewService(st, queue, keys, cfg.Providers(), cfg.DefaultProvider, time.Now, nil),
+		Charges:        charges.NewService(st, queue, keys, cfg.Providers(), cfg.DefaultProvider, time.Now, nil).WithTokens(st),
 		Refunds:        refunds.NewService(st, queue, time.Now, nil),
 		Events:         events.NewService(st, time.Now),
 		Webhooks:       webhooks.NewService(st, queue, keys, cfg.WebhookAllowPrivateNetworks, time.Now, nil),

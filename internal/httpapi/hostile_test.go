@@ -236,6 +236,8 @@ func TestLiveModeInEveryBody(t *testing.T) {
 		case row.auth == public:
 		case row.auth.key():
 			auth = bearer(a.secret)
+		case row.auth == publicKeyOnly:
+			auth = bearer(h.publicKeyOf(a.secret))
 		default:
 			auth = bearer(a.token)
 		}

@@ -233,6 +233,11 @@ func (s *server) limitByIP(name string, l config.Limit) fiber.Handler {
 	return s.limit(name, l, func(c *fiber.Ctx) string { return s.clientIP(c).String() })
 }
 
+// limitByKey limits per API key pair; it runs after authentication.
+func (s *server) limitByKey(name string, l config.Limit) fiber.Handler {
+	return s.limit(name, l, func(c *fiber.Ctx) string { return principal(c).KeyID })
+}
+
 type accept int
 
 const (

@@ -30,6 +30,8 @@ func (s *server) routes(app *fiber.App) {
 	app.Delete("/v1/me/api_keys/:id", perIP, secret, s.revokeKey)
 
 	app.Post("/v1/charges", s.authenticateCounted(acceptKey, "default", cfg.RateLimitDefault, &namedLimit{"charges", cfg.RateLimitCharges}), s.createCharge)
+	app.Options(tokensPath, tokensPreflight)
+	app.Post(tokensPath, allowAnyOrigin, perIP, s.authenticatePublic, s.limitByKey("tokens", cfg.RateLimitDefault), s.createToken)
 	app.Get("/v1/charges", perIP, secret, s.listCharges)
 	app.Get("/v1/charges/:id", perIP, secret, s.getCharge)
 	app.Post("/v1/charges/:id/capture", perIP, secret, s.captureCharge)

@@ -67,6 +67,9 @@ type Maintenance interface {
 	StaleTasks(ctx context.Context, before time.Time, limit int) ([]outbox.Pending, error)
 	Reconcile(ctx context.Context, before time.Time) (int64, error)
 	DeleteIdempotencyKeysBefore(ctx context.Context, t time.Time) (int64, error)
+	// PruneCardTokens clears the cards of tokens expired unused at now and
+	// deletes tokens past their retention.
+	PruneCardTokens(ctx context.Context, now time.Time) (cleared, deleted int64, err error)
 }
 
 // observe runs a task with its log id, metrics and, when tracing is on, a

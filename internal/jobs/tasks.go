@@ -33,7 +33,8 @@ const (
 	// TypeOutboxSweep enqueues outbox tasks that went missing and re-creates
 	// the tasks of charges and refunds waiting too long.
 	TypeOutboxSweep = "outbox:sweep"
-	// TypeRetentionPrune deletes idempotency keys after 24 h and events after 30 days.
+	// TypeRetentionPrune deletes idempotency keys after 24 h and events after
+	// 30 days, and purges expired card tokens.
 	TypeRetentionPrune = "retention:prune"
 )
 
@@ -199,7 +200,8 @@ func (h *Handlers) HandleOutboxSweep(ctx context.Context, _ *asynq.Task) error {
 }
 
 // HandleRetentionPrune deletes idempotency keys older than 24 h and events
-// older than 30 days.
+// older than 30 days, clears the sealed cards of card tokens that expired
+// unused, and deletes tokens 30 days after they expired.
 func (h *Handlers) HandleRetentionPrune(ctx context.Context, _ *asynq.Task) error {
 	keys, err := h.Store.DeleteIdempotencyKeysBefore(ctx, time.Now().Add(-idempotency.Retention))
 	if err != nil {
@@ -209,6 +211,11 @@ func (h *Handlers) HandleRetentionPrune(ctx context.Context, _ *asynq.Task) erro
 	if err != nil {
 		return err
 	}
-	h.Log.InfoContext(ctx, "pruned expired records", "idempotency_keys", keys, "events", evs)
+	cleared, tokens, err := h.Store.PruneCardTokens(ctx, time.Now())
+	if err != nil {
+		return err
+	}
+	h.Log.InfoContext(ctx, "pruned expired records", "idempotency_keys", keys, "events", evs,
+		"token_cards_cleared", cleared, "tokens", tokens)
 	return nil
 }

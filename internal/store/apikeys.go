@@ -40,6 +40,15 @@ func (s *Store) KeyByDigest(ctx context.Context, digest []byte) (apikeys.Key, er
 	return k, mapErr(err, "api_key")
 }
 
+const selectKeyByPublicKey = `SELECT ` + keyColumns + ` FROM api_keys WHERE public_key = $1`
+
+// KeyByPublicKey returns the key pair with this public key, or NotFound.
+func (s *Store) KeyByPublicKey(ctx context.Context, publicKey string) (apikeys.Key, error) {
+	rows, _ := s.pool.Query(ctx, selectKeyByPublicKey, publicKey)
+	k, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByPos[apikeys.Key])
+	return k, mapErr(err, "api_key")
+}
+
 const revokeKey = `UPDATE api_keys SET revoked_at = COALESCE(revoked_at, now())
 WHERE id = $1 AND merchant_id = $2 RETURNING ` + keyColumns
 

@@ -74,17 +74,38 @@ func (s *Store) CreateCharge(ctx context.Context, n charges.NewCharge) (*idempot
 	}
 	var created int
 	var deliveries []string
-	err := s.pool.QueryRow(ctx, createCharge,
-		c.ID, c.MerchantID, c.Environment, c.Amount, c.Currency, c.Status, c.PaymentMethod, c.Capture,
+	args := []any{c.ID, c.MerchantID, c.Environment, c.Amount, c.Currency, c.Status, c.PaymentMethod, c.Capture,
 		c.Card.Brand, c.Card.Last4, c.Card.ExpMonth, c.Card.ExpYear, c.Card.Fingerprint, c.CardToken, n.Sealed,
 		c.Provider, c.Description, c.Metadata, c.CreatedAt,
 		n.Event.ID, n.Event.Type, n.Event.Body,
 		n.Task.ID(), n.Task.Type,
-		key, fp, status, resp,
-	).Scan(&created, &deliveries)
+		key, fp, status, resp}
+	var err error
+	if n.TokenID == "" {
+		err = s.pool.QueryRow(ctx, createCharge, args...).Scan(&created, &deliveries)
+	} else {
+		// The charge and the use of its card token commit together: a
+		// token another charge used meanwhile rolls this one back.
+		err = s.inTx(ctx, func(tx pgx.Tx) error {
+			if err := tx.QueryRow(ctx, createCharge, args...).Scan(&created, &deliveries); err != nil || created == 0 {
+				return err
+			}
+			tag, err := tx.Exec(ctx, useToken, n.TokenID, c.MerchantID, c.Environment, c.CreatedAt, c.ID)
+			if err != nil {
+				return err
+			}
+			if tag.RowsAffected() == 0 {
+				return charges.ErrTokenUnusable()
+			}
+			return nil
+		})
+	}
 	if err != nil {
 		if n.Idem != nil && lockTimeout(err) {
 			return nil, nil, idempotency.ErrInUse()
+		}
+		if _, ok := apperr.As(err); ok {
+			return nil, nil, err // already an answer: the token's, or inTx's commit
 		}
 		return nil, nil, mapErr(err, "charge")
 	}
