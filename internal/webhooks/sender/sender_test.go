@@ -301,9 +301,13 @@ func TestConnectionsAreReusedAtTheEndpointCap(t *testing.T) {
 		<-*gate.Load()
 		w.WriteHeader(http.StatusOK)
 	}))
+	var idle atomic.Int64
 	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
-		if s == http.StateNew {
+		switch s {
+		case http.StateNew:
 			opened.Add(1)
+		case http.StateIdle:
+			idle.Add(1)
 		}
 	}
 	srv.Start()
@@ -327,6 +331,13 @@ func TestConnectionsAreReusedAtTheEndpointCap(t *testing.T) {
 		wg.Wait()
 	}
 	wave()
+	// A connection goes back to the client's idle pool from its read loop,
+	// just after Send has returned: wait until the server has seen every
+	// connection finish its answer, and the client a moment to park them.
+	for deadline := time.Now().Add(2 * time.Second); idle.Load() < IdlePerHost && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond)
 	second := make(chan struct{})
 	gate.Store(&second)
 	afterFirst := opened.Load()
