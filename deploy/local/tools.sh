@@ -15,6 +15,8 @@
 # | stripe-mock           | v0.203.0         | go install github.com/stripe/stripe-mock@v0.203.0           |
 # | redocly (OpenAPI lint)| @redocly/cli 2.77.0 | npm install                                              |
 # | signature verifiers   | internal/webhooks/testdata/verify/package-lock.json | npm ci          |
+# | browser journeys      | internal/e2e/browser/package-lock.json (playwright-core) | npm ci     |
+# | chromium              | Debian's package (/usr/bin/chromium; never a downloaded browser) | apt-get |
 #
 # Each tool is built once per machine into $GATEHOUSE_TOOLS_DIR (default
 # ~/.cache/gatehouse/tools) under NAME@VERSION, so clones share it, and linked
@@ -36,6 +38,8 @@ KUSTOMIZE_VERSION=v5.5.0
 STRIPE_MOCK_VERSION=v0.203.0
 REDOCLY_VERSION=2.77.0
 VERIFY_DIR=$ROOT/internal/webhooks/testdata/verify
+BROWSER_DIR=$ROOT/internal/e2e/browser
+CHROMIUM=${CHROMIUM:-/usr/bin/chromium}
 
 log() { printf '[tools] %s\n' "$*" >&2; }
 fail() {
@@ -140,6 +144,36 @@ verifiers_install() {
 		fail "npm ci in $VERIFY_DIR failed"
 }
 
+# pinned_installed DIR: node_modules of DIR matches the versions of its package.json.
+pinned_installed() {
+	(cd "$1" && node -e '
+		const fs = require("fs");
+		const want = JSON.parse(fs.readFileSync("package.json")).dependencies;
+		for (const [name, version] of Object.entries(want)) {
+			const got = JSON.parse(fs.readFileSync("node_modules/" + name + "/package.json")).version;
+			if (got !== version) process.exit(1);
+		}') >/dev/null 2>&1
+}
+
+# browser_install: Debian's chromium (when missing, with apt-get, as root or
+# through sudo -n) and playwright-core for the browser journeys (npm ci).
+browser_install() {
+	need_npm
+	if [ ! -x "$CHROMIUM" ]; then
+		local sudo=()
+		[ "$(id -u)" -eq 0 ] || sudo=(sudo -n)
+		command -v apt-get >/dev/null 2>&1 ||
+			fail "the browser journeys need Debian's chromium at $CHROMIUM (or set CHROMIUM to a Chromium binary)"
+		log "installing chromium (apt-get; the browser journeys drive it, no browser is downloaded)"
+		{ "${sudo[@]}" apt-get update -qq && DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends chromium </dev/null; } >/dev/null ||
+			fail "apt-get install chromium failed: install it, or set CHROMIUM to a Chromium binary"
+	fi
+	pinned_installed "$BROWSER_DIR" && return 0
+	log "installing playwright-core (npm ci in internal/e2e/browser)"
+	(cd "$BROWSER_DIR" && npm ci --no-audit --no-fund --ignore-scripts) >/dev/null ||
+		fail "npm ci in $BROWSER_DIR failed"
+}
+
 link() {
 	mkdir -p "$LINK_DIR"
 	ln -sfn "$1" "$LINK_DIR/$2"
@@ -151,13 +185,14 @@ install_all() {
 	go_install stripe-mock "$STRIPE_MOCK_VERSION" github.com/stripe/stripe-mock
 	redocly_install
 	verifiers_install
+	browser_install
 
 	link "$TOOLS_DIR/prometheus@$PROMETHEUS_VERSION/promtool" promtool
 	link "$TOOLS_DIR/prometheus@$PROMETHEUS_VERSION/prometheus" prometheus
 	link "$TOOLS_DIR/kustomize@$KUSTOMIZE_VERSION/kustomize" kustomize
 	link "$TOOLS_DIR/stripe-mock@$STRIPE_MOCK_VERSION/stripe-mock" stripe-mock
 	link "$TOOLS_DIR/redocly@$REDOCLY_VERSION/node_modules/.bin/redocly" redocly
-	log "ready in bin/tools: promtool and prometheus $PROMETHEUS_RELEASE, kustomize $KUSTOMIZE_VERSION, stripe-mock $STRIPE_MOCK_VERSION, redocly $REDOCLY_VERSION; signature verifiers"
+	log "ready in bin/tools: promtool and prometheus $PROMETHEUS_RELEASE, kustomize $KUSTOMIZE_VERSION, stripe-mock $STRIPE_MOCK_VERSION, redocly $REDOCLY_VERSION; signature verifiers; chromium and playwright-core"
 }
 
 check_all() {
@@ -166,6 +201,8 @@ check_all() {
 		[ -x "$LINK_DIR/$t" ] || missing+=("$t")
 	done
 	verifiers_installed || missing+=("signature verifiers")
+	[ -x "$CHROMIUM" ] || missing+=("chromium")
+	pinned_installed "$BROWSER_DIR" || missing+=("playwright-core")
 	if [ "${#missing[@]}" -gt 0 ]; then
 		log "missing: ${missing[*]} (run deploy/local/tools.sh)"
 		return 1

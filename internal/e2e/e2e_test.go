@@ -31,6 +31,7 @@ type apiKey struct {
 	ID        string  `json:"id"`
 	Object    string  `json:"object"`
 	SecretKey string  `json:"secret_key"`
+	PublicKey string  `json:"public_key"`
 	RevokedAt *string `json:"revoked_at"`
 }
 

@@ -108,9 +108,13 @@ var authzRoutes = map[string]authzRoute{
 	"GET /v1/me/api_keys":        {auth: sessionOrKey, ok: 200, lists: kindAPIKey},
 	"DELETE /v1/me/api_keys/:id": {auth: keyOnly, ok: 200, idKind: kindAPIKey},
 
-	"POST /v1/charges":   {auth: keyOnly, ok: 201, body: fixed(chargeJSON(set("amount", 700)))},
-	"OPTIONS /v1/tokens": {auth: public, ok: 204},
-	"POST /v1/tokens":    {auth: publicKeyOnly, ok: 201, body: fixed(tokenCard)},
+	"POST /v1/charges":          {auth: keyOnly, ok: 201, body: fixed(chargeJSON(set("amount", 700)))},
+	"OPTIONS /v1/tokens":        {auth: public, ok: 204},
+	"GET /js/v1/gatehouse.js":   {auth: public, ok: 200},
+	"GET /elements/v1/card":     {auth: public, ok: 200},
+	"GET /elements/v1/card.js":  {auth: public, ok: 200},
+	"GET /elements/v1/card.css": {auth: public, ok: 200},
+	"POST /v1/tokens":           {auth: publicKeyOnly, ok: 201, body: fixed(tokenCard)},
 	"GET /v1/charges": {auth: keyOnly, ok: 200, lists: kindCharge, filters: func(o *authzFixture) []string {
 		return []string{"status=captured", "status=authorized", "created[gte]=2020-01-01T00:00:00Z"}
 	}},

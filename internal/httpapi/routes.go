@@ -21,6 +21,8 @@ func (s *server) routes(app *fiber.App) {
 	secret := s.authenticate(acceptKey)
 	either := s.authenticate(acceptSession | acceptKey)
 
+	s.elementRoutes(app)
+
 	app.Post("/v1/auth/login", login, s.login)
 	app.Delete("/v1/auth/logout", perIP, session, s.logout)
 
