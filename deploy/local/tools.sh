@@ -124,26 +124,6 @@ redocly_install() {
 	settle "$tmp" "$final"
 }
 
-# verifiers_installed: node_modules of the signature verifiers matches package.json.
-verifiers_installed() {
-	(cd "$VERIFY_DIR" && node -e '
-		const fs = require("fs");
-		const want = JSON.parse(fs.readFileSync("package.json")).dependencies;
-		for (const [name, version] of Object.entries(want)) {
-			const got = JSON.parse(fs.readFileSync("node_modules/" + name + "/package.json")).version;
-			if (got !== version) process.exit(1);
-		}') >/dev/null 2>&1
-}
-
-# verifiers_install: npm ci of the webhook signature verifiers, from their lock file.
-verifiers_install() {
-	need_npm
-	verifiers_installed && return 0
-	log "installing the webhook signature verifiers (npm ci in internal/webhooks/testdata/verify)"
-	(cd "$VERIFY_DIR" && npm ci --no-audit --no-fund --ignore-scripts) >/dev/null ||
-		fail "npm ci in $VERIFY_DIR failed"
-}
-
 # pinned_installed DIR: node_modules of DIR matches the versions of its package.json.
 pinned_installed() {
 	(cd "$1" && node -e '
@@ -153,6 +133,18 @@ pinned_installed() {
 			const got = JSON.parse(fs.readFileSync("node_modules/" + name + "/package.json")).version;
 			if (got !== version) process.exit(1);
 		}') >/dev/null 2>&1
+}
+
+# verifiers_installed: node_modules of the signature verifiers matches package.json.
+verifiers_installed() { pinned_installed "$VERIFY_DIR"; }
+
+# verifiers_install: npm ci of the webhook signature verifiers, from their lock file.
+verifiers_install() {
+	need_npm
+	verifiers_installed && return 0
+	log "installing the webhook signature verifiers (npm ci in internal/webhooks/testdata/verify)"
+	(cd "$VERIFY_DIR" && npm ci --no-audit --no-fund --ignore-scripts) >/dev/null ||
+		fail "npm ci in $VERIFY_DIR failed"
 }
 
 # browser_install: Debian's chromium (when missing, with apt-get, as root or
