@@ -130,10 +130,7 @@ type createKeyRequest struct {
 
 func (s *server) createKey(c *fiber.Ctx) error {
 	var req createKeyRequest
-	if err := decodeJSON(c, &req); err != nil {
-		return err
-	}
-	idem, err := s.idempotent(c)
+	idem, err := s.decodeCreate(c, &req)
 	if err != nil {
 		return err
 	}

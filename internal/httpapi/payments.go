@@ -32,6 +32,15 @@ func (s *server) idempotent(c *fiber.Ctx) (*idempotency.Request, error) {
 	return &idempotency.Request{Key: strings.Clone(key), Fingerprint: fp}, nil
 }
 
+// decodeCreate decodes the body of a creating POST into dst, then reads its
+// Idempotency-Key (nil without one).
+func (s *server) decodeCreate(c *fiber.Ctx, dst any) (*idempotency.Request, error) {
+	if err := decodeJSON(c, dst); err != nil {
+		return nil, err
+	}
+	return s.idempotent(c)
+}
+
 // renderAs returns a renderer of v as the JSON answer with status.
 func renderAs[T any](status int) func(T) (idempotency.Response, error) {
 	return func(v T) (idempotency.Response, error) {
@@ -58,10 +67,7 @@ func sendAnswer(c *fiber.Ctx, r idempotency.Response, replayed bool) error {
 
 func (s *server) createCharge(c *fiber.Ctx) error {
 	var p charges.CreateParams
-	if err := decodeJSON(c, &p); err != nil {
-		return err
-	}
-	idem, err := s.idempotent(c)
+	idem, err := s.decodeCreate(c, &p)
 	if err != nil {
 		return err
 	}
@@ -122,10 +128,7 @@ type captureRequest struct {
 
 func (s *server) captureCharge(c *fiber.Ctx) error {
 	var req captureRequest
-	if err := decodeJSON(c, &req); err != nil {
-		return err
-	}
-	idem, err := s.idempotent(c)
+	idem, err := s.decodeCreate(c, &req)
 	if err != nil {
 		return err
 	}
@@ -138,10 +141,7 @@ func (s *server) captureCharge(c *fiber.Ctx) error {
 
 func (s *server) voidCharge(c *fiber.Ctx) error {
 	var req struct{}
-	if err := decodeJSON(c, &req); err != nil {
-		return err
-	}
-	idem, err := s.idempotent(c)
+	idem, err := s.decodeCreate(c, &req)
 	if err != nil {
 		return err
 	}
@@ -154,10 +154,7 @@ func (s *server) voidCharge(c *fiber.Ctx) error {
 
 func (s *server) createRefund(c *fiber.Ctx) error {
 	var p refunds.CreateParams
-	if err := decodeJSON(c, &p); err != nil {
-		return err
-	}
-	idem, err := s.idempotent(c)
+	idem, err := s.decodeCreate(c, &p)
 	if err != nil {
 		return err
 	}

@@ -72,10 +72,7 @@ func (s *server) resolvePublic(c *fiber.Ctx) (auth.Principal, error) {
 
 func (s *server) createToken(c *fiber.Ctx) error {
 	var p charges.TokenParams
-	if err := decodeJSON(c, &p); err != nil {
-		return err
-	}
-	idem, err := s.idempotent(c)
+	idem, err := s.decodeCreate(c, &p)
 	if err != nil {
 		return err
 	}

@@ -22,10 +22,7 @@ type endpointWithSecret struct {
 
 func (s *server) createEndpoint(c *fiber.Ctx) error {
 	var p webhooks.CreateParams
-	if err := decodeJSON(c, &p); err != nil {
-		return err
-	}
-	idem, err := s.idempotent(c)
+	idem, err := s.decodeCreate(c, &p)
 	if err != nil {
 		return err
 	}
