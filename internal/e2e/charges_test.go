@@ -533,20 +533,10 @@ func TestChargesEndToEnd(t *testing.T) {
 				pk = k.PublicKey
 			}
 		}
-		tok, err := sendWith(c, http.MethodPost, st.replicas[1]+"/v1/tokens", pk,
-			`{"card":{"number":"5555555555554444","exp_month":12,"exp_year":2031,"cvc":"321"}}`)
-		if err != nil {
-			t.Fatal(err)
-		}
-		st.check(t, tok)
-		mustExpect(t, tok, http.StatusCreated, "")
-		var token struct {
-			ID string `json:"id"`
-		}
-		decode(t, tok, &token)
+		tokenID := st.cardToken(t, c, st.replicas[1], pk, "5555555555554444")
 		p := &payments{st: st, c: c, key: key}
 		e = p.do(t, http.MethodPost, "/v1/charges",
-			`{"amount":2500,"currency":"usd","payment_method":"card","card":{"token":"`+token.ID+`"}}`)
+			`{"amount":2500,"currency":"usd","payment_method":"card","card":{"token":"`+tokenID+`"}}`)
 		mustExpect(t, e, http.StatusCreated, "")
 		var ch chargeJSON
 		decode(t, e, &ch)
@@ -559,7 +549,7 @@ func TestChargesEndToEnd(t *testing.T) {
 		defer cancel()
 		var tokenCard, chargeCard []byte
 		if err := st.db.Pool.QueryRow(ctx, `SELECT t.card_sealed, c.card_sealed FROM card_tokens t JOIN charges c ON c.id = t.charge_id
-			WHERE t.id = $1`, token.ID).Scan(&tokenCard, &chargeCard); err != nil {
+			WHERE t.id = $1`, tokenID).Scan(&tokenCard, &chargeCard); err != nil {
 			t.Fatal(err)
 		}
 		if tokenCard != nil || chargeCard != nil {

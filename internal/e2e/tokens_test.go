@@ -10,6 +10,24 @@ import (
 // provider". One token per provider (the sandbox and Stripe, against
 // stripe-mock), created with the public key on one replica and charged with
 // the secret key on the other; the worker captures each.
+// cardToken creates a card token of the card (expiring 12/2031) with the
+// public key through base and returns its id.
+func (s *stack) cardToken(t *testing.T, c *http.Client, base, publicKey, number string) string {
+	t.Helper()
+	e, err := sendWith(c, http.MethodPost, base+"/v1/tokens", publicKey,
+		`{"card":{"number":"`+number+`","exp_month":12,"exp_year":2031,"cvc":"123"}}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.check(t, e)
+	mustExpect(t, e, http.StatusCreated, "")
+	var token struct {
+		ID string `json:"id"`
+	}
+	decode(t, e, &token)
+	return token.ID
+}
+
 func TestCardTokenThroughEveryProvider(t *testing.T) {
 	mock := startStripeMockProcess(t)
 	st := newStack(t, stackOptions{env: []string{"STRIPE_SECRET_KEY=sk_test_tokens", "STRIPE_API_BASE=" + mock}}, "tokens")
@@ -19,19 +37,9 @@ func TestCardTokenThroughEveryProvider(t *testing.T) {
 	p := &payments{st: st, c: c, key: key.SecretKey}
 	var ids []string
 	for _, provider := range []string{"sandbox", "stripe"} {
-		tok, err := sendWith(c, http.MethodPost, st.replicas[1]+"/v1/tokens", key.PublicKey,
-			`{"card":{"number":"4242424242424242","exp_month":12,"exp_year":2031,"cvc":"123"}}`)
-		if err != nil {
-			t.Fatal(err)
-		}
-		st.check(t, tok)
-		mustExpect(t, tok, http.StatusCreated, "")
-		var token struct {
-			ID string `json:"id"`
-		}
-		decode(t, tok, &token)
+		token := st.cardToken(t, c, st.replicas[1], key.PublicKey, "4242424242424242")
 		e, err := sendWith(c, http.MethodPost, st.replicas[0]+"/v1/charges", key.SecretKey,
-			`{"amount":1500,"currency":"usd","payment_method":"card","provider":"`+provider+`","card":{"token":"`+token.ID+`"}}`)
+			`{"amount":1500,"currency":"usd","payment_method":"card","provider":"`+provider+`","card":{"token":"`+token+`"}}`)
 		if err != nil {
 			t.Fatal(err)
 		}
