@@ -268,6 +268,7 @@ cat <<EOF
   API      $API_URL        (/healthz /readyz /metrics)
   Worker   $WORKER_URL        (/healthz /readyz /metrics)
   Login    email $DEMO_EMAIL   password $DEMO_PASSWORD
+  Dashboard $API_URL/dashboard  (sign in with the login above)
   Settings .dev/current.env
 
   Try it (copy and paste into another terminal):

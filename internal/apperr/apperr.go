@@ -50,6 +50,10 @@ const (
 	CodeRateLimited          = "rate_limited"
 	CodeInternal             = "internal_error"
 	CodeUnavailable          = "service_unavailable"
+	// CodeCSRF refuses a dashboard form that did not come from the
+	// dashboard's own page (a missing or wrong CSRF token, or a cross-site
+	// request); the dashboard answers in HTML, so it is not in the API's table.
+	CodeCSRF = "csrf_token_invalid"
 )
 
 // LiveModeMessage is the exact message SPEC.md section 7 requires.

@@ -4,7 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"html"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -65,24 +68,223 @@ func screenshotDir(t *testing.T) string {
 	return dir
 }
 
-// TestCheckoutInABrowser is the card-collection journey of CONTRACT.md,
-// "Client-side card collection", in Debian's chromium: the example checkout
-// (examples/checkout) on a second loopback origin mounts the card field of
-// the real API, the card is typed into the field, the page gets a token and
-// the example's server charges it with the secret key; the worker captures it.
-// Only the card field ever sends the card number, and only to the gateway.
-func TestCheckoutInABrowser(t *testing.T) {
+// attacker serves the pages of another site on loopback: one that posts a
+// form to the dashboard as soon as it loads (CSRF), and one that frames the
+// dashboard and the card field (clickjacking). Reached as 127.0.0.1 it is
+// the same site as the API (another port: a cross-origin, same-site page,
+// which gets the SameSite=Strict cookie); reached as localhost, another site.
+func attacker(t *testing.T) (sameSite, crossSite string) {
+	t.Helper()
+	mux := http.NewServeMux()
+	mux.HandleFunc("/csrf", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		fmt.Fprintf(w, `<!doctype html><title>You won a prize</title><form method="post" action="%s">
+<input name="name" value="csrf attack"><input name="csrf_token" value="guessed"></form>
+<script>document.forms[0].submit()</script>`, html.EscapeString(r.URL.Query().Get("target")))
+	})
+	mux.HandleFunc("/frame", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		fmt.Fprintf(w, `<!doctype html><title>Click here</title><h1>Framing test</h1>
+<iframe name="dashboard" src="%s" width="560" height="420"></iframe>
+<iframe name="card" src="%s" width="420" height="200"></iframe>`,
+			html.EscapeString(r.URL.Query().Get("dashboard")), html.EscapeString(r.URL.Query().Get("card")))
+	})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	port := srv.Listener.Addr().(*net.TCPAddr).Port
+	return srv.URL, fmt.Sprintf("http://localhost:%d", port)
+}
+
+// journeys is what journeys.mjs saw.
+type journeys struct {
+	Error         string           `json:"error"`
+	FailedAt      string           `json:"failedAt"`
+	FailedAlert   []string         `json:"failedAlert"`
+	Steps         map[string]int64 `json:"steps"`
+	TookMS        int64            `json:"took_ms"`
+	SessionCookie struct {
+		HTTPOnly bool   `json:"httpOnly"`
+		SameSite string `json:"sameSite"`
+		Secure   bool   `json:"secure"`
+		Path     string `json:"path"`
+	} `json:"sessionCookie"`
+	KeyShown          bool   `json:"keyShown"`
+	SecretAfterReload bool   `json:"secretAfterReload"`
+	KeyListed         bool   `json:"keyListed"`
+	CheckoutResult    string `json:"checkoutResult"`
+	Charge            string `json:"charge"`
+	PageReadsField    bool   `json:"pageReadsField"`
+	CardSentBy        []struct {
+		Frame, URL string
+	} `json:"cardSentBy"`
+	ListedAsCaptured      bool           `json:"listedAsCaptured"`
+	RefundNotice          string         `json:"refundNotice"`
+	Refunded              string         `json:"refunded"`
+	RefundSucceededEvents int            `json:"refundSucceededEvents"`
+	EventNamesCharge      bool           `json:"eventNamesCharge"`
+	EndpointSecretShown   bool           `json:"endpointSecretShown"`
+	Endpoint              string         `json:"endpoint"`
+	EndpointListed        bool           `json:"endpointListed"`
+	RecoverPreview        string         `json:"recoverPreview"`
+	CSRF                  map[string]int `json:"csrf"`
+	DashboardFramed       bool           `json:"dashboardFramed"`
+	CardFramed            bool           `json:"cardFramed"`
+	AttackKeyListed       bool           `json:"attackKeyListed"`
+	SignedOutNotice       string         `json:"signedOutNotice"`
+	OldCookieLandsOn      string         `json:"oldCookieLandsOn"`
+	OldCookieDirect       struct {
+		Status   int    `json:"status"`
+		Location string `json:"location"`
+	} `json:"oldCookieDirect"`
+	OldCookiePost int      `json:"oldCookiePost"`
+	PageErrors    []string `json:"pageErrors"`
+	ConsoleErrors []string `json:"consoleErrors"`
+	Console       []string `json:"console"`
+}
+
+// TestBrowserJourneys runs the journeys of CONTRACT.md's "Client-side card
+// collection" and "Dashboard" in Debian's chromium (journeys.mjs): sign in to
+// the dashboard, create a key (its secret shown once), pay on the example
+// checkout (examples/checkout, another origin) through the card field, see
+// the charge captured in the dashboard, refund half, see refund.succeeded,
+// create an endpoint and see a test delivery's attempt, have a cross-site
+// form and framing refused, and sign out, after which the old cookie is
+// refused. Each page leaves a screenshot in bin/screenshots. The stack's
+// secret scan (B5) covers these processes' logs and database; the browser's
+// console, the example checkout's log and the script's output are scanned
+// here too.
+func TestBrowserJourneys(t *testing.T) {
 	dir, chromium := browserTools(t)
 	shots := screenshotDir(t)
-	st := newStack(t, stackOptions{}, "browser")
+	// Receivers listen on loopback, which the API refuses by default.
+	st := newStack(t, stackOptions{env: []string{"WEBHOOK_ALLOW_PRIVATE_NETWORKS=true"}}, "browser")
 	setup := newClient(t, "127.0.0.40")
-	_, token := st.signUp(t, setup, "browser", "Browser Shop")
-	key := st.newKey(t, setup, token, "checkout")
+	email, password := "browser-"+randomHex(t, 4)+"@example.com", "correct horse "+randomHex(t, 8)
+	merchantID := st.createMerchant(t, email, password, "Browser Shop")
+	login := st.login(t, setup, st.replicas[0], fmt.Sprintf(`{"email":%q,"password":%q}`, email, password))
+	mustExpect(t, login, http.StatusOK, "")
+	var session struct {
+		Token string `json:"token"`
+	}
+	decode(t, login, &session)
+	key := st.newKey(t, setup, session.Token, "checkout")
 	if !strings.HasPrefix(key.PublicKey, "pk_test_") {
 		t.Fatalf("no public key in the key's creation answer")
 	}
+	checkoutAddr, checkoutLog := startCheckout(t, st, key)
+	recv := newReceiver(t, "browser", func(hit, int) (int, time.Duration, http.Header) { return 200, 0, nil })
+	sameSite, crossSite := attacker(t)
 
-	// The example checkout, built and started on its own port: another origin.
+	cfg, err := json.Marshal(map[string]string{
+		"api": st.replicas[0], "email": email, "password": password, "checkout": "http://" + checkoutAddr + "/",
+		"receiver": recv.url(), "attackerSameSite": sameSite, "attackerCrossSite": crossSite, "shots": shots,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	started := time.Now()
+	run := exec.CommandContext(ctx, "node", "journeys.mjs", string(cfg))
+	run.Dir = dir
+	run.Env = append(os.Environ(), "CHROMIUM="+chromium)
+	var stderr strings.Builder
+	run.Stderr = &stderr
+	out, err := run.Output()
+	took := time.Since(started)
+	// The browser's side of B5: what the script printed (the browser's
+	// console included), its errors and the checkout's log hold no secret,
+	// and no card number or secret key (the shown-once secret is read from
+	// the page but never printed).
+	for _, h := range append(append(scanSecrets("journeys.mjs output", out), scanSecrets("journeys.mjs stderr", []byte(stderr.String()))...),
+		scanSecrets("example checkout log", []byte(checkoutLog.tail(1 << 20)))...) {
+		t.Errorf("secret scan: %s", h)
+	}
+	if err != nil {
+		t.Fatalf("node journeys.mjs: %v\n%s\ncheckout log:\n%s", err, stderr.String(), checkoutLog.tail(1 << 20))
+	}
+	var got journeys
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatalf("journeys.mjs printed %q: %v", out, err)
+	}
+	t.Logf("browser journeys in chromium: %d ms in the browser (%s with node's start); steps (ms): %v; screenshots in %s",
+		got.TookMS, took.Round(time.Millisecond), got.Steps, shots)
+	if got.Error != "" {
+		t.Fatalf("journeys.mjs: %s\nat %s, showing %q (screenshot failure.png)\nconsole: %q\ncheckout log:\n%s",
+			got.Error, got.FailedAt, got.FailedAlert, got.Console, checkoutLog.tail(1<<20))
+	}
+	if len(got.PageErrors) > 0 || len(got.ConsoleErrors) > 0 {
+		t.Errorf("page errors %q, console errors %q", got.PageErrors, got.ConsoleErrors)
+	}
+
+	// 1. The session cookie.
+	if c := got.SessionCookie; !c.HTTPOnly || c.SameSite != "Strict" || c.Path != "/dashboard" || c.Secure {
+		t.Errorf("session cookie %+v: want HttpOnly, SameSite=Strict, path /dashboard, not Secure over plain HTTP", c)
+	}
+	// 2. The key's secret, once.
+	if !got.KeyShown || got.SecretAfterReload || !got.KeyListed {
+		t.Errorf("key: shown %v, still shown after a reload %v, listed %v", got.KeyShown, got.SecretAfterReload, got.KeyListed)
+	}
+	// 3. The checkout: only the card field sends the card, only to the gateway.
+	if got.PageReadsField {
+		t.Error("the checkout page could read the card field's document")
+	}
+	if len(got.CardSentBy) != 1 || got.CardSentBy[0].Frame != "card field" || got.CardSentBy[0].URL != st.replicas[0]+"/v1/tokens" {
+		t.Errorf("the card number was sent by %+v; want only the card field, to %s/v1/tokens", got.CardSentBy, st.replicas[0])
+	}
+	// 4-6. Captured, half refunded, refund.succeeded.
+	if !got.ListedAsCaptured || got.Refunded != "10.00 USD" || got.RefundSucceededEvents != 1 || !got.EventNamesCharge {
+		t.Errorf("dashboard: listed as captured %v, refunded %q, refund.succeeded events %d (names the charge %v)",
+			got.ListedAsCaptured, got.Refunded, got.RefundSucceededEvents, got.EventNamesCharge)
+	}
+	p := &payments{st: st, c: setup, key: key.SecretKey}
+	final, _ := p.waitCharges(t, []string{got.Charge}, func(_, status string) bool { return status != "created" }, 20*time.Second)
+	if c := final[got.Charge]; c.Status != "captured" || c.AmountRefunded != 1000 || c.Card.Last4 == nil || *c.Card.Last4 != "4242" {
+		t.Errorf("the checkout's charge through the API: %+v; want captured, 1000 refunded, card 4242", c)
+	}
+	// 7. The endpoint and its test delivery, received.
+	if !got.EndpointSecretShown || got.Endpoint == "" || !got.EndpointListed || !strings.Contains(got.RecoverPreview, "would be sent again") {
+		t.Errorf("endpoint %q: secret shown %v, listed %v, recover preview %q", got.Endpoint, got.EndpointSecretShown, got.EndpointListed, got.RecoverPreview)
+	}
+	tests := 0
+	for _, h := range recv.all() {
+		if h.header.Get("X-Service-Test") != "" {
+			tests++
+		}
+	}
+	if tests != 1 {
+		t.Errorf("the receiver got %d test deliveries, want 1", tests)
+	}
+	// 8. CSRF and framing.
+	if got.CSRF["same_site"] != http.StatusForbidden || got.CSRF["cross_site"] == http.StatusOK || got.CSRF["cross_site"] == 0 || got.AttackKeyListed {
+		t.Errorf("cross-site forms answered %v (want 403 from a same-site page, a refusal from another site); the attack's key listed: %v", got.CSRF, got.AttackKeyListed)
+	}
+	if n := queryInt(t, st.db, `SELECT count(*) FROM api_keys WHERE merchant_id = $1 AND name IN ('csrf attack', 'after sign out')`, merchantID); n != 0 {
+		t.Errorf("%d keys were created by forged or signed-out requests", n)
+	}
+	if got.DashboardFramed || !got.CardFramed {
+		t.Errorf("framed by another origin: the dashboard rendered %v (want refused), the card field %v (want allowed)", got.DashboardFramed, got.CardFramed)
+	}
+	// 9. Signed out: the old cookie is refused.
+	if got.SignedOutNotice == "" || got.OldCookieLandsOn != "/dashboard/login" || got.OldCookieDirect.Status != http.StatusSeeOther ||
+		got.OldCookieDirect.Location != "/dashboard/login" || got.OldCookiePost != http.StatusUnauthorized {
+		t.Errorf("after sign out: notice %q, the old cookie lands on %s, answered %+v, a form with it %d",
+			got.SignedOutNotice, got.OldCookieLandsOn, got.OldCookieDirect, got.OldCookiePost)
+	}
+	for _, name := range []string{"dashboard-login", "dashboard-key-created", "dashboard-keys", "checkout-filled", "checkout-paid",
+		"dashboard-charges", "dashboard-charge", "dashboard-events", "dashboard-event", "dashboard-webhook", "dashboard-webhooks",
+		"dashboard-csrf-refused", "dashboard-framing-refused", "dashboard-signed-out"} {
+		if fi, err := os.Stat(filepath.Join(shots, name+".png")); err != nil || fi.Size() < 1000 {
+			t.Errorf("screenshot %s: %v", name, err)
+		}
+	}
+	checkNoCardData(t, st)
+}
+
+// startCheckout builds examples/checkout and starts it on its own port (another
+// origin) with the key; it returns its address and its log.
+func startCheckout(t *testing.T, st *stack, key apiKey) (string, *syncBuffer) {
+	t.Helper()
 	root, err := moduleRoot()
 	if err != nil {
 		t.Fatal(err)
@@ -101,8 +303,8 @@ func TestCheckoutInABrowser(t *testing.T) {
 	checkout := exec.Command(bin)
 	checkout.Env = append(os.Environ(), "GATEHOUSE_API="+st.replicas[0], "GATEHOUSE_PUBLIC_KEY="+key.PublicKey,
 		"GATEHOUSE_SECRET_KEY="+key.SecretKey, "CHECKOUT_ADDR="+addr)
-	var checkoutLog strings.Builder
-	checkout.Stdout, checkout.Stderr = &checkoutLog, &checkoutLog
+	log := &syncBuffer{}
+	checkout.Stdout, checkout.Stderr = log, log
 	if err := checkout.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -115,59 +317,11 @@ func TestCheckoutInABrowser(t *testing.T) {
 		c, err := net.DialTimeout("tcp", addr, time.Second)
 		if err == nil {
 			c.Close()
-			break
+			return addr, log
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the example checkout did not listen on %s: %v\n%s", addr, err, checkoutLog.String())
+			t.Fatalf("the example checkout did not listen on %s: %v\n%s", addr, err, log.tail(1 << 20))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	run := exec.CommandContext(ctx, "node", "checkout.mjs", "http://"+addr+"/", shots)
-	run.Dir = dir
-	run.Env = append(os.Environ(), "CHROMIUM="+chromium)
-	var stderr strings.Builder
-	run.Stderr = &stderr
-	out, err := run.Output()
-	if err != nil {
-		t.Fatalf("node checkout.mjs: %v\n%s\ncheckout log:\n%s", err, stderr.String(), checkoutLog.String())
-	}
-	var got struct {
-		Result         string `json:"result"`
-		Charge         string `json:"charge"`
-		PageReadsField bool   `json:"pageReadsField"`
-		CardSentBy     []struct {
-			Frame, URL string
-		} `json:"cardSentBy"`
-		PageErrors []string `json:"pageErrors"`
-		TookMS     int64    `json:"took_ms"`
-	}
-	if err := json.Unmarshal(out, &got); err != nil {
-		t.Fatalf("checkout.mjs printed %q: %v", out, err)
-	}
-	t.Logf("checkout journey in chromium: %d ms; screenshots in %s", got.TookMS, shots)
-	if got.Charge == "" || len(got.PageErrors) > 0 {
-		t.Fatalf("the page shows %q, page errors %q", got.Result, got.PageErrors)
-	}
-	if got.PageReadsField {
-		t.Error("the checkout page could read the card field's document")
-	}
-	if len(got.CardSentBy) != 1 || got.CardSentBy[0].Frame != "card field" || got.CardSentBy[0].URL != st.replicas[0]+"/v1/tokens" {
-		t.Errorf("the card number was sent by %+v; want only the card field, to %s/v1/tokens", got.CardSentBy, st.replicas[0])
-	}
-
-	// The charge is the merchant's, made from the token, and the worker captures it.
-	p := &payments{st: st, c: setup, key: key.SecretKey}
-	final, _ := p.waitCharges(t, []string{got.Charge}, func(_, status string) bool { return status != "created" }, 20*time.Second)
-	if c := final[got.Charge]; c.Status != "captured" || c.Card.Last4 == nil || *c.Card.Last4 != "4242" {
-		t.Fatalf("the checkout's charge: %+v", c)
-	}
-	for _, name := range []string{"checkout-filled.png", "checkout-paid.png"} {
-		if fi, err := os.Stat(filepath.Join(shots, name)); err != nil || fi.Size() < 1000 {
-			t.Errorf("screenshot %s: %v", name, err)
-		}
-	}
-	checkNoCardData(t, st)
 }

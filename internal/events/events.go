@@ -88,6 +88,8 @@ func Timestamp(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.
 // Filter narrows a list of events.
 type Filter struct {
 	Type string
+	// ChargeID keeps the events of one charge: its own and its refunds'.
+	ChargeID string
 }
 
 // Store reads events. EventByID returns KindNotFound for an unknown id or an

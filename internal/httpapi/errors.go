@@ -88,6 +88,9 @@ func (s *server) renderError(c *fiber.Ctx, err error) error {
 		s.Log.ErrorContext(c.UserContext(), "request failed",
 			"method", c.Method(), "route", c.Route().Path, "status", status, "code", ae.Code, "err", err)
 	}
+	if isDashboard(c) {
+		return s.renderDashboardError(c, status, ae)
+	}
 	return writeJSON(c, status, errorBody{Error: errorDetail{
 		Code: ae.Code, Message: ae.Message, Param: ae.Param, RequestID: id,
 	}})

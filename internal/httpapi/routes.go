@@ -22,6 +22,7 @@ func (s *server) routes(app *fiber.App) {
 	either := s.authenticate(acceptSession | acceptKey)
 
 	s.elementRoutes(app)
+	s.dashboardRoutes(app)
 
 	app.Post("/v1/auth/login", login, s.login)
 	app.Delete("/v1/auth/logout", perIP, session, s.logout)

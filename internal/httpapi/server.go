@@ -74,6 +74,7 @@ type Deps struct {
 type server struct {
 	Deps
 	trusted trustedProxies
+	dash    *dashboard
 }
 
 // NewServer returns the API as a Fiber app with every route registered.
@@ -81,7 +82,7 @@ func NewServer(d Deps) *fiber.App {
 	if d.Draining == nil {
 		d.Draining = new(atomic.Bool)
 	}
-	s := &server{Deps: d, trusted: trustedProxies(d.Config.TrustedProxies)}
+	s := &server{Deps: d, trusted: trustedProxies(d.Config.TrustedProxies), dash: newDashboard()}
 	// Slow senders and idle connections (docs/operations.md): a request
 	// must arrive whole within the read timeout of its first byte (the
 	// deadline is not extended per byte); a keep-alive connection that

@@ -23,6 +23,7 @@ const (
 	PurposeWebhook     = "gatehouse webhook secrets v1"
 	PurposeFingerprint = "gatehouse card fingerprint v1"
 	PurposeIdempotency = "gatehouse idempotency fingerprint v1"
+	PurposeCSRF        = "gatehouse dashboard csrf v1"
 )
 
 // Keyring holds the master key and the keys derived from it, derived once

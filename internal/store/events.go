@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -9,6 +10,10 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/events"
 	"github.com/gatehouse-pay/gatehouse/internal/listing"
 )
+
+// eventCharge is the id of the charge an event is about, as indexed by
+// events_merchant_charge_idx (migrations/00005_event_charge.sql).
+const eventCharge = `(body -> 'data' -> 'charge' ->> 'id')`
 
 const eventColumns = `id, merchant_id, environment, type, body, created_at`
 
@@ -35,7 +40,13 @@ func (s *Store) ListEvents(ctx context.Context, merchantID string, f events.Filt
 	args := []any{merchantID}
 	if f.Type != "" {
 		args = append(args, f.Type)
-		query += ` AND type = $2`
+		query += ` AND type = $` + strconv.Itoa(len(args))
+	}
+	if f.ChargeID != "" {
+		// Every event body holds its charge (refund events too), and
+		// events_merchant_charge_idx indexes this expression.
+		args = append(args, f.ChargeID)
+		query += ` AND ` + eventCharge + ` = $` + strconv.Itoa(len(args))
 	}
 	return listPage(ctx, s, query, args, p, scanEvent, "event")
 }

@@ -1,0 +1,239 @@
+// The browser journeys of CONTRACT.md ("Client-side card collection",
+// "Dashboard") in a real browser: Debian's chromium driven by playwright-core.
+// browser_test.go starts the stack and runs this once; it prints one JSON
+// line with what each journey saw, and leaves a screenshot of each page.
+//
+//   node journeys.mjs CONFIG_JSON
+//
+// CONFIG_JSON: {api, email, password, checkout, receiver, attackerSameSite,
+// attackerCrossSite, shots}. The journeys, in order:
+//   1. sign in to the dashboard;
+//   2. create a key: its secret is shown once, and gone after a reload;
+//   3. a checkout on another origin takes a card through the card field and
+//      its server charges the token;
+//   4. the charge appears in the dashboard as captured;
+//   5. refund half of it;
+//   6. refund.succeeded is in the events;
+//   7. create a webhook endpoint, send a test delivery, see its attempt;
+//   8. cross-site forms and framing are refused (the card field may be framed);
+//   9. sign out; the old cookie is refused.
+import { chromium } from 'playwright-core';
+
+const cfg = JSON.parse(process.argv[2]);
+const card = '4242424242424242';
+const out = { steps: {}, cardSentBy: [], pageErrors: [], consoleErrors: [], console: [] };
+const started = Date.now();
+let stepStarted = started;
+let current = 'start';
+
+function step(name) {
+  out.steps[current] = Date.now() - stepStarted;
+  current = name;
+  stepStarted = Date.now();
+}
+
+function check(ok, message) {
+  if (!ok) { throw new Error(`${current}: ${message}`); }
+}
+
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
+  args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update'],
+});
+
+function watch(page, name) {
+  page.on('pageerror', (e) => out.pageErrors.push(`${name}: ${e.message}`));
+  page.on('console', (m) => {
+    out.console.push(`${name} ${m.type()}: ${m.text()}`);
+    // A refused frame is the clickjacking check working, not a page error.
+    // Pages without an icon answer 404 for /favicon.ico.
+    if (m.type() === 'error' && !/frame-ancestors|X-Frame-Options|403|401/.test(m.text()) && !/favicon\.ico$/.test(m.location().url || '')) {
+      out.consoleErrors.push(`${name}: ${m.text()}`);
+    }
+  });
+  page.on('dialog', (d) => d.accept());
+}
+
+// reloadUntil reloads the page until ok(page) holds or the time is up.
+async function reloadUntil(page, ok, what, ms = 30000) {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    if (await ok(page)) { return; }
+    check(Date.now() < deadline, `${what} did not happen within ${ms} ms`);
+    await page.waitForTimeout(400);
+    await page.reload();
+  }
+}
+
+const shot = (page, name) => page.screenshot({ path: `${cfg.shots}/${name}.png`, fullPage: true });
+
+let page;
+try {
+  const context = await browser.newContext({ viewport: { width: 1200, height: 800 } });
+  page = await context.newPage();
+  watch(page, 'dashboard');
+
+  // 1. Sign in: the dashboard sends a stranger to the sign-in page.
+  step('sign_in');
+  await page.goto(`${cfg.api}/dashboard`);
+  check(new URL(page.url()).pathname === '/dashboard/login', `/dashboard led to ${page.url()}`);
+  await page.fill('#email', cfg.email);
+  await page.fill('#password', cfg.password);
+  await shot(page, 'dashboard-login');
+  await Promise.all([page.waitForURL('**/dashboard/charges'), page.click('#login button[type=submit]')]);
+  const cookies = await context.cookies();
+  const session = cookies.find((c) => c.name === 'gatehouse_session');
+  check(session, 'no session cookie after signing in');
+  out.sessionCookie = { httpOnly: session.httpOnly, sameSite: session.sameSite, secure: session.secure, path: session.path };
+
+  // 2. A key: the secret is shown once, and a reload does not show it again.
+  step('create_key');
+  await page.goto(`${cfg.api}/dashboard/keys`);
+  await page.fill('#key-name', 'browser journey');
+  await Promise.all([page.waitForLoadState('load'), page.click('#create-key button[type=submit]')]);
+  await page.waitForSelector('#secret-key');
+  const secret = (await page.textContent('#secret-key')).trim();
+  check(/^sk_test_/.test(secret), `the new key's secret reads ${secret.slice(0, 8)}...`);
+  out.keyShown = true;
+  await shot(page, 'dashboard-key-created');
+  await page.reload();
+  out.secretAfterReload = (await page.locator('#secret-key').count()) > 0 || (await page.content()).includes(secret);
+  out.keyListed = (await page.locator('#keys tr', { hasText: 'browser journey' }).count()) === 1;
+  await shot(page, 'dashboard-keys');
+
+  // 3. The checkout on its own origin: the card goes into the card field only.
+  step('checkout');
+  const shop = await context.newPage();
+  watch(shop, 'checkout');
+  shop.on('request', (r) => {
+    if ((r.postData() || '').includes(card) || r.url().includes(card)) {
+      out.cardSentBy.push({ frame: r.frame() === shop.mainFrame() ? 'checkout' : 'card field', url: r.url() });
+    }
+  });
+  await shop.goto(cfg.checkout);
+  const field = shop.frameLocator('iframe');
+  await field.locator('#number').fill(card);
+  await field.locator('#exp').fill('12 / 34');
+  await field.locator('#cvc').fill('123');
+  await shot(shop, 'checkout-filled');
+  await shop.click('#submit');
+  await shop.waitForFunction(() => document.querySelector('#result').dataset.charge || /rror|not|could/.test(document.querySelector('#result').textContent), null, { timeout: 20000 });
+  out.checkoutResult = await shop.textContent('#result');
+  out.charge = await shop.getAttribute('#result', 'data-charge');
+  out.pageReadsField = await shop.evaluate(() => {
+    try { return document.querySelector('iframe').contentDocument !== null; } catch { return false; }
+  });
+  await shot(shop, 'checkout-paid');
+  check(out.charge, `the checkout shows ${out.checkoutResult}`);
+
+  // 4. The charge in the dashboard, captured by the worker.
+  step('charge_captured');
+  await page.goto(`${cfg.api}/dashboard/charges/${out.charge}`);
+  await reloadUntil(page, async (p) => (await p.getAttribute('#charge-status', 'data-status')) === 'captured', 'the capture');
+  await page.goto(`${cfg.api}/dashboard/charges?status=captured`);
+  out.listedAsCaptured = (await page.locator(`#charges tr[data-charge="${out.charge}"] [data-status="captured"]`).count()) === 1;
+  await shot(page, 'dashboard-charges');
+
+  // 5. Refund half of it.
+  step('refund_half');
+  await page.click(`#charges tr[data-charge="${out.charge}"] a >> nth=0`);
+  await page.waitForSelector('#refund');
+  await page.fill('#refund-amount', '10.00');
+  await page.selectOption('#refund-reason', 'requested_by_customer');
+  await Promise.all([page.waitForURL('**notice=refund'), page.click('#refund button[type=submit]')]);
+  out.refundNotice = (await page.textContent('#notice')).trim();
+  await reloadUntil(page, async (p) => (await p.locator('#refunds [data-status="succeeded"]').count()) === 1, 'the refund');
+  out.refunded = (await page.textContent('#charge-refunded')).trim();
+  await shot(page, 'dashboard-charge');
+
+  // 6. refund.succeeded in the events.
+  step('events');
+  await page.goto(`${cfg.api}/dashboard/events?type=refund.succeeded`);
+  out.refundSucceededEvents = await page.locator('#events tr[data-event-type="refund.succeeded"]').count();
+  await shot(page, 'dashboard-events');
+  await page.click('#events tr[data-event-type="refund.succeeded"] a >> nth=0');
+  out.eventNamesCharge = (await page.textContent('#event-body')).includes(out.charge);
+  await shot(page, 'dashboard-event');
+
+  // 7. An endpoint, a test delivery, and its attempt in the log.
+  step('webhook');
+  await page.goto(`${cfg.api}/dashboard/webhooks`);
+  await page.fill('#endpoint-url', cfg.receiver);
+  await page.fill('#endpoint-description', 'browser journey');
+  await Promise.all([page.waitForLoadState('load'), page.click('#create-endpoint button[type=submit]')]);
+  await page.waitForSelector('#webhook-secret');
+  out.endpointSecretShown = /^whsec_/.test((await page.textContent('#webhook-secret')).trim());
+  out.endpoint = (await page.textContent('#endpoint-id')).trim();
+  await Promise.all([page.waitForURL('**notice=test'), page.click('#send-test button[type=submit]')]);
+  await reloadUntil(page, async (p) => (await p.locator('#deliveries .delivery[data-status="succeeded"] .attempt', { hasText: 'HTTP 200' }).count()) >= 1, 'the test delivery');
+  await page.click('#recover-preview');
+  await page.waitForSelector('#notice');
+  out.recoverPreview = (await page.textContent('#notice')).trim();
+  await shot(page, 'dashboard-webhook');
+  await page.goto(`${cfg.api}/dashboard/webhooks`);
+  out.endpointListed = (await page.locator(`#endpoints tr[data-endpoint="${out.endpoint}"]`).count()) === 1;
+  await shot(page, 'dashboard-webhooks');
+
+  // 8. A cross-site form and framing. The attacker pages post a form to
+  // the dashboard (with the victim's cookie, if the browser sends it) and
+  // frame both the dashboard and the card field.
+  step('csrf_and_framing');
+  out.csrf = {};
+  for (const [name, url] of [['same_site', cfg.attackerSameSite], ['cross_site', cfg.attackerCrossSite]]) {
+    const evil = await context.newPage();
+    watch(evil, `attacker ${name}`);
+    const answer = evil.waitForResponse((r) => r.url().startsWith(`${cfg.api}/dashboard/keys`) && r.request().method() === 'POST');
+    await evil.goto(`${url}/csrf?target=${encodeURIComponent(cfg.api + '/dashboard/keys')}`);
+    const r = await answer;
+    out.csrf[name] = r.status();
+    await evil.waitForLoadState('load');
+    if (name === 'same_site') { await shot(evil, 'dashboard-csrf-refused'); }
+    await evil.close();
+  }
+  const framer = await context.newPage();
+  watch(framer, 'framer');
+  await framer.goto(`${cfg.attackerSameSite}/frame?dashboard=${encodeURIComponent(cfg.api + '/dashboard/charges')}&card=${encodeURIComponent(cfg.api + '/elements/v1/card')}`);
+  await framer.waitForLoadState('load');
+  await framer.waitForTimeout(300);
+  const frames = framer.frames();
+  const dash = frames.find((f) => f.name() === 'dashboard');
+  const cardFrame = frames.find((f) => f.name() === 'card');
+  out.dashboardFramed = dash ? await dash.evaluate(() => !!document.querySelector('#charges')).catch(() => false) : false;
+  out.cardFramed = cardFrame ? await cardFrame.evaluate(() => !!document.querySelector('#number')).catch(() => false) : false;
+  await shot(framer, 'dashboard-framing-refused');
+  await framer.close();
+  await page.goto(`${cfg.api}/dashboard/keys`);
+  out.attackKeyListed = (await page.locator('#keys tr', { hasText: 'csrf attack' }).count()) > 0;
+
+  // 9. Sign out; the cookie it had is refused afterwards.
+  step('sign_out');
+  const old = (await context.cookies()).find((c) => c.name === 'gatehouse_session');
+  await Promise.all([page.waitForURL('**/dashboard/login?notice=signed_out'), page.click('#sign-out')]);
+  out.signedOutNotice = (await page.textContent('#notice')).trim();
+  await shot(page, 'dashboard-signed-out');
+  const replay = await browser.newContext();
+  await replay.addCookies([old]);
+  const again = await replay.newPage();
+  watch(again, 'old cookie');
+  const res = await again.goto(`${cfg.api}/dashboard/charges`);
+  out.oldCookieLandsOn = new URL(again.url()).pathname;
+  out.oldCookieStatus = res.status();
+  const direct = await replay.request.get(`${cfg.api}/dashboard/charges`, { maxRedirects: 0 });
+  out.oldCookieDirect = { status: direct.status(), location: direct.headers().location || '' };
+  const post = await replay.request.post(`${cfg.api}/dashboard/keys`, { form: { name: 'after sign out' }, maxRedirects: 0 });
+  out.oldCookiePost = post.status();
+  await replay.close();
+  step('done');
+} catch (e) {
+  out.error = String(e && e.stack || e);
+  if (page) {
+    // Where it stopped: the page's address, its alert, and a screenshot.
+    out.failedAt = page.url();
+    out.failedAlert = await page.locator('[role=alert]').allTextContents().catch(() => []);
+    await shot(page, 'failure').catch(() => {});
+  }
+} finally {
+  await browser.close();
+}
+out.took_ms = Date.now() - started;
+console.log(JSON.stringify(out));

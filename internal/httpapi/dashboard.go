@@ -1,0 +1,546 @@
+package httpapi
+
+import (
+	"bytes"
+	"crypto/rand"
+	"crypto/subtle"
+	"embed"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"html/template"
+	"net/url"
+	"path"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+	"github.com/valyala/fasthttp"
+
+	"github.com/gatehouse-pay/gatehouse/internal/apperr"
+	"github.com/gatehouse-pay/gatehouse/internal/idempotency"
+	"github.com/gatehouse-pay/gatehouse/internal/ids"
+	"github.com/gatehouse-pay/gatehouse/internal/keyring"
+	"github.com/gatehouse-pay/gatehouse/internal/listing"
+)
+
+// The merchant dashboard (CONTRACT.md, "Dashboard"): server-rendered pages
+// under /dashboard, same origin as the API, signed in with the same session
+// as POST /v1/auth/login and acting through the same services as the API.
+//
+// The session token lives in an HttpOnly, SameSite=Strict cookie (Secure over
+// TLS) scoped to /dashboard. Every form that changes something carries a CSRF
+// token bound to the session (an HMAC of its id, so any replica checks it);
+// the sign-in form carries one bound to a nonce cookie. A request a browser
+// marks as cross-site or same-site-but-cross-origin is refused before that.
+// Pages are never framed (frame-ancestors 'none', X-Frame-Options: DENY),
+// never cached, and run no inline script.
+//
+//go:embed dashboard/*.html dashboard/dashboard.css dashboard/dashboard.js dashboard/favicon.svg
+var dashboardFiles embed.FS
+
+const (
+	dashboardPath = "/dashboard"
+	sessionCookie = "gatehouse_session"
+	loginCookie   = "gatehouse_login"
+	csrfField     = "csrf_token"
+	idemField     = "idempotency_key"
+	// dashboardPageSize is the rows of a dashboard list page.
+	dashboardPageSize = 25
+)
+
+// dashboardCSP allows the dashboard's own script and style and nothing else:
+// no inline script or style, no framing by anyone, forms only to itself.
+const dashboardCSP = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; " +
+	"form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+
+var (
+	errCSRF = &apperr.Error{Kind: apperr.KindForbidden, Code: apperr.CodeCSRF,
+		Message: "This form did not come from your dashboard (its security token is missing or wrong). Reload the page and try again."}
+	errCrossSite = &apperr.Error{Kind: apperr.KindForbidden, Code: apperr.CodeCSRF,
+		Message: "Requests from other sites are refused. Use the dashboard's own pages."}
+	errSignedOut = apperr.Unauthenticated(apperr.CodeInvalidToken, "Your session has ended. Sign in again.")
+)
+
+// dashboard holds the parsed pages and the static assets.
+type dashboard struct {
+	pages map[string]*template.Template
+}
+
+var dashboardFuncs = template.FuncMap{
+	"money": formatMoney,
+	"major": func(amount int64, currency string) string {
+		v, _, _ := strings.Cut(formatMoney(amount, currency), " ")
+		return v
+	},
+	"newKey": ids.NewUUID,
+	"when":   func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05 UTC") },
+	"whenp": func(t *time.Time) string {
+		if t == nil {
+			return ""
+		}
+		return t.UTC().Format("2006-01-02 15:04:05 UTC")
+	},
+	"str": func(p *string) string {
+		if p == nil {
+			return ""
+		}
+		return *p
+	},
+	"num": func(p *int) string {
+		if p == nil {
+			return ""
+		}
+		return strconv.Itoa(*p)
+	},
+	"has": func(list []string, v string) bool {
+		for _, x := range list {
+			if x == v {
+				return true
+			}
+		}
+		return false
+	},
+}
+
+func newDashboard() *dashboard {
+	d := &dashboard{pages: map[string]*template.Template{}}
+	for _, name := range []string{"login", "error", "keys", "charges", "charge", "events", "event", "webhooks", "webhook"} {
+		d.pages[name] = template.Must(template.New(name).Funcs(dashboardFuncs).
+			ParseFS(dashboardFiles, "dashboard/layout.html", "dashboard/"+name+".html"))
+	}
+	return d
+}
+
+// view is what every page gets.
+type view struct {
+	Title     string
+	Nav       string
+	Merchant  *merchantJSON
+	CSRF      string
+	Notice    string
+	Error     string
+	ErrorCode string
+	RequestID string
+	// Busy marks a page that shows work still under way (a charge the
+	// worker has not finished, a pending delivery): it reloads itself.
+	Busy bool
+	// Back is where a failure page leads.
+	Back string
+	// Canonical is the page's own address when it answers a form posted to
+	// another one; the script puts it in the history.
+	Canonical string
+	Data      any
+}
+
+// dashboardHeaders are the headers of every dashboard page.
+func dashboardHeaders(c *fiber.Ctx) {
+	c.Set(fiber.HeaderContentSecurityPolicy, dashboardCSP)
+	c.Set(fiber.HeaderXFrameOptions, "DENY")
+	c.Set(fiber.HeaderXContentTypeOptions, "nosniff")
+	c.Set(fiber.HeaderReferrerPolicy, "same-origin")
+	c.Set(fiber.HeaderCacheControl, "no-store")
+	c.Set("Cross-Origin-Opener-Policy", "same-origin")
+}
+
+// render writes the named page.
+func (s *server) render(c *fiber.Ctx, status int, name string, v view) error {
+	t, ok := s.dash.pages[name]
+	if !ok {
+		return apperr.Internal(fmt.Errorf("dashboard: no page %q", name))
+	}
+	v.RequestID = requestID(c)
+	var b bytes.Buffer
+	if err := t.ExecuteTemplate(&b, "layout", v); err != nil {
+		return apperr.Internal(err)
+	}
+	dashboardHeaders(c)
+	c.Set(fiber.HeaderContentType, fiber.MIMETextHTMLCharsetUTF8)
+	return c.Status(status).Send(b.Bytes())
+}
+
+// page renders a signed-in page with the merchant, the CSRF token and the
+// notice named in the query.
+func (s *server) page(c *fiber.Ctx, name, nav, title string, data any) error {
+	v, err := s.signedIn(c, nav, title)
+	if err != nil {
+		return err
+	}
+	v.Data = data
+	return s.render(c, fiber.StatusOK, name, v)
+}
+
+// signedIn is the common part of a signed-in page's view.
+func (s *server) signedIn(c *fiber.Ctx, nav, title string) (view, error) {
+	p := principal(c)
+	m, err := s.Merchants.Get(c.UserContext(), p.MerchantID)
+	if err != nil {
+		return view{}, err
+	}
+	pm := PresentMerchant(m)
+	return view{Title: title, Nav: nav, Merchant: &pm, CSRF: s.csrfToken(p.SessionID), Notice: notices[c.Query("notice")]}, nil
+}
+
+// notices are the confirmations an action's redirect names.
+var notices = map[string]string{
+	"signed_out":   "You have signed out.",
+	"revoked":      "The key is revoked. Requests with it are refused on every replica.",
+	"capture":      "Capture requested. The worker captures the charge with the provider; this page updates when it is done.",
+	"void":         "Void requested. The worker releases the authorization; this page updates when it is done.",
+	"refund":       "Refund created. The worker sends it to the provider; this page updates when it succeeds.",
+	"updated":      "Endpoint saved.",
+	"test":         "Test delivery queued. Its attempt appears in the delivery log below.",
+	"retry":        "Delivery queued again. Its next attempt appears in the log below.",
+	"deleted":      "Endpoint deleted.",
+	"already_done": "That request was already made; nothing new was done.",
+}
+
+// failureTitles head a failure page by its status.
+var failureTitles = map[int]string{
+	fiber.StatusBadRequest:            "Check what you entered",
+	fiber.StatusUnauthorized:          "Signed out",
+	fiber.StatusForbidden:             "Refused",
+	fiber.StatusNotFound:              "Not found",
+	fiber.StatusConflict:              "Not possible now",
+	fiber.StatusRequestEntityTooLarge: "Too large",
+	fiber.StatusUnprocessableEntity:   "Already used",
+	fiber.StatusTooManyRequests:       "Too many requests",
+	fiber.StatusServiceUnavailable:    "Temporarily unavailable",
+}
+
+// renderDashboardError is renderError for dashboard pages: the same status,
+// an HTML page with the message and the request id, and a way back.
+func (s *server) renderDashboardError(c *fiber.Ctx, status int, ae *apperr.Error) error {
+	v := view{Title: failureTitles[status], Error: ae.Message, ErrorCode: ae.Code, Back: dashboardBack(c, status)}
+	if v.Title == "" {
+		v.Title = "Something went wrong"
+	}
+	if status == fiber.StatusUnauthorized {
+		v.Back = dashboardPath + "/login"
+	}
+	// The failure page has no form: it needs neither the merchant nor a token.
+	return s.render(c, status, "error", v)
+}
+
+// dashboardBack is the page to go back to from a failure: the page a form
+// was posted from, or the section of a page that failed, or of an object
+// that was not found (the link never names an id that is not the caller's).
+func dashboardBack(c *fiber.Ctx, status int) string {
+	parts := strings.Split(strings.Trim(c.Path(), "/"), "/")
+	switch {
+	case len(parts) < 2 || parts[0] != "dashboard":
+		return dashboardPath
+	case parts[1] == "deliveries": // no page of its own
+		return dashboardPath + "/webhooks"
+	case status == fiber.StatusNotFound:
+		return "/" + path.Join(parts[:2]...)
+	case c.Method() == fiber.MethodPost && len(parts) >= 4:
+		return "/" + path.Join(parts[:3]...)
+	case c.Method() == fiber.MethodPost:
+		return "/" + path.Join(parts...)
+	}
+	return "/" + path.Join(parts[:2]...)
+}
+
+func isDashboard(c *fiber.Ctx) bool {
+	p := c.Path()
+	return p == dashboardPath || strings.HasPrefix(p, dashboardPath+"/")
+}
+
+// overTLS reports whether the browser reached us over TLS: directly, or
+// through a trusted proxy that says so.
+func (s *server) overTLS(c *fiber.Ctx) bool {
+	if c.Context().IsTLS() {
+		return true
+	}
+	peer := c.Context().RemoteIP()
+	return len(s.trusted) > 0 && s.trusted.contains(addrOf(peer)) && strings.EqualFold(c.Get(fiber.HeaderXForwardedProto), "https")
+}
+
+func (s *server) setCookie(c *fiber.Ctx, name, value, path string, expires time.Time) {
+	c.Cookie(&fiber.Cookie{Name: name, Value: value, Path: path, Expires: expires,
+		HTTPOnly: true, Secure: s.overTLS(c), SameSite: fiber.CookieSameSiteStrictMode})
+}
+
+func (s *server) clearCookie(c *fiber.Ctx, name, path string) {
+	s.setCookie(c, name, "", path, fasthttp.CookieExpireDelete)
+}
+
+// csrfToken binds a form to a session.
+func (s *server) csrfToken(sessionID string) string {
+	return base64.RawURLEncoding.EncodeToString(s.Keyring.MAC(keyring.PurposeCSRF, []byte("session"), []byte(sessionID)))
+}
+
+// loginToken binds the sign-in form to the nonce in its cookie.
+func (s *server) loginToken(nonce string) string {
+	return base64.RawURLEncoding.EncodeToString(s.Keyring.MAC(keyring.PurposeCSRF, []byte("login"), []byte(nonce)))
+}
+
+// crossSite reports a request that a browser says did not come from one of
+// the dashboard's own pages. Browsers send Sec-Fetch-Site; older ones send
+// Origin, checked against the Host the request was sent to.
+func crossSite(c *fiber.Ctx) bool {
+	switch c.Get("Sec-Fetch-Site") {
+	case "cross-site", "same-site":
+		return true
+	case "same-origin", "none":
+		return false
+	}
+	origin := c.Get(fiber.HeaderOrigin)
+	if origin == "" {
+		return false
+	}
+	u, err := url.Parse(origin)
+	return err != nil || u.Host != c.Hostname()
+}
+
+// dashSession authenticates the session cookie. Without a valid one a page
+// is redirected to the sign-in page and a form is refused.
+func (s *server) dashSession(c *fiber.Ctx) error {
+	token := c.Cookies(sessionCookie)
+	if token == "" {
+		return s.signInAgain(c)
+	}
+	p, err := s.Auth.Authenticate(c.UserContext(), strings.Clone(token))
+	if err != nil {
+		if apperr.KindOf(err) != apperr.KindUnauthenticated {
+			return err
+		}
+		s.Metrics.AuthFailures.WithLabelValues(apperr.CodeOf(err)).Inc()
+		s.clearCookie(c, sessionCookie, dashboardPath)
+		return s.signInAgain(c)
+	}
+	c.Locals(localPrincipal, p)
+	return c.Next()
+}
+
+func (s *server) signInAgain(c *fiber.Ctx) error {
+	if c.Method() == fiber.MethodGet || c.Method() == fiber.MethodHead {
+		dashboardHeaders(c)
+		return c.Redirect(dashboardPath+"/login", fiber.StatusSeeOther)
+	}
+	return errSignedOut
+}
+
+// dashCSRF refuses a state-changing request that is cross-site or does not
+// carry the session's CSRF token.
+func (s *server) dashCSRF(c *fiber.Ctx) error {
+	if crossSite(c) {
+		return errCrossSite
+	}
+	want := s.csrfToken(principal(c).SessionID)
+	if subtle.ConstantTimeCompare([]byte(c.FormValue(csrfField)), []byte(want)) != 1 {
+		return errCSRF
+	}
+	return c.Next()
+}
+
+// form is a posted field, copied out of the request's buffer.
+func form(c *fiber.Ctx, name string) string {
+	return strings.TrimSpace(strings.Clone(c.FormValue(name)))
+}
+
+// formIdem is the idempotency request of a money form: the key the page
+// rendered into it (so a double submit does one thing) and a fingerprint of
+// the action and its fields.
+func (s *server) formIdem(c *fiber.Ctx, fields ...string) (*idempotency.Request, error) {
+	key := form(c, idemField)
+	if key == "" || !ids.ValidUUID(key) {
+		return nil, apperr.Invalid(idemField, "The form is missing its request key. Reload the page and try again.")
+	}
+	parts := [][]byte{[]byte("dashboard"), []byte(c.Path())}
+	for _, f := range fields {
+		parts = append(parts, []byte(f))
+	}
+	return &idempotency.Request{Key: "dashboard_" + key, Fingerprint: s.Keyring.MAC(keyring.PurposeIdempotency, parts...)}, nil
+}
+
+// dashboardRoutes registers the dashboard.
+func (s *server) dashboardRoutes(app *fiber.App) {
+	cfg := s.Config
+	login := s.limitByIP("login", cfg.RateLimitLogin)
+	perIP := s.limitByIP("default", cfg.RateLimitDefault)
+	in := []fiber.Handler{perIP, s.dashSession}
+	act := []fiber.Handler{perIP, s.dashSession, s.dashCSRF}
+	get := func(p string, h fiber.Handler) { app.Get(dashboardPath+p, append(in, h)...) }
+	post := func(p string, h fiber.Handler) { app.Post(dashboardPath+p, append(act, h)...) }
+
+	app.Get(dashboardPath+"/assets/dashboard.css", dashboardAsset("dashboard.css", "text/css; charset=utf-8"))
+	app.Get(dashboardPath+"/assets/dashboard.js", dashboardAsset("dashboard.js", "text/javascript; charset=utf-8"))
+	app.Get(dashboardPath+"/assets/favicon.svg", dashboardAsset("favicon.svg", "image/svg+xml"))
+	app.Get(dashboardPath+"/login", perIP, s.loginPage)
+	app.Post(dashboardPath+"/login", login, s.dashLogin)
+	post("/logout", s.dashLogout)
+	get("", func(c *fiber.Ctx) error { return c.Redirect(dashboardPath+"/charges", fiber.StatusSeeOther) })
+
+	get("/keys", s.keysPage)
+	post("/keys", s.dashCreateKey)
+	post("/keys/:id/revoke", s.dashRevokeKey)
+
+	get("/charges", s.chargesPage)
+	get("/charges/:id", s.chargePage)
+	post("/charges/:id/capture", s.dashCapture)
+	post("/charges/:id/void", s.dashVoid)
+	post("/charges/:id/refund", s.dashRefund)
+
+	get("/events", s.eventsPage)
+	get("/events/:id", s.eventPage)
+
+	get("/webhooks", s.webhooksPage)
+	post("/webhooks", s.dashCreateEndpoint)
+	get("/webhooks/:id", s.webhookPage)
+	post("/webhooks/:id", s.dashUpdateEndpoint)
+	post("/webhooks/:id/rotate", s.dashRotate)
+	post("/webhooks/:id/test", s.dashTest)
+	post("/webhooks/:id/recover", s.dashRecover)
+	post("/webhooks/:id/delete", s.dashDeleteEndpoint)
+	post("/deliveries/:id/retry", s.dashRetry)
+}
+
+// dashboardAsset serves an embedded script or style sheet.
+func dashboardAsset(name, contentType string) fiber.Handler {
+	body, err := dashboardFiles.ReadFile("dashboard/" + name)
+	if err != nil {
+		panic(err) // embedded at build time
+	}
+	return func(c *fiber.Ctx) error {
+		c.Set(fiber.HeaderContentType, contentType)
+		c.Set(fiber.HeaderContentSecurityPolicy, "default-src 'none'; frame-ancestors 'none'")
+		c.Set(fiber.HeaderXContentTypeOptions, "nosniff")
+		c.Set(fiber.HeaderCacheControl, "public, max-age=300")
+		return c.Send(body)
+	}
+}
+
+// loginPage is the sign-in form, with a fresh nonce cookie for its token.
+func (s *server) loginPage(c *fiber.Ctx) error {
+	return s.renderLogin(c, fiber.StatusOK, "", "")
+}
+
+type loginView struct {
+	Email string
+}
+
+func (s *server) renderLogin(c *fiber.Ctx, status int, email, failure string) error {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return apperr.Internal(err)
+	}
+	nonce := hex.EncodeToString(b[:])
+	s.setCookie(c, loginCookie, nonce, dashboardPath+"/login", time.Now().Add(time.Hour))
+	v := view{Title: "Sign in", CSRF: s.loginToken(nonce), Error: failure, Notice: notices[c.Query("notice")], Data: loginView{Email: email}}
+	return s.render(c, status, "login", v)
+}
+
+// dashLogin signs in with the same limits and the same session as
+// POST /v1/auth/login.
+func (s *server) dashLogin(c *fiber.Ctx) error {
+	if crossSite(c) {
+		return errCrossSite
+	}
+	nonce := c.Cookies(loginCookie)
+	if nonce == "" || subtle.ConstantTimeCompare([]byte(c.FormValue(csrfField)), []byte(s.loginToken(nonce))) != 1 {
+		return errCSRF
+	}
+	email, password := form(c, "email"), strings.Clone(c.FormValue("password"))
+	attempted, err := s.guardLogin(c, email, password)
+	if err != nil {
+		return err
+	}
+	l, err := s.Auth.Login(c.UserContext(), email, password)
+	attempted(err)
+	if err != nil {
+		ae, ok := apperr.As(err)
+		if !ok || ae.Kind != apperr.KindUnauthenticated && ae.Kind != apperr.KindInvalid {
+			return err
+		}
+		if ae.Kind == apperr.KindUnauthenticated {
+			s.Metrics.AuthFailures.WithLabelValues(ae.Code).Inc()
+		}
+		return s.renderLogin(c, statusOf[ae.Kind], email, ae.Message)
+	}
+	s.setCookie(c, sessionCookie, l.Token, dashboardPath, l.ExpiresAt)
+	s.clearCookie(c, loginCookie, dashboardPath+"/login")
+	dashboardHeaders(c)
+	return c.Redirect(dashboardPath+"/charges", fiber.StatusSeeOther)
+}
+
+// dashLogout ends the session on every replica, as DELETE /v1/auth/logout.
+func (s *server) dashLogout(c *fiber.Ctx) error {
+	if err := s.Auth.Logout(c.UserContext(), principal(c)); err != nil {
+		return err
+	}
+	s.clearCookie(c, sessionCookie, dashboardPath)
+	dashboardHeaders(c)
+	return c.Redirect(dashboardPath+"/login?notice=signed_out", fiber.StatusSeeOther)
+}
+
+// redirectNotice sends the browser back to a page with a notice.
+func redirectNotice(c *fiber.Ctx, to, notice string) error {
+	dashboardHeaders(c)
+	return c.Redirect(to+"?notice="+notice, fiber.StatusSeeOther)
+}
+
+// pager is a list page's position and its links.
+type pager struct {
+	params   listing.Params
+	base     url.Values
+	pathName string
+	Prev     string
+	Next     string
+}
+
+// newPager reads starting_after / ending_before; filters are the query
+// values kept in the links.
+func newPager(c *fiber.Ctx, pathName string, valid func(string) bool, filters url.Values) (*pager, error) {
+	p := listing.Params{Limit: dashboardPageSize, StartingAfter: strings.Clone(c.Query("starting_after")), EndingBefore: strings.Clone(c.Query("ending_before"))}
+	switch {
+	case p.StartingAfter != "" && p.EndingBefore != "":
+		return nil, apperr.Invalid("ending_before", "Pass at most one of starting_after and ending_before.")
+	case p.StartingAfter != "" && !valid(p.StartingAfter):
+		return nil, apperr.Invalid("starting_after", "starting_after must be an id from this list.")
+	case p.EndingBefore != "" && !valid(p.EndingBefore):
+		return nil, apperr.Invalid("ending_before", "ending_before must be an id from this list.")
+	}
+	return &pager{params: p, base: filters, pathName: pathName}, nil
+}
+
+// links sets Prev and Next for a page whose first and last ids are given.
+func (p *pager) links(first, last string, hasMore bool) {
+	link := func(k, v string) string {
+		q := url.Values{}
+		for name, vals := range p.base {
+			for _, x := range vals {
+				if x != "" {
+					q.Add(name, x)
+				}
+			}
+		}
+		q.Set(k, v)
+		return p.pathName + "?" + q.Encode()
+	}
+	if first == "" {
+		if p.params.EndingBefore != "" { // paged back past the newest: start over
+			p.Prev = ""
+		}
+		return
+	}
+	backward := p.params.EndingBefore != ""
+	if backward && hasMore || !backward && p.params.StartingAfter != "" {
+		p.Prev = link("ending_before", first)
+	}
+	if backward || hasMore {
+		p.Next = link("starting_after", last)
+	}
+}
+
+// prettyJSON indents a JSON document for display.
+func prettyJSON(b []byte) string {
+	var out bytes.Buffer
+	if err := json.Indent(&out, b, "", "  "); err != nil {
+		return string(b)
+	}
+	return out.String()
+}

@@ -1,0 +1,590 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"net"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+
+	"github.com/gatehouse-pay/gatehouse/internal/apikeys"
+	"github.com/gatehouse-pay/gatehouse/internal/apperr"
+	"github.com/gatehouse-pay/gatehouse/internal/charges"
+	"github.com/gatehouse-pay/gatehouse/internal/events"
+	"github.com/gatehouse-pay/gatehouse/internal/idempotency"
+	"github.com/gatehouse-pay/gatehouse/internal/ids"
+	"github.com/gatehouse-pay/gatehouse/internal/listing"
+	"github.com/gatehouse-pay/gatehouse/internal/refunds"
+	"github.com/gatehouse-pay/gatehouse/internal/webhooks"
+)
+
+// The dashboard's pages and actions. Each action calls the service the API
+// route calls, with the same checks; money actions carry an idempotency key
+// rendered into their form, so a double submit moves money once.
+
+func addrOf(ip net.IP) netip.Addr {
+	a, _ := netip.AddrFromSlice(ip)
+	return a.Unmap()
+}
+
+// id is the route's :id, copied out of the request.
+func id(c *fiber.Ctx) string { return strings.Clone(c.Params("id")) }
+
+// ---- API keys
+
+type keysView struct {
+	Keys    []apikeys.Key
+	Created *apikeys.Created
+	Replay  bool
+	Pager   *pager
+}
+
+func (s *server) keysPage(c *fiber.Ctx) error {
+	return s.renderKeys(c, nil, false)
+}
+
+func (s *server) renderKeys(c *fiber.Ctx, created *apikeys.Created, replay bool) error {
+	pg, err := newPager(c, dashboardPath+"/keys", func(id string) bool { return ids.Valid("key", id) }, nil)
+	if err != nil {
+		return err
+	}
+	page, err := s.Keys.List(c.UserContext(), principal(c).MerchantID, pg.params)
+	if err != nil {
+		return err
+	}
+	if n := len(page.Items); n > 0 {
+		pg.links(page.Items[0].ID, page.Items[n-1].ID, page.HasMore)
+	}
+	v, err := s.signedIn(c, "keys", "API keys")
+	if err != nil {
+		return err
+	}
+	v.Canonical, v.Data = dashboardPath+"/keys", keysView{Keys: page.Items, Created: created, Replay: replay, Pager: pg}
+	return s.render(c, fiber.StatusOK, "keys", v)
+}
+
+// dashCreateKey creates a sandbox key and shows its secret this once: the
+// page is the answer to the POST (never cached), and its script replaces the
+// history entry so that a reload shows the list without it.
+func (s *server) dashCreateKey(c *fiber.Ctx) error {
+	name := form(c, "name")
+	idem, err := s.formIdem(c, name)
+	if err != nil {
+		return err
+	}
+	created, replay, err := s.Keys.CreateOnce(c.UserContext(), principal(c).MerchantID, apikeys.Sandbox, name, idem,
+		func(k apikeys.Key) (idempotency.Response, error) {
+			return renderAs[keyJSON](fiber.StatusCreated)(presentKey(k))
+		})
+	if err != nil {
+		return err
+	}
+	if replay != nil {
+		return s.renderKeys(c, nil, true)
+	}
+	return s.renderKeys(c, &created, false)
+}
+
+func (s *server) dashRevokeKey(c *fiber.Ctx) error {
+	if _, err := s.Keys.Revoke(c.UserContext(), principal(c).MerchantID, id(c)); err != nil {
+		return err
+	}
+	return redirectNotice(c, dashboardPath+"/keys", "revoked")
+}
+
+// ---- Charges
+
+type chargesView struct {
+	Charges  []charges.Charge
+	Statuses []string
+	Status   string
+	From, To string
+	Pager    *pager
+}
+
+var chargeStatuses = []string{charges.StatusCreated, charges.StatusAuthorized, charges.StatusCaptured,
+	charges.StatusFailed, charges.StatusVoided, charges.StatusRefunded}
+
+// dayQuery reads a YYYY-MM-DD filter; end selects the day's last instant.
+func dayQuery(c *fiber.Ctx, name string, end bool) (string, *time.Time, error) {
+	v := strings.Clone(c.Query(name))
+	if v == "" {
+		return "", nil, nil
+	}
+	t, err := time.Parse("2006-01-02", v)
+	if err != nil {
+		return "", nil, apperr.Invalid(name, "%s must be a date such as 2026-11-22.", name)
+	}
+	if end {
+		t = t.Add(24*time.Hour - time.Millisecond)
+	}
+	return v, &t, nil
+}
+
+func (s *server) chargesPage(c *fiber.Ctx) error {
+	v := chargesView{Statuses: chargeStatuses, Status: strings.Clone(c.Query("status"))}
+	f := charges.Filter{Status: v.Status}
+	var err error
+	if v.From, f.CreatedGTE, err = dayQuery(c, "from", false); err != nil {
+		return err
+	}
+	if v.To, f.CreatedLTE, err = dayQuery(c, "to", true); err != nil {
+		return err
+	}
+	if v.Pager, err = newPager(c, dashboardPath+"/charges", ids.ValidUUID,
+		url.Values{"status": {v.Status}, "from": {v.From}, "to": {v.To}}); err != nil {
+		return err
+	}
+	page, err := s.Charges.List(c.UserContext(), principal(c).MerchantID, f, v.Pager.params)
+	if err != nil {
+		return err
+	}
+	v.Charges = page.Items
+	if n := len(page.Items); n > 0 {
+		v.Pager.links(page.Items[0].ID, page.Items[n-1].ID, page.HasMore)
+	}
+	return s.page(c, "charges", "charges", "Charges", v)
+}
+
+type chargeView struct {
+	Charge     charges.Charge
+	Refunds    []refunds.Refund
+	Events     []events.Event
+	MoreEvents bool
+	Reasons    []string
+	CanCapture bool
+	CanVoid    bool
+	CanRefund  bool
+	Refundable int64
+}
+
+func (s *server) chargePage(c *fiber.Ctx) error {
+	ctx, merchant := c.UserContext(), principal(c).MerchantID
+	ch, err := s.Charges.Get(ctx, merchant, id(c))
+	if err != nil {
+		return err
+	}
+	rs, err := s.Refunds.List(ctx, merchant, ch.ID, listing.Params{Limit: listing.MaxLimit})
+	if err != nil {
+		return err
+	}
+	evs, err := s.Events.List(ctx, merchant, events.Filter{ChargeID: ch.ID}, listing.Params{Limit: listing.MaxLimit})
+	if err != nil {
+		return err
+	}
+	idle := ch.PendingAction == nil
+	v := chargeView{Charge: ch, Refunds: rs.Items, Events: evs.Items, MoreEvents: evs.HasMore, Reasons: refunds.Reasons,
+		CanCapture: idle && ch.Status == charges.StatusAuthorized,
+		CanVoid:    idle && ch.Status == charges.StatusAuthorized,
+		CanRefund:  ch.Status == charges.StatusCaptured && ch.Refundable() > 0,
+		Refundable: ch.Refundable(),
+	}
+	view, err := s.signedIn(c, "charges", "Charge "+ch.ID)
+	if err != nil {
+		return err
+	}
+	view.Data = v
+	view.Busy = ch.Status == charges.StatusCreated || ch.PendingAction != nil || ch.AmountRefundHeld > 0
+	return s.render(c, fiber.StatusOK, "charge", view)
+}
+
+// moneyField reads an optional amount typed in the currency's major unit.
+func moneyField(c *fiber.Ctx, name, currency string) (*int64, error) {
+	v := form(c, name)
+	if v == "" {
+		return nil, nil
+	}
+	n, err := parseMoney(v, currency)
+	if err != nil {
+		return nil, apperr.Invalid("amount", "The amount must be a positive number such as 12.50 (%s).", currency)
+	}
+	return &n, nil
+}
+
+func (s *server) dashCapture(c *fiber.Ctx) error {
+	ctx, merchant := c.UserContext(), principal(c).MerchantID
+	ch, err := s.Charges.Get(ctx, merchant, id(c))
+	if err != nil {
+		return err
+	}
+	amount, err := moneyField(c, "amount", ch.Currency)
+	if err != nil {
+		return err
+	}
+	idem, err := s.formIdem(c, form(c, "amount"))
+	if err != nil {
+		return err
+	}
+	res, err := s.Charges.Capture(ctx, merchant, ch.ID, amount, idem, renderAs[charges.Charge](fiber.StatusOK))
+	if err != nil {
+		return err
+	}
+	return redirectNotice(c, dashboardPath+"/charges/"+ch.ID, doneOr(res.Replayed, "capture"))
+}
+
+func (s *server) dashVoid(c *fiber.Ctx) error {
+	chargeID := id(c)
+	idem, err := s.formIdem(c)
+	if err != nil {
+		return err
+	}
+	res, err := s.Charges.Void(c.UserContext(), principal(c).MerchantID, chargeID, idem, renderAs[charges.Charge](fiber.StatusOK))
+	if err != nil {
+		return err
+	}
+	return redirectNotice(c, dashboardPath+"/charges/"+chargeID, doneOr(res.Replayed, "void"))
+}
+
+func (s *server) dashRefund(c *fiber.Ctx) error {
+	ctx, merchant := c.UserContext(), principal(c).MerchantID
+	ch, err := s.Charges.Get(ctx, merchant, id(c))
+	if err != nil {
+		return err
+	}
+	amount, err := moneyField(c, "amount", ch.Currency)
+	if err != nil {
+		return err
+	}
+	p := refunds.CreateParams{Charge: &ch.ID, Amount: amount}
+	if r := form(c, "reason"); r != "" {
+		p.Reason = &r
+	}
+	idem, err := s.formIdem(c, form(c, "amount"), form(c, "reason"))
+	if err != nil {
+		return err
+	}
+	res, err := s.Refunds.Create(ctx, merchant, p, idem, renderAs[refunds.Refund](fiber.StatusCreated))
+	if err != nil {
+		return err
+	}
+	return redirectNotice(c, dashboardPath+"/charges/"+ch.ID, doneOr(res.Replayed, "refund"))
+}
+
+func doneOr(replayed bool, notice string) string {
+	if replayed {
+		return "already_done"
+	}
+	return notice
+}
+
+// ---- Events
+
+type eventsView struct {
+	Events []events.Event
+	Types  []string
+	Type   string
+	Pager  *pager
+}
+
+func (s *server) eventsPage(c *fiber.Ctx) error {
+	v := eventsView{Types: events.Types, Type: strings.Clone(c.Query("type"))}
+	if v.Type != "" && !events.Known(v.Type) {
+		return apperr.Invalid("type", "type must be one of %s.", strings.Join(events.Types, ", "))
+	}
+	var err error
+	if v.Pager, err = newPager(c, dashboardPath+"/events", ids.ValidUUID, url.Values{"type": {v.Type}}); err != nil {
+		return err
+	}
+	page, err := s.Events.List(c.UserContext(), principal(c).MerchantID, events.Filter{Type: v.Type}, v.Pager.params)
+	if err != nil {
+		return err
+	}
+	v.Events = page.Items
+	if n := len(page.Items); n > 0 {
+		v.Pager.links(page.Items[0].ID, page.Items[n-1].ID, page.HasMore)
+	}
+	return s.page(c, "events", "events", "Events", v)
+}
+
+type eventView struct {
+	Event    events.Event
+	ChargeID string
+	Body     string
+}
+
+func (s *server) eventPage(c *fiber.Ctx) error {
+	eventID := id(c)
+	if !ids.ValidUUID(eventID) {
+		return apperr.NotFound("event")
+	}
+	e, err := s.Events.Get(c.UserContext(), principal(c).MerchantID, eventID)
+	if err != nil {
+		return err
+	}
+	var b struct {
+		Data struct {
+			Charge struct {
+				ID string `json:"id"`
+			} `json:"charge"`
+		} `json:"data"`
+	}
+	_ = json.Unmarshal(e.Body, &b)
+	return s.page(c, "event", "events", "Event "+e.Type, eventView{Event: e, ChargeID: b.Data.Charge.ID, Body: prettyJSON(e.Body)})
+}
+
+// ---- Webhook endpoints
+
+type webhooksView struct {
+	Endpoints []webhooks.Endpoint
+	Types     []string
+	Pager     *pager
+}
+
+func (s *server) webhooksPage(c *fiber.Ctx) error {
+	v := webhooksView{Types: events.Types}
+	var err error
+	if v.Pager, err = newPager(c, dashboardPath+"/webhooks", func(id string) bool { return ids.Valid("we", id) }, nil); err != nil {
+		return err
+	}
+	page, err := s.Webhooks.List(c.UserContext(), principal(c).MerchantID, v.Pager.params)
+	if err != nil {
+		return err
+	}
+	v.Endpoints = page.Items
+	if n := len(page.Items); n > 0 {
+		v.Pager.links(page.Items[0].ID, page.Items[n-1].ID, page.HasMore)
+	}
+	return s.page(c, "webhooks", "webhooks", "Webhook endpoints", v)
+}
+
+// formEvents is the event types ticked in a form.
+func formEvents(c *fiber.Ctx) []string {
+	out := []string{}
+	for _, v := range c.Request().PostArgs().PeekMulti("events") {
+		out = append(out, string(v))
+	}
+	return out
+}
+
+func optional(v string) *string {
+	if v == "" {
+		return nil
+	}
+	return &v
+}
+
+// dashCreateEndpoint registers an endpoint and shows its signing secret this
+// once, as the answer to the POST.
+func (s *server) dashCreateEndpoint(c *fiber.Ctx) error {
+	u, desc, evs := form(c, "url"), form(c, "description"), formEvents(c)
+	idem, err := s.formIdem(c, u, desc, strings.Join(evs, ","))
+	if err != nil {
+		return err
+	}
+	p := webhooks.CreateParams{URL: &u, Events: evs, Description: optional(desc)}
+	if len(evs) == 0 {
+		p.Events = nil // the service's "missing events"
+	}
+	merchant := principal(c).MerchantID
+	res, err := s.Webhooks.Create(c.UserContext(), merchant, apikeys.Sandbox, p, idem,
+		func(e webhooks.Endpoint, secret string) (idempotency.Response, error) {
+			return renderAs[endpointWithSecret](fiber.StatusCreated)(endpointWithSecret{Endpoint: e.View(), Secret: secret})
+		})
+	if err != nil {
+		return err
+	}
+	var out endpointWithSecret
+	if err := json.Unmarshal(res.Response.Body, &out); err != nil {
+		return apperr.Internal(err)
+	}
+	return s.renderWebhook(c, out.Endpoint.ID, out.Secret, "")
+}
+
+type webhookView struct {
+	Endpoint   webhooks.Endpoint
+	Secret     string
+	Types      []string
+	Deliveries []webhooks.Delivery
+	Status     string
+	Pager      *pager
+	Since      string
+}
+
+func (s *server) webhookPage(c *fiber.Ctx) error {
+	return s.renderWebhook(c, id(c), "", "")
+}
+
+// renderWebhook is an endpoint's page: its settings, its actions and its
+// delivery log with every attempt. secret is shown when it was just made.
+func (s *server) renderWebhook(c *fiber.Ctx, endpointID, secret, notice string) error {
+	ctx, merchant := c.UserContext(), principal(c).MerchantID
+	e, err := s.Webhooks.Get(ctx, merchant, endpointID)
+	if err != nil {
+		return err
+	}
+	v := webhookView{Endpoint: e, Secret: secret, Types: events.Types, Status: strings.Clone(c.Query("status")),
+		Since: time.Now().UTC().Add(-24 * time.Hour).Format("2006-01-02T15:04")}
+	if c.Method() != fiber.MethodGet {
+		v.Status = ""
+	}
+	if v.Pager, err = newPager(c, dashboardPath+"/webhooks/"+e.ID, ids.ValidUUID, url.Values{"status": {v.Status}}); err != nil {
+		return err
+	}
+	if c.Method() != fiber.MethodGet {
+		v.Pager.params = listing.Params{Limit: dashboardPageSize}
+	}
+	page, err := s.Webhooks.Deliveries(ctx, merchant, e.ID, v.Status, v.Pager.params)
+	if err != nil {
+		return err
+	}
+	v.Deliveries = page.Items
+	if n := len(page.Items); n > 0 {
+		v.Pager.links(page.Items[0].ID, page.Items[n-1].ID, page.HasMore)
+	}
+	view, err := s.signedIn(c, "webhooks", "Endpoint "+e.ID)
+	if err != nil {
+		return err
+	}
+	if notice != "" {
+		view.Notice = notice
+	}
+	for _, d := range page.Items {
+		if d.Status == webhooks.StatusPending {
+			view.Busy = secret == "" // never reload away a secret shown once
+		}
+	}
+	view.Data, view.Canonical = v, dashboardPath+"/webhooks/"+e.ID
+	return s.render(c, fiber.StatusOK, "webhook", view)
+}
+
+func (s *server) dashUpdateEndpoint(c *fiber.Ctx) error {
+	u, desc := form(c, "url"), form(c, "description")
+	active := form(c, "active") == "on"
+	p := webhooks.UpdateParams{URL: &u, Events: formEvents(c), Active: &active, Description: &desc}
+	if len(p.Events) == 0 {
+		return apperr.Invalid("events", "Choose at least one event type.")
+	}
+	e, err := s.Webhooks.Update(c.UserContext(), principal(c).MerchantID, id(c), p)
+	if err != nil {
+		return err
+	}
+	return redirectNotice(c, dashboardPath+"/webhooks/"+e.ID, "updated")
+}
+
+func (s *server) dashRotate(c *fiber.Ctx) error {
+	e, secret, err := s.Webhooks.RotateSecret(c.UserContext(), principal(c).MerchantID, id(c))
+	if err != nil {
+		return err
+	}
+	return s.renderWebhook(c, e.ID, secret, "The signing secret is rotated. The previous one stays valid for 24 hours.")
+}
+
+func (s *server) dashTest(c *fiber.Ctx) error {
+	pr := principal(c)
+	endpointID := id(c)
+	if _, err := s.Webhooks.Test(c.UserContext(), pr.MerchantID, endpointID, sampleEvent(pr.MerchantID, apikeys.Sandbox)); err != nil {
+		return err
+	}
+	return redirectNotice(c, dashboardPath+"/webhooks/"+endpointID, "test")
+}
+
+// dashRecover re-sends the failed deliveries since a time; the "Preview"
+// button (dry_run=true) only counts them.
+func (s *server) dashRecover(c *fiber.Ctx) error {
+	raw := form(c, "since")
+	if raw == "" {
+		return apperr.Missing("since")
+	}
+	since, err := time.Parse("2006-01-02T15:04", raw)
+	if err != nil {
+		if since, err = time.Parse(time.RFC3339Nano, raw); err != nil {
+			return apperr.Invalid("since", "since must be a time such as 2026-11-22T01:17 (UTC).")
+		}
+	}
+	dry := form(c, "dry_run") == "true"
+	endpointID := id(c)
+	n, err := s.Webhooks.Recover(c.UserContext(), principal(c).MerchantID, endpointID, since, dry)
+	if err != nil {
+		return err
+	}
+	when := since.UTC().Format("2006-01-02 15:04 UTC")
+	msg := strconv.FormatInt(n, 10) + " failed deliveries since " + when + " would be sent again. Nothing was sent."
+	if !dry {
+		msg = strconv.FormatInt(n, 10) + " failed deliveries since " + when + " are queued again."
+	}
+	return s.renderWebhook(c, endpointID, "", msg)
+}
+
+func (s *server) dashDeleteEndpoint(c *fiber.Ctx) error {
+	if err := s.Webhooks.Delete(c.UserContext(), principal(c).MerchantID, id(c)); err != nil {
+		return err
+	}
+	return redirectNotice(c, dashboardPath+"/webhooks", "deleted")
+}
+
+func (s *server) dashRetry(c *fiber.Ctx) error {
+	d, err := s.Webhooks.Retry(c.UserContext(), principal(c).MerchantID, id(c))
+	if err != nil {
+		return err
+	}
+	return redirectNotice(c, dashboardPath+"/webhooks/"+d.EndpointID, "retry")
+}
+
+// ---- Money in a currency's major unit
+
+// minorDigits is the number of minor-unit digits of a currency (ISO 4217):
+// two unless listed.
+var minorDigits = map[string]int{
+	"BIF": 0, "CLP": 0, "DJF": 0, "GNF": 0, "ISK": 0, "JPY": 0, "KMF": 0, "KRW": 0, "PYG": 0,
+	"RWF": 0, "UGX": 0, "VND": 0, "VUV": 0, "XAF": 0, "XOF": 0, "XPF": 0,
+	"BHD": 3, "IQD": 3, "JOD": 3, "KWD": 3, "LYD": 3, "OMR": 3, "TND": 3,
+}
+
+func digitsOf(currency string) int {
+	if d, ok := minorDigits[strings.ToUpper(currency)]; ok {
+		return d
+	}
+	return 2
+}
+
+// formatMoney renders minor units as "12.50 USD".
+func formatMoney(amount int64, currency string) string {
+	d := digitsOf(currency)
+	sign := ""
+	if amount < 0 {
+		sign, amount = "-", -amount
+	}
+	s := strconv.FormatInt(amount, 10)
+	if d > 0 {
+		for len(s) <= d {
+			s = "0" + s
+		}
+		s = s[:len(s)-d] + "." + s[len(s)-d:]
+	}
+	return sign + s + " " + strings.ToUpper(currency)
+}
+
+// parseMoney reads a positive amount in the major unit ("12.5", "12.50")
+// into minor units, refusing more decimals than the currency has.
+func parseMoney(v, currency string) (int64, error) {
+	d := digitsOf(currency)
+	whole, frac, _ := strings.Cut(v, ".")
+	if whole == "" && frac == "" || len(frac) > d || strings.Contains(v, ".") && frac == "" && d > 0 {
+		return 0, errBadAmount
+	}
+	if whole == "" {
+		whole = "0"
+	}
+	for len(frac) < d {
+		frac += "0"
+	}
+	for _, r := range whole + frac {
+		if r < '0' || r > '9' {
+			return 0, errBadAmount
+		}
+	}
+	if len(whole) > 15 {
+		return 0, errBadAmount
+	}
+	n, err := strconv.ParseInt(whole+frac, 10, 64)
+	if err != nil || n <= 0 {
+		return 0, errBadAmount
+	}
+	return n, nil
+}
+
+var errBadAmount = apperr.Invalid("amount", "bad amount")
