@@ -136,10 +136,15 @@ type journeys struct {
 		Status   int    `json:"status"`
 		Location string `json:"location"`
 	} `json:"oldCookieDirect"`
-	OldCookiePost int      `json:"oldCookiePost"`
-	PageErrors    []string `json:"pageErrors"`
-	ConsoleErrors []string `json:"consoleErrors"`
-	Console       []string `json:"console"`
+	OldCookieOtherReplica struct {
+		Status   int    `json:"status"`
+		Location string `json:"location"`
+	} `json:"oldCookieOtherReplica"`
+	OtherReplicaBeforeSignOut int      `json:"otherReplicaBeforeSignOut"`
+	OldCookiePost             int      `json:"oldCookiePost"`
+	PageErrors                []string `json:"pageErrors"`
+	ConsoleErrors             []string `json:"consoleErrors"`
+	Console                   []string `json:"console"`
 }
 
 // TestBrowserJourneys runs the journeys of CONTRACT.md's "Client-side card
@@ -176,7 +181,7 @@ func TestBrowserJourneys(t *testing.T) {
 	sameSite, crossSite := attacker(t)
 
 	cfg, err := json.Marshal(map[string]string{
-		"api": st.replicas[0], "email": email, "password": password, "checkout": "http://" + checkoutAddr + "/",
+		"api": st.replicas[0], "api2": st.replicas[1], "email": email, "password": password, "checkout": "http://" + checkoutAddr + "/",
 		"receiver": recv.url(), "attackerSameSite": sameSite, "attackerCrossSite": crossSite, "shots": shots,
 	})
 	if err != nil {
@@ -197,11 +202,11 @@ func TestBrowserJourneys(t *testing.T) {
 	// and no card number or secret key (the shown-once secret is read from
 	// the page but never printed).
 	for _, h := range append(append(scanSecrets("journeys.mjs output", out), scanSecrets("journeys.mjs stderr", []byte(stderr.String()))...),
-		scanSecrets("example checkout log", []byte(checkoutLog.tail(1 << 20)))...) {
+		scanSecrets("example checkout log", []byte(checkoutLog.tail(1<<20)))...) {
 		t.Errorf("secret scan: %s", h)
 	}
 	if err != nil {
-		t.Fatalf("node journeys.mjs: %v\n%s\ncheckout log:\n%s", err, stderr.String(), checkoutLog.tail(1 << 20))
+		t.Fatalf("node journeys.mjs: %v\n%s\ncheckout log:\n%s", err, stderr.String(), checkoutLog.tail(1<<20))
 	}
 	var got journeys
 	if err := json.Unmarshal(out, &got); err != nil {
@@ -267,9 +272,10 @@ func TestBrowserJourneys(t *testing.T) {
 	}
 	// 9. Signed out: the old cookie is refused.
 	if got.SignedOutNotice == "" || got.OldCookieLandsOn != "/dashboard/login" || got.OldCookieDirect.Status != http.StatusSeeOther ||
-		got.OldCookieDirect.Location != "/dashboard/login" || got.OldCookiePost != http.StatusUnauthorized {
-		t.Errorf("after sign out: notice %q, the old cookie lands on %s, answered %+v, a form with it %d",
-			got.SignedOutNotice, got.OldCookieLandsOn, got.OldCookieDirect, got.OldCookiePost)
+		got.OldCookieDirect.Location != "/dashboard/login" || got.OldCookiePost != http.StatusUnauthorized ||
+		got.OtherReplicaBeforeSignOut != http.StatusOK || got.OldCookieOtherReplica.Status != http.StatusSeeOther {
+		t.Errorf("after sign out: notice %q, the old cookie lands on %s, answered %+v, a form with it %d; the other replica answered %d before, %+v after",
+			got.SignedOutNotice, got.OldCookieLandsOn, got.OldCookieDirect, got.OldCookiePost, got.OtherReplicaBeforeSignOut, got.OldCookieOtherReplica)
 	}
 	for _, name := range []string{"dashboard-login", "dashboard-key-created", "dashboard-keys", "checkout-filled", "checkout-paid",
 		"dashboard-charges", "dashboard-charge", "dashboard-events", "dashboard-event", "dashboard-webhook", "dashboard-webhooks",
@@ -320,7 +326,7 @@ func startCheckout(t *testing.T, st *stack, key apiKey) (string, *syncBuffer) {
 			return addr, log
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the example checkout did not listen on %s: %v\n%s", addr, err, log.tail(1 << 20))
+			t.Fatalf("the example checkout did not listen on %s: %v\n%s", addr, err, log.tail(1<<20))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -5,7 +5,7 @@
 //
 //   node journeys.mjs CONFIG_JSON
 //
-// CONFIG_JSON: {api, email, password, checkout, receiver, attackerSameSite,
+// CONFIG_JSON: {api, api2 (another replica), email, password, checkout, receiver, attackerSameSite,
 // attackerCrossSite, shots}. The journeys, in order:
 //   1. sign in to the dashboard;
 //   2. create a key: its secret is shown once, and gone after a reload;
@@ -205,8 +205,10 @@ try {
   await page.goto(`${cfg.api}/dashboard/keys`);
   out.attackKeyListed = (await page.locator('#keys tr', { hasText: 'csrf attack' }).count()) > 0;
 
-  // 9. Sign out; the cookie it had is refused afterwards.
+  // 9. Sign out; the cookie it had is refused afterwards, by every replica.
   step('sign_out');
+  const before = await context.request.get(`${cfg.api2}/dashboard/charges`, { maxRedirects: 0 });
+  out.otherReplicaBeforeSignOut = before.status();
   const old = (await context.cookies()).find((c) => c.name === 'gatehouse_session');
   await Promise.all([page.waitForURL('**/dashboard/login?notice=signed_out'), page.click('#sign-out')]);
   out.signedOutNotice = (await page.textContent('#notice')).trim();
@@ -220,6 +222,9 @@ try {
   out.oldCookieStatus = res.status();
   const direct = await replay.request.get(`${cfg.api}/dashboard/charges`, { maxRedirects: 0 });
   out.oldCookieDirect = { status: direct.status(), location: direct.headers().location || '' };
+  // Refused by the other replica too (cookies are not bound to a port).
+  const other = await replay.request.get(`${cfg.api2}/dashboard/charges`, { maxRedirects: 0 });
+  out.oldCookieOtherReplica = { status: other.status(), location: other.headers().location || '' };
   const post = await replay.request.post(`${cfg.api}/dashboard/keys`, { form: { name: 'after sign out' }, maxRedirects: 0 });
   out.oldCookiePost = post.status();
   await replay.close();
