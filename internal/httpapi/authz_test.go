@@ -305,6 +305,43 @@ func (h *harness) newAuthzFixture(t *testing.T, email string, w *worker, d *webh
 	return f
 }
 
+// idRoutesOf counts the rows of a matrix that name an object.
+func idRoutesOf[R any](rows map[string]R, idKind func(R) string) int {
+	n := 0
+	for _, r := range rows {
+		if idKind(r) != "" {
+			n++
+		}
+	}
+	return n
+}
+
+// rowsMatchRoutes fails t unless every served route has a row in rows and
+// every row a route.
+func rowsMatchRoutes[R any](t *testing.T, routes []string, rows map[string]R, table string) {
+	t.Helper()
+	for _, key := range routes {
+		if _, ok := rows[key]; !ok {
+			t.Errorf("route %s has no row in %s: say which credentials it takes and how to call it", key, table)
+		}
+	}
+	for key := range rows {
+		if !slices.Contains(routes, key) {
+			t.Errorf("%s has a row for %s, which the app does not serve", table, key)
+		}
+	}
+}
+
+// matrixMerchants are merchant A, with n objects of every kind, and merchant
+// B, with 2, made by a worker with a fake provider and a deliverer whose
+// deliveries all fail.
+func (h *harness) matrixMerchants(t *testing.T, n int) (a, b *authzFixture) {
+	t.Helper()
+	w := h.worker(t, &fakeProvider{})
+	d := h.deliverer(t, &recordingSender{status: 500})
+	return h.newAuthzFixture(t, "ada@example.com", w, d, n), h.newAuthzFixture(t, "bob@example.com", w, d, 2)
+}
+
 // ownedStrings is every id of the merchant in the database, its email and its
 // public keys: none of them may appear in another merchant's answers.
 func (h *harness) ownedStrings(t *testing.T, merchantID string) []string {
@@ -413,30 +450,13 @@ func malformedIDs(real string) []string {
 // spec's security says); malformed and foreign-kind ids answer 404.
 func TestAuthzMatrix(t *testing.T) {
 	h := newHarness(t, authzEnv)
-	w := h.worker(t, &fakeProvider{})
-	d := h.deliverer(t, &recordingSender{status: 500})
-	var idRoutes int
-	for _, r := range authzRoutes {
-		if r.idKind != "" {
-			idRoutes++
-		}
-	}
-	a := h.newAuthzFixture(t, "ada@example.com", w, d, idRoutes)
-	b := h.newAuthzFixture(t, "bob@example.com", w, d, 2)
+	idRoutes := idRoutesOf(authzRoutes, func(r authzRoute) string { return r.idKind })
+	a, b := h.matrixMerchants(t, idRoutes)
 	doc := loadOpenAPI(t)
 
 	routes := served(h)
 	t.Run("every route has a row and every row a route", func(t *testing.T) {
-		for _, key := range routes {
-			if _, ok := authzRoutes[key]; !ok {
-				t.Errorf("route %s has no row in authzRoutes (authz_test.go): say which credentials it takes and how to call it", key)
-			}
-		}
-		for key := range authzRoutes {
-			if !slices.Contains(routes, key) {
-				t.Errorf("authzRoutes has a row for %s, which the app does not serve", key)
-			}
-		}
+		rowsMatchRoutes(t, routes, authzRoutes, "authzRoutes (authz_test.go)")
 		// The spec documents the same credentials.
 		for _, key := range routes {
 			op := operationOf(t, doc, key)

@@ -495,16 +495,19 @@ type pager struct {
 // newPager reads starting_after / ending_before; filters are the query
 // values kept in the links.
 func newPager(c *fiber.Ctx, pathName string, valid func(string) bool, filters url.Values) (*pager, error) {
-	p := listing.Params{Limit: dashboardPageSize, StartingAfter: strings.Clone(c.Query("starting_after")), EndingBefore: strings.Clone(c.Query("ending_before"))}
-	switch {
-	case p.StartingAfter != "" && p.EndingBefore != "":
-		return nil, apperr.Invalid("ending_before", "Pass at most one of starting_after and ending_before.")
-	case p.StartingAfter != "" && !valid(p.StartingAfter):
-		return nil, apperr.Invalid("starting_after", "starting_after must be an id from this list.")
-	case p.EndingBefore != "" && !valid(p.EndingBefore):
-		return nil, apperr.Invalid("ending_before", "ending_before must be an id from this list.")
+	p, err := cursors(c, listing.Params{Limit: dashboardPageSize}, valid)
+	if err != nil {
+		return nil, err
 	}
 	return &pager{params: p, base: filters, pathName: pathName}, nil
+}
+
+// pageItems sets the pager's links for page and returns its items.
+func pageItems[T any](pg *pager, page listing.Page[T], idOf func(T) string) []T {
+	if n := len(page.Items); n > 0 {
+		pg.links(idOf(page.Items[0]), idOf(page.Items[n-1]), page.HasMore)
+	}
+	return page.Items
 }
 
 // links sets Prev and Next for a page whose first and last ids are given.

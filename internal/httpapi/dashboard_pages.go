@@ -56,14 +56,12 @@ func (s *server) renderKeys(c *fiber.Ctx, created *apikeys.Created, replay bool)
 	if err != nil {
 		return err
 	}
-	if n := len(page.Items); n > 0 {
-		pg.links(page.Items[0].ID, page.Items[n-1].ID, page.HasMore)
-	}
+	keys := pageItems(pg, page, func(k apikeys.Key) string { return k.ID })
 	v, err := s.signedIn(c, "keys", "API keys")
 	if err != nil {
 		return err
 	}
-	v.Canonical, v.Data = dashboardPath+"/keys", keysView{Keys: page.Items, Created: created, Replay: replay, Pager: pg}
+	v.Canonical, v.Data = dashboardPath+"/keys", keysView{Keys: keys, Created: created, Replay: replay, Pager: pg}
 	return s.render(c, fiber.StatusOK, "keys", v)
 }
 
@@ -143,10 +141,7 @@ func (s *server) chargesPage(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	v.Charges = page.Items
-	if n := len(page.Items); n > 0 {
-		v.Pager.links(page.Items[0].ID, page.Items[n-1].ID, page.HasMore)
-	}
+	v.Charges = pageItems(v.Pager, page, func(ch charges.Charge) string { return ch.ID })
 	return s.page(c, "charges", "charges", "Charges", v)
 }
 
@@ -293,10 +288,7 @@ func (s *server) eventsPage(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	v.Events = page.Items
-	if n := len(page.Items); n > 0 {
-		v.Pager.links(page.Items[0].ID, page.Items[n-1].ID, page.HasMore)
-	}
+	v.Events = pageItems(v.Pager, page, func(e events.Event) string { return e.ID })
 	return s.page(c, "events", "events", "Events", v)
 }
 
@@ -344,10 +336,7 @@ func (s *server) webhooksPage(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	v.Endpoints = page.Items
-	if n := len(page.Items); n > 0 {
-		v.Pager.links(page.Items[0].ID, page.Items[n-1].ID, page.HasMore)
-	}
+	v.Endpoints = pageItems(v.Pager, page, func(e webhooks.Endpoint) string { return e.ID })
 	return s.page(c, "webhooks", "webhooks", "Webhook endpoints", v)
 }
 
@@ -431,10 +420,7 @@ func (s *server) renderWebhook(c *fiber.Ctx, endpointID, secret, notice string) 
 	if err != nil {
 		return err
 	}
-	v.Deliveries = page.Items
-	if n := len(page.Items); n > 0 {
-		v.Pager.links(page.Items[0].ID, page.Items[n-1].ID, page.HasMore)
-	}
+	v.Deliveries = pageItems(v.Pager, page, func(d webhooks.Delivery) string { return d.ID })
 	view, err := s.signedIn(c, "webhooks", "Endpoint "+e.ID)
 	if err != nil {
 		return err

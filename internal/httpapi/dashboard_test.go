@@ -209,29 +209,11 @@ var requestIDText = regexp.MustCompile(`Request id [0-9a-f-]+`)
 // token, or from another site, is refused 403 and changes nothing.
 func TestDashboardAuthz(t *testing.T) {
 	h := newHarness(t, authzEnv)
-	w := h.worker(t, &fakeProvider{})
-	d := h.deliverer(t, &recordingSender{status: 500})
-	var idRoutes int
-	for _, r := range dashRoutes {
-		if r.idKind != "" {
-			idRoutes++
-		}
-	}
-	a := h.newAuthzFixture(t, "ada@example.com", w, d, idRoutes)
-	b := h.newAuthzFixture(t, "bob@example.com", w, d, 2)
+	a, b := h.matrixMerchants(t, idRoutesOf(dashRoutes, func(r dashRoute) string { return r.idKind }))
 	routes := dashboardServed(h)
 
 	t.Run("every route has a row and every row a route", func(t *testing.T) {
-		for _, key := range routes {
-			if _, ok := dashRoutes[key]; !ok {
-				t.Errorf("route %s has no row in dashRoutes (dashboard_test.go)", key)
-			}
-		}
-		for key := range dashRoutes {
-			if !slices.Contains(routes, key) {
-				t.Errorf("dashRoutes has a row for %s, which the app does not serve", key)
-			}
-		}
+		rowsMatchRoutes(t, routes, dashRoutes, "dashRoutes (dashboard_test.go)")
 	})
 	if t.Failed() {
 		t.FailNow()

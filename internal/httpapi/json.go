@@ -185,8 +185,8 @@ func jsonType(goKind string) string {
 	return "an object"
 }
 
-// listParams parses limit, starting_after and ending_before; idPrefix is the
-// prefix the cursors must carry.
+// listParams parses limit, starting_after and ending_before; valid says
+// whether a cursor can be an id of the list.
 func listParams(c *fiber.Ctx, valid func(string) bool) (listing.Params, error) {
 	p := listing.Params{Limit: listing.DefaultLimit}
 	if v := c.Query("limit"); v != "" {
@@ -196,6 +196,11 @@ func listParams(c *fiber.Ctx, valid func(string) bool) (listing.Params, error) {
 		}
 		p.Limit = n
 	}
+	return cursors(c, p, valid)
+}
+
+// cursors reads starting_after and ending_before into p.
+func cursors(c *fiber.Ctx, p listing.Params, valid func(string) bool) (listing.Params, error) {
 	p.StartingAfter = strings.Clone(c.Query("starting_after"))
 	p.EndingBefore = strings.Clone(c.Query("ending_before"))
 	switch {
