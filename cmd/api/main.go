@@ -107,7 +107,14 @@ func migrate(ctx context.Context, getenv func(string) string) error {
 		return err
 	}
 	defer pool.Close()
-	return store.Migrate(ctx, pool)
+	if err := store.Migrate(ctx, pool); err != nil {
+		return err
+	}
+	// Data the schema now expects of rows written before it: the charge of
+	// each event (migration 00005). The retention prune fills what replicas
+	// of the previous release write during the rollout.
+	_, err = store.New(pool).FillEventCharges(ctx)
+	return err
 }
 
 func createMerchant(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {

@@ -70,6 +70,9 @@ type Maintenance interface {
 	// PruneCardTokens clears the cards of tokens expired unused at now and
 	// deletes tokens past their retention.
 	PruneCardTokens(ctx context.Context, now time.Time) (cleared, deleted int64, err error)
+	// FillEventCharges sets the charge of events written without it (by an
+	// earlier release) and returns how many.
+	FillEventCharges(ctx context.Context) (int64, error)
 }
 
 // observe runs a task with its log id, metrics and, when tracing is on, a

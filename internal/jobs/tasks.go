@@ -201,7 +201,8 @@ func (h *Handlers) HandleOutboxSweep(ctx context.Context, _ *asynq.Task) error {
 
 // HandleRetentionPrune deletes idempotency keys older than 24 h and events
 // older than 30 days, clears the sealed cards of card tokens that expired
-// unused, and deletes tokens 30 days after they expired.
+// unused, deletes tokens 30 days after they expired, and sets the charge of
+// events an earlier release wrote without it.
 func (h *Handlers) HandleRetentionPrune(ctx context.Context, _ *asynq.Task) error {
 	keys, err := h.Store.DeleteIdempotencyKeysBefore(ctx, time.Now().Add(-idempotency.Retention))
 	if err != nil {
@@ -215,7 +216,11 @@ func (h *Handlers) HandleRetentionPrune(ctx context.Context, _ *asynq.Task) erro
 	if err != nil {
 		return err
 	}
+	filled, err := h.Store.FillEventCharges(ctx)
+	if err != nil {
+		return err
+	}
 	h.Log.InfoContext(ctx, "pruned expired records", "idempotency_keys", keys, "events", evs,
-		"token_cards_cleared", cleared, "tokens", tokens)
+		"token_cards_cleared", cleared, "tokens", tokens, "event_charges_filled", filled)
 	return nil
 }

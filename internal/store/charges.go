@@ -53,8 +53,8 @@ WITH idem AS (
 	WHERE $25::text IS NULL OR EXISTS (SELECT 1 FROM idem)
 	RETURNING id
 ), ev AS (
-	INSERT INTO events (id, merchant_id, environment, type, body, created_at)
-	SELECT $20::uuid, $2::text, $3::text, $21::text, $22::json, $19::timestamptz FROM ch
+	INSERT INTO events (id, merchant_id, environment, type, body, created_at, charge_id)
+	SELECT $20::uuid, $2::text, $3::text, $21::text, $22::json, $19::timestamptz, ch.id FROM ch
 	RETURNING id, merchant_id, environment, type, created_at
 ), ob AS (
 	INSERT INTO outbox (task_id, task_type, ref_id) SELECT $23::text, $24::text, ch.id FROM ch
@@ -274,8 +274,8 @@ WITH upd AS (
 	WHERE id = $1 AND status = $2 AND pending_action IS NOT DISTINCT FROM $12::text
 	RETURNING id, merchant_id, environment
 ), ev AS (
-	INSERT INTO events (id, merchant_id, environment, type, body, created_at)
-	SELECT $13::uuid, upd.merchant_id, upd.environment, $14::text, $15::json, $10::timestamptz FROM upd WHERE $13::uuid IS NOT NULL
+	INSERT INTO events (id, merchant_id, environment, type, body, created_at, charge_id)
+	SELECT $13::uuid, upd.merchant_id, upd.environment, $14::text, $15::json, $10::timestamptz, upd.id FROM upd WHERE $13::uuid IS NOT NULL
 	RETURNING id, merchant_id, environment, type, created_at
 ), ob AS (
 	DELETE FROM outbox WHERE task_id = $16

@@ -11,10 +11,6 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/listing"
 )
 
-// eventCharge is the id of the charge an event is about, as indexed by
-// events_merchant_charge_idx (migrations/00005_event_charge.sql).
-const eventCharge = `(body -> 'data' -> 'charge' ->> 'id')`
-
 const eventColumns = `id, merchant_id, environment, type, body, created_at`
 
 func scanEvent(row pgx.Row) (events.Event, error) {
@@ -43,10 +39,9 @@ func (s *Store) ListEvents(ctx context.Context, merchantID string, f events.Filt
 		query += ` AND type = $` + strconv.Itoa(len(args))
 	}
 	if f.ChargeID != "" {
-		// Every event body holds its charge (refund events too), and
-		// events_merchant_charge_idx indexes this expression.
+		// events_merchant_charge_idx: the charge's events and its refunds'.
 		args = append(args, f.ChargeID)
-		query += ` AND ` + eventCharge + ` = $` + strconv.Itoa(len(args))
+		query += ` AND charge_id = $` + strconv.Itoa(len(args)) + `::uuid`
 	}
 	return listPage(ctx, s, query, args, p, scanEvent, "event")
 }
@@ -57,4 +52,28 @@ const deleteEventsBefore = `DELETE FROM events WHERE created_at < $1`
 func (s *Store) DeleteEventsBefore(ctx context.Context, t time.Time) (int64, error) {
 	tag, err := s.pool.Exec(ctx, deleteEventsBefore, t)
 	return tag.RowsAffected(), mapErr(err, "event")
+}
+
+// fillEventCharges sets charge_id, in batches, on events written without it
+// (before migration 00005, or by a replica of an earlier release): the
+// charge of every event is data.charge.id of its body. An event without one
+// gets the nil UUID, so that it leaves events_charge_missing_idx.
+const fillEventCharges = `
+UPDATE events SET charge_id = coalesce((body -> 'data' -> 'charge' ->> 'id')::uuid, '00000000-0000-0000-0000-000000000000')
+WHERE id IN (SELECT id FROM events WHERE charge_id IS NULL LIMIT 5000)`
+
+// FillEventCharges fills charge_id on every event without it and returns
+// how many it filled. Each batch is its own statement.
+func (s *Store) FillEventCharges(ctx context.Context) (int64, error) {
+	var total int64
+	for {
+		tag, err := s.pool.Exec(ctx, fillEventCharges)
+		if err != nil {
+			return total, mapErr(err, "event")
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < 5000 {
+			return total, nil
+		}
+	}
 }

@@ -45,17 +45,17 @@ func deliveryTasks(ids []string) []outbox.Task {
 	return tasks
 }
 
-// insertEventFanout writes one event and its deliveries.
+// insertEventFanout writes one event of a charge and its deliveries.
 const insertEventFanout = `
 WITH ev AS (
-	INSERT INTO events (id, merchant_id, environment, type, body, created_at) VALUES ($1, $2, $3, $4, $5, $6)
+	INSERT INTO events (id, merchant_id, environment, type, body, created_at, charge_id) VALUES ($1, $2, $3, $4, $5, $6, $7)
 	RETURNING id, merchant_id, environment, type, created_at
 )` + fanout + `
 SELECT ` + deliveriesOf
 
-func (s *Store) writeEvent(ctx context.Context, tx pgx.Tx, e events.Event) ([]outbox.Task, error) {
+func (s *Store) writeEvent(ctx context.Context, tx pgx.Tx, chargeID string, e events.Event) ([]outbox.Task, error) {
 	var ids []string
-	if err := tx.QueryRow(ctx, insertEventFanout, e.ID, e.MerchantID, e.Environment, e.Type, e.Body, e.CreatedAt).Scan(&ids); err != nil {
+	if err := tx.QueryRow(ctx, insertEventFanout, e.ID, e.MerchantID, e.Environment, e.Type, e.Body, e.CreatedAt, chargeID).Scan(&ids); err != nil {
 		return nil, mapErr(err, "event")
 	}
 	return deliveryTasks(ids), nil
