@@ -147,7 +147,8 @@ func work(ctx context.Context, getenv func(string) string, stderr io.Writer) err
 		func(outcome string, attempt int, d time.Duration) {
 			wm.Attempts.WithLabelValues(outcome, strconv.Itoa(min(attempt, len(cfg.WebhookRetrySchedule)))).Inc()
 			wm.Duration.WithLabelValues(outcome).Observe(d.Seconds())
-		}).WithFirstAttemptDelay(func(d time.Duration) { wm.FirstAttempt.Observe(d.Seconds()) })
+		}).WithFirstAttemptDelay(func(d time.Duration) { wm.FirstAttempt.Observe(d.Seconds()) }).
+		WithHealth(cfg.WebhookDisableAfter, func(reason string) { wm.EndpointsDisabled.WithLabelValues(reason).Inc() })
 	chargeOutcome := func(provider, status string) { pm.Charges.WithLabelValues(provider, status).Inc() }
 	refundOutcome := func(provider, status string) { pm.Refunds.WithLabelValues(provider, status).Inc() }
 	handlers := &jobs.Handlers{

@@ -95,8 +95,11 @@ type Config struct {
 	HTTPIdleTimeout  time.Duration
 	HTTPMaxConns     int
 
-	WebhookRetrySchedule        []time.Duration
-	WebhookTimeout              time.Duration
+	WebhookRetrySchedule []time.Duration
+	WebhookTimeout       time.Duration
+	// WebhookDisableAfter is how long an endpoint may do nothing but fail
+	// before it is disabled (0: never).
+	WebhookDisableAfter         time.Duration
 	WebhookAllowPrivateNetworks bool
 
 	DefaultProvider string
@@ -299,6 +302,7 @@ func Load(getenv func(string) string, needs Needs) (Config, error) {
 		c.ProviderMaxAttempts = n
 	}
 	c.WebhookTimeout = duration("WEBHOOK_TIMEOUT", "5s", time.Millisecond)
+	c.WebhookDisableAfter = duration("WEBHOOK_DISABLE_AFTER", "120h", 0)
 
 	for _, s := range strings.Split(get("WEBHOOK_RETRY_SCHEDULE", "0s,5m,30m,2h,24h"), ",") {
 		d, err := time.ParseDuration(strings.TrimSpace(s))

@@ -151,11 +151,14 @@ func always(status int) func(hit, int) (int, time.Duration, http.Header) {
 
 // Webhook objects as the API shows them.
 type endpointJSON struct {
-	ID     string   `json:"id"`
-	Object string   `json:"object"`
-	URL    string   `json:"url"`
-	Events []string `json:"events"`
-	Active bool     `json:"active"`
+	ID             string   `json:"id"`
+	Object         string   `json:"object"`
+	URL            string   `json:"url"`
+	Events         []string `json:"events"`
+	Active         bool     `json:"active"`
+	Status         string   `json:"status"`
+	DisabledReason *string  `json:"disabled_reason"`
+	DisabledAt     *string  `json:"disabled_at"`
 }
 
 type attemptJSON struct {

@@ -480,20 +480,28 @@ func TestWebhookFanOut(t *testing.T) {
 		t.Fatalf("charge.created events: %d, want 1", len(ev))
 	}
 	createdEvent := ev[0]["id"].(string)
+	// A disabled endpoint gets its delivery too, failed at once and never
+	// sent: it waits for a recover.
 	for _, c := range []struct {
 		endpoint string
 		want     int
-	}{{created, 1}, {both, 1}, {failedOnly, 0}, {inactive, 0}, {deleted, 0}, {bobs, 0}} {
+		status   string
+	}{{created, 1, "pending"}, {both, 1, "pending"}, {failedOnly, 0, ""}, {inactive, 1, "failed"}, {deleted, 0, ""}, {bobs, 0, ""}} {
 		ds := h.deliveriesOf(t, c.endpoint)
 		if len(ds) != c.want {
 			t.Errorf("endpoint %s: %d deliveries after charge.created, want %d: %+v", c.endpoint, len(ds), c.want, ds)
 			continue
 		}
 		for _, d := range ds {
-			if d.EventID != createdEvent || d.EventType != "charge.created" || d.Status != "pending" || d.Attempts != 0 {
-				t.Errorf("endpoint %s: delivery %+v, want pending charge.created of event %s", c.endpoint, d, createdEvent)
+			if d.EventID != createdEvent || d.EventType != "charge.created" || d.Status != c.status || d.Attempts != 0 {
+				t.Errorf("endpoint %s: delivery %+v, want %s charge.created of event %s", c.endpoint, d, c.status, createdEvent)
 			}
 		}
+	}
+	var outboxOfInactive int
+	if err := h.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox o JOIN webhook_deliveries d ON o.ref_id = d.id
+		WHERE d.endpoint_id = $1`, inactive).Scan(&outboxOfInactive); err != nil || outboxOfInactive != 0 {
+		t.Errorf("outbox rows for the disabled endpoint's delivery: %d, %v; want none", outboxOfInactive, err)
 	}
 	// One transaction wrote the charge, its event, the deliveries and their outbox rows.
 	var sameTx bool
@@ -544,7 +552,7 @@ func TestWebhookFanOut(t *testing.T) {
 		{created, []string{"charge.created"}},
 		{both, []string{"charge.created", "charge.captured"}},
 		{failedOnly, nil},
-		{inactive, nil},
+		{inactive, []string{"charge.created", "charge.captured"}}, // both failed, not sent
 		{deleted, nil},
 		{bobs, nil},
 		{late, []string{"charge.captured"}},
@@ -562,11 +570,14 @@ func TestWebhookFanOut(t *testing.T) {
 	if n := h.count(t, `SELECT count(DISTINCT event_id) FROM webhook_deliveries WHERE event_type = 'charge.captured'`); n != 1 {
 		t.Errorf("charge.captured deliveries name %d event ids, want 1", n)
 	}
-	// Reactivated, the inactive endpoint gets the next events.
+	// Reactivated, the inactive endpoint gets the next events to send.
 	want(t, h.do("PATCH", "/v1/me/webhook_endpoints/"+inactive, `{"active":true}`, bearer(a.secret)...), 200, "")
 	h.createCharge(t, a.secret, chargeJSON())
-	if diff := cmp.Diff([]string{"charge.created"}, types(inactive)); diff != "" {
+	if diff := cmp.Diff([]string{"charge.created", "charge.captured", "charge.created"}, types(inactive)); diff != "" {
 		t.Errorf("reactivated endpoint (-want +got):\n%s", diff)
+	}
+	if ds := h.deliveriesOf(t, inactive); ds[2].Status != "pending" {
+		t.Errorf("the reactivated endpoint's new delivery: %+v, want pending", ds[2])
 	}
 
 	// Refund events fan out the same way.
@@ -903,4 +914,149 @@ func TestWebhookDeliveryOperations(t *testing.T) {
 			t.Errorf("test delivery to a disabled endpoint: %v, want failed", got)
 		}
 	})
+}
+
+// TestEndpointHealth is CONTRACT.md's "Endpoint health": a 410 Gone disables
+// the endpoint at once (gone); an endpoint whose attempts have done nothing
+// but fail for WEBHOOK_DISABLE_AFTER is disabled at its next failure
+// (failing), and a success in between starts the count again; a disabled
+// endpoint is sent nothing, its deliveries wait failed, and after
+// PATCH {"active": true} a recover sends them. Manual switching records
+// "manual", and active always equals status == "enabled".
+func TestEndpointHealth(t *testing.T) {
+	h := newHarness(t, paymentsEnv)
+	a := h.account("ada@example.com")
+	keys, err := keyring.New(h.cfg.EncryptionKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sender := &recordingSender{status: 200}
+	var disabled []string
+	const disableAfter = 300 * time.Millisecond
+	d := webhooks.NewDeliverer(store.New(h.db.Pool), sender, keys, []time.Duration{0}, time.Now,
+		slog.New(slog.NewTextHandler(io.Discard, nil)), nil).WithHealth(disableAfter, func(reason string) { disabled = append(disabled, reason) })
+	get := func(id string) map[string]any {
+		t.Helper()
+		r := h.do("GET", "/v1/me/webhook_endpoints/"+id, "", bearer(a.secret)...)
+		want(t, r, 200, "")
+		if (r.body["status"] == "enabled") != (r.body["active"] == true) {
+			t.Errorf("active %v with status %v", r.body["active"], r.body["status"])
+		}
+		return r.body
+	}
+	// fire makes one charge.created event and delivers what it fanned out to ep.
+	fire := func(ep string) whDelivery {
+		t.Helper()
+		h.createCharge(t, a.secret, chargeJSON())
+		ds := h.deliveriesOf(t, ep)
+		last := ds[len(ds)-1]
+		if last.Status == "pending" {
+			deliver(t, d, last.ID)
+		}
+		ds = h.deliveriesOf(t, ep)
+		return ds[len(ds)-1]
+	}
+
+	t.Run("410 Gone disables at once", func(t *testing.T) {
+		ep, _ := h.createEndpoint(t, a.secret, "https://hooks.example.com/gone", "charge.created")
+		if e := get(ep); e["status"] != "enabled" || e["disabled_reason"] != nil || e["disabled_at"] != nil {
+			t.Fatalf("a new endpoint: %v", e)
+		}
+		sender.answer(410)
+		if got := fire(ep); got.Status != "failed" || got.Attempts != 1 {
+			t.Errorf("the delivery answered 410: %+v, want failed after 1 attempt", got)
+		}
+		e := get(ep)
+		if e["status"] != "disabled" || e["active"] != false || e["disabled_reason"] != "gone" || e["disabled_at"] == nil {
+			t.Fatalf("after a 410: %v", e)
+		}
+		// Disabled: the next event's delivery is failed at once, never sent.
+		sender.answer(200)
+		sent := len(sender.posts())
+		if got := fire(ep); got.Status != "failed" || got.Attempts != 0 {
+			t.Errorf("a delivery to the disabled endpoint: %+v, want failed with no attempt", got)
+		}
+		if len(sender.posts()) != sent {
+			t.Errorf("the disabled endpoint was sent %d requests", len(sender.posts())-sent)
+		}
+		// Enabled again, a recover sends both.
+		r := h.do("PATCH", "/v1/me/webhook_endpoints/"+ep, `{"active":true}`, bearer(a.secret)...)
+		want(t, r, 200, "")
+		if r.body["status"] != "enabled" || r.body["disabled_reason"] != nil || r.body["disabled_at"] != nil {
+			t.Fatalf("enabled again: %s", r.raw)
+		}
+		r = h.do("POST", "/v1/me/webhook_endpoints/"+ep+"/recover", `{"since":"2020-01-01T00:00:00Z"}`, bearer(a.secret)...)
+		want(t, r, 200, "")
+		if r.body["count"] != float64(2) {
+			t.Fatalf("recover: %s, want 2", r.raw)
+		}
+		for _, dl := range h.deliveriesOf(t, ep) {
+			deliver(t, d, dl.ID)
+		}
+		for _, dl := range h.deliveriesOf(t, ep) {
+			if dl.Status != "succeeded" {
+				t.Errorf("after recover: %+v", dl)
+			}
+		}
+	})
+
+	t.Run("nothing but failures for WEBHOOK_DISABLE_AFTER", func(t *testing.T) {
+		ep, _ := h.createEndpoint(t, a.secret, "https://hooks.example.com/failing", "charge.created")
+		sender.answer(500)
+		fire(ep) // starts the streak
+		time.Sleep(disableAfter / 2)
+		fire(ep)
+		if e := get(ep); e["status"] != "enabled" {
+			t.Fatalf("disabled before WEBHOOK_DISABLE_AFTER: %v", e)
+		}
+		// A success ends the streak: failures after it start a new one.
+		sender.answer(200)
+		fire(ep)
+		sender.answer(500)
+		time.Sleep(disableAfter)
+		fire(ep) // a new streak starts here
+		if e := get(ep); e["status"] != "enabled" {
+			t.Fatalf("disabled although a success came %v ago: %v", disableAfter, e)
+		}
+		time.Sleep(disableAfter + 50*time.Millisecond)
+		if got := fire(ep); got.Status != "failed" || got.Attempts != 1 {
+			t.Errorf("the failure that disables: %+v", got)
+		}
+		if e := get(ep); e["status"] != "disabled" || e["disabled_reason"] != "failing" {
+			t.Fatalf("after %v of failures: %v", disableAfter, e)
+		}
+	})
+
+	t.Run("manual", func(t *testing.T) {
+		ep, _ := h.createEndpoint(t, a.secret, "https://hooks.example.com/manual", "charge.created")
+		r := h.do("PATCH", "/v1/me/webhook_endpoints/"+ep, `{"active":false}`, bearer(a.secret)...)
+		want(t, r, 200, "")
+		if r.body["status"] != "disabled" || r.body["disabled_reason"] != "manual" || r.body["disabled_at"] == nil {
+			t.Fatalf("switched off: %s", r.raw)
+		}
+		first := r.body["disabled_at"]
+		// Switching it off again keeps when and why.
+		r = h.do("PATCH", "/v1/me/webhook_endpoints/"+ep, `{"active":false,"description":"paused"}`, bearer(a.secret)...)
+		if r.body["disabled_at"] != first || r.body["disabled_reason"] != "manual" {
+			t.Errorf("switched off twice: %s", r.raw)
+		}
+		// Another change leaves it disabled.
+		r = h.do("PATCH", "/v1/me/webhook_endpoints/"+ep, `{"url":"https://hooks.example.com/manual2"}`, bearer(a.secret)...)
+		if r.body["status"] != "disabled" || r.body["disabled_reason"] != "manual" {
+			t.Errorf("after a URL change: %s", r.raw)
+		}
+	})
+
+	if !slices.Equal(disabled, []string{"gone", "failing"}) {
+		t.Errorf("disabled endpoints reported: %v, want gone then failing", disabled)
+	}
+	// Test deliveries never change an endpoint's health.
+	ep, _ := h.createEndpoint(t, a.secret, "https://hooks.example.com/test-only", "charge.created")
+	sender.answer(410)
+	r := h.do("POST", "/v1/me/webhook_endpoints/"+ep+"/test", "", bearer(a.secret)...)
+	want(t, r, 202, "")
+	deliver(t, d, r.body["id"].(string))
+	if e := get(ep); e["status"] != "enabled" {
+		t.Errorf("a test delivery answered 410 disabled the endpoint: %v", e)
+	}
 }

@@ -199,6 +199,10 @@ type Webhooks struct {
 	// BatchSize is how many deliveries one database statement of the
 	// worker read ("read") or recorded ("record").
 	BatchSize *prometheus.HistogramVec
+	// EndpointsDisabled counts endpoints the worker disabled, by reason
+	// (gone: the receiver answered 410; failing: WEBHOOK_DISABLE_AFTER of
+	// nothing but failures).
+	EndpointsDisabled *prometheus.CounterVec
 }
 
 // NewWebhooks creates and registers the delivery metrics.
@@ -224,7 +228,14 @@ func NewWebhooks(reg prometheus.Registerer) *Webhooks {
 		Help:    "Deliveries read or recorded by one database statement of the worker, by statement (read, record).",
 		Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 200},
 	}, []string{"statement"})
-	reg.MustRegister(m.Attempts, m.Duration, m.FirstAttempt, m.BatchSize)
+	m.EndpointsDisabled = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "gatehouse", Name: "webhook_endpoints_disabled_total",
+		Help: "Webhook endpoints the worker disabled, by reason (gone: 410 Gone; failing: nothing but failures for WEBHOOK_DISABLE_AFTER).",
+	}, []string{"reason"})
+	reg.MustRegister(m.Attempts, m.Duration, m.FirstAttempt, m.BatchSize, m.EndpointsDisabled)
+	for _, r := range []string{"gone", "failing"} {
+		m.EndpointsDisabled.WithLabelValues(r)
+	}
 	for _, o := range []string{"succeeded", "failed"} {
 		m.Attempts.WithLabelValues(o, "1")
 		m.Duration.WithLabelValues(o)

@@ -15,18 +15,22 @@ import (
 
 // fanout follows a CTE named ev that inserted events (RETURNING id,
 // merchant_id, environment, type, created_at): it writes one delivery per
-// active endpoint of the merchant and environment subscribed to the event's
-// type, and its outbox task, in the same statement and so the same
-// transaction as the event. The statement's result names the deliveries (dl).
+// endpoint of the merchant and environment subscribed to the event's type
+// (deleted ones excepted), and the outbox task of each delivery to an
+// enabled endpoint, in the same statement and so the same transaction as
+// the event. A disabled endpoint's delivery is failed at once and never
+// sent: it waits in the log for a recover once the endpoint is enabled
+// again. The statement's result names the pending deliveries (dl).
 const fanout = `
 , dl AS (
 	INSERT INTO webhook_deliveries (id, endpoint_id, merchant_id, event_id, event_type, status, next_attempt_at, created_at, updated_at)
-	SELECT gh_uuid_v7(), we.id, we.merchant_id, ev.id, ev.type, 'pending', ev.created_at, ev.created_at, ev.created_at
+	SELECT gh_uuid_v7(), we.id, we.merchant_id, ev.id, ev.type, CASE WHEN we.active THEN 'pending' ELSE 'failed' END,
+		CASE WHEN we.active THEN ev.created_at END, ev.created_at, ev.created_at
 	FROM ev JOIN webhook_endpoints we ON we.merchant_id = ev.merchant_id AND we.environment = ev.environment
-		AND we.active AND we.deleted_at IS NULL AND ev.type = ANY (we.events)
-	RETURNING id
+		AND we.deleted_at IS NULL AND ev.type = ANY (we.events)
+	RETURNING id, status
 ), dlob AS (
-	` + insertDeliverTasks + ` dl d
+	` + insertDeliverTasks + ` dl d WHERE d.status = 'pending'
 )`
 
 // insertDeliverTasks, followed by a relation named d with an id column,
@@ -35,7 +39,7 @@ const insertDeliverTasks = `INSERT INTO outbox (task_id, task_type, ref_id) SELE
 	outbox.WebhookDeliver + `', d.id FROM`
 
 // deliveriesOf is the select-list item naming the deliveries fanout wrote.
-const deliveriesOf = `(SELECT coalesce(array_agg(id::text), '{}') FROM dl)`
+const deliveriesOf = `(SELECT coalesce(array_agg(id::text), '{}') FROM dl WHERE status = 'pending')`
 
 func deliveryTasks(ids []string) []outbox.Task {
 	tasks := make([]outbox.Task, 0, len(ids))
@@ -62,12 +66,13 @@ func (s *Store) writeEvent(ctx context.Context, tx pgx.Tx, chargeID string, e ev
 }
 
 const endpointColumns = `id, merchant_id, environment, url, events, active, description, secret_sealed,
-previous_secret_sealed, previous_secret_until, created_at, updated_at, deleted_at`
+previous_secret_sealed, previous_secret_until, created_at, updated_at, deleted_at, disabled_reason, disabled_at, failing_since`
 
 // endpointDest is where a row of endpointColumns goes.
 func endpointDest(e *webhooks.Endpoint) []any {
 	return []any{&e.ID, &e.MerchantID, &e.Environment, &e.URL, &e.Events, &e.Active, &e.Description, &e.SecretSealed,
-		&e.PreviousSecretSealed, &e.PreviousSecretUntil, &e.CreatedAt, &e.UpdatedAt, &e.DeletedAt}
+		&e.PreviousSecretSealed, &e.PreviousSecretUntil, &e.CreatedAt, &e.UpdatedAt, &e.DeletedAt,
+		&e.DisabledReason, &e.DisabledAt, &e.FailingSince}
 }
 
 func scanEndpoint(row pgx.Row) (webhooks.Endpoint, error) {
@@ -76,7 +81,7 @@ func scanEndpoint(row pgx.Row) (webhooks.Endpoint, error) {
 	return e, err
 }
 
-const insertEndpoint = `INSERT INTO webhook_endpoints (` + endpointColumns + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, NULL, NULL, $9, $9, NULL)`
+const insertEndpoint = `INSERT INTO webhook_endpoints (` + endpointColumns + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, NULL, NULL, $9, $9, NULL, NULL, NULL, NULL)`
 
 const selectEndpoint = `SELECT ` + endpointColumns + ` FROM webhook_endpoints WHERE id = $1 AND merchant_id = $2 AND deleted_at IS NULL`
 
@@ -92,9 +97,52 @@ func (s *Store) ListEndpoints(ctx context.Context, merchantID string, p listing.
 		[]any{merchantID}, p, scanEndpoint, "webhook_endpoint")
 }
 
+// updateEndpoint applies a patch. Switching active off by hand records
+// 'manual' (an endpoint already off keeps the reason it had); switching it
+// on clears the reason and the failing streak.
 const updateEndpoint = `UPDATE webhook_endpoints SET url = coalesce($3, url), events = coalesce($4, events),
-active = coalesce($5, active), description = coalesce($6, description), updated_at = $7
+active = coalesce($5, active), description = coalesce($6, description), updated_at = $7,
+disabled_reason = CASE WHEN $5::bool IS NULL THEN disabled_reason WHEN $5 THEN NULL
+	WHEN active THEN 'manual' ELSE coalesce(disabled_reason, 'manual') END,
+disabled_at = CASE WHEN $5::bool IS NULL THEN disabled_at WHEN $5 THEN NULL
+	WHEN active THEN $7 ELSE coalesce(disabled_at, $7) END,
+failing_since = CASE WHEN $5::bool THEN NULL ELSE failing_since END
 WHERE id = $1 AND merchant_id = $2 AND deleted_at IS NULL RETURNING ` + endpointColumns
+
+// Endpoint health changes an attempt calls for (webhooks.Health), each
+// conditional so that concurrent attempts settle on one answer.
+const (
+	startFailing = `UPDATE webhook_endpoints SET failing_since = $2
+WHERE id = $1 AND failing_since IS NULL AND active AND deleted_at IS NULL`
+	endFailing    = `UPDATE webhook_endpoints SET failing_since = NULL WHERE id = $1 AND failing_since IS NOT NULL`
+	disableGone   = `UPDATE webhook_endpoints SET active = false, disabled_reason = 'gone', disabled_at = $2, updated_at = $2
+WHERE id = $1 AND active AND deleted_at IS NULL`
+	disableFailing = `UPDATE webhook_endpoints SET active = false, disabled_reason = 'failing', disabled_at = $2, updated_at = $2
+WHERE id = $1 AND active AND deleted_at IS NULL AND failing_since <= $3`
+)
+
+// UpdateHealth implements webhooks.Store.
+func (s *Store) UpdateHealth(ctx context.Context, h webhooks.Health) (bool, error) {
+	var query string
+	args := []any{h.EndpointID, h.At}
+	switch {
+	case h.Disable == webhooks.DisabledGone:
+		query = disableGone
+	case h.Disable == webhooks.DisabledFailing:
+		query, args = disableFailing, append(args, h.FailingBefore)
+	case h.Failing:
+		query = startFailing
+	case h.Recovered:
+		query, args = endFailing, args[:1]
+	default:
+		return false, nil
+	}
+	tag, err := s.pool.Exec(ctx, query, args...)
+	if err != nil {
+		return false, mapErr(err, "webhook_endpoint")
+	}
+	return h.Disable != "" && tag.RowsAffected() == 1, nil
+}
 
 // UpdateEndpoint applies a patch.
 func (s *Store) UpdateEndpoint(ctx context.Context, merchantID, id string, p webhooks.Patch) (webhooks.Endpoint, error) {
@@ -271,7 +319,8 @@ const selectDeliveriesForWork = `SELECT d.id, d.endpoint_id, d.merchant_id, d.ev
 	d.status, d.attempts, d.chain_attempts, d.next_attempt_at, d.created_at, d.updated_at,
 	coalesce(d.test_body::text, (SELECT e.body::text FROM events e WHERE e.id = d.event_id)),
 	w.id, w.merchant_id, w.environment, w.url, w.events, w.active, w.description, w.secret_sealed,
-	w.previous_secret_sealed, w.previous_secret_until, w.created_at, w.updated_at, w.deleted_at
+	w.previous_secret_sealed, w.previous_secret_until, w.created_at, w.updated_at, w.deleted_at,
+	w.disabled_reason, w.disabled_at, w.failing_since
 FROM webhook_deliveries d JOIN webhook_endpoints w ON w.id = d.endpoint_id WHERE d.id = ANY($1::uuid[])`
 
 // work is one delivery as the worker needs it.

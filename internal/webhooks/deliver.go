@@ -2,6 +2,7 @@ package webhooks
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -91,7 +92,20 @@ type Deliverer struct {
 	slotWait    time.Duration
 	waiting     atomic.Int32
 	maxWaiting  int32
+
+	// disableAfter is how long an endpoint may do nothing but fail before
+	// its next failure disables it (0: never); onDisable is told each time
+	// an endpoint is disabled, with the reason.
+	disableAfter time.Duration
+	onDisable    func(reason string)
 }
+
+// DefaultDisableAfter is WEBHOOK_DISABLE_AFTER's default: five days of
+// nothing but failures.
+const DefaultDisableAfter = 120 * time.Hour
+
+// statusGone is the answer with which a receiver asks to be sent nothing more.
+const statusGone = 410
 
 // endpointSlots are one endpoint's attempt slots in this process.
 type endpointSlots struct {
@@ -186,7 +200,61 @@ func NewDeliverer(store Store, sender Sender, keys *keyring.Keyring, schedule []
 		observe = func(string, int, time.Duration) {}
 	}
 	return &Deliverer{store: store, sender: sender, keys: keys, schedule: schedule, now: now, log: log, observe: observe,
-		slots: map[string]*endpointSlots{}, perEndpoint: PerEndpointDefault, slotWait: time.Second, maxWaiting: maxWaitingDefault}
+		slots: map[string]*endpointSlots{}, perEndpoint: PerEndpointDefault, slotWait: time.Second, maxWaiting: maxWaitingDefault,
+		disableAfter: DefaultDisableAfter, onDisable: func(string) {}}
+}
+
+// WithHealth sets how long an endpoint may do nothing but fail before it is
+// disabled (WEBHOOK_DISABLE_AFTER; 0: never) and what to tell when an
+// endpoint is disabled. A 410 Gone disables an endpoint at once either way.
+func (d *Deliverer) WithHealth(disableAfter time.Duration, onDisable func(reason string)) *Deliverer {
+	d.disableAfter = disableAfter
+	if onDisable != nil {
+		d.onDisable = onDisable
+	}
+	return d
+}
+
+// healthAfter is the change of the endpoint's health that an attempt's
+// answer calls for, and whether the delivery stops here. Test deliveries
+// change nothing.
+func (d *Deliverer) healthAfter(del Delivery, ep Endpoint, res Response, now time.Time) (*Health, bool) {
+	if del.Test {
+		return nil, false
+	}
+	h := Health{EndpointID: ep.ID, At: now}
+	switch {
+	case res.Err == nil && res.StatusCode == statusGone:
+		h.Disable = DisabledGone
+		return &h, true
+	case res.OK():
+		if ep.FailingSince == nil {
+			return nil, false // the usual case: nothing to write
+		}
+		h.Recovered = true
+	case ep.FailingSince == nil:
+		h.Failing = true
+	case d.disableAfter > 0 && !now.Before(ep.FailingSince.Add(d.disableAfter)):
+		h.Disable, h.FailingBefore = DisabledFailing, now.Add(-d.disableAfter)
+		return &h, true
+	default:
+		return nil, false
+	}
+	return &h, false
+}
+
+// applyHealth writes a health change after the attempt was recorded. A
+// failure is only logged: the next attempt's answer decides again.
+func (d *Deliverer) applyHealth(ctx context.Context, h Health) {
+	disabled, err := d.store.UpdateHealth(ctx, h)
+	if err != nil {
+		d.log.WarnContext(ctx, "webhook endpoint health not updated", "endpoint_id", h.EndpointID, "err", err)
+		return
+	}
+	if disabled {
+		d.log.WarnContext(ctx, "webhook endpoint disabled", "endpoint_id", h.EndpointID, "reason", h.Disable)
+		d.onDisable(h.Disable)
+	}
 }
 
 // Task is the outbox task of a delivery.
@@ -287,8 +355,11 @@ func (d *Deliverer) Deliver(ctx context.Context, id string) error {
 			"attempt", n, "reason", msg, "error", res.Err.Error())
 	} else if !res.OK() {
 		msg := "non-2xx answer"
-		if res.StatusCode >= 300 && res.StatusCode < 400 {
+		switch {
+		case res.StatusCode >= 300 && res.StatusCode < 400:
 			msg = "redirect not followed"
+		case res.StatusCode == statusGone && !del.Test:
+			msg = "410 Gone: the endpoint is disabled"
 		}
 		a.Error = &msg
 	}
@@ -301,7 +372,13 @@ func (d *Deliverer) Deliver(ctx context.Context, id string) error {
 		outcome = "failed"
 	}
 	d.observe(outcome, n, res.Duration)
-	return d.record(ctx, del, task, a, res.OK(), false)
+	health, stop := d.healthAfter(del, ep, res, now)
+	err = d.record(ctx, del, task, a, res.OK(), stop)
+	var retry *RetryIn
+	if health != nil && (err == nil || errors.As(err, &retry)) {
+		d.applyHealth(ctx, *health)
+	}
+	return err
 }
 
 // record stores the attempt and decides what comes next.

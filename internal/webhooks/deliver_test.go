@@ -71,6 +71,14 @@ type fakeStore struct {
 	// other is a second delivery, to another endpoint.
 	other         webhooks.Delivery
 	otherEndpoint webhooks.Endpoint
+	health        []webhooks.Health
+}
+
+func (s *fakeStore) UpdateHealth(_ context.Context, h webhooks.Health) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.health = append(s.health, h)
+	return h.Disable != "", nil
 }
 
 func (s *fakeStore) DeliveryForWork(_ context.Context, id string) (webhooks.Delivery, webhooks.Endpoint, []byte, error) {
@@ -790,5 +798,70 @@ func TestDeliverErrorsShowNoInternals(t *testing.T) {
 		if !strings.Contains(logged.String(), "10.0.3.7") || !strings.Contains(logged.String(), deliveryID) {
 			t.Errorf("the operator's log lacks the detail or the delivery id: %s", logged.String())
 		}
+	}
+}
+
+// TestDeliverEndpointHealth: the health change each answer calls for, made
+// only when the endpoint's state changes.
+func TestDeliverEndpointHealth(t *testing.T) {
+	answer := func(status int) func(int) webhooks.Response {
+		return func(int) webhooks.Response { return webhooks.Response{StatusCode: status, Duration: time.Millisecond} }
+	}
+	since := func(r *rig, d time.Duration) {
+		at := r.clock.now().Add(-d)
+		r.store.endpoint.FailingSince = &at
+	}
+	for _, tc := range []struct {
+		name       string
+		status     int
+		failingFor time.Duration // 0: no streak
+		test       bool
+		want       *webhooks.Health
+		final      string // the delivery's status after the attempt
+	}{
+		{name: "a success on a healthy endpoint writes nothing", status: 200, final: webhooks.StatusSucceeded},
+		{name: "a success ends a streak", status: 200, failingFor: time.Hour, final: webhooks.StatusSucceeded,
+			want: &webhooks.Health{Recovered: true}},
+		{name: "a first failure starts a streak", status: 500, final: webhooks.StatusPending, want: &webhooks.Health{Failing: true}},
+		{name: "a failure within the streak writes nothing", status: 500, failingFor: 119 * time.Hour, final: webhooks.StatusPending},
+		{name: "a failure past WEBHOOK_DISABLE_AFTER disables", status: 503, failingFor: 120 * time.Hour, final: webhooks.StatusFailed,
+			want: &webhooks.Health{Disable: webhooks.DisabledFailing}},
+		{name: "410 Gone disables at once", status: 410, final: webhooks.StatusFailed, want: &webhooks.Health{Disable: webhooks.DisabledGone}},
+		{name: "410 Gone to a test changes nothing", status: 410, test: true, final: webhooks.StatusPending},
+		{name: "a failing test changes nothing", status: 500, failingFor: 200 * time.Hour, test: true, final: webhooks.StatusPending},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t, defaultSchedule)
+			r.d.WithHealth(webhooks.DefaultDisableAfter, nil)
+			r.sender.answer = answer(tc.status)
+			r.store.delivery.Test = tc.test
+			if tc.failingFor > 0 {
+				since(r, tc.failingFor)
+			}
+			_ = r.deliver()
+			del, _, _ := r.store.state()
+			if del.Status != tc.final {
+				t.Errorf("delivery %s, want %s", del.Status, tc.final)
+			}
+			r.store.mu.Lock()
+			got := r.store.health
+			r.store.mu.Unlock()
+			if tc.want == nil {
+				if len(got) != 0 {
+					t.Errorf("health writes %+v, want none", got)
+				}
+				return
+			}
+			if len(got) != 1 {
+				t.Fatalf("health writes %+v, want one", got)
+			}
+			h := got[0]
+			if h.EndpointID != endpointID || h.Failing != tc.want.Failing || h.Recovered != tc.want.Recovered || h.Disable != tc.want.Disable {
+				t.Errorf("health %+v, want %+v", h, *tc.want)
+			}
+			if h.Disable == webhooks.DisabledFailing && !h.FailingBefore.Equal(r.clock.now().Add(-webhooks.DefaultDisableAfter)) {
+				t.Errorf("FailingBefore %v, want now - WEBHOOK_DISABLE_AFTER", h.FailingBefore)
+			}
+		})
 	}
 }

@@ -49,27 +49,72 @@ type Endpoint struct {
 	CreatedAt            time.Time
 	UpdatedAt            time.Time
 	DeletedAt            *time.Time
+	// DisabledReason says why Active is false: DisabledManual,
+	// DisabledGone or DisabledFailing; nil while the endpoint is enabled.
+	DisabledReason *string
+	DisabledAt     *time.Time
+	// FailingSince is the first failed attempt since the last success.
+	FailingSince *time.Time
+}
+
+// Endpoint statuses and the reasons an endpoint is disabled (CONTRACT.md,
+// "Endpoint health").
+const (
+	EndpointEnabled  = "enabled"
+	EndpointDisabled = "disabled"
+	// DisabledManual: by the merchant (PATCH "active": false).
+	DisabledManual = "manual"
+	// DisabledGone: its receiver answered 410 Gone.
+	DisabledGone = "gone"
+	// DisabledFailing: every attempt failed for WEBHOOK_DISABLE_AFTER.
+	DisabledFailing = "failing"
+)
+
+// Status is EndpointEnabled or EndpointDisabled; it follows Active.
+func (e Endpoint) Status() string {
+	if e.Active {
+		return EndpointEnabled
+	}
+	return EndpointDisabled
 }
 
 // EndpointView is the public form of an endpoint: never a secret.
 type EndpointView struct {
-	ID          string   `json:"id"`
-	Object      string   `json:"object"`
-	URL         string   `json:"url"`
-	Events      []string `json:"events"`
-	Active      bool     `json:"active"`
-	Description *string  `json:"description"`
-	MerchantID  string   `json:"merchant_id"`
-	Environment string   `json:"environment"`
-	CreatedAt   string   `json:"created_at"`
-	UpdatedAt   string   `json:"updated_at"`
+	ID             string   `json:"id"`
+	Object         string   `json:"object"`
+	URL            string   `json:"url"`
+	Events         []string `json:"events"`
+	Active         bool     `json:"active"`
+	Status         string   `json:"status"`
+	DisabledReason *string  `json:"disabled_reason"`
+	DisabledAt     *string  `json:"disabled_at"`
+	Description    *string  `json:"description"`
+	MerchantID     string   `json:"merchant_id"`
+	Environment    string   `json:"environment"`
+	CreatedAt      string   `json:"created_at"`
+	UpdatedAt      string   `json:"updated_at"`
 }
 
 // View returns the public form.
 func (e Endpoint) View() EndpointView {
-	return EndpointView{ID: e.ID, Object: "webhook_endpoint", URL: e.URL, Events: e.Events, Active: e.Active,
-		Description: e.Description, MerchantID: e.MerchantID, Environment: e.Environment,
+	v := EndpointView{ID: e.ID, Object: "webhook_endpoint", URL: e.URL, Events: e.Events, Active: e.Active,
+		Status: e.Status(), Description: e.Description, MerchantID: e.MerchantID, Environment: e.Environment,
 		CreatedAt: events.Timestamp(e.CreatedAt), UpdatedAt: events.Timestamp(e.UpdatedAt)}
+	if !e.Active {
+		// Switched off by a release without endpoint health: by hand.
+		reason := DisabledManual
+		if e.DisabledReason != nil {
+			reason = *e.DisabledReason
+		}
+		v.DisabledReason = &reason
+		at := e.UpdatedAt
+		if e.DisabledAt != nil {
+			at = *e.DisabledAt
+		}
+		ts := events.Timestamp(at)
+		v.DisabledAt = &ts
+	}
+	return v
 }
 
 // Attempt is one try of a delivery.
@@ -140,13 +185,29 @@ func (d Delivery) View() DeliveryView {
 	return v
 }
 
-// Patch is a partial update of an endpoint.
+// Patch is a partial update of an endpoint. Turning Active off records
+// DisabledManual at At (unless it is already off); turning it on clears the
+// reason and the failing streak.
 type Patch struct {
 	URL         *string
 	Events      []string
 	Active      *bool
 	Description *string
 	At          time.Time
+}
+
+// Health is a change of an endpoint's health that an attempt calls for.
+type Health struct {
+	EndpointID string
+	// Failing starts the failing streak at At, unless one is running.
+	Failing bool
+	// Recovered ends the failing streak.
+	Recovered bool
+	// Disable switches the endpoint off with this reason (DisabledGone, or
+	// DisabledFailing when its streak started at or before FailingBefore).
+	Disable       string
+	FailingBefore time.Time
+	At            time.Time
 }
 
 // Store persists endpoints and deliveries. Every method that takes a
@@ -173,6 +234,9 @@ type Store interface {
 	// the body to send, nil when the event was pruned.
 	DeliveryForWork(ctx context.Context, id string) (Delivery, Endpoint, []byte, error)
 	RecordAttempt(ctx context.Context, r AttemptRecord) (bool, error)
+	// UpdateHealth applies h; it reports whether it disabled the endpoint
+	// (false when it was already off, deleted, or recovered meanwhile).
+	UpdateHealth(ctx context.Context, h Health) (disabled bool, err error)
 	DeleteTask(ctx context.Context, taskID string) error
 }
 
