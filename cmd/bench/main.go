@@ -62,6 +62,7 @@ type options struct {
 	webhookWait      time.Duration
 	webhookHold      time.Duration
 	webhookHoldRate  float64
+	webhookOrdered   bool
 
 	scenarios    map[string]bool // l1, l2, l3, l4, login, webhooks
 	l2Keys       int
@@ -118,6 +119,7 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	fs.Float64Var(&o.webhookHoldRate, "webhook-hold-rate", 1000, "charges/s of the held commit-to-first-attempt step")
 	fs.DurationVar(&o.webhookHold, "webhook-hold", 60*time.Second, "length of the held step (0 skips it)")
 	fs.DurationVar(&o.webhookStep, "webhook-step", 5*time.Second, "length of one webhook latency step")
+	fs.BoolVar(&o.webhookOrdered, "webhook-ordered", true, "also drain a backlog of charge.created and charge.captured to unordered, then ordered endpoints (one worker): the cost of ordered delivery")
 	fs.IntVar(&o.webhookEndpoints, "webhook-endpoints", 3, "endpoints subscribed to charge.created, each on its own port of the receiver: a charge is this many deliveries")
 	fs.IntVar(&o.webhookCount, "webhook-count", 3000, "charges created for each delivery backlog (one worker, two workers); each floor runs this many tasks per endpoint")
 	fs.DurationVar(&o.webhookWait, "webhook-wait", 60*time.Second, "most time a webhook step waits for its deliveries")

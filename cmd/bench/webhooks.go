@@ -292,17 +292,25 @@ func (e *environment) webhooks(ctx context.Context, w *webhookResults) error {
 		ids = nil
 	}
 	defer deleteEndpoints()
-	for i, u := range rc.urls {
-		var ep struct {
-			Endpoint struct {
-				ID string `json:"id"`
-			} `json:"webhook_endpoint"`
+	// createEndpoints registers one endpoint per receiver port.
+	createEndpoints := func(events []string, ordered bool) error {
+		for i, u := range rc.urls {
+			var ep struct {
+				Endpoint struct {
+					ID string `json:"id"`
+				} `json:"webhook_endpoint"`
+			}
+			if err := e.request(ctx, http.MethodPost, "/v1/me/webhook_endpoints", e.apiSecret,
+				map[string]any{"url": u, "events": events, "ordered": ordered, "description": fmt.Sprintf("bench receiver %d", i+1)},
+				http.StatusCreated, &ep); err != nil {
+				return err
+			}
+			ids = append(ids, ep.Endpoint.ID)
 		}
-		if err := e.request(ctx, http.MethodPost, "/v1/me/webhook_endpoints", e.apiSecret,
-			map[string]any{"url": u, "events": []string{"charge.created"}, "description": fmt.Sprintf("bench receiver %d", i+1)}, http.StatusCreated, &ep); err != nil {
-			return err
-		}
-		ids = append(ids, ep.Endpoint.ID)
+		return nil
+	}
+	if err := createEndpoints([]string{"charge.created"}, false); err != nil {
+		return err
 	}
 	queue := asynq.NewInspector(asynq.RedisClientOpt{Addr: e.redisAddr()})
 	defer queue.Close()
@@ -323,6 +331,35 @@ func (e *environment) webhooks(ctx context.Context, w *webhookResults) error {
 			w.Create, w.Auth = &create, &auth
 		}
 		e.pauseWorker(ctx)
+	}
+	// Ordered against unordered: endpoints taking charge.created and
+	// charge.captured, so each charge is two events of one object per
+	// endpoint; the ordered ones send a charge's captured event only after
+	// its created one.
+	if e.o.webhookOrdered {
+		for _, ordered := range []bool{false, true} {
+			if ctx.Err() != nil {
+				break
+			}
+			deleteEndpoints()
+			if err := createEndpoints([]string{"charge.created", "charge.captured"}, ordered); err != nil {
+				return err
+			}
+			name := "project, 1 worker, created+captured, unordered"
+			if ordered {
+				name = "project, 1 worker, created+captured, ordered"
+			}
+			d, _, _, err := e.drainNamed(ctx, rc, queue, 1, name, 2)
+			if err != nil {
+				return err
+			}
+			w.Drains = append(w.Drains, d)
+			e.pauseWorker(ctx)
+		}
+		deleteEndpoints()
+		if err := createEndpoints([]string{"charge.created"}, false); err != nil {
+			return err
+		}
 	}
 	if p := rc.body.Load(); p != nil {
 		w.BodySize = len(*p)
@@ -453,6 +490,12 @@ func (e *environment) drain(ctx context.Context, rc *receiver, queue *asynq.Insp
 	if workers > 1 {
 		name = fmt.Sprintf("project, %d workers", workers)
 	}
+	return e.drainNamed(ctx, rc, queue, workers, name, 1)
+}
+
+// drainNamed is drain with a name and perCharge deliveries per charge and
+// endpoint (2 when the endpoints take charge.created and charge.captured).
+func (e *environment) drainNamed(ctx context.Context, rc *receiver, queue *asynq.Inspector, workers int, name string, perCharge int) (whThroughput, whAuth, whAuth, error) {
 	m := rc.mark()
 	start := time.Now()
 	c0 := takeSnapshotOf([]int{e.api.pid()}, e.redis.pid(), e.postmaster, e.dbName)
@@ -517,9 +560,9 @@ func (e *environment) drain(ctx context.Context, rc *receiver, queue *asynq.Insp
 		return whThroughput{}, create, auth, fmt.Errorf("resume the webhooks queue: %w", err)
 	}
 	resumed = true
-	got := rc.waitFor(ctx, m, created*len(rc.urls), e.o.webhookWait)
+	got := rc.waitFor(ctx, m, perCharge*created*len(rc.urls), e.o.webhookWait)
 	after := snap()
-	d := throughputOf(name, workers, created*len(rc.urls), got)
+	d := throughputOf(name, workers, perCharge*created*len(rc.urls), got)
 	if d.Got > 0 {
 		c := cpuBetween(before, after, d.Got)
 		d.Worker, d.PG, d.Redis, d.CPU = c.Server, c.Postgres, c.Redis, true

@@ -359,12 +359,12 @@ func optional(v string) *string {
 // dashCreateEndpoint registers an endpoint and shows its signing secret this
 // once, as the answer to the POST.
 func (s *server) dashCreateEndpoint(c *fiber.Ctx) error {
-	u, desc, evs := form(c, "url"), form(c, "description"), formEvents(c)
-	idem, err := s.formIdem(c, u, desc, strings.Join(evs, ","))
+	u, desc, evs, ordered := form(c, "url"), form(c, "description"), formEvents(c), form(c, "ordered") == "on"
+	idem, err := s.formIdem(c, u, desc, strings.Join(evs, ","), strconv.FormatBool(ordered))
 	if err != nil {
 		return err
 	}
-	p := webhooks.CreateParams{URL: &u, Events: evs, Description: optional(desc)}
+	p := webhooks.CreateParams{URL: &u, Events: evs, Description: optional(desc), Ordered: &ordered}
 	if len(evs) == 0 {
 		p.Events = nil // the service's "missing events"
 	}
@@ -439,8 +439,8 @@ func (s *server) renderWebhook(c *fiber.Ctx, endpointID, secret, notice string) 
 
 func (s *server) dashUpdateEndpoint(c *fiber.Ctx) error {
 	u, desc := form(c, "url"), form(c, "description")
-	active := form(c, "active") == "on"
-	p := webhooks.UpdateParams{URL: &u, Events: formEvents(c), Active: &active, Description: &desc}
+	active, ordered := form(c, "active") == "on", form(c, "ordered") == "on"
+	p := webhooks.UpdateParams{URL: &u, Events: formEvents(c), Active: &active, Description: &desc, Ordered: &ordered}
 	if len(p.Events) == 0 {
 		return apperr.Invalid("events", "Choose at least one event type.")
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/gatehouse-pay/gatehouse/internal/events"
 	"github.com/gatehouse-pay/gatehouse/internal/keyring"
 	"github.com/gatehouse-pay/gatehouse/internal/store"
 	"github.com/gatehouse-pay/gatehouse/internal/webhooks"
@@ -1058,5 +1060,161 @@ func TestEndpointHealth(t *testing.T) {
 	deliver(t, d, r.body["id"].(string))
 	if e := get(ep); e["status"] != "enabled" {
 		t.Errorf("a test delivery answered 410 disabled the endpoint: %v", e)
+	}
+}
+
+// TestEventSequence: X-Service-Sequence numbers each object's events in the
+// order they happened: a charge's charge.* events, each refund's refund.*
+// events; a test delivery carries 1.
+func TestEventSequence(t *testing.T) {
+	h := newHarness(t, paymentsEnv)
+	a := h.account("ada@example.com")
+	w := h.worker(t, &fakeProvider{})
+	sender := &recordingSender{status: 200}
+	d := h.deliverer(t, sender)
+	ep, _ := h.createEndpoint(t, a.secret, "https://hooks.example.com/seq", events.Types...)
+	charge := h.capturedCharge(t, w, a.secret, 3000)
+	for _, amount := range []int{1000, 2000} { // the second refunds the rest: charge.refunded
+		r := h.do("POST", "/v1/refunds", refundJSON(charge, fmt.Sprintf(`"amount":%d`, amount)), bearer(a.secret)...)
+		want(t, r, 201, "")
+		w.refund(t, r.body["id"].(string))
+	}
+	for _, dl := range h.deliveriesOf(t, ep) {
+		deliver(t, d, dl.ID)
+	}
+	type seen struct{ typ, object, seq string }
+	var got []seen
+	for _, o := range sender.posts() {
+		var body struct {
+			Data struct {
+				Charge struct{ ID string } `json:"charge"`
+				Refund *struct{ ID string } `json:"refund"`
+			} `json:"data"`
+		}
+		if err := json.Unmarshal(o.Body, &body); err != nil {
+			t.Fatal(err)
+		}
+		object := "charge"
+		if body.Data.Refund != nil {
+			object = "refund " + body.Data.Refund.ID[len(body.Data.Refund.ID)-4:]
+		}
+		got = append(got, seen{o.Headers["X-Service-Event-Type"], object, o.Headers["X-Service-Sequence"]})
+	}
+	bySeq := map[string][]string{}
+	for _, s := range got {
+		bySeq[s.object] = append(bySeq[s.object], s.typ+"#"+s.seq)
+	}
+	if c := bySeq["charge"]; !slices.Equal(c, []string{"charge.created#1", "charge.captured#2", "charge.refunded#3"}) {
+		t.Errorf("the charge's events: %v", c)
+	}
+	refundsSeen := 0
+	for object, evs := range bySeq {
+		if object == "charge" {
+			continue
+		}
+		refundsSeen++
+		if !slices.Equal(evs, []string{"refund.created#1", "refund.succeeded#2"}) {
+			t.Errorf("%s's events: %v", object, evs)
+		}
+	}
+	if refundsSeen != 2 {
+		t.Errorf("events of %d refunds, want 2: %v", refundsSeen, got)
+	}
+	// The API's test delivery: 1.
+	r := h.do("POST", "/v1/me/webhook_endpoints/"+ep+"/test", "", bearer(a.secret)...)
+	want(t, r, 202, "")
+	deliver(t, d, r.body["id"].(string))
+	posts := sender.posts()
+	if last := posts[len(posts)-1]; last.Headers["X-Service-Test"] != "true" || last.Headers["X-Service-Sequence"] != "1" {
+		t.Errorf("test delivery headers: %v", last.Headers)
+	}
+}
+
+// TestOrderedDelivery: an endpoint with "ordered": true gets one object's
+// events in sequence order: a later delivery waits, without an attempt, until
+// the earlier ones are delivered or failed for good; other objects and
+// unordered endpoints do not wait.
+func TestOrderedDelivery(t *testing.T) {
+	h := newHarness(t, paymentsEnv)
+	a := h.account("ada@example.com")
+	w := h.worker(t, &fakeProvider{})
+	sender := &recordingSender{status: 200}
+	d := h.deliverer(t, sender)
+	r := h.do("POST", "/v1/me/webhook_endpoints", `{"url":"https://hooks.example.com/ordered","events":["charge.created","charge.captured"],"ordered":true}`, bearer(a.secret)...)
+	want(t, r, 201, "")
+	ordered := obj(r.body["webhook_endpoint"])["id"].(string)
+	if obj(r.body["webhook_endpoint"])["ordered"] != true {
+		t.Fatalf("created: %s", r.raw)
+	}
+	loose, _ := h.createEndpoint(t, a.secret, "https://hooks.example.com/loose", "charge.created", "charge.captured")
+	first := h.capturedCharge(t, w, a.secret, 1000)  // created #1, captured #2
+	second := h.capturedCharge(t, w, a.secret, 2000) // another object
+	of := func(ep, charge string) (created, captured whDelivery) {
+		t.Helper()
+		for _, dl := range h.deliveriesOf(t, ep) {
+			var c string
+			if err := h.db.Pool.QueryRow(context.Background(), `SELECT body->'data'->'charge'->>'id' FROM events WHERE id = $1`, dl.EventID).Scan(&c); err != nil {
+				t.Fatal(err)
+			}
+			if c != charge {
+				continue
+			}
+			if dl.EventType == "charge.created" {
+				created = dl
+			} else {
+				captured = dl
+			}
+		}
+		return created, captured
+	}
+	attempt := func(id string) error { return d.Deliver(context.Background(), id) }
+
+	// The unordered endpoint sends the captured event first, at once.
+	_, looseCaptured := of(loose, first)
+	if err := attempt(looseCaptured.ID); err != nil {
+		t.Fatalf("unordered: %v", err)
+	}
+	// The ordered endpoint holds it back: no attempt, the next one later.
+	created, captured := of(ordered, first)
+	sent := len(sender.posts())
+	var retry *webhooks.RetryIn
+	if err := attempt(captured.ID); !errors.As(err, &retry) || retry.Delay <= 0 {
+		t.Fatalf("ordered, the later event first: %v, want a wait", err)
+	}
+	if _, c := of(ordered, first); c.Status != "pending" || c.Attempts != 0 || len(sender.posts()) != sent {
+		t.Fatalf("the waiting delivery: %+v; %d sent", c, len(sender.posts())-sent)
+	}
+	// Another object is not held up.
+	_, otherCaptured := of(ordered, second)
+	otherCreated, _ := of(ordered, second)
+	deliver(t, d, otherCreated.ID)
+	deliver(t, d, otherCaptured.ID)
+	// The earlier one delivered, the later one goes (once its postponed time
+	// comes: the test moves it).
+	deliver(t, d, created.ID)
+	if _, err := h.db.Pool.Exec(context.Background(), `UPDATE webhook_deliveries SET next_attempt_at = now() WHERE id = $1`, captured.ID); err != nil {
+		t.Fatal(err)
+	}
+	deliver(t, d, captured.ID)
+	var order []string
+	for _, o := range sender.posts()[sent:] {
+		order = append(order, o.Headers["X-Service-Event-Type"]+"#"+o.Headers["X-Service-Sequence"])
+	}
+	if want := []string{"charge.created#1", "charge.captured#2", "charge.created#1", "charge.captured#2"}; !slices.Equal(order, want) {
+		t.Errorf("ordered endpoint received %v, want %v", order, want)
+	}
+
+	// Failed for good lets the next one go: a third charge whose created
+	// event fails (one attempt in this schedule).
+	third := h.capturedCharge(t, w, a.secret, 3000)
+	c3, p3 := of(ordered, third)
+	sender.answer(500)
+	deliver(t, d, c3.ID)
+	sender.answer(200)
+	if err := attempt(p3.ID); err != nil {
+		t.Fatalf("after the earlier delivery failed for good: %v", err)
+	}
+	if _, p := of(ordered, third); p.Status != "succeeded" {
+		t.Errorf("the later delivery: %+v, want succeeded", p)
 	}
 }

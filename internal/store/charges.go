@@ -47,15 +47,15 @@ WITH idem AS (
 ), ch AS (
 	INSERT INTO charges (id, merchant_id, environment, amount, currency, status, payment_method, capture,
 		card_brand, card_last4, card_exp_month, card_exp_year, card_fingerprint, card_token, card_sealed,
-		provider, description, metadata, created_at, updated_at)
+		provider, description, metadata, created_at, updated_at, event_seq)
 	SELECT $1::uuid, $2::text, $3::text, $4::bigint, $5::text, $6::text, $7::text, $8::bool, $9::text, $10::text,
-		$11::int, $12::int, $13::text, $14::text, $15::bytea, $16::text, $17::text, $18::jsonb, $19::timestamptz, $19::timestamptz
+		$11::int, $12::int, $13::text, $14::text, $15::bytea, $16::text, $17::text, $18::jsonb, $19::timestamptz, $19::timestamptz, 1
 	WHERE $25::text IS NULL OR EXISTS (SELECT 1 FROM idem)
 	RETURNING id
 ), ev AS (
-	INSERT INTO events (id, merchant_id, environment, type, body, created_at, charge_id)
-	SELECT $20::uuid, $2::text, $3::text, $21::text, $22::json, $19::timestamptz, ch.id FROM ch
-	RETURNING id, merchant_id, environment, type, created_at
+	INSERT INTO events (id, merchant_id, environment, type, body, created_at, charge_id, object_id, sequence)
+	SELECT $20::uuid, $2::text, $3::text, $21::text, $22::json, $19::timestamptz, ch.id, ch.id, 1 FROM ch
+	RETURNING ` + eventReturning + `
 ), ob AS (
 	INSERT INTO outbox (task_id, task_type, ref_id) SELECT $23::text, $24::text, ch.id FROM ch
 )` + fanout + `
@@ -270,13 +270,15 @@ const applyTransition = `
 WITH upd AS (
 	UPDATE charges SET status = $3, amount_captured = $4, provider_reference = $5, failure_code = $6,
 		failure_message = $7, pending_action = $8, capture_amount = $9, updated_at = $10,
-		card_sealed = CASE WHEN $11 THEN NULL ELSE card_sealed END
+		card_sealed = CASE WHEN $11 THEN NULL ELSE card_sealed END,
+		event_seq = event_seq + CASE WHEN $13::uuid IS NULL THEN 0 ELSE 1 END
 	WHERE id = $1 AND status = $2 AND pending_action IS NOT DISTINCT FROM $12::text
-	RETURNING id, merchant_id, environment
+	RETURNING id, merchant_id, environment, event_seq
 ), ev AS (
-	INSERT INTO events (id, merchant_id, environment, type, body, created_at, charge_id)
-	SELECT $13::uuid, upd.merchant_id, upd.environment, $14::text, $15::json, $10::timestamptz, upd.id FROM upd WHERE $13::uuid IS NOT NULL
-	RETURNING id, merchant_id, environment, type, created_at
+	INSERT INTO events (id, merchant_id, environment, type, body, created_at, charge_id, object_id, sequence)
+	SELECT $13::uuid, upd.merchant_id, upd.environment, $14::text, $15::json, $10::timestamptz, upd.id, upd.id, upd.event_seq
+	FROM upd WHERE $13::uuid IS NOT NULL
+	RETURNING ` + eventReturning + `
 ), ob AS (
 	DELETE FROM outbox WHERE task_id = $16
 ), nt AS (

@@ -49,7 +49,7 @@ func (s *Store) createOnce(ctx context.Context, merchantID string, idem *idempot
 // its Idempotency-Key (if any) in one transaction.
 func (s *Store) CreateEndpoint(ctx context.Context, e webhooks.Endpoint, idem *idempotency.Request, first idempotency.Response) (*idempotency.Response, error) {
 	return s.createOnce(ctx, e.MerchantID, idem, first, func(tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, insertEndpoint, e.ID, e.MerchantID, e.Environment, e.URL, e.Events, e.Active, e.Description, e.SecretSealed, e.CreatedAt)
+		_, err := tx.Exec(ctx, insertEndpoint, e.ID, e.MerchantID, e.Environment, e.URL, e.Events, e.Active, e.Description, e.SecretSealed, e.CreatedAt, e.Ordered)
 		return mapErr(err, "webhook_endpoint")
 	})
 }

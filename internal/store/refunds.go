@@ -66,7 +66,7 @@ func (s *Store) CreateRefund(ctx context.Context, merchantID, chargeID string, i
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return mapErr(err, "refund")
 		}
-		tasks, err = s.writeEvent(ctx, tx, r.ChargeID, p.Event)
+		tasks, err = s.writeEvent(ctx, tx, r, p.Event)
 		return err
 	})
 	if err != nil && idem != nil && lockTimeout(err) {
@@ -146,7 +146,7 @@ func (s *Store) SettleRefund(ctx context.Context, after refunds.Refund, doneTask
 			return apperr.Internal(err)
 		}
 		for _, e := range evs {
-			t, err := s.writeEvent(ctx, tx, r.ChargeID, e)
+			t, err := s.writeEvent(ctx, tx, r, e)
 			if err != nil {
 				return err
 			}

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -10,6 +11,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/events"
 	"github.com/gatehouse-pay/gatehouse/internal/listing"
 	"github.com/gatehouse-pay/gatehouse/internal/outbox"
+	"github.com/gatehouse-pay/gatehouse/internal/refunds"
 	"github.com/gatehouse-pay/gatehouse/internal/webhooks"
 )
 
@@ -23,9 +25,11 @@ import (
 // again. The statement's result names the pending deliveries (dl).
 const fanout = `
 , dl AS (
-	INSERT INTO webhook_deliveries (id, endpoint_id, merchant_id, event_id, event_type, status, next_attempt_at, created_at, updated_at)
+	INSERT INTO webhook_deliveries (id, endpoint_id, merchant_id, event_id, event_type, status, next_attempt_at, created_at, updated_at,
+		sequence, ordered_object)
 	SELECT gh_uuid_v7(), we.id, we.merchant_id, ev.id, ev.type, CASE WHEN we.active THEN 'pending' ELSE 'failed' END,
-		CASE WHEN we.active THEN ev.created_at END, ev.created_at, ev.created_at
+		CASE WHEN we.active THEN ev.created_at END, ev.created_at, ev.created_at,
+		ev.sequence, CASE WHEN we.ordered THEN ev.object_id END
 	FROM ev JOIN webhook_endpoints we ON we.merchant_id = ev.merchant_id AND we.environment = ev.environment
 		AND we.deleted_at IS NULL AND ev.type = ANY (we.events)
 	RETURNING id, status
@@ -49,30 +53,46 @@ func deliveryTasks(ids []string) []outbox.Task {
 	return tasks
 }
 
-// insertEventFanout writes one event of a charge and its deliveries.
+// eventReturning is what an events INSERT returns for fanout.
+const eventReturning = `id, merchant_id, environment, type, created_at, object_id, sequence`
+
+// insertEventFanout writes one event of a refund ($8) or of its charge ($7),
+// numbered by the object's counter, and its deliveries. Both objects' rows
+// are locked by the caller's transaction, so the numbers follow commit order.
 const insertEventFanout = `
-WITH ev AS (
-	INSERT INTO events (id, merchant_id, environment, type, body, created_at, charge_id) VALUES ($1, $2, $3, $4, $5, $6, $7)
-	RETURNING id, merchant_id, environment, type, created_at
+WITH cseq AS (
+	UPDATE charges SET event_seq = event_seq + 1 WHERE id = $7::uuid AND $8::uuid IS NULL RETURNING event_seq
+), rseq AS (
+	UPDATE refunds SET event_seq = event_seq + 1 WHERE id = $8::uuid RETURNING event_seq
+), ev AS (
+	INSERT INTO events (id, merchant_id, environment, type, body, created_at, charge_id, object_id, sequence)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, coalesce($8::uuid, $7::uuid), (SELECT event_seq FROM cseq UNION ALL SELECT event_seq FROM rseq))
+	RETURNING ` + eventReturning + `
 )` + fanout + `
 SELECT ` + deliveriesOf
 
-func (s *Store) writeEvent(ctx context.Context, tx pgx.Tx, chargeID string, e events.Event) ([]outbox.Task, error) {
+// writeEvent writes an event of refund r: a refund event (refund.*), or an
+// event of its charge.
+func (s *Store) writeEvent(ctx context.Context, tx pgx.Tx, r refunds.Refund, e events.Event) ([]outbox.Task, error) {
+	var refundID *string
+	if strings.HasPrefix(e.Type, "refund.") {
+		refundID = &r.ID
+	}
 	var ids []string
-	if err := tx.QueryRow(ctx, insertEventFanout, e.ID, e.MerchantID, e.Environment, e.Type, e.Body, e.CreatedAt, chargeID).Scan(&ids); err != nil {
+	if err := tx.QueryRow(ctx, insertEventFanout, e.ID, e.MerchantID, e.Environment, e.Type, e.Body, e.CreatedAt, r.ChargeID, refundID).Scan(&ids); err != nil {
 		return nil, mapErr(err, "event")
 	}
 	return deliveryTasks(ids), nil
 }
 
 const endpointColumns = `id, merchant_id, environment, url, events, active, description, secret_sealed,
-previous_secret_sealed, previous_secret_until, created_at, updated_at, deleted_at, disabled_reason, disabled_at, failing_since`
+previous_secret_sealed, previous_secret_until, created_at, updated_at, deleted_at, disabled_reason, disabled_at, failing_since, ordered`
 
 // endpointDest is where a row of endpointColumns goes.
 func endpointDest(e *webhooks.Endpoint) []any {
 	return []any{&e.ID, &e.MerchantID, &e.Environment, &e.URL, &e.Events, &e.Active, &e.Description, &e.SecretSealed,
 		&e.PreviousSecretSealed, &e.PreviousSecretUntil, &e.CreatedAt, &e.UpdatedAt, &e.DeletedAt,
-		&e.DisabledReason, &e.DisabledAt, &e.FailingSince}
+		&e.DisabledReason, &e.DisabledAt, &e.FailingSince, &e.Ordered}
 }
 
 func scanEndpoint(row pgx.Row) (webhooks.Endpoint, error) {
@@ -81,7 +101,7 @@ func scanEndpoint(row pgx.Row) (webhooks.Endpoint, error) {
 	return e, err
 }
 
-const insertEndpoint = `INSERT INTO webhook_endpoints (` + endpointColumns + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, NULL, NULL, $9, $9, NULL, NULL, NULL, NULL)`
+const insertEndpoint = `INSERT INTO webhook_endpoints (` + endpointColumns + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, NULL, NULL, $9, $9, NULL, NULL, NULL, NULL, $10)`
 
 const selectEndpoint = `SELECT ` + endpointColumns + ` FROM webhook_endpoints WHERE id = $1 AND merchant_id = $2 AND deleted_at IS NULL`
 
@@ -101,7 +121,7 @@ func (s *Store) ListEndpoints(ctx context.Context, merchantID string, p listing.
 // 'manual' (an endpoint already off keeps the reason it had); switching it
 // on clears the reason and the failing streak.
 const updateEndpoint = `UPDATE webhook_endpoints SET url = coalesce($3, url), events = coalesce($4, events),
-active = coalesce($5, active), description = coalesce($6, description), updated_at = $7,
+active = coalesce($5, active), description = coalesce($6, description), updated_at = $7, ordered = coalesce($8, ordered),
 disabled_reason = CASE WHEN $5::bool IS NULL THEN disabled_reason WHEN $5 THEN NULL
 	WHEN active THEN 'manual' ELSE coalesce(disabled_reason, 'manual') END,
 disabled_at = CASE WHEN $5::bool IS NULL THEN disabled_at WHEN $5 THEN NULL
@@ -120,6 +140,37 @@ WHERE id = $1 AND active AND deleted_at IS NULL`
 	disableFailing = `UPDATE webhook_endpoints SET active = false, disabled_reason = 'failing', disabled_at = $2, updated_at = $2
 WHERE id = $1 AND active AND deleted_at IS NULL AND failing_since <= $3`
 )
+
+// earlierPending finds the earliest next attempt among an ordered delivery's
+// predecessors still pending: the same endpoint's deliveries of the same
+// object with a lower sequence (webhook_deliveries_ordered_idx).
+const earlierPending = `SELECT count(*), min(next_attempt_at) FROM webhook_deliveries
+WHERE endpoint_id = $1 AND ordered_object = $2::uuid AND sequence < $3 AND status = 'pending'`
+
+// postponeDelivery moves a waiting delivery's next attempt, if no attempt
+// was recorded meanwhile; it is not an attempt.
+const postponeDelivery = `UPDATE webhook_deliveries SET next_attempt_at = $3
+WHERE id = $1 AND status = 'pending' AND attempts = $2`
+
+// WaitInOrder implements webhooks.Store.
+func (s *Store) WaitInOrder(ctx context.Context, d webhooks.Delivery, until func(earliest *time.Time) time.Time) (bool, time.Time, error) {
+	if d.OrderedObject == nil || d.Sequence <= 1 {
+		return false, time.Time{}, nil
+	}
+	var n int
+	var earliest *time.Time
+	if err := s.pool.QueryRow(ctx, earlierPending, d.EndpointID, *d.OrderedObject, d.Sequence).Scan(&n, &earliest); err != nil {
+		return false, time.Time{}, mapErr(err, "webhook_delivery")
+	}
+	if n == 0 {
+		return false, time.Time{}, nil
+	}
+	at := until(earliest)
+	if _, err := s.pool.Exec(ctx, postponeDelivery, d.ID, d.Attempts, at); err != nil {
+		return false, time.Time{}, mapErr(err, "webhook_delivery")
+	}
+	return true, at, nil
+}
 
 // UpdateHealth implements webhooks.Store.
 func (s *Store) UpdateHealth(ctx context.Context, h webhooks.Health) (bool, error) {
@@ -150,7 +201,7 @@ func (s *Store) UpdateEndpoint(ctx context.Context, merchantID, id string, p web
 	if p.Events != nil {
 		evs = p.Events
 	}
-	e, err := scanEndpoint(s.pool.QueryRow(ctx, updateEndpoint, id, merchantID, p.URL, evs, p.Active, p.Description, p.At))
+	e, err := scanEndpoint(s.pool.QueryRow(ctx, updateEndpoint, id, merchantID, p.URL, evs, p.Active, p.Description, p.At, p.Ordered))
 	return e, mapErr(err, "webhook_endpoint")
 }
 
@@ -180,19 +231,19 @@ func (s *Store) RotateSecret(ctx context.Context, merchantID, id string, sealed,
 }
 
 const deliveryColumns = `id, endpoint_id, merchant_id, event_id, event_type, test_body IS NOT NULL, status, attempts,
-chain_attempts, next_attempt_at, created_at, updated_at`
+chain_attempts, next_attempt_at, created_at, updated_at, coalesce(sequence, 0), ordered_object::text`
 
 func scanDelivery(row pgx.Row, extra ...any) (webhooks.Delivery, error) {
 	var d webhooks.Delivery
 	err := row.Scan(append([]any{&d.ID, &d.EndpointID, &d.MerchantID, &d.EventID, &d.EventType, &d.Test, &d.Status,
-		&d.Attempts, &d.ChainAttempts, &d.NextAttemptAt, &d.CreatedAt, &d.UpdatedAt}, extra...)...)
+		&d.Attempts, &d.ChainAttempts, &d.NextAttemptAt, &d.CreatedAt, &d.UpdatedAt, &d.Sequence, &d.OrderedObject}, extra...)...)
 	return d, err
 }
 
 const insertTestDelivery = `
 WITH d AS (
-	INSERT INTO webhook_deliveries (id, endpoint_id, merchant_id, event_id, event_type, test_body, status, next_attempt_at, created_at, updated_at)
-	VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7, $7, $7) RETURNING id
+	INSERT INTO webhook_deliveries (id, endpoint_id, merchant_id, event_id, event_type, test_body, status, next_attempt_at, created_at, updated_at, sequence)
+	VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7, $7, $7, 1) RETURNING id
 )
 ` + insertDeliverTasks + ` d`
 
@@ -316,11 +367,11 @@ func (s *Store) RecoverDeliveries(ctx context.Context, merchantID, endpointID st
 // selectDeliveriesForWork reads deliveries, the body to send and their
 // endpoints (even if deleted) in one round trip.
 const selectDeliveriesForWork = `SELECT d.id, d.endpoint_id, d.merchant_id, d.event_id, d.event_type, d.test_body IS NOT NULL,
-	d.status, d.attempts, d.chain_attempts, d.next_attempt_at, d.created_at, d.updated_at,
+	d.status, d.attempts, d.chain_attempts, d.next_attempt_at, d.created_at, d.updated_at, coalesce(d.sequence, 0), d.ordered_object::text,
 	coalesce(d.test_body::text, (SELECT e.body::text FROM events e WHERE e.id = d.event_id)),
 	w.id, w.merchant_id, w.environment, w.url, w.events, w.active, w.description, w.secret_sealed,
 	w.previous_secret_sealed, w.previous_secret_until, w.created_at, w.updated_at, w.deleted_at,
-	w.disabled_reason, w.disabled_at, w.failing_since
+	w.disabled_reason, w.disabled_at, w.failing_since, w.ordered
 FROM webhook_deliveries d JOIN webhook_endpoints w ON w.id = d.endpoint_id WHERE d.id = ANY($1::uuid[])`
 
 // work is one delivery as the worker needs it.

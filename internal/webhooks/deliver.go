@@ -104,6 +104,10 @@ type Deliverer struct {
 // nothing but failures.
 const DefaultDisableAfter = 120 * time.Hour
 
+// orderedRecheck is how long after its predecessor's next attempt a
+// waiting ordered delivery looks again (at least this long from now).
+const orderedRecheck = time.Second
+
 // statusGone is the answer with which a receiver asks to be sent nothing more.
 const statusGone = 410
 
@@ -327,8 +331,29 @@ func (d *Deliverer) Deliver(ctx context.Context, id string) error {
 	headers["X-Service-Event-Type"] = del.EventType
 	headers["X-Service-Delivery-Id"] = del.ID
 	headers["X-Service-Delivery-Attempt"] = strconv.Itoa(n)
+	if del.Sequence > 0 {
+		headers["X-Service-Sequence"] = strconv.Itoa(del.Sequence)
+	}
 	if del.Test {
 		headers["X-Service-Test"] = "true"
+	}
+
+	if ep.Ordered && del.OrderedObject != nil {
+		// Ordered: wait for the object's earlier deliveries to this endpoint
+		// (pending ones: delivered or failed for good lets this one go).
+		wait, at, err := d.store.WaitInOrder(ctx, del, func(earliest *time.Time) time.Time {
+			next := now.Add(orderedRecheck)
+			if earliest != nil && earliest.After(now) {
+				next = earliest.Add(orderedRecheck)
+			}
+			return next
+		})
+		if err != nil {
+			return err
+		}
+		if wait {
+			return &RetryIn{Delay: at.Sub(now)} // not an attempt
+		}
 	}
 
 	release, ok := d.acquire(ctx, ep.ID)

@@ -55,6 +55,8 @@ type Endpoint struct {
 	DisabledAt     *time.Time
 	// FailingSince is the first failed attempt since the last success.
 	FailingSince *time.Time
+	// Ordered endpoints receive one object's events in sequence order.
+	Ordered bool
 }
 
 // Endpoint statuses and the reasons an endpoint is disabled (CONTRACT.md,
@@ -88,6 +90,7 @@ type EndpointView struct {
 	Status         string   `json:"status"`
 	DisabledReason *string  `json:"disabled_reason"`
 	DisabledAt     *string  `json:"disabled_at"`
+	Ordered        bool     `json:"ordered"`
 	Description    *string  `json:"description"`
 	MerchantID     string   `json:"merchant_id"`
 	Environment    string   `json:"environment"`
@@ -98,7 +101,7 @@ type EndpointView struct {
 // View returns the public form.
 func (e Endpoint) View() EndpointView {
 	v := EndpointView{ID: e.ID, Object: "webhook_endpoint", URL: e.URL, Events: e.Events, Active: e.Active,
-		Status: e.Status(), Description: e.Description, MerchantID: e.MerchantID, Environment: e.Environment,
+		Status: e.Status(), Ordered: e.Ordered, Description: e.Description, MerchantID: e.MerchantID, Environment: e.Environment,
 		CreatedAt: events.Timestamp(e.CreatedAt), UpdatedAt: events.Timestamp(e.UpdatedAt)}
 	if !e.Active {
 		// Switched off by a release without endpoint health: by hand.
@@ -142,6 +145,12 @@ type Delivery struct {
 	CreatedAt     time.Time
 	UpdatedAt     time.Time
 	Log           []Attempt
+	// Sequence is the event's number among its object's events (0 for
+	// events written before sequences were counted); a test delivery's is 1.
+	Sequence int
+	// OrderedObject names the object of a delivery to an ordered endpoint:
+	// it waits for the object's earlier deliveries to that endpoint.
+	OrderedObject *string
 }
 
 // AttemptView is the public form of an attempt.
@@ -193,6 +202,7 @@ type Patch struct {
 	Events      []string
 	Active      *bool
 	Description *string
+	Ordered     *bool
 	At          time.Time
 }
 
@@ -234,6 +244,12 @@ type Store interface {
 	// the body to send, nil when the event was pruned.
 	DeliveryForWork(ctx context.Context, id string) (Delivery, Endpoint, []byte, error)
 	RecordAttempt(ctx context.Context, r AttemptRecord) (bool, error)
+	// WaitInOrder reports whether an ordered delivery must wait for an
+	// earlier delivery of its object to the same endpoint, still pending;
+	// then it moves the delivery's next attempt to until(the earlier ones'
+	// earliest next attempt) and returns that time. Unordered deliveries
+	// and first events never wait (and cost no query).
+	WaitInOrder(ctx context.Context, d Delivery, until func(earliest *time.Time) time.Time) (bool, time.Time, error)
 	// UpdateHealth applies h; it reports whether it disabled the endpoint
 	// (false when it was already off, deleted, or recovered meanwhile).
 	UpdateHealth(ctx context.Context, h Health) (disabled bool, err error)
@@ -262,6 +278,7 @@ type CreateParams struct {
 	Events      []string `json:"events"`
 	Description *string  `json:"description"`
 	Environment *string  `json:"environment"`
+	Ordered     *bool    `json:"ordered"`
 }
 
 // UpdateParams is the body of PATCH /v1/me/webhook_endpoints/:id.
@@ -271,6 +288,7 @@ type UpdateParams struct {
 	Active      *bool    `json:"active"`
 	Description *string  `json:"description"`
 	Environment *string  `json:"environment"`
+	Ordered     *bool    `json:"ordered"`
 }
 
 func (s *Service) stamp() time.Time { return s.now().UTC().Truncate(time.Millisecond) }
@@ -353,7 +371,7 @@ func (s *Service) newEndpoint(merchantID, environment string, p CreateParams) (E
 	}
 	now := s.stamp()
 	e := Endpoint{ID: ids.New("we"), MerchantID: merchantID, Environment: environment, URL: u, Events: evs,
-		Active: true, Description: p.Description, CreatedAt: now, UpdatedAt: now}
+		Active: true, Description: p.Description, Ordered: p.Ordered != nil && *p.Ordered, CreatedAt: now, UpdatedAt: now}
 	if e.SecretSealed, err = s.keys.Seal(keyring.PurposeWebhook, []byte(secret), []byte(e.ID)); err != nil {
 		return Endpoint{}, "", apperr.Internal(err)
 	}
@@ -381,7 +399,7 @@ func (s *Service) Update(ctx context.Context, merchantID, id string, p UpdatePar
 	if !ids.Valid("we", id) {
 		return Endpoint{}, notFound()
 	}
-	patch := Patch{Active: p.Active, Description: p.Description, At: s.stamp()}
+	patch := Patch{Active: p.Active, Description: p.Description, Ordered: p.Ordered, At: s.stamp()}
 	if p.URL != nil {
 		u, err := s.checkURL(*p.URL)
 		if err != nil {
@@ -443,7 +461,7 @@ func (s *Service) Test(ctx context.Context, merchantID, id string, sample func(e
 		return Delivery{}, apperr.Internal(err)
 	}
 	d := Delivery{ID: ids.NewUUID(), EndpointID: e.ID, MerchantID: merchantID, EventID: ev.ID, EventType: ev.Type,
-		Test: true, Status: StatusPending, NextAttemptAt: &now, CreatedAt: now, UpdatedAt: now}
+		Test: true, Status: StatusPending, NextAttemptAt: &now, CreatedAt: now, UpdatedAt: now, Sequence: 1}
 	task, err := s.store.CreateTestDelivery(ctx, d, ev.Body)
 	if err != nil {
 		return Delivery{}, err
