@@ -55,6 +55,9 @@ const (
 	relayWorkers = 4
 	relayDepth   = 4096
 	relayTimeout = 5 * time.Second
+	// streamPoll is how often the event stream's hub looks for new events
+	// while a stream is open.
+	streamPoll = 100 * time.Millisecond
 )
 
 const usage = `usage:
@@ -195,6 +198,11 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer) er
 		}
 	}()
 
+	// The event stream's hub: it polls only while a stream is open, and ends
+	// every stream when the replica starts draining.
+	hub := events.NewHub(db, streamPoll, cfg.EventStreamMax, cfg.EventStreamMaxPerKey, log)
+	go hub.Run(ctx)
+
 	httpMetrics := metrics.NewHTTP(reg)
 	app := httpapi.NewServer(httpapi.Deps{
 		Config:         cfg,
@@ -207,6 +215,7 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer) er
 		Refunds:        refunds.NewService(db, relay, time.Now, onEnqueueErr),
 		Events:         events.NewService(db, time.Now),
 		Webhooks:       webhooks.NewService(db, relay, keys, cfg.WebhookAllowPrivateNetworks, time.Now, onEnqueueErr),
+		Stream:         hub,
 		Keyring:        keys,
 		Limiter:        ratelimit.New(rdb, ratelimit.NewMetrics(reg), log),
 		Metrics:        httpMetrics,
@@ -235,6 +244,7 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer) er
 	// Drain: readiness turns false (and, for SHUTDOWN_DELAY, requests are still
 	// served while load balancers notice), in-flight requests finish, exit 0.
 	draining.Store(true)
+	hub.Close() // open streams end: their clients resume on another replica
 	log.Info("shutting down", "delay", cfg.ShutdownDelay.String(), "timeout", cfg.ShutdownTimeout.String())
 	if cfg.ShutdownDelay > 0 {
 		select {

@@ -97,6 +97,12 @@ type Config struct {
 
 	WebhookRetrySchedule []time.Duration
 	WebhookTimeout       time.Duration
+	// EventStreamMax bounds the open event streams of one API replica, and
+	// EventStreamMaxPerKey those of one API key on it.
+	EventStreamMax       int
+	EventStreamMaxPerKey int
+	// EventStreamHeartbeat is how often an idle event stream sends a comment.
+	EventStreamHeartbeat time.Duration
 	// WebhookDisableAfter is how long an endpoint may do nothing but fail
 	// before it is disabled (0: never).
 	WebhookDisableAfter         time.Duration
@@ -303,6 +309,17 @@ func Load(getenv func(string) string, needs Needs) (Config, error) {
 	}
 	c.WebhookTimeout = duration("WEBHOOK_TIMEOUT", "5s", time.Millisecond)
 	c.WebhookDisableAfter = duration("WEBHOOK_DISABLE_AFTER", "120h", 0)
+	c.EventStreamHeartbeat = duration("EVENT_STREAM_HEARTBEAT", "15s", 100*time.Millisecond)
+	for _, v := range []struct {
+		name, def string
+		dst       *int
+	}{{"EVENT_STREAM_MAX", "1000", &c.EventStreamMax}, {"EVENT_STREAM_MAX_PER_KEY", "5", &c.EventStreamMaxPerKey}} {
+		if n, err := strconv.Atoi(get(v.name, v.def)); err != nil || n < 1 {
+			bad(v.name, "must be a positive integer")
+		} else {
+			*v.dst = n
+		}
+	}
 
 	for _, s := range strings.Split(get("WEBHOOK_RETRY_SCHEDULE", "0s,5m,30m,2h,24h"), ",") {
 		d, err := time.ParseDuration(strings.TrimSpace(s))

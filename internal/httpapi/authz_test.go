@@ -87,6 +87,9 @@ type authzRoute struct {
 	filters func(other *authzFixture) []string
 	// ok is the status of this call by the owner of the object.
 	ok int
+	// stream marks a response that does not end (GET /v1/events/stream):
+	// its successful calls are TestEventStream's.
+	stream bool
 }
 
 func fixed(body string) func(*authzFixture, string) string {
@@ -147,7 +150,8 @@ var authzRoutes = map[string]authzRoute{
 	"GET /v1/events": {auth: keyOnly, ok: 200, lists: kindEvent, filters: func(*authzFixture) []string {
 		return []string{"type=charge.created", "type=refund.created"}
 	}},
-	"GET /v1/events/:id": {auth: keyOnly, ok: 200, idKind: kindEvent},
+	"GET /v1/events/:id":    {auth: keyOnly, ok: 200, idKind: kindEvent},
+	"GET /v1/events/stream": {auth: keyOnly, ok: 200, stream: true},
 }
 
 // served lists the app's routes as "METHOD /path", without the HEAD twins of
@@ -616,7 +620,7 @@ func TestAuthzMatrix(t *testing.T) {
 		before := h.state(t, a.merchantID)
 		for _, key := range routes {
 			route := authzRoutes[key]
-			if route.idKind != "" || route.lists != "" {
+			if route.idKind != "" || route.lists != "" || route.stream {
 				continue
 			}
 			for name, cred := range b.creds(h, route.auth) {

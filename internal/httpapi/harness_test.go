@@ -41,6 +41,7 @@ const testJWTSecret = "0123456789abcdef0123456789abcdef-test"
 type harness struct {
 	t         *testing.T
 	app       *fiber.App
+	hub       *events.Hub
 	base      string
 	db        testenv.DB
 	rdb       redis.UniversalClient
@@ -124,6 +125,9 @@ func newHarnessWith(t *testing.T, o harnessOptions) *harness {
 	if o.keyStore != nil {
 		keyStore = o.keyStore(st)
 	}
+	hub := events.NewHub(st, 20*time.Millisecond, cfg.EventStreamMax, cfg.EventStreamMaxPerKey, log)
+	hubCtx, stopHub := context.WithCancel(context.Background())
+	go hub.Run(hubCtx)
 	app := httpapi.NewServer(httpapi.Deps{
 		Config:         cfg,
 		Log:            log,
@@ -135,6 +139,7 @@ func newHarnessWith(t *testing.T, o harnessOptions) *harness {
 		Refunds:        refunds.NewService(st, queue, time.Now, nil),
 		Events:         events.NewService(st, time.Now),
 		Webhooks:       webhooks.NewService(st, queue, keys, cfg.WebhookAllowPrivateNetworks, time.Now, nil),
+		Stream:         hub,
 		Keyring:        keys,
 		Limiter:        ratelimit.New(rdb, ratelimit.NewMetrics(reg), log),
 		Metrics:        metrics.NewHTTP(reg),
@@ -150,7 +155,8 @@ func newHarnessWith(t *testing.T, o harnessOptions) *harness {
 	}
 	go func() { _ = app.Listener(ln) }()
 	t.Cleanup(func() { _ = app.ShutdownWithTimeout(5 * time.Second) })
-	return &harness{t: t, app: app, base: "http://" + ln.Addr().String(), db: db, rdb: rdb, spec: testenv.LoadSpec(t), merchants: ms, cfg: cfg}
+	t.Cleanup(func() { stopHub(); hub.Close() }) // first: open streams end before the server stops
+	return &harness{t: t, app: app, hub: hub, base: "http://" + ln.Addr().String(), db: db, rdb: rdb, spec: testenv.LoadSpec(t), merchants: ms, cfg: cfg}
 }
 
 var client = &http.Client{Timeout: 15 * time.Second}

@@ -56,5 +56,6 @@ func (s *server) routes(app *fiber.App) {
 	app.Post("/v1/webhook_deliveries/:id/retry", perIP, secret, s.retryDelivery)
 
 	app.Get("/v1/events", perIP, secret, s.listEvents)
+	app.Get("/v1/events/stream", perIP, secret, s.eventStream)
 	app.Get("/v1/events/:id", perIP, secret, s.getEvent)
 }

@@ -60,9 +60,11 @@ type Deps struct {
 	Refunds   *refunds.Service
 	Events    *events.Service
 	Webhooks  *webhooks.Service
-	Keyring   *keyring.Keyring
-	Limiter   *ratelimit.Limiter
-	Metrics   *metrics.HTTP
+	// Stream serves GET /v1/events/stream; nil answers 503.
+	Stream  *events.Hub
+	Keyring *keyring.Keyring
+	Limiter *ratelimit.Limiter
+	Metrics *metrics.HTTP
 	// MetricsHandler serves /metrics.
 	MetricsHandler http.Handler
 	// Checks are the readiness probes by dependency name.

@@ -1087,7 +1087,7 @@ func TestEventSequence(t *testing.T) {
 	for _, o := range sender.posts() {
 		var body struct {
 			Data struct {
-				Charge struct{ ID string } `json:"charge"`
+				Charge struct{ ID string }  `json:"charge"`
 				Refund *struct{ ID string } `json:"refund"`
 			} `json:"data"`
 		}
