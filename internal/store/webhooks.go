@@ -134,8 +134,8 @@ WHERE id = $1 AND merchant_id = $2 AND deleted_at IS NULL RETURNING ` + endpoint
 const (
 	startFailing = `UPDATE webhook_endpoints SET failing_since = $2
 WHERE id = $1 AND failing_since IS NULL AND active AND deleted_at IS NULL`
-	endFailing    = `UPDATE webhook_endpoints SET failing_since = NULL WHERE id = $1 AND failing_since IS NOT NULL`
-	disableGone   = `UPDATE webhook_endpoints SET active = false, disabled_reason = 'gone', disabled_at = $2, updated_at = $2
+	endFailing  = `UPDATE webhook_endpoints SET failing_since = NULL WHERE id = $1 AND failing_since IS NOT NULL`
+	disableGone = `UPDATE webhook_endpoints SET active = false, disabled_reason = 'gone', disabled_at = $2, updated_at = $2
 WHERE id = $1 AND active AND deleted_at IS NULL`
 	disableFailing = `UPDATE webhook_endpoints SET active = false, disabled_reason = 'failing', disabled_at = $2, updated_at = $2
 WHERE id = $1 AND active AND deleted_at IS NULL AND failing_since <= $3`
