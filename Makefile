@@ -48,9 +48,9 @@ help: ## Show the available targets
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/gatehouse-pay/gatehouse/internal/metrics.Version=$(VERSION)
 
-build: ## Build bin/api and bin/worker
+build: ## Build bin/api, bin/worker and bin/gatehouse (the CLI)
 	@mkdir -p $(BIN_DIR)
-	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN_DIR)/ ./cmd/api ./cmd/worker
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN_DIR)/ ./cmd/api ./cmd/worker ./cmd/gatehouse
 
 run: ## Build and run api + worker locally with Postgres/Redis (deploy/local/run.sh)
 	@bash deploy/local/run.sh

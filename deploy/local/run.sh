@@ -296,6 +296,12 @@ cat <<EOF
   echo "charge: \$CH"; sleep 1
   curl -s "\$API/v1/charges/\$CH" -H "Authorization: Bearer \$SK"; echo
   curl -s "\$API/v1/events?limit=2" -H "Authorization: Bearer \$SK"; echo
+
+  # Receive webhooks on this machine: listen prints the whsec_ secret to verify
+  # with, then forwards every event to your URL, signed like a real delivery.
+  export GATEHOUSE_API=\$API GATEHOUSE_SECRET_KEY=\$SK
+  bin/gatehouse listen --forward-to http://127.0.0.1:3000/webhooks &
+  bin/gatehouse trigger charge.captured
 =================================================================================
 
 EOF

@@ -49,7 +49,7 @@ func TestMain(m *testing.M) {
 
 // binaries are the paths of the built commands.
 type binaries struct {
-	api, worker string
+	api, worker, cli string
 }
 
 // buildBinaries builds ./cmd/api and ./cmd/worker with the race detector into
@@ -74,16 +74,16 @@ func buildBinaries(t *testing.T) binaries {
 			return
 		}
 		buildDir = dir
-		cmd := exec.Command(goTool, "build", "-race", "-o", dir+string(os.PathSeparator), "./cmd/api", "./cmd/worker")
+		cmd := exec.Command(goTool, "build", "-race", "-o", dir+string(os.PathSeparator), "./cmd/api", "./cmd/worker", "./cmd/gatehouse")
 		cmd.Dir = root
 		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build -race ./cmd/api ./cmd/worker: %v\n%s", err, out)
+			buildErr = fmt.Errorf("go build -race ./cmd/api ./cmd/worker ./cmd/gatehouse: %v\n%s", err, out)
 		}
 	})
 	if buildErr != nil {
 		t.Fatalf("build binaries: %v", buildErr)
 	}
-	return binaries{api: filepath.Join(buildDir, "api"), worker: filepath.Join(buildDir, "worker")}
+	return binaries{api: filepath.Join(buildDir, "api"), worker: filepath.Join(buildDir, "worker"), cli: filepath.Join(buildDir, "gatehouse")}
 }
 
 // moduleRoot walks up from the working directory to the directory holding go.mod.

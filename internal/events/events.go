@@ -49,6 +49,9 @@ type Event struct {
 	Type        string
 	Body        json.RawMessage
 	CreatedAt   time.Time
+	// Sequence is the event's number among its object's events (0 when
+	// unknown); read by the event stream only.
+	Sequence int
 }
 
 // Data is the "data" member of an event body.

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"strconv"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -117,11 +118,15 @@ func (s *server) eventStream(c *fiber.Ctx) error {
 	return nil
 }
 
-// sseEvent renders one event: its id (the resume point), its type and its
-// body, one data line per line of the body.
+// sseEvent renders one event: its id (the resume point), its type, its
+// sequence (a field EventSource ignores; X-Service-Sequence of its webhook
+// deliveries) and its body, one data line per line of the body.
 func sseEvent(e events.Event) []byte {
 	var b bytes.Buffer
 	b.WriteString("id: " + e.ID + "\nevent: " + e.Type + "\n")
+	if e.Sequence > 0 {
+		b.WriteString("sequence: " + strconv.Itoa(e.Sequence) + "\n")
+	}
 	for _, line := range bytes.Split(e.Body, []byte("\n")) {
 		b.WriteString("data: ")
 		b.Write(line)

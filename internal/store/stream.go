@@ -19,7 +19,7 @@ SELECT (SELECT x::text FROM h), coalesce(array(SELECT DISTINCT merchant_id FROM 
 )
 
 var (
-	streamAfter = `SELECT ` + eventColumns + `, txid::text FROM events
+	streamAfter = `SELECT ` + eventColumns + `, coalesce(sequence, 0), txid::text FROM events
 WHERE merchant_id = $1 AND txid IS NOT NULL AND (txid, id) > ($2::xid8, $3::uuid) AND txid < ` + horizon + retained + `
 ORDER BY txid, id LIMIT $4`
 	cursorOf = `SELECT txid::text FROM events WHERE id = $1 AND merchant_id = $2 AND txid IS NOT NULL` + retained
@@ -59,7 +59,7 @@ func (s *Store) After(ctx context.Context, merchantID string, c events.Cursor, l
 	for rows.Next() {
 		var e events.Event
 		var tx string
-		if err := rows.Scan(&e.ID, &e.MerchantID, &e.Environment, &e.Type, &e.Body, &e.CreatedAt, &tx); err != nil {
+		if err := rows.Scan(&e.ID, &e.MerchantID, &e.Environment, &e.Type, &e.Body, &e.CreatedAt, &e.Sequence, &tx); err != nil {
 			return nil, c, mapErr(err, "event")
 		}
 		out = append(out, e)

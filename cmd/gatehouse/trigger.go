@@ -1,0 +1,155 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gatehouse-pay/gatehouse/internal/events"
+	"github.com/gatehouse-pay/gatehouse/internal/ids"
+)
+
+func (c *cli) triggerCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "trigger EVENT",
+		Short: "Create the sandbox objects that fire EVENT (" + strings.Join(events.Types, ", ") + ")",
+		Long: `trigger creates, with your secret key, the sandbox charge (and refund) that fire EVENT,
+and waits until the worker has done its part:
+
+  charge.created, charge.captured  a captured charge of 20.00 USD
+  charge.failed                    a charge declined by the bank (card 4000000000000002)
+  charge.voided                    an authorization, then voided
+  charge.refunded                  a captured charge, then refunded in full
+  refund.created, refund.succeeded a captured charge, then refunded 10.00 USD`,
+		Args:      positional(cobra.ExactArgs(1)),
+		ValidArgs: events.Types,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if !events.Known(args[0]) {
+				return usageError{fmt.Errorf("%q is not an event type; one of %s", args[0], strings.Join(events.Types, ", "))}
+			}
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			return c.trigger(cmd.Context(), cl, args[0])
+		},
+	}
+}
+
+type chargeObj struct {
+	ID             string `json:"id"`
+	Status         string `json:"status"`
+	Amount         int64  `json:"amount"`
+	AmountRefunded int64  `json:"amount_refunded"`
+}
+
+type refundObj struct {
+	ID     string `json:"id"`
+	Status string `json:"status"`
+	Amount int64  `json:"amount"`
+}
+
+// triggerCard is the sandbox card that declines.
+const triggerDeclined = "4000000000000002"
+
+func (c *cli) trigger(ctx context.Context, cl *client, event string) error {
+	card, capture := "4242424242424242", true
+	switch event {
+	case events.ChargeFailed:
+		card = triggerDeclined
+	case events.ChargeVoided:
+		capture = false
+	}
+	var ch chargeObj
+	body := map[string]any{"amount": 2000, "currency": "usd", "payment_method": "card", "capture": capture,
+		"card":        map[string]any{"number": card, "exp_month": 12, "exp_year": time.Now().Year() + 3, "cvc": "123"},
+		"description": "gatehouse trigger " + event, "metadata": map[string]string{"trigger": event}}
+	if _, err := cl.do(ctx, http.MethodPost, "/v1/charges", body, idem(), &ch); err != nil {
+		return err
+	}
+	c.say("charge %s created", ch.ID)
+	want := map[string]string{events.ChargeCreated: "", events.ChargeFailed: "failed", events.ChargeVoided: "authorized"}
+	final, waits := want[event]
+	if !waits {
+		final = "captured"
+	}
+	if final != "" {
+		if err := c.waitCharge(ctx, cl, &ch, final); err != nil {
+			return err
+		}
+	}
+	switch event {
+	case events.ChargeVoided:
+		if _, err := cl.do(ctx, http.MethodPost, "/v1/charges/"+ch.ID+"/void", nil, idem(), &ch); err != nil {
+			return err
+		}
+		return c.waitCharge(ctx, cl, &ch, "voided")
+	case events.ChargeRefunded, events.RefundCreated, events.RefundSucceeded:
+		amount := int64(1000)
+		if event == events.ChargeRefunded {
+			amount = ch.Amount
+		}
+		var r refundObj
+		if _, err := cl.do(ctx, http.MethodPost, "/v1/refunds", map[string]any{"charge": ch.ID, "amount": amount,
+			"reason": "requested_by_customer", "metadata": map[string]string{"trigger": event}}, idem(), &r); err != nil {
+			return err
+		}
+		c.say("refund %s created", r.ID)
+		if event == events.RefundCreated {
+			return nil
+		}
+		return c.wait(ctx, "refund "+r.ID, "succeeded", func() (string, error) {
+			_, err := cl.do(ctx, http.MethodGet, "/v1/refunds/"+r.ID, nil, nil, &r)
+			return r.Status, err
+		})
+	}
+	return nil
+}
+
+func idem() map[string]string { return map[string]string{"Idempotency-Key": "cli-trigger-" + ids.NewUUID()} }
+
+func (c *cli) say(format string, args ...any) {
+	fmt.Fprintf(c.out, format+"\n", args...)
+}
+
+func (c *cli) waitCharge(ctx context.Context, cl *client, ch *chargeObj, status string) error {
+	return c.wait(ctx, "charge "+ch.ID, status, func() (string, error) {
+		_, err := cl.do(ctx, http.MethodGet, "/v1/charges/"+ch.ID, nil, nil, ch)
+		return ch.Status, err
+	})
+}
+
+// wait polls get until it returns status, with a spinner, for at most a
+// minute.
+func (c *cli) wait(ctx context.Context, what, status string, get func() (string, error)) error {
+	sp := newSpinner(c.errOut, "Waiting for "+what+" to be "+status)
+	defer sp.stop()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		got, err := get()
+		if err != nil {
+			return err
+		}
+		if got == status {
+			sp.stop()
+			c.say("%s is %s", what, status)
+			return nil
+		}
+		if got == "failed" && status != "failed" {
+			return fmt.Errorf("%s failed instead of becoming %s", what, status)
+		}
+		if time.Now().After(deadline) {
+			return errors.New(what + " is still " + got + " after a minute: is the worker running?")
+		}
+		select {
+		case <-time.After(200 * time.Millisecond):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
