@@ -124,7 +124,8 @@ func (h *Handlers) observe(next asynq.Handler) asynq.Handler {
 
 // ServerConfigs are the asynq server configurations of the worker, one per
 // pool. Provider tasks back off exponentially from cfg.ProviderRetryBase up
-// to cfg.ProviderRetryMax; other tasks use asynq's default.
+// to cfg.ProviderRetryMax; other tasks that found Postgres or Redis
+// unavailable from 1 s up to 30 s; any other failure asynq's default.
 func ServerConfigs(log *slog.Logger, cfg config.Config) []asynq.Config {
 	out := make([]asynq.Config, len(Pools))
 	for i, p := range Pools {

@@ -18,19 +18,33 @@ import (
 
 // retryDelay is how long the queue waits before running a task again: a
 // delivery the time its schedule asks (RetryIn), a provider task the
-// provider backoff, any other asynq's default.
+// provider backoff, any other task that found a dependency unavailable the
+// unavailable backoff, anything else asynq's default.
 func retryDelay(cfg config.Config) asynq.RetryDelayFunc {
 	return func(n int, err error, t *asynq.Task) time.Duration {
 		var next *webhooks.RetryIn
 		if errors.As(err, &next) {
 			return next.Delay
 		}
-		if !isProviderTask(t.Type()) {
-			return asynq.DefaultRetryDelayFunc(n, err, t)
+		if isProviderTask(t.Type()) {
+			return Backoff(n+1, cfg.ProviderRetryBase, cfg.ProviderRetryMax)
 		}
-		return Backoff(n+1, cfg.ProviderRetryBase, cfg.ProviderRetryMax)
+		if apperr.KindOf(err) == apperr.KindUnavailable {
+			return Backoff(n+1, unavailableRetryBase, unavailableRetryMax)
+		}
+		return asynq.DefaultRetryDelayFunc(n, err, t)
 	}
 }
+
+// The backoff of a task that found Postgres or Redis unavailable: a
+// restart or a failover to a standby is over in seconds, and asynq's
+// default (15 s to 45 s for the first retry, growing as n^4) would hold a
+// webhook delivery back long after it. Once the retries are used up the
+// task is archived and the outbox sweeper starts it again.
+const (
+	unavailableRetryBase = time.Second
+	unavailableRetryMax  = 30 * time.Second
+)
 
 // isFailure: a delivery waiting for its next scheduled attempt is not a failure.
 func isFailure(err error) bool { return !isRetryIn(err) }

@@ -7,6 +7,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strconv"
 	"time"
 
@@ -161,6 +163,11 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 
 // mapErr turns driver errors into apperr kinds: no rows is NotFound (of what),
 // a unique violation is Conflict, a dead connection is Unavailable.
+//
+// A connection that breaks under a statement (the server was killed, or
+// failed over to a standby: end of stream, reset, broken pipe) is
+// Unavailable too. The statement may or may not have committed; a client
+// that sends the request again with its Idempotency-Key finds out which.
 func mapErr(err error, what string) error {
 	if err == nil {
 		return nil
@@ -188,7 +195,18 @@ func mapErr(err error, what string) error {
 	if errors.As(err, &connErr) {
 		return apperr.Unavailable(err)
 	}
+	if connectionLost(err) {
+		return apperr.Unavailable(err)
+	}
 	return apperr.Internal(err)
+}
+
+// connectionLost reports whether err is the connection to the server
+// breaking: pgx passes on the end of stream or the socket's error, and
+// closes the connection, which its pool then drops.
+func connectionLost(err error) bool {
+	var netErr net.Error
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.As(err, &netErr)
 }
 
 // cutoff is the SQL for the time d before now, as the retention periods of
