@@ -76,10 +76,12 @@ bench: build ## Load-test POST /v1/charges next to a floor program (writes docs/
 	$(BIN_DIR)/bench -api $(BIN_DIR)/api $(BENCH_FLAGS)
 	@$(MAKE) --no-print-directory bench-micro
 
-# Fault tests F1-F5 and F9 (RELIABILITY.md) at full scale against the real binaries;
-# `make test` runs the same tests at smoke scale. docs/reliability.md has the method.
+# Fault tests F1-F9 (RELIABILITY.md) at full scale against the real binaries, with
+# Redis Sentinel, Redis Cluster and a PostgreSQL standby started from Debian's
+# packages on loopback; `make test` runs the same tests at smoke scale.
+# docs/reliability.md has the method.
 .PHONY: chaos
-chaos: ## Fault tests at full scale: worker/API kill -9, Redis and PostgreSQL outages, provider timeouts, lost refund and capture answers
+chaos: ## Fault tests at full scale: kill -9, Redis/PostgreSQL outages and failovers (Sentinel, Cluster, standby), provider faults
 	@$(TESTENV) env GATEHOUSE_REQUIRE_SERVICES=1 GATEHOUSE_CHAOS=full $(GO) test -count=1 -run '^TestChaos' -timeout 45m -v ./internal/e2e
 
 # FUZZTIME bounds each fuzz target's run, e.g. make fuzz FUZZTIME=5m.

@@ -12,6 +12,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"sync/atomic"
@@ -58,6 +59,9 @@ const (
 	// streamPoll is how often the event stream's hub looks for new events
 	// while a stream is open.
 	streamPoll = 100 * time.Millisecond
+	// metricsCloseTimeout bounds closing the API_METRICS_ADDR listener at
+	// exit: a scrape in flight gets this long to finish.
+	metricsCloseTimeout = 2 * time.Second
 )
 
 const usage = `usage:
@@ -226,6 +230,28 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer) er
 		},
 		Draining: draining,
 	})
+
+	// API_METRICS_ADDR: /metrics on a listener of its own, off the public port.
+	var metricsSrv *http.Server
+	if cfg.APIMetricsAddr != "" {
+		mln, err := net.Listen("tcp", cfg.APIMetricsAddr)
+		if err != nil {
+			return fmt.Errorf("listen on API_METRICS_ADDR %s: %w", cfg.APIMetricsAddr, err)
+		}
+		metricsSrv = httpapi.MetricsServer(metrics.Handler(reg))
+		go func() {
+			if err := metricsSrv.Serve(mln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("metrics server stopped", "err", err)
+			}
+		}()
+		// Closed once the requests have drained, so the drain can be scraped.
+		defer func() {
+			ctx, cancel := context.WithTimeout(context.Background(), metricsCloseTimeout)
+			defer cancel()
+			_ = metricsSrv.Shutdown(ctx)
+		}()
+		log.Info("api metrics listening", "api_metrics_addr", mln.Addr().String())
+	}
 
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {

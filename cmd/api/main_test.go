@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/url"
 	"strings"
 	"testing"
@@ -34,6 +35,48 @@ func TestBadConfigStopsWithOneLine(t *testing.T) {
 	}
 	if strings.Contains(msg, "too-short-secret") {
 		t.Errorf("message prints the secret: %q", msg)
+	}
+}
+
+// TestMetricsAddrStopsWithOneLine: a bad API_METRICS_ADDR, or one already in
+// use, stops the api at start with one line naming the setting.
+func TestMetricsAddrStopsWithOneLine(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	for _, c := range []struct {
+		addr, want string
+		services   bool // the address is only tried once the stores are open
+	}{
+		{"9090", `API_METRICS_ADDR must be host:port or :port, got "9090"`, false},
+		{taken.Addr().String(), "listen on API_METRICS_ADDR " + taken.Addr().String(), true},
+	} {
+		env := map[string]string{
+			"JWT_SECRET":       strings.Repeat("j", 32),
+			"ENCRYPTION_KEY":   strings.Repeat("ab", 32),
+			"DATABASE_URL":     "postgres://gatehouse@127.0.0.1:1/gatehouse",
+			"REDIS_URL":        testenv.RedisURLFor(testenv.RedisDBCmd),
+			"HTTP_ADDR":        "127.0.0.1:0",
+			"API_METRICS_ADDR": c.addr,
+		}
+		if c.services {
+			env["DATABASE_URL"] = testenv.NewDB(t).URL
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		var stdout, stderr bytes.Buffer
+		code := run(ctx, nil, envOf(env), &stdout, &stderr)
+		cancel()
+		// The log lines before it are JSON; the reason is the last line.
+		lines := strings.Split(strings.TrimSuffix(stderr.String(), "\n"), "\n")
+		last := lines[len(lines)-1]
+		if code != 1 || !strings.HasPrefix(last, "gatehouse api: ") || !strings.Contains(last, c.want) {
+			t.Errorf("API_METRICS_ADDR=%s: exit %d, last line %q; want exit 1 and a line naming %q", c.addr, code, last, c.want)
+		}
+		if !c.services && len(lines) != 1 {
+			t.Errorf("API_METRICS_ADDR=%s: want one line, got %q", c.addr, stderr.String())
+		}
 	}
 }
 

@@ -111,7 +111,9 @@ func (c *cli) trigger(ctx context.Context, cl *client, event string) error {
 	return nil
 }
 
-func idem() map[string]string { return map[string]string{"Idempotency-Key": "cli-trigger-" + ids.NewUUID()} }
+func idem() map[string]string {
+	return map[string]string{"Idempotency-Key": "cli-trigger-" + ids.NewUUID()}
+}
 
 func (c *cli) say(format string, args ...any) {
 	fmt.Fprintf(c.out, format+"\n", args...)

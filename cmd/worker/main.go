@@ -10,12 +10,15 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -187,29 +190,10 @@ func work(ctx context.Context, getenv func(string) string, stderr io.Writer) err
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		rctx, cancel := context.WithTimeout(r.Context(), time.Second)
-		defer cancel()
-		var failed []string
-		if draining.Load() {
-			failed = append(failed, "draining")
-		}
-		if err := pool.Ping(rctx); err != nil {
-			failed = append(failed, "postgres")
-		}
-		if err := srv.Ping(); err != nil {
-			failed = append(failed, "redis")
-		}
-		if len(failed) > 0 {
-			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": map[string]string{
-				"code":       "service_unavailable",
-				"message":    "Not ready: " + strings.Join(failed, ", ") + ".",
-				"request_id": w.Header().Get("X-Request-Id"),
-			}})
-			return
-		}
-		writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "checks": map[string]string{"postgres": "ok", "redis": "ok"}})
-	})
+	mux.HandleFunc("GET /readyz", readyz(draining, map[string]func(context.Context) error{
+		"postgres": pool.Ping,
+		"redis":    func(context.Context) error { return srv.Ping() },
+	}))
 	httpSrv := &http.Server{Handler: withRequestID(mux), ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := httpSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -255,6 +239,65 @@ func work(ctx context.Context, getenv func(string) string, stderr io.Writer) err
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// readyz answers 200 while every check answers and the worker is not
+// draining, as the api's /readyz does. The checks named by ?exclude=
+// (repeated, or comma-separated) still run and are reported, but do not make
+// the answer 503; draining is never excluded. The worker serves no traffic:
+// its Kubernetes probe excludes both checks, so a pod stays among the
+// endpoints Prometheus scrapes while the stores are down.
+func readyz(draining *atomic.Bool, checks map[string]func(context.Context) error) http.HandlerFunc {
+	names := slices.Sorted(maps.Keys(checks))
+	return func(w http.ResponseWriter, r *http.Request) {
+		excluded := map[string]bool{}
+		for _, v := range r.URL.Query()["exclude"] {
+			for _, name := range strings.Split(v, ",") {
+				name = strings.TrimSpace(name)
+				if _, ok := checks[name]; !ok {
+					writeJSON(w, http.StatusBadRequest, map[string]any{"error": map[string]string{
+						"code":       "parameter_invalid",
+						"message":    "exclude must name readiness checks (" + strings.Join(names, ", ") + ").",
+						"param":      "exclude",
+						"request_id": w.Header().Get("X-Request-Id"),
+					}})
+					return
+				}
+				excluded[name] = true
+			}
+		}
+		rctx, cancel := context.WithTimeout(r.Context(), time.Second)
+		defer cancel()
+		errs := make([]error, len(names))
+		var wg sync.WaitGroup
+		for i, name := range names {
+			wg.Go(func() { errs[i] = checks[name](rctx) })
+		}
+		wg.Wait()
+		var failed []string
+		if draining.Load() {
+			failed = append(failed, "draining")
+		}
+		state := map[string]string{}
+		for i, name := range names {
+			state[name] = "ok"
+			if errs[i] != nil {
+				state[name] = "unavailable"
+				if !excluded[name] {
+					failed = append(failed, name)
+				}
+			}
+		}
+		if len(failed) > 0 {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": map[string]string{
+				"code":       "service_unavailable",
+				"message":    "Not ready: " + strings.Join(failed, ", ") + ".",
+				"request_id": w.Header().Get("X-Request-Id"),
+			}})
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "checks": state})
+	}
 }
 
 // webhookSender adapts the outbound HTTP sender to the webhooks domain.

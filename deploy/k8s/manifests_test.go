@@ -64,6 +64,7 @@ var kinds = map[string]func() any{
 	"autoscaling/v2/HorizontalPodAutoscaler":  func() any { return new(autoscalingv2.HorizontalPodAutoscaler) },
 	"policy/v1/PodDisruptionBudget":           func() any { return new(policyv1.PodDisruptionBudget) },
 	"networking.k8s.io/v1/NetworkPolicy":      func() any { return new(networkingv1.NetworkPolicy) },
+	"networking.k8s.io/v1/Ingress":            func() any { return new(networkingv1.Ingress) },
 	"monitoring.coreos.com/v1/ServiceMonitor": func() any { return new(monitoringv1.ServiceMonitor) },
 	"monitoring.coreos.com/v1/PrometheusRule": func() any { return new(monitoringv1.PrometheusRule) },
 }
@@ -260,6 +261,7 @@ type want struct {
 	placeholderSecret         bool                // the Secret holds REPLACE_ME values
 	zoneSpread                bool
 	redisMode                 string
+	ingress                   bool // the api is published through an Ingress with TLS
 }
 
 var targets = []want{
@@ -276,7 +278,7 @@ var targets = []want{
 	{
 		dir: "overlays/prod", apiReplicas: 3, workerReplic: 3,
 		hpa:            map[string][2]int32{"gatehouse-api": {3, 20}, "gatehouse-worker": {3, 20}},
-		externalSecret: true, zoneSpread: true, redisMode: "sentinel",
+		externalSecret: true, zoneSpread: true, redisMode: "sentinel", ingress: true,
 	},
 }
 
@@ -296,6 +298,7 @@ func TestKustomizations(t *testing.T) {
 			t.Run("migration job", func(t *testing.T) { checkMigrationJob(t, m) })
 			t.Run("stores", func(t *testing.T) { checkStores(t, m, w) })
 			t.Run("network policies", func(t *testing.T) { checkNetwork(t, m, w) })
+			t.Run("ingress", func(t *testing.T) { checkIngress(t, m, w) })
 		})
 	}
 }
@@ -364,14 +367,21 @@ func checkWorkloads(t *testing.T, m *manifests, w want) {
 		t.Fatal("Job gatehouse-migrate not rendered")
 	}
 
+	// Readiness: the api stays in its Service through a Redis outage (it
+	// serves safely without Redis) and the worker stays among the endpoints
+	// Prometheus scrapes through any outage (it serves no traffic).
 	for _, c := range []struct {
-		d        *appsv1.Deployment
-		replicas int32
-		command  []string
-		port     corev1.ContainerPort
+		d         *appsv1.Deployment
+		replicas  int32
+		command   []string
+		port      corev1.ContainerPort // the probes' port
+		metrics   corev1.ContainerPort
+		readiness string
 	}{
-		{api, w.apiReplicas, []string{"/usr/local/bin/api"}, corev1.ContainerPort{Name: "http", ContainerPort: 8080, Protocol: corev1.ProtocolTCP}},
-		{worker, w.workerReplic, []string{"/usr/local/bin/worker"}, corev1.ContainerPort{Name: "metrics", ContainerPort: 9091, Protocol: corev1.ProtocolTCP}},
+		{api, w.apiReplicas, []string{"/usr/local/bin/api"}, corev1.ContainerPort{Name: "http", ContainerPort: 8080, Protocol: corev1.ProtocolTCP},
+			corev1.ContainerPort{Name: "metrics", ContainerPort: 9090, Protocol: corev1.ProtocolTCP}, "/readyz?exclude=redis"},
+		{worker, w.workerReplic, []string{"/usr/local/bin/worker"}, corev1.ContainerPort{Name: "metrics", ContainerPort: 9091, Protocol: corev1.ProtocolTCP},
+			corev1.ContainerPort{Name: "metrics", ContainerPort: 9091, Protocol: corev1.ProtocolTCP}, "/readyz?exclude=redis&exclude=postgres"},
 	} {
 		d := c.d
 		if d.Spec.Replicas == nil || *d.Spec.Replicas != c.replicas {
@@ -386,8 +396,10 @@ func checkWorkloads(t *testing.T, m *manifests, w want) {
 		if !slices.Equal(ctr.Command, c.command) {
 			t.Errorf("%s command %q, want %q", d.Name, ctr.Command, c.command)
 		}
-		if !slices.Contains(ctr.Ports, c.port) {
-			t.Errorf("%s ports %+v, want %+v among them", d.Name, ctr.Ports, c.port)
+		for _, p := range []corev1.ContainerPort{c.port, c.metrics} {
+			if !slices.Contains(ctr.Ports, p) {
+				t.Errorf("%s ports %+v, want %+v among them", d.Name, ctr.Ports, p)
+			}
 		}
 		for _, p := range []struct {
 			name  string
@@ -395,7 +407,7 @@ func checkWorkloads(t *testing.T, m *manifests, w want) {
 			path  string
 		}{
 			{"startupProbe", ctr.StartupProbe, "/healthz"},
-			{"readinessProbe", ctr.ReadinessProbe, "/readyz"},
+			{"readinessProbe", ctr.ReadinessProbe, c.readiness},
 			{"livenessProbe", ctr.LivenessProbe, "/healthz"},
 		} {
 			if p.probe == nil || p.probe.HTTPGet == nil {
@@ -447,26 +459,42 @@ func checkWorkloads(t *testing.T, m *manifests, w want) {
 			t.Errorf("gatehouse-api preStop sleeps %s, want a few seconds", preStop)
 		}
 	}
+	// After the drain each process has bounded work left (cmd/api, cmd/worker):
+	// the api closes API_METRICS_ADDR (2s), hands buffered tasks to Redis (5s)
+	// and flushes traces (5s); the worker closes its listeners (5s) and
+	// flushes traces (5s).
 	for _, c := range []struct {
-		d     *appsv1.Deployment
-		needs config.Needs
-		extra time.Duration
+		d            *appsv1.Deployment
+		needs        config.Needs
+		before, tail time.Duration
 	}{
-		{api, config.Needs{Database: true, Redis: true, JWT: true, Encryption: true}, preStop},
-		{worker, config.Needs{Database: true, Redis: true, Encryption: true}, 0},
+		{api, config.Needs{Database: true, Redis: true, JWT: true, Encryption: true}, preStop, 12 * time.Second},
+		{worker, config.Needs{Database: true, Redis: true, Encryption: true}, 0, 10 * time.Second},
 	} {
 		cfg := loadConfig(t, m, w, c.d.Spec.Template.Spec, c.needs)
 		grace := c.d.Spec.Template.Spec.TerminationGracePeriodSeconds
-		drain := c.extra + cfg.ShutdownDelay + cfg.ShutdownTimeout
+		drain := c.before + cfg.ShutdownDelay + cfg.ShutdownTimeout + c.tail
 		if grace == nil || *grace <= 30 || time.Duration(*grace)*time.Second <= drain+5*time.Second {
 			got := "unset"
 			if grace != nil {
 				got = strconv.FormatInt(*grace, 10)
 			}
-			t.Errorf("%s terminationGracePeriodSeconds %s, want above 30 and above preStop + SHUTDOWN_DELAY + SHUTDOWN_TIMEOUT = %s with a margin", c.d.Name, got, drain)
+			t.Errorf("%s terminationGracePeriodSeconds %s, want above 30 and above preStop + SHUTDOWN_DELAY + SHUTDOWN_TIMEOUT + what follows the drain = %s with a margin", c.d.Name, got, drain)
 		}
 		if c.d.Name == "gatehouse-api" && cfg.ShutdownDelay == 0 {
 			t.Error("gatehouse-api has no SHUTDOWN_DELAY: requests racing the endpoint removal would hit a closed listener")
+		}
+		// Each listen address is the container port of its name.
+		addrs := map[string]string{"metrics": cfg.MetricsAddr}
+		if c.d.Name == "gatehouse-api" {
+			addrs = map[string]string{"http": cfg.HTTPAddr, "metrics": cfg.APIMetricsAddr}
+		}
+		for name, addr := range addrs {
+			if !slices.ContainsFunc(c.d.Spec.Template.Spec.Containers[0].Ports, func(p corev1.ContainerPort) bool {
+				return p.Name == name && strconv.Itoa(int(p.ContainerPort)) == portOf(addr)
+			}) {
+				t.Errorf("%s listens on %q, which is not its container port %s", c.d.Name, addr, name)
+			}
 		}
 		if c.d.Name == "gatehouse-worker" {
 			if cfg.AdminAddr == "" {
@@ -749,7 +777,7 @@ func checkEnvironment(t *testing.T, m *manifests, w want) {
 		absent   []string
 	}{
 		{"api", api.Spec.Template.Spec, config.Needs{Database: true, Redis: true, JWT: true, Encryption: true},
-			[]string{"DATABASE_URL", "REDIS_URL", "JWT_SECRET", "ENCRYPTION_KEY", "HTTP_ADDR", "SHUTDOWN_DELAY", "SHUTDOWN_TIMEOUT", "RATE_LIMIT_CHARGES", "RATE_LIMIT_LOGIN", "RATE_LIMIT_DEFAULT", "REDIS_MODE", "LOG_LEVEL", "DEFAULT_PROVIDER", "OTEL_SERVICE_NAME"},
+			[]string{"DATABASE_URL", "REDIS_URL", "JWT_SECRET", "ENCRYPTION_KEY", "HTTP_ADDR", "API_METRICS_ADDR", "SHUTDOWN_DELAY", "SHUTDOWN_TIMEOUT", "RATE_LIMIT_CHARGES", "RATE_LIMIT_LOGIN", "RATE_LIMIT_DEFAULT", "REDIS_MODE", "LOG_LEVEL", "DEFAULT_PROVIDER", "OTEL_SERVICE_NAME"},
 			[]string{"ADMIN_TOKEN", "ADMIN_ADDR"}},
 		{"worker", worker.Spec.Template.Spec, config.Needs{Database: true, Redis: true, Encryption: true},
 			[]string{"DATABASE_URL", "REDIS_URL", "ENCRYPTION_KEY", "METRICS_ADDR", "ADMIN_ADDR", "ADMIN_TOKEN", "SHUTDOWN_TIMEOUT", "WEBHOOK_TIMEOUT", "WEBHOOK_RETRY_SCHEDULE", "REDIS_MODE", "LOG_LEVEL", "DEFAULT_PROVIDER", "OTEL_SERVICE_NAME"},
@@ -831,8 +859,10 @@ func checkServices(t *testing.T, m *manifests) {
 		}
 	}
 	api, ok := find[*corev1.Service](m, "Service", "gatehouse-api")
-	if !ok || len(api.Spec.Ports) != 1 || api.Spec.Ports[0].Port != 80 || api.Spec.Ports[0].TargetPort.String() != "http" {
-		t.Errorf("Service gatehouse-api: want port 80 -> http, got %+v", api)
+	if !ok || len(api.Spec.Ports) != 2 ||
+		api.Spec.Ports[0].Name != "http" || api.Spec.Ports[0].Port != 80 || api.Spec.Ports[0].TargetPort.String() != "http" ||
+		api.Spec.Ports[1].Name != "metrics" || api.Spec.Ports[1].Port != 9090 || api.Spec.Ports[1].TargetPort.String() != "metrics" {
+		t.Errorf("Service gatehouse-api: want ports http 80 -> http and metrics 9090 -> metrics, got %+v", api)
 	}
 	worker, ok := find[*corev1.Service](m, "Service", "gatehouse-worker")
 	if !ok || len(worker.Spec.Ports) != 1 || worker.Spec.Ports[0].Name != "metrics" {
@@ -956,6 +986,10 @@ func checkMonitoring(t *testing.T, m *manifests) {
 			named := false
 			for _, p := range svc.Spec.Ports {
 				named = named || (ep.Port != "" && p.Name == ep.Port)
+				// The metrics ports only: the api's public port does not serve /metrics.
+				if ep.Port != "" && p.Name == ep.Port && p.TargetPort.String() != "metrics" {
+					t.Errorf("ServiceMonitor %s scrapes Service %s port %s, which targets %s, not the container port metrics", sm.Name, svc.Name, p.Name, p.TargetPort.String())
+				}
 			}
 			if !named {
 				t.Errorf("ServiceMonitor %s scrapes port %q, which Service %s does not name", sm.Name, ep.Port, svc.Name)

@@ -201,6 +201,11 @@ func checkNetwork(t *testing.T, m *manifests, w want) {
 		{ingress, api, 8080, tcp, true},
 		{stranger, api, 8080, tcp, true},
 		{prometheus, api, 8080, tcp, true},
+		{prometheus, api, 9090, tcp, true}, // API_METRICS_ADDR: Prometheus only
+		{ingress, api, 9090, tcp, false},
+		{stranger, api, 9090, tcp, false},
+		{stray, api, 9090, tcp, false},
+		{worker, api, 9090, tcp, false},
 		{prometheus, worker, 9091, tcp, true},
 		{stranger, worker, 9091, tcp, false},
 		{prometheus, worker, 9092, tcp, false}, // the queue UI: port-forward only

@@ -75,6 +75,11 @@ type Config struct {
 
 	HTTPAddr    string
 	MetricsAddr string
+	// APIMetricsAddr, when set, moves the api's /metrics off HTTP_ADDR to a
+	// listener of its own, so the public port never serves it. Empty keeps
+	// /metrics on HTTP_ADDR. A setting apart from METRICS_ADDR, which the
+	// worker reads, because local runs give both binaries one environment.
+	APIMetricsAddr string
 	// AdminAddr is the worker's admin listener (the read-only queue UI);
 	// empty turns it off. AdminToken guards it.
 	AdminAddr       string
@@ -197,6 +202,7 @@ func Load(getenv func(string) string, needs Needs) (Config, error) {
 		JWTSecret:       Secret(getenv("JWT_SECRET")),
 		HTTPAddr:        get("HTTP_ADDR", ":8080"),
 		MetricsAddr:     get("METRICS_ADDR", ":9091"),
+		APIMetricsAddr:  get("API_METRICS_ADDR", ""),
 		DefaultProvider: get("DEFAULT_PROVIDER", "sandbox"),
 		StripeSecretKey: Secret(get("STRIPE_SECRET_KEY", "")),
 		StripeAPIBase:   get("STRIPE_API_BASE", "https://api.stripe.com"),
@@ -249,6 +255,13 @@ func Load(getenv func(string) string, needs Needs) (Config, error) {
 	for _, addr := range []struct{ name, v string }{{"HTTP_ADDR", c.HTTPAddr}, {"METRICS_ADDR", c.MetricsAddr}} {
 		if _, port, ok := strings.Cut(addr.v, ":"); !ok || port == "" {
 			bad(addr.name, "must be host:port or :port, got %q", addr.v)
+		}
+	}
+	if c.APIMetricsAddr != "" {
+		if _, port, ok := strings.Cut(c.APIMetricsAddr, ":"); !ok || port == "" {
+			bad("API_METRICS_ADDR", "must be host:port or :port, got %q", c.APIMetricsAddr)
+		} else if c.APIMetricsAddr == c.HTTPAddr {
+			bad("API_METRICS_ADDR", "must differ from HTTP_ADDR (leave it empty to serve /metrics on HTTP_ADDR)")
 		}
 	}
 

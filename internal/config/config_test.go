@@ -26,8 +26,8 @@ func TestLoadDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := []any{c.HTTPAddr, c.MetricsAddr, c.DefaultProvider, c.RateLimitCharges, c.RateLimitLogin, c.RateLimitDefault, c.RateLimitLoginAccount, c.WebhookTimeout, c.WebhookRetrySchedule, c.WebhookAllowPrivateNetworks, len(c.EncryptionKey)}
-	want := []any{":8080", ":9091", "sandbox", Limit{100, time.Minute}, Limit{10, 5 * time.Minute}, Limit{500, time.Minute}, Limit{20, 15 * time.Minute}, 5 * time.Second,
+	got := []any{c.HTTPAddr, c.MetricsAddr, c.APIMetricsAddr, c.DefaultProvider, c.RateLimitCharges, c.RateLimitLogin, c.RateLimitDefault, c.RateLimitLoginAccount, c.WebhookTimeout, c.WebhookRetrySchedule, c.WebhookAllowPrivateNetworks, len(c.EncryptionKey)}
+	want := []any{":8080", ":9091", "", "sandbox", Limit{100, time.Minute}, Limit{10, 5 * time.Minute}, Limit{500, time.Minute}, Limit{20, 15 * time.Minute}, 5 * time.Second,
 		[]time.Duration{0, 5 * time.Minute, 30 * time.Minute, 2 * time.Hour, 24 * time.Hour}, false, 32}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Fatalf("defaults (-want +got):\n%s", diff)
@@ -65,6 +65,32 @@ func TestLoadReportsEveryProblemOnceWithoutSecrets(t *testing.T) {
 	}
 	if strings.Contains(msg, "\n") {
 		t.Errorf("error is not one line: %q", msg)
+	}
+}
+
+// TestAPIMetricsAddr: the api's own metrics listener is off by default; a
+// bad address, or HTTP_ADDR itself, stops the program at start.
+func TestAPIMetricsAddr(t *testing.T) {
+	cases := []struct {
+		env  map[string]string
+		want string // the address, or a fragment of the error
+		ok   bool
+	}{
+		{map[string]string{}, "", true},
+		{map[string]string{"API_METRICS_ADDR": ":9090"}, ":9090", true},
+		{map[string]string{"API_METRICS_ADDR": "127.0.0.1:9090", "HTTP_ADDR": "127.0.0.1:8080"}, "127.0.0.1:9090", true},
+		{map[string]string{"API_METRICS_ADDR": "9090"}, `API_METRICS_ADDR must be host:port or :port, got "9090"`, false},
+		{map[string]string{"API_METRICS_ADDR": "localhost:"}, "API_METRICS_ADDR must be host:port", false},
+		{map[string]string{"API_METRICS_ADDR": ":8080"}, "API_METRICS_ADDR must differ from HTTP_ADDR", false},
+	}
+	for _, c := range cases {
+		cfg, err := Load(envOf(c.env), Needs{})
+		switch {
+		case c.ok && (err != nil || cfg.APIMetricsAddr != c.want):
+			t.Errorf("%v: got %q, %v; want %q", c.env, cfg.APIMetricsAddr, err, c.want)
+		case !c.ok && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%v: got error %v, want one containing %q", c.env, err, c.want)
+		}
 	}
 }
 

@@ -30,13 +30,12 @@ func TestAuthFloodB7(t *testing.T) {
 	mustExpect(t, st.do(t, home, http.MethodPost, st.replicas[1]+"/v1/auth/login", "", victimLogin), http.StatusOK, "")
 	api := st.replicas[0]
 	pid := st.apis[0].cmd.Process.Pid
-	ctx := context.Background()
 
 	keyScans := func() int64 { return tableScans(t, st, "api_keys") }
 	merchantScans := func() int64 { return tableScans(t, st, "merchants") }
 	settle(t, keyScans)
 	keysBefore, merchantsBefore := keyScans(), merchantScans()
-	dbsizeBefore, memBefore := st.redis.client.DBSize(ctx).Val(), redisMemory(t, st)
+	dbsizeBefore, memBefore := redisKeys(t, st), redisMemory(t, st)
 	rssBefore, cpuBefore := procRSS(t, pid), procCPU(t, pid)
 
 	// One flood: n requests from one address; the counts by status, with
@@ -114,7 +113,7 @@ func TestAuthFloodB7(t *testing.T) {
 
 	settle(t, keyScans)
 	keyLookups, merchantLookups := keyScans()-keysBefore, merchantScans()-merchantsBefore
-	dbsizeAfter, memAfter := st.redis.client.DBSize(ctx).Val(), redisMemory(t, st)
+	dbsizeAfter, memAfter := redisKeys(t, st), redisMemory(t, st)
 	rssAfter, cpuAfter := procRSS(t, pid), procCPU(t, pid)
 	// The process's memory and CPU are figures, not assertions: a race build's
 	// RSS grows with any 2,100 requests, flood or not.
@@ -178,21 +177,29 @@ func (a answerTimes) String() string {
 // redisMemory is the stack's Redis used_memory in bytes.
 func redisMemory(t *testing.T, st *stack) int64 {
 	t.Helper()
-	info, err := st.redis.client.Info(context.Background(), "memory").Result()
-	if err != nil {
-		t.Fatal(err)
+	var total int64
+	for _, c := range st.redis.primaries(t) {
+		info, err := c.Info(context.Background(), "memory").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := strconv.ParseInt(infoField(info, "used_memory"), 10, 64)
+		if err != nil {
+			t.Fatalf("used_memory in INFO memory of %s: %v", c.Options().Addr, err)
+		}
+		total += n
 	}
+	return total
+}
+
+// infoField is a field of an INFO answer, or "".
+func infoField(info, name string) string {
 	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return n
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
+			return v
 		}
 	}
-	t.Fatal("no used_memory in INFO memory")
-	return 0
+	return ""
 }
 
 // tableScans is how many scans Postgres has counted on table (index and
@@ -257,4 +264,14 @@ func procCPU(t *testing.T, pid int) time.Duration {
 	stime, _ := strconv.ParseInt(f[12], 10, 64)
 	const hz = 100 // USER_HZ on Linux
 	return time.Duration(utime+stime) * time.Second / hz
+}
+
+// redisKeys is the number of keys of the stack's Redis, on every primary.
+func redisKeys(t *testing.T, st *stack) int64 {
+	t.Helper()
+	var n int64
+	for _, c := range st.redis.primaries(t) {
+		n += c.DBSize(context.Background()).Val()
+	}
+	return n
 }

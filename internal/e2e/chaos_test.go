@@ -1,6 +1,7 @@
 package e2e
 
-// The fault tests F1-F5 and F9 of RELIABILITY.md against the real binaries. Every
+// The fault tests F1-F5 and F9 of RELIABILITY.md against the real binaries (F6
+// and F7 are in chaos_redis_test.go, F8 in chaos_pgfailover_test.go). Every
 // test is named TestChaos...; GATEHOUSE_CHAOS=full (make chaos) runs them at
 // full scale, anything else at a smoke scale of a few seconds of load that
 // runs inside make test. Every figure is computed from what the receivers,
@@ -156,6 +157,22 @@ func startChaosLoad(t *testing.T, st *stack, m *whMerchant, prefix string, sende
 		})
 	}
 	return g
+}
+
+// first201After waits until a request sent after from has answered 201 and
+// returns when its answer ended; the zero time if none did within.
+func (g *chaosLoad) first201After(from time.Time, within time.Duration) time.Time {
+	var first time.Time
+	for deadline := from.Add(within); first.IsZero() && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		g.mu.Lock()
+		for _, s := range g.shots {
+			if s.status == http.StatusCreated && s.start.After(from) && (first.IsZero() || s.end.Before(first)) {
+				first = s.end
+			}
+		}
+		g.mu.Unlock()
+	}
+	return first
 }
 
 func (g *chaosLoad) end() []chaosShot {
@@ -627,7 +644,23 @@ func TestChaosRedisDown(t *testing.T) {
 	time.Sleep(500 * time.Millisecond) // load before the fault
 	st.redis.stop(t)
 	down := time.Now()
-	time.Sleep(outage) // the fault's length
+	// The readiness probes, as Kubernetes would send them, during the outage:
+	// the API's (/readyz?exclude=redis) keeps the replicas in their Service;
+	// /readyz, which also wants Redis, would take every one out.
+	var probeRounds, strictUnready, probeUnready int
+	for time.Since(down) < outage {
+		probeRounds++
+		for _, base := range st.replicas {
+			if e, err := send(pc, http.MethodGet, base+"/readyz", "", ""); err != nil || e.status() != http.StatusOK {
+				strictUnready++
+			}
+			if e, err := send(pc, http.MethodGet, base+"/readyz?exclude=redis", "", ""); err != nil || e.status() != http.StatusOK {
+				probeUnready++
+				t.Errorf("the API's readiness probe during the Redis outage: %v %v, want 200", e, err)
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 	st.redis.start(t)
 	up := time.Now()
 	time.Sleep(time.Second) // load after the fault
@@ -680,8 +713,12 @@ func TestChaosRedisDown(t *testing.T) {
 	if during201+during503 == 0 {
 		t.Errorf("no charge was sent during the outage; the test did not exercise the fault")
 	}
-	t.Logf("F3 figures: outage %s, charges sent %d (during the outage %d: 201 %d, 503 %d), 201 %d, 503 %d, 5xx other than 503 and errors %d, partial state %d, revoked-key probes %d with %d not refused, events lost %d, recovery (backlog drained, outbox empty, every event received) %s after Redis returned",
-		outage, len(shots), during201+during503, during201, during503, ok, unavailable, other, partial, probes.Load(), probeBad.Load(), lost, drained.Round(time.Millisecond))
+	if strictUnready == 0 {
+		t.Errorf("/readyz answered 200 all through the Redis outage; the outage was not seen")
+	}
+	t.Logf("F3 figures: outage %s, charges sent %d (during the outage %d: 201 %d, 503 %d), 201 %d, 503 %d, 5xx other than 503 and errors %d, partial state %d, revoked-key probes %d with %d not refused, events lost %d, recovery (backlog drained, outbox empty, every event received) %s after Redis returned; readiness during the outage (%d rounds on 2 replicas): /readyz?exclude=redis (the probe) not ready %d, /readyz not ready %d",
+		outage, len(shots), during201+during503, during201, during503, ok, unavailable, other, partial, probes.Load(), probeBad.Load(), lost, drained.Round(time.Millisecond),
+		probeRounds, probeUnready, strictUnready)
 }
 
 // TestChaosPostgresRestart is F4: the stack runs on a project-local
@@ -710,18 +747,7 @@ func TestChaosPostgresRestart(t *testing.T) {
 	up := pg.start(t)
 	// Load goes on until the first 201 of a request sent after Postgres
 	// came back, and one more second.
-	var recovered time.Time
-	deadline := up.Add(30 * time.Second)
-	for recovered.IsZero() && time.Now().Before(deadline) {
-		load.mu.Lock()
-		for _, s := range load.shots {
-			if s.status == http.StatusCreated && s.start.After(up) && (recovered.IsZero() || s.end.Before(recovered)) {
-				recovered = s.end
-			}
-		}
-		load.mu.Unlock()
-		time.Sleep(20 * time.Millisecond)
-	}
+	recovered := load.first201After(up, 30*time.Second)
 	time.Sleep(time.Second)
 	shots := load.end()
 

@@ -16,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hibiken/asynq"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/gatehouse-pay/gatehouse/internal/testenv"
@@ -756,7 +755,7 @@ func faultTest(t *testing.T, st *stack, key string) {
 		drainMax = 75 * time.Second
 	)
 	c := newClient(t, "127.0.0.24")
-	inspector := asynq.NewInspector(asynq.RedisClientOpt{Addr: st.redis.addr()})
+	inspector := st.redis.inspector()
 	defer inspector.Close()
 	activeTasks := func() int {
 		info, err := inspector.GetQueueInfo("critical")
@@ -1047,36 +1046,8 @@ func checkNoCardData(t *testing.T, st *stack) {
 			t.Fatalf("%s: %v", q.where, rows.Err())
 		}
 	}
-	var keys []string
-	iter := st.redis.client.Scan(ctx, 0, "*", 1000).Iterator()
-	for iter.Next(ctx) {
-		keys = append(keys, iter.Val())
-	}
-	if err := iter.Err(); err != nil {
-		t.Fatalf("redis SCAN: %v", err)
-	}
-	for _, k := range keys {
-		typ, err := st.redis.client.Type(ctx, k).Result()
-		if err != nil {
-			continue
-		}
-		var vals []string
-		switch typ {
-		case "string":
-			v, _ := st.redis.client.Get(ctx, k).Result()
-			vals = []string{v}
-		case "hash":
-			m, _ := st.redis.client.HGetAll(ctx, k).Result()
-			for f, v := range m {
-				vals = append(vals, f, v)
-			}
-		case "list":
-			vals, _ = st.redis.client.LRange(ctx, k, 0, -1).Result()
-		case "set":
-			vals, _ = st.redis.client.SMembers(ctx, k).Result()
-		case "zset":
-			vals, _ = st.redis.client.ZRange(ctx, k, 0, -1).Result()
-		}
+	entries := st.redis.entries(t)
+	for k, vals := range entries {
 		add("redis "+k, []byte(k+" "+strings.Join(vals, " ")))
 	}
 	add("process logs", []byte(st.logs()))
@@ -1089,5 +1060,5 @@ func checkNoCardData(t *testing.T, st *stack) {
 			}
 		}
 	}
-	t.Logf("card data scan: %d rows/keys/logs scanned (%d Redis keys), %d hits", len(blobs), len(keys), hits)
+	t.Logf("card data scan: %d rows/keys/logs scanned (%d Redis keys), %d hits", len(blobs), len(entries), hits)
 }

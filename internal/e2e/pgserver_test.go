@@ -29,6 +29,9 @@ type pgServer struct {
 	cred *syscall.Credential // the postgres user when the test runs as root
 	out  *syncBuffer
 	proc *process
+	// settings are extra `-c name=value` options, given after the defaults
+	// of start so that they override them.
+	settings []string
 }
 
 // chaosServicesRequired reports whether a missing service must fail the test
@@ -82,10 +85,11 @@ func postgresBinDir() (string, error) {
 }
 
 // startPostgres initialises a cluster in a temporary directory and starts it
-// on a free loopback port. initdb refuses to run as root, so as root the
-// cluster belongs to the postgres user. The server is killed and its
-// directory removed when the test ends.
-func startPostgres(t *testing.T) *pgServer {
+// on a free loopback port, with settings (name=value) over the defaults of
+// start. initdb refuses to run as root, so as root the cluster belongs to
+// the postgres user. The server is killed and its directory removed when
+// the test ends.
+func startPostgres(t *testing.T, settings ...string) *pgServer {
 	t.Helper()
 	bin, err := postgresBinDir()
 	if err != nil {
@@ -96,7 +100,7 @@ func startPostgres(t *testing.T) *pgServer {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	p := &pgServer{bin: bin, dir: filepath.Join(dir, "data"), port: freePort(t), out: new(syncBuffer)}
+	p := &pgServer{bin: bin, dir: filepath.Join(dir, "data"), port: freePort(t), out: new(syncBuffer), settings: settings}
 	if os.Geteuid() == 0 {
 		u, err := user.Lookup("postgres")
 		if err != nil {
@@ -109,20 +113,32 @@ func startPostgres(t *testing.T) *pgServer {
 			t.Fatal(err)
 		}
 	}
-	initdb := exec.Command(filepath.Join(bin, "initdb"), "-D", p.dir, "-U", "postgres", "-A", "trust", "--no-sync", "-E", "UTF8", "--locale", "C")
-	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: p.cred}
-	initdb.Env = []string{"PATH=" + os.Getenv("PATH")}
-	if out, err := initdb.CombinedOutput(); err != nil {
+	if out, err := p.tool("initdb", "-D", p.dir, "-U", "postgres", "-A", "trust", "--no-sync", "-E", "UTF8", "--locale", "C"); err != nil {
 		chaosServiceMissing(t, "project-local PostgreSQL: initdb: %v\n%s", err, out)
 	}
+	p.cleanup(t, "postgres")
+	p.start(t)
+	return p
+}
+
+// tool runs one of the server's programs (initdb, pg_basebackup, pg_ctl) as
+// the cluster's owner and returns its output.
+func (p *pgServer) tool(name string, args ...string) ([]byte, error) {
+	cmd := exec.Command(filepath.Join(p.bin, name), args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: p.cred}
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+	return cmd.CombinedOutput()
+}
+
+// cleanup kills the server when the test ends, and shows its output
+// (named what) if the test failed.
+func (p *pgServer) cleanup(t *testing.T, what string) {
 	t.Cleanup(func() {
 		p.kill(t)
 		if t.Failed() {
-			t.Logf("---- postgres output (tail) ----\n%s\n---- end of postgres output ----", p.out.tail(16<<10))
+			t.Logf("---- %[1]s output (tail) ----\n%[2]s\n---- end of %[1]s output ----", what, p.out.tail(16<<10))
 		}
 	})
-	p.start(t)
-	return p
 }
 
 // url is the URL of database db on the private server.
@@ -134,10 +150,14 @@ func (p *pgServer) url(db string) string {
 // it returns when it did.
 func (p *pgServer) start(t *testing.T) time.Time {
 	t.Helper()
-	cmd := exec.Command(filepath.Join(p.bin, "postgres"), "-D", p.dir, "-p", strconv.Itoa(p.port),
-		"-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories="+filepath.Dir(p.dir),
+	args := []string{"-D", p.dir, "-p", strconv.Itoa(p.port),
+		"-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories=" + filepath.Dir(p.dir),
 		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
-		"-c", "max_connections=200", "-c", "shared_buffers=32MB")
+		"-c", "max_connections=200", "-c", "shared_buffers=32MB"}
+	for _, s := range p.settings {
+		args = append(args, "-c", s)
+	}
+	cmd := exec.Command(filepath.Join(p.bin, "postgres"), args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: p.cred}
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
 	cmd.Stdout, cmd.Stderr = p.out, p.out

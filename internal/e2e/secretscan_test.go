@@ -193,38 +193,10 @@ func dumpRedis(ctx context.Context, c *redis.Client) ([]byte, int, error) {
 		for iter.Next(ctx) {
 			k := iter.Val()
 			keys++
-			typ, err := dbc.Type(ctx, k).Result()
+			typ, vals, err := redisValues(ctx, dbc, k)
 			if err != nil {
 				dbc.Close()
 				return nil, keys, err
-			}
-			var vals []string
-			switch typ {
-			case "string":
-				v, _ := dbc.Get(ctx, k).Result()
-				vals = []string{v}
-			case "hash":
-				m, _ := dbc.HGetAll(ctx, k).Result()
-				for f, v := range m {
-					vals = append(vals, f+"="+v)
-				}
-			case "list":
-				vals, _ = dbc.LRange(ctx, k, 0, -1).Result()
-			case "set":
-				vals, _ = dbc.SMembers(ctx, k).Result()
-			case "zset":
-				zs, _ := dbc.ZRangeWithScores(ctx, k, 0, -1).Result()
-				for _, z := range zs {
-					vals = append(vals, fmt.Sprint(z.Member)+" "+strconv.FormatFloat(z.Score, 'f', -1, 64))
-				}
-			case "stream":
-				xs, _ := dbc.XRange(ctx, k, "-", "+").Result()
-				for _, x := range xs {
-					vals = append(vals, x.ID+" "+fmt.Sprint(x.Values))
-				}
-			default:
-				v, _ := dbc.Dump(ctx, k).Result()
-				vals = []string{v}
 			}
 			for _, v := range vals {
 				// One line per value, so a hit names its key; newlines inside
@@ -281,7 +253,7 @@ func (s *stack) scanStack(t *testing.T) {
 		logBytes += len(out)
 		hits = append(hits, scanSecrets(p.name+" log", out)...)
 	}
-	redisLog := []byte(s.redis.out.tail(1 << 62))
+	redisLog := []byte(s.redis.logs())
 	hits = append(hits, scanSecrets("redis-server log", redisLog)...)
 
 	dump, err := dumpDatabase(ctx, s.db.URL)
@@ -292,10 +264,16 @@ func (s *stack) scanStack(t *testing.T) {
 
 	redisKeys := 0
 	var redisDump []byte
-	if s.redis.proc == nil {
+	if s.redis.down() {
 		t.Logf("secret scan: Redis is stopped at the end of the test; its data is gone and not scanned")
-	} else if redisDump, redisKeys, err = dumpRedis(ctx, s.redis.client); err != nil {
-		t.Errorf("secret scan: cannot read Redis: %v", err)
+	} else {
+		for _, c := range s.redis.primaries(t) {
+			b, n, err := dumpRedis(ctx, c)
+			if err != nil {
+				t.Errorf("secret scan: cannot read Redis %s: %v", c.Options().Addr, err)
+			}
+			redisDump, redisKeys = append(redisDump, b...), redisKeys+n
+		}
 	}
 	hits = append(hits, scanSecrets("Redis", redisDump)...)
 

@@ -18,8 +18,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/hibiken/asynq"
 )
 
 // The drain settings the shutdown tests run the API with.
@@ -961,7 +959,7 @@ func TestGracefulShutdownWorker(t *testing.T) {
 		if len(cut) == 0 {
 			t.Errorf("no delivery was cut by the shutdown timeout")
 		}
-		inspector := asynq.NewInspector(asynq.RedisClientOpt{Addr: st.redis.addr()})
+		inspector := st.redis.inspector()
 		defer inspector.Close()
 		queued := "unknown"
 		if info, err := inspector.GetQueueInfo("webhooks"); err == nil {

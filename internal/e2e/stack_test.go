@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -225,6 +226,7 @@ type redisServer struct {
 	path   string
 	port   int
 	dir    string
+	args   []string // before the defaults: a config file, --cluster-enabled yes, --replicaof...
 	out    *syncBuffer
 	proc   *process
 	client *redis.Client
@@ -244,10 +246,11 @@ func redisServerPath(t *testing.T) string {
 	return path
 }
 
-// startRedis starts the redis-server at path on a free loopback port.
-func startRedis(t *testing.T, path string) *redisServer {
+// startRedis starts the redis-server at path on a free loopback port, with
+// args before the default settings.
+func startRedis(t *testing.T, path string, args ...string) *redisServer {
 	t.Helper()
-	r := &redisServer{path: path, port: freePort(t), dir: t.TempDir(), out: new(syncBuffer)}
+	r := &redisServer{path: path, port: freePort(t), dir: t.TempDir(), args: args, out: new(syncBuffer)}
 	r.client = redis.NewClient(&redis.Options{Addr: r.addr(), DialTimeout: 250 * time.Millisecond, MaxRetries: -1})
 	t.Cleanup(func() {
 		_ = r.client.Close()
@@ -269,9 +272,9 @@ func (r *redisServer) url() string { return "redis://" + r.addr() + "/0" }
 func (r *redisServer) start(t *testing.T) {
 	t.Helper()
 	env := []string{"PATH=" + os.Getenv("PATH")}
-	r.proc = startProcess(t, "redis-server", r.out, env, r.path,
-		"--port", strconv.Itoa(r.port), "--bind", "127.0.0.1",
+	args := append(slices.Clone(r.args), "--port", strconv.Itoa(r.port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--dir", r.dir)
+	r.proc = startProcess(t, "redis-server", r.out, env, r.path, args...)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 250*time.Millisecond)
@@ -397,7 +400,7 @@ func newClient(t *testing.T, ip string) *http.Client {
 type stack struct {
 	bins     binaries
 	db       testenv.DB
-	redis    *redisServer
+	redis    *redisDeploy
 	env      []string
 	spec     *testenv.Spec // nil when api/openapi.yaml could not be loaded
 	replicas [2]string     // base URLs
@@ -412,6 +415,11 @@ type stackOptions struct {
 	apiEnv    []string // extra settings of the API replicas only
 	workerEnv []string // extra settings of the workers only
 	workers   int      // how many workers; 1 when 0
+	// redisMode is how Redis runs: single (one server), cluster (three
+	// primaries) or sentinel (a primary, its replica and three sentinels).
+	// When empty, the mode registered for the test's root (runInRedisMode),
+	// or single.
+	redisMode string
 }
 
 // workerSlot is one worker position of the stack: its address and settings
@@ -458,7 +466,7 @@ func startStack(t *testing.T, bins binaries, db testenv.DB, redisPath string, sp
 func startStackWith(t *testing.T, bins binaries, db testenv.DB, redisPath string, spec *testenv.Spec, opts stackOptions) *stack {
 	t.Helper()
 	s := &stack{bins: bins, spec: spec, db: db}
-	s.redis = startRedis(t, redisPath)
+	s.redis = startRedisDeploy(t, redisPath, cmp.Or(opts.redisMode, redisModeOf(t)))
 	// Registered after Redis and before the binaries, so it runs once they
 	// have stopped and before Redis stops and the database is dropped.
 	t.Cleanup(func() { s.scanStack(t) })
@@ -466,6 +474,7 @@ func startStackWith(t *testing.T, bins binaries, db testenv.DB, redisPath string
 		"PATH=" + os.Getenv("PATH"),
 		"DATABASE_URL=" + s.db.URL,
 		"REDIS_URL=" + s.redis.url(),
+		"REDIS_MODE=" + s.redis.mode,
 		"JWT_SECRET=" + randomHex(t, 32),
 		"ENCRYPTION_KEY=" + randomHex(t, 32),
 		"LOG_LEVEL=debug",

@@ -16,8 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hibiken/asynq"
-
 	"github.com/gatehouse-pay/gatehouse/internal/webhooks"
 )
 
@@ -759,7 +757,7 @@ func webhookFaultTest(t *testing.T, st *stack, bag *secretBag) {
 		`{"url":"`+inOrder.url()+`","events":["charge.created","charge.captured"],"ordered":true}`)
 	mustExpect(t, oe, http.StatusCreated, "")
 	endpoints := len(rcvs) + 1
-	inspector := asynq.NewInspector(asynq.RedisClientOpt{Addr: st.redis.addr()})
+	inspector := st.redis.inspector()
 	defer inspector.Close()
 
 	createCharges := func(n int, tag string, pace time.Duration, during func()) []string {
@@ -1058,29 +1056,8 @@ func checkNoWebhookSecrets(t *testing.T, st *stack, secrets []string) {
 		t.Fatal(err)
 	}
 	var values []string
-	iter := st.redis.client.Scan(ctx, 0, "*", 1000).Iterator()
-	for iter.Next(ctx) {
-		k := iter.Val()
-		values = append(values, k)
-		switch typ, _ := st.redis.client.Type(ctx, k).Result(); typ {
-		case "string":
-			v, _ := st.redis.client.Get(ctx, k).Result()
-			values = append(values, v)
-		case "hash":
-			m, _ := st.redis.client.HGetAll(ctx, k).Result()
-			for f, v := range m {
-				values = append(values, f, v)
-			}
-		case "list":
-			v, _ := st.redis.client.LRange(ctx, k, 0, -1).Result()
-			values = append(values, v...)
-		case "set":
-			v, _ := st.redis.client.SMembers(ctx, k).Result()
-			values = append(values, v...)
-		case "zset":
-			v, _ := st.redis.client.ZRange(ctx, k, 0, -1).Result()
-			values = append(values, v...)
-		}
+	for k, v := range st.redis.entries(t) {
+		values = append(append(values, k), v...)
 	}
 	redisDump := strings.Join(values, " ")
 	logs := st.logs()

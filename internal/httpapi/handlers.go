@@ -2,7 +2,10 @@ package httpapi
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -18,24 +21,44 @@ func (s *server) healthz(c *fiber.Ctx) error {
 	return writeJSON(c, fiber.StatusOK, fiber.Map{"status": "ok"})
 }
 
-// readyz answers 200 only while Postgres and Redis answer and the process is
-// not draining, so a load balancer stops sending before shutdown.
+// readyz answers 200 only while every check answers and the process is not
+// draining, so a load balancer stops sending before shutdown. The checks
+// named by ?exclude= (repeated, or comma-separated: the kube-apiserver's
+// convention) still run and are reported, but do not make the answer 503:
+// the api serves safely without Redis (a local rate limiter, revocations
+// read from Postgres), so its Kubernetes probe excludes redis. Draining is
+// never excluded. An unknown name is a bad parameter (400).
 func (s *server) readyz(c *fiber.Ctx) error {
 	if s.Draining.Load() {
 		e := apperr.Unavailable(nil)
 		e.Message = "Not ready: shutting down."
 		return e
 	}
+	excluded, err := s.excludedChecks(c)
+	if err != nil {
+		return err
+	}
+	// The checks run at once, so the answer takes the slowest one's time
+	// (at most a second), not their sum.
+	names := slices.Sorted(maps.Keys(s.Checks))
+	errs := make([]error, len(names))
+	ctx, cancel := context.WithTimeout(c.UserContext(), time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for i, name := range names {
+		check := s.Checks[name]
+		wg.Go(func() { errs[i] = check(ctx) })
+	}
+	wg.Wait()
 	checks := map[string]string{}
 	var failed []string
-	for name, check := range s.Checks {
-		ctx, cancel := context.WithTimeout(c.UserContext(), time.Second)
-		err := check(ctx)
-		cancel()
+	for i, name := range names {
 		checks[name] = "ok"
-		if err != nil {
+		if errs[i] != nil {
 			checks[name] = "unavailable"
-			failed = append(failed, name)
+			if !excluded[name] {
+				failed = append(failed, name)
+			}
 		}
 	}
 	if len(failed) > 0 {
@@ -44,6 +67,22 @@ func (s *server) readyz(c *fiber.Ctx) error {
 		return e
 	}
 	return writeJSON(c, fiber.StatusOK, fiber.Map{"status": "ok", "checks": checks})
+}
+
+// excludedChecks reads the exclude query parameters of a readiness request:
+// names of checks, each parameter one name or a comma-separated list.
+func (s *server) excludedChecks(c *fiber.Ctx) (map[string]bool, error) {
+	excluded := map[string]bool{}
+	for _, v := range c.Context().QueryArgs().PeekMulti("exclude") {
+		for _, name := range strings.Split(string(v), ",") {
+			name = strings.TrimSpace(name)
+			if _, ok := s.Checks[name]; !ok {
+				return nil, apperr.Invalid("exclude", "exclude must name readiness checks (%s).", strings.Join(slices.Sorted(maps.Keys(s.Checks)), ", "))
+			}
+			excluded[name] = true
+		}
+	}
+	return excluded, nil
 }
 
 type merchantJSON struct {

@@ -12,7 +12,10 @@ func (s *server) routes(app *fiber.App) {
 
 	app.Get("/healthz", s.healthz)
 	app.Get("/readyz", s.readyz)
-	app.Get("/metrics", adaptor.HTTPHandler(s.MetricsHandler))
+	if s.Config.APIMetricsAddr == "" {
+		// Otherwise /metrics is served on API_METRICS_ADDR only (MetricsServer).
+		app.Get("/metrics", adaptor.HTTPHandler(s.MetricsHandler))
+	}
 
 	cfg := s.Config
 	login := s.limitByIP("login", cfg.RateLimitLogin)

@@ -10,9 +10,11 @@ import (
 	"log/slog"
 	"net/http"
 	"sync/atomic"
+	"time"
 
 	"github.com/gofiber/contrib/otelfiber/v2"
 	"github.com/gofiber/fiber/v2"
+	"github.com/google/uuid"
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/gatehouse-pay/gatehouse/internal/apikeys"
@@ -115,6 +117,27 @@ func NewServer(d Deps) *fiber.App {
 	}
 	s.routes(app)
 	return app
+}
+
+// MetricsServer serves GET /metrics with h and nothing else, for the
+// listener of API_METRICS_ADDR; NewServer then leaves /metrics off
+// HTTP_ADDR. Like every API answer, each carries an X-Request-Id (the
+// client's when it is safe to echo).
+func MetricsServer(h http.Handler) *http.Server {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", h)
+	return &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			id := r.Header.Get(headerRequestID)
+			if !validRequestID(id) {
+				id = uuid.NewString()
+			}
+			w.Header().Set(headerRequestID, id)
+			mux.ServeHTTP(w, r)
+		}),
+		ReadHeaderTimeout: 5 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+	}
 }
 
 // traced is the tracing middleware, first in the chain so that every later
