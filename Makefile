@@ -55,12 +55,12 @@ build: ## Build bin/api, bin/worker and bin/gatehouse (the CLI)
 run: ## Build and run api + worker locally with Postgres/Redis (deploy/local/run.sh)
 	@bash deploy/local/run.sh
 
-test: ## Install the test tools if missing, start Postgres/Redis if needed; go vet, OpenAPI lint, every test with -race
+test: ## Install the test tools if missing, start Postgres/Redis if needed; gofmt check, go vet, OpenAPI lint, every test with -race
 	@$(TESTENV) $(MAKE) --no-print-directory test-in-env
 
 # test-in-env is `make test` once deploy/local/testenv.sh has set things up.
 .PHONY: test-in-env
-test-in-env: vet openapi-lint
+test-in-env: fmt-check vet openapi-lint
 	GATEHOUSE_REQUIRE_SERVICES=1 $(GO) test -race -count=1 -timeout 20m $(TEST_FLAGS) $(PKG)
 
 tools: ## Install the pinned tools the tests run into bin/tools (make test does this itself)
