@@ -10,15 +10,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
-	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -32,6 +29,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/charges"
 	"github.com/gatehouse-pay/gatehouse/internal/config"
 	"github.com/gatehouse-pay/gatehouse/internal/events"
+	"github.com/gatehouse-pay/gatehouse/internal/health"
 	"github.com/gatehouse-pay/gatehouse/internal/jobs"
 	"github.com/gatehouse-pay/gatehouse/internal/keyring"
 	"github.com/gatehouse-pay/gatehouse/internal/logging"
@@ -248,45 +246,20 @@ func work(ctx context.Context, getenv func(string) string, stderr io.Writer) err
 // its Kubernetes probe excludes both checks, so a pod stays among the
 // endpoints Prometheus scrapes while the stores are down.
 func readyz(draining *atomic.Bool, checks map[string]func(context.Context) error) http.HandlerFunc {
-	names := slices.Sorted(maps.Keys(checks))
 	return func(w http.ResponseWriter, r *http.Request) {
-		excluded := map[string]bool{}
-		for _, v := range r.URL.Query()["exclude"] {
-			for _, name := range strings.Split(v, ",") {
-				name = strings.TrimSpace(name)
-				if _, ok := checks[name]; !ok {
-					writeJSON(w, http.StatusBadRequest, map[string]any{"error": map[string]string{
-						"code":       "parameter_invalid",
-						"message":    "exclude must name readiness checks (" + strings.Join(names, ", ") + ").",
-						"param":      "exclude",
-						"request_id": w.Header().Get("X-Request-Id"),
-					}})
-					return
-				}
-				excluded[name] = true
-			}
+		excluded, err := health.Checks(checks).Exclude(r.URL.Query()["exclude"])
+		if err != nil {
+			writeJSON(w, http.StatusBadRequest, map[string]any{"error": map[string]string{
+				"code":       "parameter_invalid",
+				"message":    err.Error(),
+				"param":      "exclude",
+				"request_id": w.Header().Get("X-Request-Id"),
+			}})
+			return
 		}
-		rctx, cancel := context.WithTimeout(r.Context(), time.Second)
-		defer cancel()
-		errs := make([]error, len(names))
-		var wg sync.WaitGroup
-		for i, name := range names {
-			wg.Go(func() { errs[i] = checks[name](rctx) })
-		}
-		wg.Wait()
-		var failed []string
+		states, failed := health.Checks(checks).Run(r.Context(), excluded)
 		if draining.Load() {
-			failed = append(failed, "draining")
-		}
-		state := map[string]string{}
-		for i, name := range names {
-			state[name] = "ok"
-			if errs[i] != nil {
-				state[name] = "unavailable"
-				if !excluded[name] {
-					failed = append(failed, name)
-				}
-			}
+			failed = append([]string{"draining"}, failed...)
 		}
 		if len(failed) > 0 {
 			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": map[string]string{
@@ -296,7 +269,7 @@ func readyz(draining *atomic.Bool, checks map[string]func(context.Context) error
 			}})
 			return
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "checks": state})
+		writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "checks": states})
 	}
 }
 

@@ -183,18 +183,7 @@ func TestChaosRedisSentinel(t *testing.T) {
 	primary.start(t) // it comes back as an empty primary; the sentinels make it a replica
 	shots := load.end()
 
-	var created, unavailable, other int
-	for _, s := range shots {
-		switch {
-		case s.err == nil && s.status == http.StatusCreated:
-			created++
-		case s.err == nil && s.status == http.StatusServiceUnavailable:
-			unavailable++
-		default:
-			other++
-			t.Errorf("charge %s: %d %s %v, want 201 (or 503)", s.key, s.status, s.code, s.err)
-		}
-	}
+	created, unavailable, other, _ := tally(t, shots)
 	drained, lost := waitDrained(t, st, m, []*receiver{rcv}, killed, chaosScale(60*time.Second, 120*time.Second))
 
 	// Recovery: the first charge made after the kill that the worker captured.

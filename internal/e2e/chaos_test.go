@@ -175,6 +175,25 @@ func (g *chaosLoad) first201After(from time.Time, within time.Duration) time.Tim
 	return first
 }
 
+// tally counts the answers of a load: 201s, 503s and anything else (each an
+// error of the test), and returns the keys that did not get a 201.
+func tally(t *testing.T, shots []chaosShot) (created, unavailable, other int, retry []string) {
+	for _, s := range shots {
+		switch {
+		case s.err == nil && s.status == http.StatusCreated:
+			created++
+		case s.err == nil && s.status == http.StatusServiceUnavailable:
+			unavailable++
+			retry = append(retry, s.key)
+		default:
+			other++
+			retry = append(retry, s.key)
+			t.Errorf("charge %s: %d %s %v after %s, want 201 or 503", s.key, s.status, s.code, s.err, s.end.Sub(s.start).Round(time.Millisecond))
+		}
+	}
+	return created, unavailable, other, retry
+}
+
 func (g *chaosLoad) end() []chaosShot {
 	close(g.stop)
 	g.wg.Wait()
@@ -751,21 +770,7 @@ func TestChaosPostgresRestart(t *testing.T) {
 	time.Sleep(time.Second)
 	shots := load.end()
 
-	var ok, unavailable, other int
-	var retry []string
-	for _, s := range shots {
-		switch {
-		case s.err == nil && s.status == http.StatusCreated:
-			ok++
-		case s.err == nil && s.status == http.StatusServiceUnavailable:
-			unavailable++
-			retry = append(retry, s.key)
-		default:
-			other++
-			retry = append(retry, s.key)
-			t.Errorf("charge %s: %d %s %v, want 201 or 503", s.key, s.status, s.code, s.err)
-		}
-	}
+	ok, unavailable, other, retry := tally(t, shots)
 	// The 5 s recovery promise is held at full scale (make chaos, a quiet
 	// machine); at smoke scale, inside make test on a loaded machine, the
 	// test asserts that service comes back and reports how soon.

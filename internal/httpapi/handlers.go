@@ -1,17 +1,13 @@
 package httpapi
 
 import (
-	"context"
-	"maps"
-	"slices"
 	"strings"
-	"sync"
-	"time"
 
 	"github.com/gofiber/fiber/v2"
 
 	"github.com/gatehouse-pay/gatehouse/internal/apikeys"
 	"github.com/gatehouse-pay/gatehouse/internal/apperr"
+	"github.com/gatehouse-pay/gatehouse/internal/health"
 	"github.com/gatehouse-pay/gatehouse/internal/idempotency"
 	"github.com/gatehouse-pay/gatehouse/internal/ids"
 	"github.com/gatehouse-pay/gatehouse/internal/merchants"
@@ -34,55 +30,22 @@ func (s *server) readyz(c *fiber.Ctx) error {
 		e.Message = "Not ready: shutting down."
 		return e
 	}
-	excluded, err := s.excludedChecks(c)
+	checks := health.Checks(s.Checks)
+	var values []string
+	for _, v := range c.Context().QueryArgs().PeekMulti("exclude") {
+		values = append(values, string(v))
+	}
+	excluded, err := checks.Exclude(values)
 	if err != nil {
-		return err
+		return apperr.Invalid("exclude", "%s", err.Error())
 	}
-	// The checks run at once, so the answer takes the slowest one's time
-	// (at most a second), not their sum.
-	names := slices.Sorted(maps.Keys(s.Checks))
-	errs := make([]error, len(names))
-	ctx, cancel := context.WithTimeout(c.UserContext(), time.Second)
-	defer cancel()
-	var wg sync.WaitGroup
-	for i, name := range names {
-		check := s.Checks[name]
-		wg.Go(func() { errs[i] = check(ctx) })
-	}
-	wg.Wait()
-	checks := map[string]string{}
-	var failed []string
-	for i, name := range names {
-		checks[name] = "ok"
-		if errs[i] != nil {
-			checks[name] = "unavailable"
-			if !excluded[name] {
-				failed = append(failed, name)
-			}
-		}
-	}
+	states, failed := checks.Run(c.UserContext(), excluded)
 	if len(failed) > 0 {
 		e := apperr.Unavailable(nil)
 		e.Message = "Not ready: " + strings.Join(failed, ", ") + " unreachable."
 		return e
 	}
-	return writeJSON(c, fiber.StatusOK, fiber.Map{"status": "ok", "checks": checks})
-}
-
-// excludedChecks reads the exclude query parameters of a readiness request:
-// names of checks, each parameter one name or a comma-separated list.
-func (s *server) excludedChecks(c *fiber.Ctx) (map[string]bool, error) {
-	excluded := map[string]bool{}
-	for _, v := range c.Context().QueryArgs().PeekMulti("exclude") {
-		for _, name := range strings.Split(string(v), ",") {
-			name = strings.TrimSpace(name)
-			if _, ok := s.Checks[name]; !ok {
-				return nil, apperr.Invalid("exclude", "exclude must name readiness checks (%s).", strings.Join(slices.Sorted(maps.Keys(s.Checks)), ", "))
-			}
-			excluded[name] = true
-		}
-	}
-	return excluded, nil
+	return writeJSON(c, fiber.StatusOK, fiber.Map{"status": "ok", "checks": states})
 }
 
 type merchantJSON struct {
