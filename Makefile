@@ -37,7 +37,7 @@ TESTENV := bash deploy/local/testenv.sh
 export REDOCLY_TELEMETRY := off
 export REDOCLY_SUPPRESS_UPDATE_NOTICE := true
 
-.PHONY: help build run test tools bench lint fmt fmt-check vet openapi-lint clean
+.PHONY: help build run test tools generate bench lint fmt fmt-check vet openapi-lint clean
 
 help: ## Show the available targets
 	@echo 'Gatehouse: make <target>'
@@ -62,6 +62,13 @@ test: ## Install the test tools if missing, start Postgres/Redis if needed; gofm
 .PHONY: test-in-env
 test-in-env: fmt-check vet openapi-lint
 	GATEHOUSE_REQUIRE_SERVICES=1 $(GO) test -race -count=1 -timeout 20m $(TEST_FLAGS) $(PKG)
+
+# The clients of examples/ are generated, not committed: oapi-codegen is the
+# `tool` of examples/go/go.mod, openapi-typescript is in examples/typescript's lock.
+.PHONY: generate
+generate: ## Generate the Go and TypeScript clients of examples/ from api/openapi.yaml
+	cd examples/go && GOWORK=off $(GO) generate ./...
+	cd examples/typescript && { [ -d node_modules ] || npm ci --no-audit --no-fund --ignore-scripts; } && npm run --silent generate
 
 tools: ## Install the pinned tools the tests run into bin/tools (make test does this itself)
 	@bash deploy/local/tools.sh install

@@ -16,6 +16,8 @@
 # | redocly (OpenAPI lint)| @redocly/cli 2.77.0 | npm install                                              |
 # | signature verifiers   | internal/webhooks/testdata/verify/package-lock.json | npm ci          |
 # | browser journeys      | internal/e2e/browser/package-lock.json (playwright-core) | npm ci     |
+# | oapi-codegen (Go client) | v2.8.2, the `tool` of examples/go/go.mod | go tool (built once into Go's cache) |
+# | openapi-typescript, openapi-fetch, tsc | examples/typescript/package-lock.json | npm ci      |
 # | chromium              | Debian's package (/usr/bin/chromium; never a downloaded browser) | apt-get |
 #
 # Each tool is built once per machine into $GATEHOUSE_TOOLS_DIR (default
@@ -39,6 +41,8 @@ STRIPE_MOCK_VERSION=v0.203.0
 REDOCLY_VERSION=2.77.0
 VERIFY_DIR=$ROOT/internal/webhooks/testdata/verify
 BROWSER_DIR=$ROOT/internal/e2e/browser
+SDK_GO_DIR=$ROOT/examples/go
+SDK_TS_DIR=$ROOT/examples/typescript
 CHROMIUM=${CHROMIUM:-/usr/bin/chromium}
 
 log() { printf '[tools] %s\n' "$*" >&2; }
@@ -124,11 +128,13 @@ redocly_install() {
 	settle "$tmp" "$final"
 }
 
-# pinned_installed DIR: node_modules of DIR matches the versions of its package.json.
+# pinned_installed DIR: node_modules of DIR matches the versions of its package.json
+# (dependencies and devDependencies).
 pinned_installed() {
 	(cd "$1" && node -e '
 		const fs = require("fs");
-		const want = JSON.parse(fs.readFileSync("package.json")).dependencies;
+		const pkg = JSON.parse(fs.readFileSync("package.json"));
+		const want = { ...pkg.dependencies, ...pkg.devDependencies };
 		for (const [name, version] of Object.entries(want)) {
 			const got = JSON.parse(fs.readFileSync("node_modules/" + name + "/package.json")).version;
 			if (got !== version) process.exit(1);
@@ -166,6 +172,25 @@ browser_install() {
 		fail "npm ci in $BROWSER_DIR failed"
 }
 
+# sdk_go_install: the Go generator pinned as a tool in examples/go/go.mod,
+# built into Go's build cache so that `go tool oapi-codegen` starts at once.
+sdk_go_install() {
+	local out
+	if ! out=$(cd "$SDK_GO_DIR" && go_env GOFLAGS=-mod=readonly go tool oapi-codegen -version 2>&1); then
+		printf '%s\n' "$out" >&2
+		fail "building oapi-codegen (go tool, examples/go/go.mod) failed (output above)"
+	fi
+}
+
+# sdk_ts_install: openapi-typescript, openapi-fetch and TypeScript (npm ci).
+sdk_ts_install() {
+	need_npm
+	pinned_installed "$SDK_TS_DIR" && return 0
+	log "installing openapi-typescript, openapi-fetch and typescript (npm ci in examples/typescript)"
+	(cd "$SDK_TS_DIR" && npm ci --no-audit --no-fund --ignore-scripts) >/dev/null ||
+		fail "npm ci in $SDK_TS_DIR failed"
+}
+
 link() {
 	mkdir -p "$LINK_DIR"
 	ln -sfn "$1" "$LINK_DIR/$2"
@@ -178,13 +203,15 @@ install_all() {
 	redocly_install
 	verifiers_install
 	browser_install
+	sdk_go_install
+	sdk_ts_install
 
 	link "$TOOLS_DIR/prometheus@$PROMETHEUS_VERSION/promtool" promtool
 	link "$TOOLS_DIR/prometheus@$PROMETHEUS_VERSION/prometheus" prometheus
 	link "$TOOLS_DIR/kustomize@$KUSTOMIZE_VERSION/kustomize" kustomize
 	link "$TOOLS_DIR/stripe-mock@$STRIPE_MOCK_VERSION/stripe-mock" stripe-mock
 	link "$TOOLS_DIR/redocly@$REDOCLY_VERSION/node_modules/.bin/redocly" redocly
-	log "ready in bin/tools: promtool and prometheus $PROMETHEUS_RELEASE, kustomize $KUSTOMIZE_VERSION, stripe-mock $STRIPE_MOCK_VERSION, redocly $REDOCLY_VERSION; signature verifiers; chromium and playwright-core"
+	log "ready in bin/tools: promtool and prometheus $PROMETHEUS_RELEASE, kustomize $KUSTOMIZE_VERSION, stripe-mock $STRIPE_MOCK_VERSION, redocly $REDOCLY_VERSION; signature verifiers; chromium and playwright-core; oapi-codegen, openapi-typescript and openapi-fetch"
 }
 
 check_all() {
@@ -195,6 +222,7 @@ check_all() {
 	verifiers_installed || missing+=("signature verifiers")
 	[ -x "$CHROMIUM" ] || missing+=("chromium")
 	pinned_installed "$BROWSER_DIR" || missing+=("playwright-core")
+	pinned_installed "$SDK_TS_DIR" || missing+=("openapi-typescript and openapi-fetch")
 	if [ "${#missing[@]}" -gt 0 ]; then
 		log "missing: ${missing[*]} (run deploy/local/tools.sh)"
 		return 1

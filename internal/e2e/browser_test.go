@@ -22,31 +22,19 @@ import (
 // them the test is skipped, or fails under GATEHOUSE_REQUIRE_SERVICES=1.
 func browserTools(t *testing.T) (dir, chromium string) {
 	t.Helper()
-	unavailable := func(format string, args ...any) {
-		t.Helper()
-		if os.Getenv("GATEHOUSE_REQUIRE_SERVICES") == "1" {
-			t.Fatalf(format+" (deploy/local/tools.sh installs it)", args...)
-		}
-		t.Skipf(format+" (set GATEHOUSE_REQUIRE_SERVICES=1 to fail instead)", args...)
-	}
-	if _, err := exec.LookPath("node"); err != nil {
-		unavailable("node is not on PATH: %v", err)
-	}
 	chromium = os.Getenv("CHROMIUM")
 	if chromium == "" {
 		chromium = "/usr/bin/chromium"
 	}
 	if _, err := os.Stat(chromium); err != nil {
-		unavailable("no chromium at %s: %v", chromium, err)
+		unavailable(t, "no chromium at %s: %v", chromium, err)
 	}
 	root, err := moduleRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
 	dir = filepath.Join(root, "internal", "e2e", "browser")
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "playwright-core", "package.json")); err != nil {
-		unavailable("playwright-core is not installed in %s: %v", dir, err)
-	}
+	needNodeModule(t, dir, "playwright-core")
 	return dir, chromium
 }
 
@@ -166,13 +154,8 @@ func TestBrowserJourneys(t *testing.T) {
 	setup := newClient(t, "127.0.0.40")
 	email, password := "browser-"+randomHex(t, 4)+"@example.com", "correct horse "+randomHex(t, 8)
 	merchantID := st.createMerchant(t, email, password, "Browser Shop")
-	login := st.login(t, setup, st.replicas[0], fmt.Sprintf(`{"email":%q,"password":%q}`, email, password))
-	mustExpect(t, login, http.StatusOK, "")
-	var session struct {
-		Token string `json:"token"`
-	}
-	decode(t, login, &session)
-	key := st.newKey(t, setup, session.Token, "checkout")
+	token := st.sessionToken(t, setup, email, password)
+	key := st.newKey(t, setup, token, "checkout")
 	if !strings.HasPrefix(key.PublicKey, "pk_test_") {
 		t.Fatalf("no public key in the key's creation answer")
 	}

@@ -28,15 +28,33 @@ func verifierDir(t *testing.T) string {
 		t.Fatal(err)
 	}
 	dir := filepath.Join(root, "internal", "webhooks", "testdata", "verify")
-	_, errNode := exec.LookPath("node")
-	_, errMod := os.Stat(filepath.Join(dir, "node_modules", "standardwebhooks", "package.json"))
-	if errNode != nil || errMod != nil {
-		if os.Getenv("GATEHOUSE_REQUIRE_SERVICES") == "1" {
-			t.Fatalf("node or the signature verifiers are missing (deploy/local/tools.sh installs them): %v %v", errNode, errMod)
-		}
-		t.Skipf("node or the signature verifiers are missing: %v %v", errNode, errMod)
-	}
+	needNodeModule(t, dir, "standardwebhooks")
 	return dir
+}
+
+// unavailable skips the test for a missing tool, or fails it under
+// GATEHOUSE_REQUIRE_SERVICES=1.
+func unavailable(t *testing.T, format string, args ...any) {
+	t.Helper()
+	if os.Getenv("GATEHOUSE_REQUIRE_SERVICES") == "1" {
+		t.Fatalf(format+" (deploy/local/tools.sh installs it)", args...)
+	}
+	t.Skipf(format+" (set GATEHOUSE_REQUIRE_SERVICES=1 to fail instead)", args...)
+}
+
+// needNodeModule returns the path of node, with the npm package pkg
+// installed in dir/node_modules, or skips the test (fails it under
+// GATEHOUSE_REQUIRE_SERVICES=1).
+func needNodeModule(t *testing.T, dir, pkg string) string {
+	t.Helper()
+	node, err := exec.LookPath("node")
+	if err != nil {
+		unavailable(t, "node is not on PATH: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", pkg, "package.json")); err != nil {
+		unavailable(t, "%s is not installed in %s: %v", pkg, dir, err)
+	}
+	return node
 }
 
 // received is one request the verifying receiver (receive.mjs) got.

@@ -652,13 +652,19 @@ func (s *stack) signUp(t *testing.T, c *http.Client, label, name string) (mercha
 	email := label + "-" + randomHex(t, 6) + "@example.com"
 	password := "correct horse " + randomHex(t, 8)
 	merchantID = s.createMerchant(t, email, password, name)
+	return merchantID, s.sessionToken(t, c, email, password)
+}
+
+// sessionToken signs in on replica 1 through c and returns the session token.
+func (s *stack) sessionToken(t *testing.T, c *http.Client, email, password string) string {
+	t.Helper()
 	login := s.login(t, c, s.replicas[0], fmt.Sprintf(`{"email":%q,"password":%q}`, email, password))
 	mustExpect(t, login, http.StatusOK, "")
 	var session struct {
 		Token string `json:"token"`
 	}
 	decode(t, login, &session)
-	return merchantID, session.Token
+	return session.Token
 }
 
 // newKey creates an API key named name with the session token on replica 2.

@@ -32,7 +32,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/google/uuid"
 
-	"github.com/gatehouse-pay/gatehouse/api"
+	"github.com/gatehouse-pay/gatehouse/internal/testenv"
 	"github.com/gatehouse-pay/gatehouse/internal/webhooks"
 )
 
@@ -813,15 +813,7 @@ func countLists() int {
 // loadOpenAPI parses api/openapi.yaml.
 func loadOpenAPI(t *testing.T) *openapi3.T {
 	t.Helper()
-	loader := openapi3.NewLoader()
-	doc, err := loader.LoadFromData(api.Spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := doc.Validate(loader.Context); err != nil {
-		t.Fatal(err)
-	}
-	return doc
+	return testenv.LoadSpec(t).Doc()
 }
 
 // operationOf finds the spec's operation for "METHOD /path/:id".

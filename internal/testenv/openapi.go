@@ -62,6 +62,9 @@ func LoadSpec(t testing.TB) *Spec {
 	return spec
 }
 
+// Doc is the parsed and validated description, without its servers.
+func (s *Spec) Doc() *openapi3.T { return s.doc }
+
 // Check fails the test unless the response (status, headers and body) is one
 // the spec documents for the request's operation. A request the spec has no
 // route for must be answered 404 or 405 with the Error schema.
