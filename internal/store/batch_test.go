@@ -146,7 +146,7 @@ func waitFor(t *testing.T, cond func() bool) {
 func TestBatcherLingers(t *testing.T) {
 	var mu sync.Mutex
 	var sizes []int
-	b := newBatcher(50, 1, 200*time.Millisecond, time.Second, func(_ context.Context, reqs []int) ([]int, error) {
+	b := newBatcher(50, 1, time.Second, time.Second, func(_ context.Context, reqs []int) ([]int, error) {
 		mu.Lock()
 		sizes = append(sizes, len(reqs))
 		mu.Unlock()
