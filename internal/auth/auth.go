@@ -16,12 +16,16 @@ import (
 )
 
 // Principal is the authenticated caller of a request: a dashboard session
-// (SessionID set) or an API secret key (KeyID and Environment set).
+// (SessionID set) or an API key (KeyID and Environment set): the secret key,
+// or on POST /v1/tokens the public key (PublicKey set).
 type Principal struct {
 	MerchantID  string
 	SessionID   string
 	KeyID       string
 	Environment string
+	// PublicKey is set when the caller used the key pair's public key,
+	// which anyone can read in a checkout page.
+	PublicKey bool
 }
 
 // IsSession reports whether the caller used a session token.

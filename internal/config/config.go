@@ -147,6 +147,14 @@ type Config struct {
 	RateLimitCharges Limit
 	RateLimitLogin   Limit
 	RateLimitDefault Limit
+	// RateLimitPublicKey bounds POST /v1/tokens per public key, counting
+	// only requests that passed the per-address limit, so one address can
+	// spend at most its own share of what every shopper of the merchant
+	// shares.
+	RateLimitPublicKey Limit
+	// RateLimitEndpointActions bounds, per webhook endpoint, its test
+	// deliveries and its recovers (each on its own count).
+	RateLimitEndpointActions Limit
 	// RateLimitLoginAccount is the budget of failed logins per account
 	// (email), across addresses; over it, only addresses that signed in to
 	// the account before may try (see docs/design.md).
@@ -372,6 +380,8 @@ func Load(getenv func(string) string, needs Needs) (Config, error) {
 	c.RateLimitCharges = limit("RATE_LIMIT_CHARGES", "100/1m")
 	c.RateLimitLogin = limit("RATE_LIMIT_LOGIN", "10/5m")
 	c.RateLimitDefault = limit("RATE_LIMIT_DEFAULT", "500/1m")
+	c.RateLimitPublicKey = limit("RATE_LIMIT_PUBLIC_KEY", "5000/1m")
+	c.RateLimitEndpointActions = limit("RATE_LIMIT_ENDPOINT_ACTIONS", "20/1m")
 	c.RateLimitLoginAccount = limit("RATE_LIMIT_LOGIN_ACCOUNT", "20/15m")
 
 	// By default hashing may take half the CPUs the process has (GOMAXPROCS

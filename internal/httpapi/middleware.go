@@ -18,6 +18,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/apperr"
 	"github.com/gatehouse-pay/gatehouse/internal/auth"
 	"github.com/gatehouse-pay/gatehouse/internal/config"
+	"github.com/gatehouse-pay/gatehouse/internal/ids"
 	"github.com/gatehouse-pay/gatehouse/internal/logging"
 	"github.com/gatehouse-pay/gatehouse/internal/merchants"
 	"github.com/gatehouse-pay/gatehouse/internal/ratelimit"
@@ -236,6 +237,23 @@ func (s *server) limitByIP(name string, l config.Limit) fiber.Handler {
 // limitByKey limits per API key pair; it runs after authentication.
 func (s *server) limitByKey(name string, l config.Limit) fiber.Handler {
 	return s.limit(name, l, func(c *fiber.Ctx) string { return principal(c).KeyID })
+}
+
+// limitByEndpoint limits per webhook endpoint of the caller's merchant; it
+// runs after authentication. The count is the merchant's own, so another
+// merchant naming the endpoint's id spends nothing of it. An id that is not
+// an endpoint id's shape is left to the handler's 404 and counts nothing, so
+// made-up ids cannot fill Redis with counts.
+func (s *server) limitByEndpoint(name string, l config.Limit) fiber.Handler {
+	limit := s.limit(name, l, func(c *fiber.Ctx) string {
+		return principal(c).MerchantID + "/" + c.Params("id")
+	})
+	return func(c *fiber.Ctx) error {
+		if !ids.Valid("we", c.Params("id")) {
+			return c.Next()
+		}
+		return limit(c)
+	}
 }
 
 type accept int

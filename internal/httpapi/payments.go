@@ -18,8 +18,10 @@ import (
 
 const headerIdempotencyKey = "Idempotency-Key"
 
-// idempotent reads the Idempotency-Key header. The fingerprint is keyed, so
-// the stored record reveals nothing of the body (which may hold card data).
+// idempotent reads the Idempotency-Key header, in the space of the request's
+// kind of credential: a public key's requests never meet the merchant's own.
+// The fingerprint is keyed, so the stored record reveals nothing of the body
+// (which may hold card data).
 func (s *server) idempotent(c *fiber.Ctx) (*idempotency.Request, error) {
 	key := c.Get(headerIdempotencyKey)
 	if key == "" {
@@ -29,7 +31,11 @@ func (s *server) idempotent(c *fiber.Ctx) (*idempotency.Request, error) {
 		return nil, err
 	}
 	fp := s.Keyring.MAC(keyring.PurposeIdempotency, []byte(c.Method()), []byte(c.Path()), c.BodyRaw())
-	return &idempotency.Request{Key: strings.Clone(key), Fingerprint: fp}, nil
+	scope := idempotency.ScopeServer
+	if principal(c).PublicKey {
+		scope = idempotency.ScopePublic
+	}
+	return idempotency.NewRequest(scope, strings.Clone(key), fp), nil
 }
 
 // decodeCreate decodes the body of a creating POST into dst, then reads its

@@ -37,7 +37,7 @@ func (s *server) routes(app *fiber.App) {
 
 	app.Post("/v1/charges", s.authenticateCounted(acceptKey, "default", cfg.RateLimitDefault, &namedLimit{"charges", cfg.RateLimitCharges}), s.createCharge)
 	app.Options(tokensPath, tokensPreflight)
-	app.Post(tokensPath, allowAnyOrigin, perIP, s.authenticatePublic, s.limitByKey("tokens", cfg.RateLimitDefault), s.createToken)
+	app.Post(tokensPath, allowAnyOrigin, perIP, s.authenticatePublic, s.limitByKey("tokens", cfg.RateLimitPublicKey), s.createToken)
 	app.Get("/v1/charges", perIP, secret, s.listCharges)
 	app.Get("/v1/charges/:id", perIP, secret, s.getCharge)
 	app.Post("/v1/charges/:id/capture", perIP, secret, s.captureCharge)
@@ -53,8 +53,8 @@ func (s *server) routes(app *fiber.App) {
 	app.Patch("/v1/me/webhook_endpoints/:id", perIP, secret, s.updateEndpoint)
 	app.Delete("/v1/me/webhook_endpoints/:id", perIP, secret, s.deleteEndpoint)
 	app.Post("/v1/me/webhook_endpoints/:id/rotate_secret", perIP, secret, s.rotateSecret)
-	app.Post("/v1/me/webhook_endpoints/:id/test", perIP, secret, s.testEndpoint)
-	app.Post("/v1/me/webhook_endpoints/:id/recover", perIP, secret, s.recoverEndpoint)
+	app.Post("/v1/me/webhook_endpoints/:id/test", perIP, secret, s.limitByEndpoint("endpoint_test", cfg.RateLimitEndpointActions), s.testEndpoint)
+	app.Post("/v1/me/webhook_endpoints/:id/recover", perIP, secret, s.limitByEndpoint("endpoint_recover", cfg.RateLimitEndpointActions), s.recoverEndpoint)
 	app.Get("/v1/me/webhook_endpoints/:id/deliveries", perIP, secret, s.listDeliveries)
 	app.Post("/v1/webhook_deliveries/:id/retry", perIP, secret, s.retryDelivery)
 

@@ -58,7 +58,7 @@ func (s *server) resolvePublic(c *fiber.Ctx) (auth.Principal, error) {
 		if err != nil {
 			return auth.Principal{}, err
 		}
-		return auth.Principal{MerchantID: e.MerchantID, KeyID: e.KeyID, Environment: e.Environment}, nil
+		return auth.Principal{MerchantID: e.MerchantID, KeyID: e.KeyID, Environment: e.Environment, PublicKey: true}, nil
 	case strings.HasPrefix(token, apikeys.SecretLivePrefix):
 		return auth.Principal{}, apperr.LiveMode()
 	case strings.HasPrefix(token, "sk_"):

@@ -222,12 +222,15 @@ func TestCardTokens(t *testing.T) {
 	})
 }
 
-// The per-key limit of POST /v1/tokens counts the public key's requests from
-// every address.
+// The per-key limit of POST /v1/tokens (RATE_LIMIT_PUBLIC_KEY) counts the
+// public key's requests from every address.
 func TestCardTokensLimitedPerPublicKey(t *testing.T) {
 	// The set-up's own requests (keys, lists) come from one address and count
 	// against its limit of 6; the tokens come from others.
-	h := newHarness(t, func(env map[string]string) { env["RATE_LIMIT_DEFAULT"] = "6/1m" })
+	h := newHarness(t, func(env map[string]string) {
+		env["RATE_LIMIT_DEFAULT"] = "6/1m"
+		env["RATE_LIMIT_PUBLIC_KEY"] = "6/1m"
+	})
 	a := h.account("ada@example.com")
 	pk := h.publicKeyOf(a.secret)
 	_, other := h.newKey(a.token)
