@@ -111,7 +111,7 @@ func (s *server) eventStream(c *fiber.Ctx) error {
 			for {
 				evs, next, err := store.After(ctx, merchant, cred, cur, streamBatch)
 				if errors.Is(err, events.ErrRevoked) {
-					// The connection closes; a reconnection gets 401 token_revoked.
+					// The response ends; a reconnection gets 401 token_revoked.
 					log.InfoContext(ctx, "event stream ended: its credential was revoked", "credential", cred.Kind)
 					return
 				}
