@@ -204,7 +204,8 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer) er
 
 	// The event stream's hub: it polls only while a stream is open, and ends
 	// every stream when the replica starts draining.
-	hub := events.NewHub(db, streamPoll, cfg.EventStreamMax, cfg.EventStreamMaxPerKey, log)
+	hub := events.NewHub(db, streamPoll, events.Limits{
+		Total: cfg.EventStreamMax, PerMerchant: cfg.EventStreamMaxPerMerchant, PerCredential: cfg.EventStreamMaxPerKey}, log)
 	go hub.Run(ctx)
 
 	httpMetrics := metrics.NewHTTP(reg)

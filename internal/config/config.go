@@ -102,10 +102,12 @@ type Config struct {
 
 	WebhookRetrySchedule []time.Duration
 	WebhookTimeout       time.Duration
-	// EventStreamMax bounds the open event streams of one API replica, and
+	// EventStreamMax bounds the open event streams of one API replica,
+	// EventStreamMaxPerMerchant those of one merchant on it and
 	// EventStreamMaxPerKey those of one API key on it.
-	EventStreamMax       int
-	EventStreamMaxPerKey int
+	EventStreamMax            int
+	EventStreamMaxPerMerchant int
+	EventStreamMaxPerKey      int
 	// EventStreamHeartbeat is how often an idle event stream sends a comment.
 	EventStreamHeartbeat time.Duration
 	// WebhookDisableAfter is how long an endpoint may do nothing but fail
@@ -334,7 +336,8 @@ func Load(getenv func(string) string, needs Needs) (Config, error) {
 	for _, v := range []struct {
 		name, def string
 		dst       *int
-	}{{"EVENT_STREAM_MAX", "1000", &c.EventStreamMax}, {"EVENT_STREAM_MAX_PER_KEY", "5", &c.EventStreamMaxPerKey}} {
+	}{{"EVENT_STREAM_MAX", "1000", &c.EventStreamMax}, {"EVENT_STREAM_MAX_PER_MERCHANT", "20", &c.EventStreamMaxPerMerchant},
+		{"EVENT_STREAM_MAX_PER_KEY", "5", &c.EventStreamMaxPerKey}} {
 		if n, err := strconv.Atoi(get(v.name, v.def)); err != nil || n < 1 {
 			bad(v.name, "must be a positive integer")
 		} else {

@@ -26,6 +26,15 @@ import (
 // PollEvery for all of them) and wakes their streams, which read from their
 // own cursors. A missed wake-up only delays: streams read again at every
 // heartbeat. Nothing is added to the path that writes events.
+//
+// Revocation: every read also checks, in the same statement and so in the
+// same snapshot, that the credential that opened the stream is still live,
+// and returns ErrRevoked instead of events when it is not. An event committed
+// after a revocation was answered committed after the revocation, so a
+// snapshot that sees the event sees the revocation too: a stream never
+// carries such an event, whichever replica revoked. The same poll also asks
+// which of the open credentials are no longer live and wakes their streams,
+// whose next read ends them, so an idle stream ends within a poll as well.
 
 // Cursor is a position in a merchant's stream: after the event ID written by
 // transaction TxID (a Postgres xid8, as text). The zero ID starts at TxID.
@@ -34,51 +43,84 @@ type Cursor struct {
 	ID   string
 }
 
+// Credential is what opened a stream: an API key or a dashboard session, by
+// id. It is live while it is not revoked (nor, for a session, expired).
+type Credential struct {
+	Kind string // CredentialKey or CredentialSession
+	ID   string
+}
+
+// Kinds of Credential.
+const (
+	CredentialKey     = "api_key"
+	CredentialSession = "session"
+)
+
+// ErrRevoked is what a read returns when the stream's credential is no
+// longer live: the stream ends, and the client's reconnection is refused.
+var ErrRevoked = apperr.Unauthenticated(apperr.CodeTokenRevoked, "The credential of this stream has been revoked.")
+
+// Poll is one answer of the hub's poll: which merchants have events below
+// the new Horizon, and which of the open credentials are no longer live.
+type Poll struct {
+	Woken   []string
+	Revoked []Credential
+	Horizon string
+}
+
 // StreamStore reads the stream. Horizon returns the oldest running
-// transaction id; Woken returns which of merchants have events written by
-// transactions in [from, the current horizon) and that horizon; After
-// returns up to limit events of the merchant after c, below the horizon, in
-// order, with the cursor of the last; CursorOf returns the cursor of one of
-// the merchant's events (KindNotFound for none, or one written before the
-// stream existed).
+// transaction id; Poll returns which of merchants have events written by
+// transactions in [from, the current horizon), that horizon, and which of
+// creds are no longer live; After returns up to limit events of the merchant
+// after c, below the horizon, in order, with the cursor of the last, or
+// ErrRevoked when cred is no longer live, checked in the same snapshot as
+// the events; CursorOf returns the cursor of one of the merchant's events
+// (KindNotFound for none, or one written before the stream existed).
 type StreamStore interface {
 	Horizon(ctx context.Context) (string, error)
-	Woken(ctx context.Context, merchants []string, from string) ([]string, string, error)
-	After(ctx context.Context, merchantID string, c Cursor, limit int) ([]Event, Cursor, error)
+	Poll(ctx context.Context, merchants []string, creds []Credential, from string) (Poll, error)
+	After(ctx context.Context, merchantID string, cred Credential, c Cursor, limit int) ([]Event, Cursor, error)
 	CursorOf(ctx context.Context, merchantID, eventID string) (Cursor, error)
+}
+
+// Limits bound the open streams of one replica: in all, per merchant and
+// per credential.
+type Limits struct {
+	Total         int
+	PerMerchant   int
+	PerCredential int
 }
 
 // Hub wakes the streams of one replica and bounds them.
 type Hub struct {
 	store     StreamStore
 	pollEvery time.Duration
-	maxTotal  int
-	maxPerKey int
+	limits    Limits
 	log       *slog.Logger
 
-	mu     sync.Mutex
-	subs   map[string]map[*Subscription]struct{} // merchant id -> streams
-	perKey map[string]int
-	total  int
-	closed bool
-	done   chan struct{}
-	wake   chan struct{} // a first subscriber starts polling
+	mu      sync.Mutex
+	subs    map[string]map[*Subscription]struct{} // merchant id -> streams
+	perCred map[Credential]int
+	total   int
+	closed  bool
+	done    chan struct{}
+	wake    chan struct{} // a first subscriber starts polling
 }
 
 // Subscription is one open stream.
 type Subscription struct {
 	hub      *Hub
 	merchant string
-	key      string
+	cred     Credential
 	// Wake receives (coalesced) when the merchant may have new events.
 	Wake chan struct{}
 }
 
 // NewHub returns a hub polling every pollEvery while streams are open, with
-// at most maxTotal streams on this replica and maxPerKey per API key.
-func NewHub(store StreamStore, pollEvery time.Duration, maxTotal, maxPerKey int, log *slog.Logger) *Hub {
-	return &Hub{store: store, pollEvery: pollEvery, maxTotal: maxTotal, maxPerKey: maxPerKey, log: log,
-		subs: map[string]map[*Subscription]struct{}{}, perKey: map[string]int{}, done: make(chan struct{}), wake: make(chan struct{}, 1)}
+// at most the limits' streams on this replica.
+func NewHub(store StreamStore, pollEvery time.Duration, limits Limits, log *slog.Logger) *Hub {
+	return &Hub{store: store, pollEvery: pollEvery, limits: limits, log: log,
+		subs: map[string]map[*Subscription]struct{}{}, perCred: map[Credential]int{}, done: make(chan struct{}), wake: make(chan struct{}, 1)}
 }
 
 // Store is the hub's store, for the streams' reads.
@@ -89,27 +131,32 @@ func (h *Hub) Done() <-chan struct{} { return h.done }
 
 var (
 	errKeyBusy = &apperr.Error{Kind: apperr.KindRateLimited, Code: apperr.CodeRateLimited,
-		Message: "Too many open event streams for this API key; close one first."}
+		Message: "Too many open event streams for this credential; close one first."}
+	errMerchantBusy = &apperr.Error{Kind: apperr.KindRateLimited, Code: apperr.CodeRateLimited,
+		Message: "Too many open event streams for this merchant; close one first."}
 	errHubFull = apperr.Unavailable(nil)
 )
 
-// Subscribe opens a stream of the merchant's events for the key, or refuses
-// it: 429 over the key's bound, 503 over the replica's or while shutting down.
-func (h *Hub) Subscribe(merchantID, keyID string) (*Subscription, error) {
+// Subscribe opens a stream of the merchant's events for the credential, or
+// refuses it: KindRateLimited over the merchant's or the credential's
+// bound, KindUnavailable over the replica's or while shutting down.
+func (h *Hub) Subscribe(merchantID string, cred Credential) (*Subscription, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	switch {
-	case h.closed || h.total >= h.maxTotal:
+	case h.closed || h.total >= h.limits.Total:
 		return nil, errHubFull
-	case h.perKey[keyID] >= h.maxPerKey:
+	case len(h.subs[merchantID]) >= h.limits.PerMerchant:
+		return nil, errMerchantBusy
+	case h.perCred[cred] >= h.limits.PerCredential:
 		return nil, errKeyBusy
 	}
-	s := &Subscription{hub: h, merchant: merchantID, key: keyID, Wake: make(chan struct{}, 1)}
+	s := &Subscription{hub: h, merchant: merchantID, cred: cred, Wake: make(chan struct{}, 1)}
 	if h.subs[merchantID] == nil {
 		h.subs[merchantID] = map[*Subscription]struct{}{}
 	}
 	h.subs[merchantID][s] = struct{}{}
-	h.perKey[keyID]++
+	h.perCred[cred]++
 	h.total++
 	select {
 	case h.wake <- struct{}{}:
@@ -130,8 +177,8 @@ func (s *Subscription) Close() {
 	if len(h.subs[s.merchant]) == 0 {
 		delete(h.subs, s.merchant)
 	}
-	if h.perKey[s.key]--; h.perKey[s.key] <= 0 {
-		delete(h.perKey, s.key)
+	if h.perCred[s.cred]--; h.perCred[s.cred] <= 0 {
+		delete(h.perCred, s.cred)
 	}
 	h.total--
 }
@@ -153,24 +200,47 @@ func (h *Hub) Close() {
 	}
 }
 
-func (h *Hub) merchants() []string {
+// listening returns the merchants and the credentials with open streams.
+func (h *Hub) listening() ([]string, []Credential) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	out := make([]string, 0, len(h.subs))
+	ms := make([]string, 0, len(h.subs))
 	for m := range h.subs {
-		out = append(out, m)
+		ms = append(ms, m)
 	}
-	return out
+	creds := make([]Credential, 0, len(h.perCred))
+	for c := range h.perCred {
+		creds = append(creds, c)
+	}
+	return ms, creds
 }
 
-func (h *Hub) notify(merchants []string) {
+// notify wakes the streams of the merchants and those of the credentials.
+func (h *Hub) notify(merchants []string, revoked []Credential) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	wake := func(s *Subscription) {
+		select {
+		case s.Wake <- struct{}{}:
+		default:
+		}
+	}
 	for _, m := range merchants {
 		for s := range h.subs[m] {
-			select {
-			case s.Wake <- struct{}{}:
-			default:
+			wake(s)
+		}
+	}
+	if len(revoked) == 0 {
+		return
+	}
+	gone := make(map[Credential]bool, len(revoked))
+	for _, c := range revoked {
+		gone[c] = true
+	}
+	for _, ss := range h.subs {
+		for s := range ss {
+			if gone[s.cred] {
+				wake(s)
 			}
 		}
 	}
@@ -183,7 +253,7 @@ func (h *Hub) Run(ctx context.Context) {
 	t := time.NewTicker(h.pollEvery)
 	defer t.Stop()
 	for {
-		ms := h.merchants()
+		ms, creds := h.listening()
 		if len(ms) == 0 {
 			horizon = "" // idle: nothing to remember
 			select {
@@ -200,11 +270,11 @@ func (h *Hub) Run(ctx context.Context) {
 			if horizon, err = h.store.Horizon(ctx); err != nil {
 				h.log.WarnContext(ctx, "event stream: horizon unreadable", "err", err)
 			}
-		} else if woken, next, err := h.store.Woken(ctx, ms, horizon); err != nil {
+		} else if p, err := h.store.Poll(ctx, ms, creds, horizon); err != nil {
 			h.log.WarnContext(ctx, "event stream: poll failed", "err", err)
 		} else {
-			horizon = next
-			h.notify(woken)
+			horizon = p.Horizon
+			h.notify(p.Woken, p.Revoked)
 		}
 		select {
 		case <-t.C:

@@ -125,7 +125,8 @@ func newHarnessWith(t *testing.T, o harnessOptions) *harness {
 	if o.keyStore != nil {
 		keyStore = o.keyStore(st)
 	}
-	hub := events.NewHub(st, 20*time.Millisecond, cfg.EventStreamMax, cfg.EventStreamMaxPerKey, log)
+	hub := events.NewHub(st, 20*time.Millisecond, events.Limits{
+		Total: cfg.EventStreamMax, PerMerchant: cfg.EventStreamMaxPerMerchant, PerCredential: cfg.EventStreamMaxPerKey}, log)
 	hubCtx, stopHub := context.WithCancel(context.Background())
 	go hub.Run(hubCtx)
 	app := httpapi.NewServer(httpapi.Deps{

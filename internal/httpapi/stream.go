@@ -4,12 +4,14 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"strconv"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
 
 	"github.com/gatehouse-pay/gatehouse/internal/apperr"
+	"github.com/gatehouse-pay/gatehouse/internal/auth"
 	"github.com/gatehouse-pay/gatehouse/internal/events"
 	"github.com/gatehouse-pay/gatehouse/internal/ids"
 	"github.com/gatehouse-pay/gatehouse/internal/logging"
@@ -26,7 +28,20 @@ const (
 	streamWriteWait = 10 * time.Second
 	// streamRetryMS is the reconnection delay the stream asks of clients.
 	streamRetryMS = "2000"
+	// streamRetryAfter is the Retry-After, in seconds, of a stream refused
+	// over one of its bounds.
+	streamRetryAfter = "2"
 )
+
+// credentialOf is the credential a stream checks before each read: the
+// session or the API key of the request. The route accepts secret keys only
+// today; the stream ends on the revocation of either kind.
+func credentialOf(p auth.Principal) events.Credential {
+	if p.IsSession() {
+		return events.Credential{Kind: events.CredentialSession, ID: p.SessionID}
+	}
+	return events.Credential{Kind: events.CredentialKey, ID: p.KeyID}
+}
 
 var errLastEventID = apperr.Invalid("Last-Event-ID",
 	"Last-Event-ID must be the id of one of your events of the last 30 days; omit it to start from now.")
@@ -57,8 +72,13 @@ func (s *server) eventStream(c *fiber.Ctx) error {
 		}
 		cur = events.Cursor{TxID: h}
 	}
-	sub, err := s.Stream.Subscribe(p.MerchantID, p.KeyID)
+	cred := credentialOf(p)
+	sub, err := s.Stream.Subscribe(p.MerchantID, cred)
 	if err != nil {
+		if apperr.KindOf(err) == apperr.KindRateLimited {
+			// A place frees when one of the caller's streams ends.
+			c.Set(fiber.HeaderRetryAfter, streamRetryAfter)
+		}
 		return err
 	}
 	c.Set(fiber.HeaderContentType, "text/event-stream; charset=utf-8")
@@ -89,7 +109,12 @@ func (s *server) eventStream(c *fiber.Ctx) error {
 		defer beat.Stop()
 		for {
 			for {
-				evs, next, err := store.After(ctx, merchant, cur, streamBatch)
+				evs, next, err := store.After(ctx, merchant, cred, cur, streamBatch)
+				if errors.Is(err, events.ErrRevoked) {
+					// The response ends; a reconnection gets 401 token_revoked.
+					log.InfoContext(ctx, "event stream ended: its credential was revoked", "credential", cred.Kind)
+					return
+				}
 				if err != nil {
 					log.WarnContext(ctx, "event stream: read failed; the client resumes with Last-Event-ID", "err", err)
 					return

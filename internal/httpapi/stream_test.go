@@ -222,8 +222,8 @@ func TestEventStream(t *testing.T) {
 	if a2.status != 200 || a3.status != 200 {
 		t.Fatalf("streams 2 and 3 of a key: %d %d", a2.status, a3.status)
 	}
-	if x := openStream(t, one.base, a.secret, ""); x.status != 429 {
-		t.Errorf("a 4th stream of a key: %d, want 429", x.status)
+	if x := openStream(t, one.base, a.secret, ""); x.status != 429 || x.header.Get("Retry-After") != "2" {
+		t.Errorf("a 4th stream of a key: %d with Retry-After %q, want 429 with 2", x.status, x.header.Get("Retry-After"))
 	}
 	// 5 per replica: one holds A's 3 and B's 1.
 	c1 := openStream(t, one.base, one.account("cy@example.com").secret, "")
