@@ -105,7 +105,7 @@ func openDB(ctx context.Context, getenv func(string) string) (*pgxpool.Pool, err
 	if err != nil {
 		return nil, err
 	}
-	return store.Open(ctx, cfg.DatabaseURL.Reveal())
+	return store.Open(ctx, cfg.DatabaseURL.Reveal(), store.ConnectTimeout(cfg.DatabaseConnectTimeout))
 }
 
 func migrate(ctx context.Context, getenv func(string) string) error {
@@ -161,7 +161,7 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer) er
 	}
 	defer flushTraces(stopTracing, log)
 
-	pool, err := store.Open(ctx, cfg.DatabaseURL.Reveal())
+	pool, err := store.Open(ctx, cfg.DatabaseURL.Reveal(), store.Deadlines(cfg.DatabaseStatementTimeout, cfg.DatabaseConnectTimeout))
 	if err != nil {
 		return err
 	}
