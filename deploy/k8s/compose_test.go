@@ -3,7 +3,9 @@ package k8s_test
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
 	"slices"
@@ -450,9 +452,56 @@ func TestDockerignore(t *testing.T) {
 			}
 		}
 	}
-	for _, drop := range []string{".git", ".dev"} {
+	for _, drop := range []string{".git", ".dev", "bin", "bench", "worker", "gatehouse", "api/api", "**/*.test", "**/node_modules", "examples"} {
 		if !slices.Contains(patterns, drop) {
 			t.Errorf(".dockerignore keeps %s in the build context", drop)
+		}
+	}
+}
+
+// TestBuildOutputIgnored: git ignores what builds and tests write (the
+// binaries of go build ./cmd/... at the root, bin/, test binaries,
+// coverage, node_modules, screenshots), keeps the README's images and the
+// sources, and tracks no executable or file over 2 MB.
+func TestBuildOutputIgnored(t *testing.T) {
+	root := repoRoot(t)
+	if _, err := os.Stat(filepath.Join(root, ".git")); err != nil {
+		t.Skip("not a git checkout")
+	}
+	ignored := func(path string) bool {
+		err := exec.Command("git", "-C", root, "check-ignore", "-q", "--no-index", path).Run()
+		var exit *exec.ExitError
+		if err != nil && !(errors.As(err, &exit) && exit.ExitCode() == 1) {
+			t.Fatalf("git check-ignore %s: %v", path, err)
+		}
+		return err == nil
+	}
+	for _, p := range []string{"bench", "worker", "gatehouse", "api/api", "bin/api", "bin/screenshots/dashboard-login.png",
+		"internal/e2e/e2e.test", "coverage.out", "coverage.html", "examples/typescript/node_modules/x/index.js", "screenshots/a.png", "shot.png"} {
+		if !ignored(p) {
+			t.Errorf(".gitignore does not ignore %s", p)
+		}
+	}
+	for _, p := range []string{"api/openapi.yaml", "api/new.yaml", "docs/img/checkout-paid.png", "cmd/worker/main.go", "internal/store/coverage.go"} {
+		if ignored(p) {
+			t.Errorf(".gitignore ignores %s, which belongs to the sources", p)
+		}
+	}
+	out, err := exec.Command("git", "-C", root, "ls-files", "-z").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range strings.Split(strings.TrimRight(string(out), "\x00"), "\x00") {
+		f, err := os.Open(filepath.Join(root, name))
+		if err != nil {
+			continue // deleted in the work tree
+		}
+		head := make([]byte, 4)
+		n, _ := f.Read(head)
+		st, _ := f.Stat()
+		f.Close()
+		if string(head[:n]) == "\x7fELF" || (st != nil && st.Size() > 2<<20) {
+			t.Errorf("%s is tracked: a binary or a file over 2 MB (%d bytes)", name, st.Size())
 		}
 	}
 }
