@@ -169,7 +169,10 @@ func TestCompose(t *testing.T) {
 		}
 	}
 
-	// Health checks, on the port each process listens on.
+	// Health checks: the readiness the Kubernetes probes ask (the base
+	// Deployments' readinessProbe path), on the api's PROBE_ADDR (outside
+	// HTTP_MAX_CONNS) and the worker's METRICS_ADDR.
+	base := render(t, "base")
 	for _, name := range []string{"postgres", "redis"} {
 		hc, _ := services[name]["healthcheck"].(map[string]any)
 		if len(strs(hc["test"])) == 0 {
@@ -178,13 +181,20 @@ func TestCompose(t *testing.T) {
 	}
 	for _, name := range append([]string{"worker"}, apis...) {
 		env := envOf(services[name])
-		addr := env["HTTP_ADDR"]
+		addr, deployment := env["PROBE_ADDR"], "gatehouse-api"
 		if name == "worker" {
-			addr = env["METRICS_ADDR"]
+			addr, deployment = env["METRICS_ADDR"], "gatehouse-worker"
+		}
+		if addr == "" {
+			t.Errorf("%s: no PROBE_ADDR for its healthcheck", name)
+		}
+		readiness := mustDeployment(t, base, deployment).Spec.Template.Spec.Containers[0].ReadinessProbe.HTTPGet.Path
+		if !strings.HasPrefix(readiness, "/readyz?exclude=") {
+			t.Errorf("%s readinessProbe %q excludes nothing", deployment, readiness)
 		}
 		hc, _ := services[name]["healthcheck"].(map[string]any)
 		test := strs(hc["test"])
-		want := []string{"CMD", "/usr/local/bin/healthcheck", "http://127.0.0.1:" + portOf(addr) + "/readyz"}
+		want := []string{"CMD", "/usr/local/bin/healthcheck", "http://127.0.0.1:" + portOf(addr) + readiness}
 		if !slices.Equal(test, want) {
 			t.Errorf("%s healthcheck %q, want %q", name, test, want)
 		}
