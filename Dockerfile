@@ -76,6 +76,6 @@ ENV HTTP_ADDR=:8080 METRICS_ADDR=:9091
 # 8080 api, 9091 worker health and metrics, 9092 worker queue UI (ADMIN_ADDR).
 EXPOSE 8080 9091 9092
 # No image-wide HEALTHCHECK: api and worker listen on different ports. Use e.g.
-#   /usr/local/bin/healthcheck http://127.0.0.1:8080/readyz   (api)
-#   /usr/local/bin/healthcheck http://127.0.0.1:9091/readyz   (worker)
+#   /usr/local/bin/healthcheck 'http://127.0.0.1:8079/readyz?exclude=redis'   (api, PROBE_ADDR=:8079)
+#   /usr/local/bin/healthcheck 'http://127.0.0.1:9091/readyz?exclude=redis&exclude=postgres'   (worker)
 ENTRYPOINT ["/usr/local/bin/api"]

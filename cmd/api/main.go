@@ -105,7 +105,7 @@ func openDB(ctx context.Context, getenv func(string) string) (*pgxpool.Pool, err
 	if err != nil {
 		return nil, err
 	}
-	return store.Open(ctx, cfg.DatabaseURL.Reveal())
+	return store.Open(ctx, cfg.DatabaseURL.Reveal(), store.ConnectTimeout(cfg.DatabaseConnectTimeout))
 }
 
 func migrate(ctx context.Context, getenv func(string) string) error {
@@ -161,7 +161,7 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer) er
 	}
 	defer flushTraces(stopTracing, log)
 
-	pool, err := store.Open(ctx, cfg.DatabaseURL.Reveal())
+	pool, err := store.Open(ctx, cfg.DatabaseURL.Reveal(), store.Deadlines(cfg.DatabaseStatementTimeout, cfg.DatabaseConnectTimeout))
 	if err != nil {
 		return err
 	}
@@ -209,7 +209,7 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer) er
 	go hub.Run(ctx)
 
 	httpMetrics := metrics.NewHTTP(reg)
-	app := httpapi.NewServer(httpapi.Deps{
+	deps := httpapi.Deps{
 		Config:         cfg,
 		Log:            log,
 		Auth:           auth.NewService(db, db, rc, hasher, tokens, time.Now, log),
@@ -230,7 +230,27 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer) er
 			"redis":    func(ctx context.Context) error { return rdb.Ping(ctx).Err() },
 		},
 		Draining: draining,
-	})
+	}
+	app := httpapi.NewServer(deps)
+
+	// PROBE_ADDR: /healthz and /readyz on a listener of their own too, out
+	// of HTTP_MAX_CONNS, so the kubelet's probes answer while clients fill
+	// the public port. Closed once the requests have drained, so readiness
+	// answers 503 throughout the drain.
+	if cfg.ProbeAddr != "" {
+		pln, err := net.Listen("tcp", cfg.ProbeAddr)
+		if err != nil {
+			return fmt.Errorf("listen on PROBE_ADDR %s: %w", cfg.ProbeAddr, err)
+		}
+		probes := httpapi.NewProbeServer(deps)
+		go func() {
+			if err := probes.Listener(pln); err != nil {
+				log.Error("probe server stopped", "err", err)
+			}
+		}()
+		defer func() { _ = probes.ShutdownWithTimeout(metricsCloseTimeout) }()
+		log.Info("api probes listening", "probe_addr", pln.Addr().String())
+	}
 
 	// API_METRICS_ADDR: /metrics on a listener of its own, off the public port.
 	var metricsSrv *http.Server

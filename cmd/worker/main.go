@@ -78,14 +78,15 @@ func work(ctx context.Context, getenv func(string) string, stderr io.Writer) err
 	}
 	defer flushTraces(stopTracing, log)
 
-	pool, err := store.Open(ctx, cfg.DatabaseURL.Reveal())
+	deadlines := store.Deadlines(cfg.DatabaseStatementTimeout, cfg.DatabaseConnectTimeout)
+	pool, err := store.Open(ctx, cfg.DatabaseURL.Reveal(), deadlines)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
 	// The delivery batches run on a pool of their own, with generic plans
 	// (see store.GenericPlans); two statements of each kind at once at most.
-	batchPool, err := store.Open(ctx, cfg.DatabaseURL.Reveal(), store.GenericPlans(), store.MaxConns(4))
+	batchPool, err := store.Open(ctx, cfg.DatabaseURL.Reveal(), deadlines, store.GenericPlans(), store.MaxConns(4))
 	if err != nil {
 		return err
 	}

@@ -3,7 +3,9 @@ package k8s_test
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
 	"slices"
@@ -167,7 +169,10 @@ func TestCompose(t *testing.T) {
 		}
 	}
 
-	// Health checks, on the port each process listens on.
+	// Health checks: the readiness the Kubernetes probes ask (the base
+	// Deployments' readinessProbe path), on the api's PROBE_ADDR (outside
+	// HTTP_MAX_CONNS) and the worker's METRICS_ADDR.
+	base := render(t, "base")
 	for _, name := range []string{"postgres", "redis"} {
 		hc, _ := services[name]["healthcheck"].(map[string]any)
 		if len(strs(hc["test"])) == 0 {
@@ -176,13 +181,20 @@ func TestCompose(t *testing.T) {
 	}
 	for _, name := range append([]string{"worker"}, apis...) {
 		env := envOf(services[name])
-		addr := env["HTTP_ADDR"]
+		addr, deployment := env["PROBE_ADDR"], "gatehouse-api"
 		if name == "worker" {
-			addr = env["METRICS_ADDR"]
+			addr, deployment = env["METRICS_ADDR"], "gatehouse-worker"
+		}
+		if addr == "" {
+			t.Errorf("%s: no PROBE_ADDR for its healthcheck", name)
+		}
+		readiness := mustDeployment(t, base, deployment).Spec.Template.Spec.Containers[0].ReadinessProbe.HTTPGet.Path
+		if !strings.HasPrefix(readiness, "/readyz?exclude=") {
+			t.Errorf("%s readinessProbe %q excludes nothing", deployment, readiness)
 		}
 		hc, _ := services[name]["healthcheck"].(map[string]any)
 		test := strs(hc["test"])
-		want := []string{"CMD", "/usr/local/bin/healthcheck", "http://127.0.0.1:" + portOf(addr) + "/readyz"}
+		want := []string{"CMD", "/usr/local/bin/healthcheck", "http://127.0.0.1:" + portOf(addr) + readiness}
 		if !slices.Equal(test, want) {
 			t.Errorf("%s healthcheck %q, want %q", name, test, want)
 		}
@@ -450,9 +462,56 @@ func TestDockerignore(t *testing.T) {
 			}
 		}
 	}
-	for _, drop := range []string{".git", ".dev"} {
+	for _, drop := range []string{".git", ".dev", "bin", "bench", "worker", "gatehouse", "api/api", "**/*.test", "**/node_modules", "examples"} {
 		if !slices.Contains(patterns, drop) {
 			t.Errorf(".dockerignore keeps %s in the build context", drop)
+		}
+	}
+}
+
+// TestBuildOutputIgnored: git ignores what builds and tests write (the
+// binaries of go build ./cmd/... at the root, bin/, test binaries,
+// coverage, node_modules, screenshots), keeps the README's images and the
+// sources, and tracks no executable or file over 2 MB.
+func TestBuildOutputIgnored(t *testing.T) {
+	root := repoRoot(t)
+	if _, err := os.Stat(filepath.Join(root, ".git")); err != nil {
+		t.Skip("not a git checkout")
+	}
+	ignored := func(path string) bool {
+		err := exec.Command("git", "-C", root, "check-ignore", "-q", "--no-index", path).Run()
+		var exit *exec.ExitError
+		if err != nil && !(errors.As(err, &exit) && exit.ExitCode() == 1) {
+			t.Fatalf("git check-ignore %s: %v", path, err)
+		}
+		return err == nil
+	}
+	for _, p := range []string{"bench", "worker", "gatehouse", "api/api", "bin/api", "bin/screenshots/dashboard-login.png",
+		"internal/e2e/e2e.test", "coverage.out", "coverage.html", "examples/typescript/node_modules/x/index.js", "screenshots/a.png", "shot.png"} {
+		if !ignored(p) {
+			t.Errorf(".gitignore does not ignore %s", p)
+		}
+	}
+	for _, p := range []string{"api/openapi.yaml", "api/new.yaml", "docs/img/checkout-paid.png", "cmd/worker/main.go", "internal/store/coverage.go"} {
+		if ignored(p) {
+			t.Errorf(".gitignore ignores %s, which belongs to the sources", p)
+		}
+	}
+	out, err := exec.Command("git", "-C", root, "ls-files", "-z").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range strings.Split(strings.TrimRight(string(out), "\x00"), "\x00") {
+		f, err := os.Open(filepath.Join(root, name))
+		if err != nil {
+			continue // deleted in the work tree
+		}
+		head := make([]byte, 4)
+		n, _ := f.Read(head)
+		st, _ := f.Stat()
+		f.Close()
+		if string(head[:n]) == "\x7fELF" || (st != nil && st.Size() > 2<<20) {
+			t.Errorf("%s is tracked: a binary or a file over 2 MB (%d bytes)", name, st.Size())
 		}
 	}
 }

@@ -80,6 +80,19 @@ type Config struct {
 	// /metrics on HTTP_ADDR. A setting apart from METRICS_ADDR, which the
 	// worker reads, because local runs give both binaries one environment.
 	APIMetricsAddr string
+	// ProbeAddr, when set, serves the api's /healthz and /readyz on a
+	// listener of its own as well as on HTTP_ADDR: it is not counted against
+	// HTTP_MAX_CONNS, so a kubelet's probe answers while the public port is
+	// full. The worker serves its probes on METRICS_ADDR.
+	ProbeAddr string
+	// DatabaseStatementTimeout bounds every statement from the client's
+	// side (sending it, the server's work, reading the rows), and pings of
+	// pooled connections; DatabaseConnectTimeout bounds opening a
+	// connection, TLS and authentication included. Both hold when the
+	// network drops packets without a reset, where a server-side
+	// statement_timeout cannot help.
+	DatabaseStatementTimeout time.Duration
+	DatabaseConnectTimeout   time.Duration
 	// AdminAddr is the worker's admin listener (the read-only queue UI);
 	// empty turns it off. AdminToken guards it.
 	AdminAddr       string
@@ -213,6 +226,7 @@ func Load(getenv func(string) string, needs Needs) (Config, error) {
 		HTTPAddr:        get("HTTP_ADDR", ":8080"),
 		MetricsAddr:     get("METRICS_ADDR", ":9091"),
 		APIMetricsAddr:  get("API_METRICS_ADDR", ""),
+		ProbeAddr:       get("PROBE_ADDR", ""),
 		DefaultProvider: get("DEFAULT_PROVIDER", "sandbox"),
 		StripeSecretKey: Secret(get("STRIPE_SECRET_KEY", "")),
 		StripeAPIBase:   get("STRIPE_API_BASE", "https://api.stripe.com"),
@@ -274,6 +288,13 @@ func Load(getenv func(string) string, needs Needs) (Config, error) {
 			bad("API_METRICS_ADDR", "must differ from HTTP_ADDR (leave it empty to serve /metrics on HTTP_ADDR)")
 		}
 	}
+	if c.ProbeAddr != "" {
+		if _, port, ok := strings.Cut(c.ProbeAddr, ":"); !ok || port == "" {
+			bad("PROBE_ADDR", "must be host:port or :port, got %q", c.ProbeAddr)
+		} else if c.ProbeAddr == c.HTTPAddr || c.ProbeAddr == c.APIMetricsAddr {
+			bad("PROBE_ADDR", "must differ from HTTP_ADDR and API_METRICS_ADDR (leave it empty to serve the probes on HTTP_ADDR only)")
+		}
+	}
 
 	if v := get("TRUSTED_PROXIES", ""); v != "" {
 		for _, p := range strings.Split(v, ",") {
@@ -303,6 +324,8 @@ func Load(getenv func(string) string, needs Needs) (Config, error) {
 		return d
 	}
 	c.ShutdownTimeout = duration("SHUTDOWN_TIMEOUT", "25s", time.Second)
+	c.DatabaseStatementTimeout = duration("DATABASE_STATEMENT_TIMEOUT", "5s", 100*time.Millisecond)
+	c.DatabaseConnectTimeout = duration("DATABASE_CONNECT_TIMEOUT", "5s", 100*time.Millisecond)
 	c.ShutdownDelay = duration("SHUTDOWN_DELAY", "0s", 0)
 	c.HTTPReadTimeout = duration("HTTP_READ_TIMEOUT", "15s", 100*time.Millisecond)
 	c.HTTPWriteTimeout = duration("HTTP_WRITE_TIMEOUT", "15s", 100*time.Millisecond)

@@ -168,3 +168,26 @@ func TestEveryVariableIsDocumented(t *testing.T) {
 		}
 	}
 }
+
+func TestProbeAddrAndDatabaseTimeouts(t *testing.T) {
+	cfg, err := Load(envOf(map[string]string{}), Needs{})
+	if err != nil || cfg.ProbeAddr != "" || cfg.DatabaseStatementTimeout != 5*time.Second || cfg.DatabaseConnectTimeout != 5*time.Second {
+		t.Fatalf("defaults: %q %v %v, %v", cfg.ProbeAddr, cfg.DatabaseStatementTimeout, cfg.DatabaseConnectTimeout, err)
+	}
+	cfg, err = Load(envOf(map[string]string{"PROBE_ADDR": ":8081", "DATABASE_STATEMENT_TIMEOUT": "1500ms", "DATABASE_CONNECT_TIMEOUT": "2s"}), Needs{})
+	if err != nil || cfg.ProbeAddr != ":8081" || cfg.DatabaseStatementTimeout != 1500*time.Millisecond || cfg.DatabaseConnectTimeout != 2*time.Second {
+		t.Fatalf("set: %q %v %v, %v", cfg.ProbeAddr, cfg.DatabaseStatementTimeout, cfg.DatabaseConnectTimeout, err)
+	}
+	for env, want := range map[string]string{
+		"PROBE_ADDR=8081":                  `PROBE_ADDR must be host:port or :port, got "8081"`,
+		"PROBE_ADDR=:8080":                 "PROBE_ADDR must differ from HTTP_ADDR and API_METRICS_ADDR",
+		"DATABASE_STATEMENT_TIMEOUT=50ms":  "DATABASE_STATEMENT_TIMEOUT must be a duration of at least 100ms",
+		"DATABASE_STATEMENT_TIMEOUT=often": "DATABASE_STATEMENT_TIMEOUT must be a duration",
+		"DATABASE_CONNECT_TIMEOUT=0":       "DATABASE_CONNECT_TIMEOUT must be a duration of at least 100ms",
+	} {
+		k, v, _ := strings.Cut(env, "=")
+		if _, err := Load(envOf(map[string]string{k: v}), Needs{}); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: got %v, want an error containing %q", env, err, want)
+		}
+	}
+}

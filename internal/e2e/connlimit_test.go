@@ -103,3 +103,53 @@ func TestConnectionLimit(t *testing.T) {
 		t.Errorf("gatehouse_http_connections_refused_total: got %v, want 2", got)
 	}
 }
+
+// TestProbePortAtConnectionLimit: with the public port full (HTTP_MAX_CONNS
+// keep-alive connections held open, a further one refused 503), the
+// replica's PROBE_ADDR still answers /healthz 200 and /readyz?exclude=redis
+// 200, as the kubelet's liveness and readiness probes ask them, each on a
+// new connection, and takes no place of the public port's.
+func TestProbePortAtConnectionLimit(t *testing.T) {
+	const limit = 2
+	st := newStack(t, stackOptions{apiEnv: []string{"HTTP_MAX_CONNS=2"}, probes: true}, "probes while the public port is full")
+	base, probes := st.replicas[0], st.probes[0]
+
+	conn := func() *http.Client {
+		tr := &http.Transport{MaxConnsPerHost: 1, MaxIdleConnsPerHost: 1, IdleConnTimeout: time.Minute}
+		t.Cleanup(tr.CloseIdleConnections)
+		return &http.Client{Transport: tr, Timeout: 15 * time.Second}
+	}
+	// Fill the public port: each held connection was served once and stays
+	// open. A place may still be taken, for an instant, by the start-up
+	// checks' connection, which the server notices closed a little later.
+	deadline := time.Now().Add(30 * time.Second)
+	for held := 0; held < limit; {
+		c := conn()
+		e := st.do(t, c, http.MethodGet, base+"/healthz", "", "")
+		if e.status() == http.StatusOK {
+			held++
+			continue
+		}
+		mustExpect(t, e, http.StatusServiceUnavailable, "service_unavailable")
+		if time.Now().After(deadline) {
+			t.Fatalf("the public port has not served %d connections within 30s", limit)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	mustExpect(t, st.do(t, conn(), http.MethodGet, base+"/healthz", "", ""), http.StatusServiceUnavailable, "service_unavailable")
+
+	// The probe port answers, on fresh connections each time, as a kubelet's
+	// probes come.
+	for range 3 {
+		for _, path := range []string{"/healthz", "/readyz?exclude=redis", "/readyz"} {
+			e := st.do(t, conn(), http.MethodGet, probes+path, "", "")
+			mustExpect(t, e, http.StatusOK, "")
+			if e.elapsed() > 5*time.Second {
+				t.Errorf("%s took %s", e.describe(), e.elapsed())
+			}
+		}
+	}
+	// Still full: the probes took no place of the public port's.
+	mustExpect(t, st.do(t, conn(), http.MethodGet, base+"/healthz", "", ""), http.StatusServiceUnavailable, "service_unavailable")
+
+}

@@ -404,6 +404,7 @@ type stack struct {
 	env      []string
 	spec     *testenv.Spec // nil when api/openapi.yaml could not be loaded
 	replicas [2]string     // base URLs
+	probes   [2]string     // base URLs of the replicas' PROBE_ADDR (stackOptions.probes)
 	worker   string        // base URL of the (first) worker's METRICS_ADDR
 	workers  []*workerSlot
 	apis     []*process
@@ -415,6 +416,7 @@ type stackOptions struct {
 	apiEnv    []string // extra settings of the API replicas only
 	workerEnv []string // extra settings of the workers only
 	workers   int      // how many workers; 1 when 0
+	probes    bool     // each API replica serves its probes on a PROBE_ADDR of its own too
 	// redisMode is how Redis runs: single (one server), cluster (three
 	// primaries) or sentinel (a primary, its replica and three sentinels).
 	// When empty, the mode registered for the test's root (runInRedisMode),
@@ -507,6 +509,11 @@ func startStackWith(t *testing.T, bins binaries, db testenv.DB, redisPath string
 	for i := range s.replicas {
 		addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 		env := append(append(slices.Clone(s.env), opts.apiEnv...), "HTTP_ADDR="+addr)
+		if opts.probes {
+			probeAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+			env = append(env, "PROBE_ADDR="+probeAddr)
+			s.probes[i] = "http://" + probeAddr
+		}
 		api := startProcess(t, fmt.Sprintf("api-%d", i+1), new(syncBuffer), env, bins.api)
 		t.Cleanup(func() { api.terminate(t) })
 		s.replicas[i] = "http://" + addr

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gofiber/contrib/otelfiber/v2"
 	"github.com/gofiber/fiber/v2"
+	"github.com/gofiber/fiber/v2/middleware/recover"
 	"github.com/google/uuid"
 	"go.opentelemetry.io/otel/attribute"
 
@@ -116,6 +117,30 @@ func NewServer(d Deps) *fiber.App {
 		app.Use(s.traced())
 	}
 	s.routes(app)
+	return app
+}
+
+// NewProbeServer returns /healthz and /readyz alone, answered as NewServer
+// answers them, for the listener of PROBE_ADDR: the kubelet's probes reach
+// it while HTTP_MAX_CONNS connections fill the public port, whose limit it
+// does not share. Draining and the checks are d's, as on the public port.
+func NewProbeServer(d Deps) *fiber.App {
+	if d.Draining == nil {
+		d.Draining = new(atomic.Bool)
+	}
+	s := &server{Deps: d, trusted: trustedProxies(d.Config.TrustedProxies)}
+	app := fiber.New(fiber.Config{
+		AppName:               "gatehouse-probes",
+		BodyLimit:             BodyLimit,
+		ReadTimeout:           5 * time.Second,
+		WriteTimeout:          5 * time.Second,
+		IdleTimeout:           2 * time.Minute,
+		DisableStartupMessage: true,
+		ErrorHandler:          s.renderError,
+	})
+	app.Use(s.observe, recover.New())
+	app.Get("/healthz", s.healthz)
+	app.Get("/readyz", s.readyz)
 	return app
 }
 

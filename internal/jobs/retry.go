@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -19,7 +20,9 @@ import (
 // retryDelay is how long the queue waits before running a task again: a
 // delivery the time its schedule asks (RetryIn), a provider task the
 // provider backoff, any other task that found a dependency unavailable the
-// unavailable backoff, anything else asynq's default.
+// unavailable backoff, anything else asynq's default. Both backoffs are
+// jittered (see Jitter), so that the tasks an outage held back do not all
+// come back at the same instant when it ends.
 func retryDelay(cfg config.Config) asynq.RetryDelayFunc {
 	return func(n int, err error, t *asynq.Task) time.Duration {
 		var next *webhooks.RetryIn
@@ -27,10 +30,10 @@ func retryDelay(cfg config.Config) asynq.RetryDelayFunc {
 			return next.Delay
 		}
 		if isProviderTask(t.Type()) {
-			return Backoff(n+1, cfg.ProviderRetryBase, cfg.ProviderRetryMax)
+			return Jitter(Backoff(n+1, cfg.ProviderRetryBase, cfg.ProviderRetryMax), rand.Int64N)
 		}
 		if apperr.KindOf(err) == apperr.KindUnavailable {
-			return Backoff(n+1, unavailableRetryBase, unavailableRetryMax)
+			return Jitter(Backoff(n+1, unavailableRetryBase, unavailableRetryMax), rand.Int64N)
 		}
 		return asynq.DefaultRetryDelayFunc(n, err, t)
 	}
@@ -78,12 +81,14 @@ func untilKnown(typ string) bool {
 
 // ReverseAttempts is how many attempts of the provider backoff (from base,
 // capped at limit) fit in ReverseWindow: the attempts of one charge:reverse
-// task, at most maxReverseAttempts. The last one that fails is logged at error
-// level; the outbox row stays, so the sweeper starts the task again.
+// task, at most maxReverseAttempts. The waits are counted at their shortest
+// jitter (MinJittered), so the attempts cover the window however the
+// jitter falls, and end within 4/3 of it. The last one that fails is logged
+// at error level; the outbox row stays, so the sweeper starts the task again.
 func ReverseAttempts(base, limit time.Duration) int {
 	n, total := 1, time.Duration(0)
 	for total < ReverseWindow && n < maxReverseAttempts {
-		d := Backoff(n, base, limit)
+		d := MinJittered(Backoff(n, base, limit))
 		if d <= 0 {
 			return maxReverseAttempts
 		}
@@ -106,6 +111,25 @@ func Backoff(n int, base, limit time.Duration) time.Duration {
 	}
 	return min(d, limit)
 }
+
+// Jitter draws a retry's wait from the top quarter of its backoff d:
+// uniformly in [d-d/4, d] (int63n is rand.Int64N, or a test's source). The
+// wait never exceeds the backoff, so PROVIDER_RETRY_MAX and the 30 s of the
+// unavailable backoff stay upper bounds; tasks that failed together spread
+// over a quarter of their step instead of returning in step. A quarter, not
+// more: a retry still comes well after the one before (a capture's second
+// attempt after PROVIDER_IDEMPOTENCY_WINDOW, say, when the backoff is set
+// above it).
+func Jitter(d time.Duration, int63n func(int64) int64) time.Duration {
+	spread := d - MinJittered(d)
+	if spread <= 0 {
+		return d
+	}
+	return d - time.Duration(int63n(int64(spread)+1))
+}
+
+// MinJittered is the shortest wait Jitter draws for a backoff d.
+func MinJittered(d time.Duration) time.Duration { return d - d/4 }
 
 func isRetryIn(err error) bool {
 	var next *webhooks.RetryIn

@@ -15,7 +15,8 @@ import (
 )
 
 // The attempts of charge:reverse cover ReverseWindow with the provider
-// backoff, and not one more; a backoff too short to fill it is bounded.
+// backoff even when every wait is drawn at its shortest jitter, and not one
+// more; a backoff too short to fill it is bounded.
 func TestReverseAttemptsCoverTheWindow(t *testing.T) {
 	for _, c := range []struct{ base, limit time.Duration }{
 		{2 * time.Second, 5 * time.Minute}, // the defaults
@@ -25,9 +26,9 @@ func TestReverseAttemptsCoverTheWindow(t *testing.T) {
 		n := jobs.ReverseAttempts(c.base, c.limit)
 		var waits time.Duration // the waits between the n attempts
 		for i := 1; i < n; i++ {
-			waits += jobs.Backoff(i, c.base, c.limit)
+			waits += jobs.MinJittered(jobs.Backoff(i, c.base, c.limit))
 		}
-		last := jobs.Backoff(n-1, c.base, c.limit)
+		last := jobs.MinJittered(jobs.Backoff(n-1, c.base, c.limit))
 		if waits < jobs.ReverseWindow || waits-last >= jobs.ReverseWindow {
 			t.Errorf("base %v limit %v: %d attempts span %v, want the first span of at least %v", c.base, c.limit, n, waits, jobs.ReverseWindow)
 		}

@@ -29,3 +29,6 @@ func ExplainArgs(name string) string {
 	}
 	return `'{00000000-0000-7000-8000-000000000001}', '{1}', '{succeeded}', '{1}', '{NULL}', '{2026-01-01T00:00:00Z}', '{1}', '{200}', '{NULL}', '{NULL}', '{NULL}'`
 }
+
+// MapErr is mapErr, for the deadline property.
+var MapErr = mapErr

@@ -92,7 +92,9 @@ func MaxConns(n int32) OpenOption {
 }
 
 // Open connects a pool to url and checks that the server answers. When
-// tracing is on (tracing.Setup runs first) the pool's work is traced.
+// tracing is on (tracing.Setup runs first) the pool's work is traced. The
+// serving pools pass Deadlines; without it a connection gets 5 s to open and
+// statements have no deadline (migrations).
 func Open(ctx context.Context, url string, opts ...OpenOption) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
@@ -119,7 +121,7 @@ func Open(ctx context.Context, url string, opts ...OpenOption) (*pgxpool.Pool, e
 	if err != nil {
 		return nil, fmt.Errorf("store: connect: %w", redact(err))
 	}
-	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	pctx, cancel := context.WithTimeout(ctx, cfg.ConnConfig.ConnectTimeout+max(cfg.PingTimeout, 5*time.Second))
 	defer cancel()
 	if err := pool.Ping(pctx); err != nil {
 		pool.Close()
@@ -137,7 +139,9 @@ func redact(err error) error {
 	return err
 }
 
-// Ping checks that Postgres answers.
+// Ping checks that Postgres answers: a connection from the pool (a new one
+// bounded by the connect timeout, an idle one pinged first within the
+// statement deadline), then a ping on it, bounded by the caller's context.
 func (s *Store) Ping(ctx context.Context) error { return s.pool.Ping(ctx) }
 
 // Migrate applies every embedded migration that has not run yet.
@@ -184,6 +188,8 @@ func mapErr(err error, what string) error {
 			return &apperr.Error{Kind: apperr.KindInvalid, Code: apperr.CodeParameterInvalid,
 				Message: "Text must not contain NUL characters.", Err: err}
 		case "57P01", "57P02", "57P03", "53300": // shutdown, crash, cannot connect now, too many connections
+			return apperr.Unavailable(err)
+		case "57014": // cancelled: the statement outlived DATABASE_STATEMENT_TIMEOUT on the server
 			return apperr.Unavailable(err)
 		}
 		return apperr.Internal(err)
