@@ -196,24 +196,38 @@ func TestChaosF12NoisyNeighbour(t *testing.T) {
 	}
 	time.Sleep(f12Timeout) // A's first attempts time out and its backlog builds up
 	from = time.Now()
+	rescheduled := deliverRescheduled(t, st, b.c)
 	load = startChaosLoad(t, st, b, "f12-beside", bSenders, bPace)
 	time.Sleep(runFor)
 	if created, _, other, _ := tally(t, load.end()); created == 0 || other > 0 {
 		t.Fatalf("B beside A: %d charges created, %d other answers", created, other)
 	}
 	beside := firstAttemptDelays(t, st, rcv, b.id, from, 60*time.Second)
+	// Put back (or retried after a failure) per second while both ran: the
+	// churn of A's backlog.
+	churn := (deliverRescheduled(t, st, b.c) - rescheduled) / time.Since(from).Seconds()
 	noiseShots := stopNoise()
 	tried := 0
 	for _, h := range holes {
 		tried += h.accepted()
 	}
 
+	// No delivery was given up by the queue: being put back is not a retry.
+	inspector := st.redis.inspector()
+	defer inspector.Close()
+	archived := -1
+	if info, err := inspector.GetQueueInfo("webhooks"); err != nil {
+		t.Errorf("webhooks queue: %v", err)
+	} else if archived = info.Archived; archived > 0 {
+		t.Errorf("webhooks queue: %d tasks archived, want 0", archived)
+	}
+
 	p99Alone, p99Beside := quantile(alone, 0.99), quantile(beside, 0.99)
 	limit := p99Alone*3/2 + f12Floor
-	t.Logf("F12 figures: scale %s; B alone: %d events, p50 %s, p99 %s; B beside A: %d events, p50 %s, p99 %s (limit %s); A: %d charges, %d attempts to its dead endpoints (WEBHOOK_TIMEOUT %s)",
+	t.Logf("F12 figures: scale %s; B alone: %d events, p50 %s, p99 %s; B beside A: %d events, p50 %s, p99 %s (limit %s); A: %d charges, %d attempts to its dead endpoints (WEBHOOK_TIMEOUT %s); deliveries put back or retried %.0f/s; archived %d",
 		chaosScale("smoke", "full"), len(alone), quantile(alone, 0.5).Round(time.Millisecond), p99Alone.Round(time.Millisecond),
 		len(beside), quantile(beside, 0.5).Round(time.Millisecond), p99Beside.Round(time.Millisecond), limit.Round(time.Millisecond),
-		len(noiseShots), tried, f12Timeout)
+		len(noiseShots), tried, f12Timeout, churn, archived)
 	if p99Beside > limit {
 		t.Errorf("B's first-attempt p99 beside A's dead endpoints is %s, above 1.5x its %s alone plus %s", p99Beside, p99Alone, f12Floor)
 	}
