@@ -182,7 +182,7 @@ func (d *Deliverer) acquire(ctx context.Context, merchantID, endpointID string) 
 	d.mu.Lock()
 	m, found := d.merchants[merchantID]
 	if !found {
-		m = &merchantSlots{}
+		m = newMerchantSlots()
 		d.merchants[merchantID] = m
 	}
 	e, found := d.slots[endpointID]
@@ -193,16 +193,20 @@ func (d *Deliverer) acquire(ctx context.Context, merchantID, endpointID string) 
 	d.mu.Unlock()
 	// A slow endpoint's deliveries may hold only slowShare of the
 	// merchant's slots, and when put back they return at the pace at which
-	// its slots free; others take any of them and are tried again shortly.
+	// its slots free. A fast endpoint's delivery waits up to slotWait for
+	// one while fewer than perMerchant wait for the merchant (its slots free
+	// within milliseconds); others are tried again shortly.
 	now, slow, limit := d.now(), e.slow(), d.perMerchant
 	if slow {
 		limit = slowShare(d.perMerchant)
 	}
 	if !m.take(limit) {
-		if !slow {
+		if slow {
+			return nil, m.back.delay(now, tookOr(&e.took, busyRetry), limit), false
+		}
+		if !e.fast() || d.slotWait <= 0 || !m.waitFor(ctx, limit, d.slotWait) {
 			return nil, busyJitter(busyRetry), false
 		}
-		return nil, m.back.delay(now, tookOr(&e.took, busyRetry), limit), false
 	}
 	endpointDone, ok := d.acquireEndpoint(ctx, e)
 	if !ok {

@@ -780,6 +780,58 @@ func TestDeliverWaitsForAFastEndpoint(t *testing.T) {
 	}
 }
 
+// TestDeliverWaitsForAMerchantsSlot: at its merchant's cap, a delivery to
+// an endpoint whose recent attempts were fast waits for one of the
+// merchant's slots and is sent when one frees, instead of being put back.
+func TestDeliverWaitsForAMerchantsSlot(t *testing.T) {
+	const slots, waiters = 3, 2
+	r := newRig(t, defaultSchedule)
+	r.d = r.d.WithMerchantSlots(slots)
+	pending := func() {
+		r.store.mu.Lock()
+		now := r.clock.now()
+		r.store.delivery.Status, r.store.delivery.NextAttemptAt = webhooks.StatusPending, &now
+		r.store.mu.Unlock()
+	}
+	r.sender.answer = func(int) webhooks.Response { return webhooks.Response{StatusCode: 200, Duration: time.Millisecond} }
+	if err := r.deliver(); err != nil { // one quick attempt: the endpoint is fast
+		t.Fatal(err)
+	}
+	pending()
+
+	release := make(chan struct{})
+	var inFlight sync.WaitGroup
+	inFlight.Add(slots)
+	r.sender.answer = func(n int) webhooks.Response {
+		if n <= 1+slots {
+			inFlight.Done()
+			<-release
+		}
+		return webhooks.Response{StatusCode: 200, Duration: time.Millisecond}
+	}
+	errs := make(chan error, slots+waiters)
+	for range slots {
+		go func() { errs <- r.deliver() }()
+	}
+	inFlight.Wait() // the merchant is at its cap, the endpoint (10) is not
+	for range waiters {
+		go func() { errs <- r.deliver() }()
+	}
+	time.Sleep(200 * time.Millisecond) // well inside the 1 s a delivery waits for a slot
+	if n := len(r.sender.posts()); n != 1+slots {
+		t.Errorf("POSTs while the merchant is at its cap: %d, want %d", n, 1+slots)
+	}
+	close(release)
+	for range slots + waiters {
+		if err := <-errs; err != nil {
+			t.Errorf("a delivery to the fast endpoint: %v, want it sent", err)
+		}
+	}
+	if n := len(r.sender.posts()); n != 1+slots+waiters {
+		t.Errorf("POSTs: %d, want %d", n, 1+slots+waiters)
+	}
+}
+
 // TestDeliverErrorsShowNoInternals: the attempt log the merchant reads holds
 // the sender's fixed reason, never the transport error, which may name an
 // internal address and its denied range; that detail goes to the operator's

@@ -1,6 +1,7 @@
 package webhooks
 
 import (
+	"context"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -10,9 +11,13 @@ import (
 // merchantSlots are one merchant's attempt slots in this process, over all
 // its endpoints.
 type merchantSlots struct {
-	used atomic.Int32
-	back pushBacks // for its slow endpoints' deliveries
+	used    atomic.Int32
+	back    pushBacks     // for its slow endpoints' deliveries
+	freed   chan struct{} // a token each time a slot frees, for one waiter
+	waiting atomic.Int32
 }
+
+func newMerchantSlots() *merchantSlots { return &merchantSlots{freed: make(chan struct{}, 1)} }
 
 // take takes one of the merchant's slots if fewer than limit are in use.
 func (m *merchantSlots) take(limit int) bool {
@@ -27,8 +32,37 @@ func (m *merchantSlots) take(limit int) bool {
 	}
 }
 
-// give frees one of the merchant's slots.
-func (m *merchantSlots) give() { m.used.Add(-1) }
+// give frees one of the merchant's slots and wakes a waiter, if any.
+func (m *merchantSlots) give() {
+	m.used.Add(-1)
+	select {
+	case m.freed <- struct{}{}:
+	default:
+	}
+}
+
+// wait waits up to limit for one of the merchant's slots.
+func (m *merchantSlots) wait(ctx context.Context, slots int, limit time.Duration) bool {
+	t := time.NewTimer(limit)
+	defer t.Stop()
+	for !m.take(slots) {
+		select {
+		case <-m.freed:
+		case <-t.C:
+			return m.take(slots)
+		case <-ctx.Done():
+			return false
+		}
+	}
+	if m.used.Load() < int32(slots) {
+		// Slots freed together left one token: pass it on to the next waiter.
+		select {
+		case m.freed <- struct{}{}:
+		default:
+		}
+	}
+	return true
+}
 
 // slowSend is the attempt duration from which an endpoint counts as slow:
 // its attempts may hold only slowShare of its merchant's slots.
@@ -103,4 +137,13 @@ func scheduleJitter(d time.Duration) time.Duration {
 		return d
 	}
 	return d + rand.N(d/10+1)
+}
+
+// waitFor is wait for at most slots deliveries of the merchant at once.
+func (m *merchantSlots) waitFor(ctx context.Context, slots int, limit time.Duration) bool {
+	defer m.waiting.Add(-1)
+	if m.waiting.Add(1) > int32(slots) {
+		return false
+	}
+	return m.wait(ctx, slots, limit)
 }
