@@ -127,6 +127,9 @@ type Config struct {
 	// before it is disabled (0: never).
 	WebhookDisableAfter         time.Duration
 	WebhookAllowPrivateNetworks bool
+	// WebhookMerchantSlots is how many attempts to one merchant's
+	// endpoints a worker process runs at once (of its 100 delivery slots).
+	WebhookMerchantSlots int
 
 	DefaultProvider string
 	StripeSecretKey Secret
@@ -355,6 +358,11 @@ func Load(getenv func(string) string, needs Needs) (Config, error) {
 	}
 	c.WebhookTimeout = duration("WEBHOOK_TIMEOUT", "5s", time.Millisecond)
 	c.WebhookDisableAfter = duration("WEBHOOK_DISABLE_AFTER", "120h", 0)
+	if n, err := strconv.Atoi(get("WEBHOOK_MERCHANT_SLOTS", "25")); err != nil || n < 1 || n > 100 {
+		bad("WEBHOOK_MERCHANT_SLOTS", "must be an integer from 1 to 100 (the worker's delivery slots)")
+	} else {
+		c.WebhookMerchantSlots = n
+	}
 	c.EventStreamHeartbeat = duration("EVENT_STREAM_HEARTBEAT", "15s", 100*time.Millisecond)
 	for _, v := range []struct {
 		name, def string

@@ -191,3 +191,23 @@ func TestProbeAddrAndDatabaseTimeouts(t *testing.T) {
 		}
 	}
 }
+
+// TestWebhookMerchantSlots: WEBHOOK_MERCHANT_SLOTS is 25 by default, takes
+// 1 to 100 (the worker's delivery slots) and names itself in the error for
+// anything else.
+func TestWebhookMerchantSlots(t *testing.T) {
+	for _, c := range []struct {
+		value string
+		want  int // 0: an error
+	}{{"", 25}, {"1", 1}, {"40", 40}, {"100", 100}, {"0", 0}, {"101", 0}, {"-3", 0}, {"many", 0}} {
+		cfg, err := Load(envOf(map[string]string{"WEBHOOK_MERCHANT_SLOTS": c.value}), Needs{})
+		switch {
+		case c.want == 0 && (err == nil || !strings.Contains(err.Error(), "WEBHOOK_MERCHANT_SLOTS")):
+			t.Errorf("WEBHOOK_MERCHANT_SLOTS=%q: error %v, want one naming the setting", c.value, err)
+		case c.want != 0 && err != nil:
+			t.Errorf("WEBHOOK_MERCHANT_SLOTS=%q: %v", c.value, err)
+		case c.want != 0 && cfg.WebhookMerchantSlots != c.want:
+			t.Errorf("WEBHOOK_MERCHANT_SLOTS=%q: got %d, want %d", c.value, cfg.WebhookMerchantSlots, c.want)
+		}
+	}
+}

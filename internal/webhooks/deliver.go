@@ -93,6 +93,14 @@ type Deliverer struct {
 	waiting     atomic.Int32
 	maxWaiting  int32
 
+	// merchants bound this process's attempts per merchant (over all its
+	// endpoints), so one merchant's slow or dead endpoints hold at most
+	// perMerchant of the worker's slots and another merchant's first
+	// attempts find one free. A delivery that finds its merchant at the cap
+	// is put back at once (it never waits: waiting would hold a slot).
+	merchants   map[string]*merchantSlots
+	perMerchant int
+
 	// disableAfter is how long an endpoint may do nothing but fail before
 	// its next failure disables it (0: never); onDisable is told each time
 	// an endpoint is disabled, with the reason.
@@ -116,6 +124,7 @@ type endpointSlots struct {
 	slot    chan struct{}
 	waiting atomic.Int32
 	took    atomic.Int64 // recent attempts' duration (moving average), ns + 1; 0 before the first
+	back    pushBacks
 }
 
 // fast reports whether the endpoint's recent attempts took under fastSend.
@@ -126,12 +135,26 @@ func (e *endpointSlots) fast() bool {
 
 // done frees a slot and adds an attempt's duration to the average.
 func (e *endpointSlots) done(took time.Duration) {
+	average(&e.took, took)
+	<-e.slot
+}
+
+// average adds an attempt's duration to a moving average kept as ns + 1 (0:
+// no attempt yet).
+func average(avg *atomic.Int64, took time.Duration) {
 	ns := int64(max(took, 0))
-	if old := e.took.Load(); old > 0 {
+	if old := avg.Load(); old > 0 {
 		ns = (3*(old-1) + ns) / 4
 	}
-	e.took.Store(ns + 1)
-	<-e.slot
+	avg.Store(ns + 1)
+}
+
+// tookOr is a moving average's value, or def before the first attempt.
+func tookOr(avg *atomic.Int64, def time.Duration) time.Duration {
+	if t := avg.Load(); t > 0 {
+		return time.Duration(t - 1)
+	}
+	return def
 }
 
 // maxWaitingDefault is how many deliveries to endpoints that are not fast
@@ -146,22 +169,60 @@ const fastSend = 100 * time.Millisecond
 // runs at once.
 const PerEndpointDefault = 10
 
-// busyRetry is how soon a delivery that found its endpoint busy is tried
-// again; it is not an attempt.
-const busyRetry = time.Second
+// MerchantSlotsDefault is WEBHOOK_MERCHANT_SLOTS's default: how many
+// attempts to one merchant's endpoints a worker process runs at once, a
+// quarter of its 100 delivery slots.
+const MerchantSlotsDefault = 25
 
-// acquire takes one of the endpoint's slots, waiting up to slotWait for one
-// to free when the endpoint is fast and fewer than perEndpoint deliveries
-// wait for it, or fewer than maxWaiting wait in the process. The caller
-// passes the attempt's duration to release.
-func (d *Deliverer) acquire(ctx context.Context, endpointID string) (release func(took time.Duration), ok bool) {
+// acquire takes a slot of the merchant and one of the endpoint, in that
+// order. When either is at its cap it returns ok false and how long the
+// delivery waits before it is tried again (see pushBacks). The caller passes
+// the attempt's duration to release.
+func (d *Deliverer) acquire(ctx context.Context, merchantID, endpointID string) (release func(took time.Duration), retry time.Duration, ok bool) {
 	d.mu.Lock()
+	m, found := d.merchants[merchantID]
+	if !found {
+		m = newMerchantSlots()
+		d.merchants[merchantID] = m
+	}
 	e, found := d.slots[endpointID]
 	if !found {
 		e = &endpointSlots{slot: make(chan struct{}, d.perEndpoint)}
 		d.slots[endpointID] = e
 	}
 	d.mu.Unlock()
+	// A slow endpoint's deliveries may hold only slowShare of the
+	// merchant's slots, and when put back they return at the pace at which
+	// its slots free. A fast endpoint's delivery waits up to slotWait for
+	// one while fewer than perMerchant wait for the merchant (its slots free
+	// within milliseconds); others are tried again shortly.
+	now, slow, limit := d.now(), e.slow(), d.perMerchant
+	if slow {
+		limit = slowShare(d.perMerchant)
+	}
+	if !m.take(limit) {
+		if slow {
+			return nil, m.back.delay(now, tookOr(&e.took, busyRetry), limit), false
+		}
+		if !e.fast() || d.slotWait <= 0 || !m.waitFor(ctx, limit, d.slotWait) {
+			return nil, busyJitter(busyRetry), false
+		}
+	}
+	endpointDone, ok := d.acquireEndpoint(ctx, e)
+	if !ok {
+		m.give()
+		return nil, e.back.delay(now, tookOr(&e.took, busyRetry), d.perEndpoint), false
+	}
+	return func(took time.Duration) {
+		endpointDone(took)
+		m.give()
+	}, 0, true
+}
+
+// acquireEndpoint takes one of the endpoint's slots, waiting up to slotWait
+// for one to free when the endpoint is fast and fewer than perEndpoint
+// deliveries wait for it, or fewer than maxWaiting wait in the process.
+func (d *Deliverer) acquireEndpoint(ctx context.Context, e *endpointSlots) (release func(took time.Duration), ok bool) {
 	select {
 	case e.slot <- struct{}{}:
 		return e.done, true
@@ -205,7 +266,17 @@ func NewDeliverer(store Store, sender Sender, keys *keyring.Keyring, schedule []
 	}
 	return &Deliverer{store: store, sender: sender, keys: keys, schedule: schedule, now: now, log: log, observe: observe,
 		slots: map[string]*endpointSlots{}, perEndpoint: PerEndpointDefault, slotWait: time.Second, maxWaiting: maxWaitingDefault,
+		merchants: map[string]*merchantSlots{}, perMerchant: MerchantSlotsDefault,
 		disableAfter: DefaultDisableAfter, onDisable: func(string) {}}
+}
+
+// WithMerchantSlots sets how many attempts to one merchant's endpoints the
+// process runs at once (WEBHOOK_MERCHANT_SLOTS); n < 1 keeps the default.
+func (d *Deliverer) WithMerchantSlots(n int) *Deliverer {
+	if n >= 1 {
+		d.perMerchant = n
+	}
+	return d
 }
 
 // WithHealth sets how long an endpoint may do nothing but fail before it is
@@ -356,9 +427,9 @@ func (d *Deliverer) Deliver(ctx context.Context, id string) error {
 		}
 	}
 
-	release, ok := d.acquire(ctx, ep.ID)
+	release, busy, ok := d.acquire(ctx, ep.MerchantID, ep.ID)
 	if !ok {
-		return &RetryIn{Delay: busyRetry} // not an attempt: the endpoint is busy
+		return &RetryIn{Delay: busy} // not an attempt: the merchant or the endpoint is busy
 	}
 	if d.first != nil && del.Attempts == 0 && !del.Test {
 		d.first(d.now().Sub(del.CreatedAt))
@@ -417,7 +488,7 @@ func (d *Deliverer) record(ctx context.Context, del Delivery, task outbox.Task, 
 	case stop || chain >= len(d.schedule):
 		r.Status, r.DoneTask = StatusFailed, task.ID()
 	default:
-		delay := d.schedule[chain]
+		delay := scheduleJitter(d.schedule[chain])
 		next := a.StartedAt.Add(time.Duration(a.DurationMS)*time.Millisecond + delay)
 		r.Status, r.NextAttemptAt = StatusPending, &next
 		retry = &RetryIn{Delay: max(delay, time.Millisecond)}

@@ -233,6 +233,12 @@ func (r *rig) deliver() error {
 	return r.d.Deliver(context.Background(), deliveryID)
 }
 
+// withinJitter reports whether a delay of the retry schedule is the
+// schedule's delay plus at most 10 %.
+func withinJitter(got, want time.Duration) bool {
+	return got >= want && got <= want+want/10
+}
+
 // retryIn returns the delay of a *RetryIn, failing the test for anything else.
 func retryIn(t *testing.T, err error) time.Duration {
 	t.Helper()
@@ -299,7 +305,8 @@ func derefS(p *string) any {
 }
 
 // TestDeliverFollowsTheSchedule: each failure schedules the next attempt
-// schedule[n] after it, exactly; the fifth failure ends the delivery failed.
+// schedule[n] after it, plus a jitter of at most 10 %, never less; the fifth
+// failure ends the delivery failed.
 func TestDeliverFollowsTheSchedule(t *testing.T) {
 	r := newRig(t, defaultSchedule)
 	const took = 120 * time.Millisecond
@@ -343,10 +350,10 @@ func TestDeliverFollowsTheSchedule(t *testing.T) {
 			break
 		}
 		delay := retryIn(t, err)
-		if delay != wantDelays[n-1] {
-			t.Errorf("after failure %d: RetryIn %s, want %s", n, delay, wantDelays[n-1])
+		if !withinJitter(delay, wantDelays[n-1]) {
+			t.Errorf("after failure %d: RetryIn %s, want %s to 10 %% more", n, delay, wantDelays[n-1])
 		}
-		wantNext := start.Add(took + wantDelays[n-1])
+		wantNext := start.Add(took + delay)
 		if del.Status != webhooks.StatusPending || del.NextAttemptAt == nil || !del.NextAttemptAt.Equal(wantNext) {
 			t.Errorf("after failure %d: status %s next_attempt_at %v, want pending %s", n, del.Status, del.NextAttemptAt, wantNext)
 		}
@@ -354,7 +361,7 @@ func TestDeliverFollowsTheSchedule(t *testing.T) {
 			t.Errorf("after failure %d: the outbox task was deleted (DoneTask %q) while attempts remain", n, rec.DoneTask)
 		}
 		// The queue runs the task a little early: no attempt, rescheduled to the remaining time.
-		r.clock.advance(took + wantDelays[n-1] - 10*time.Second)
+		r.clock.advance(took + delay - 10*time.Second)
 		if got := retryIn(t, r.deliver()); got != 10*time.Second {
 			t.Errorf("run 10s before attempt %d is due: RetryIn %s, want 10s", n+1, got)
 		}
@@ -398,10 +405,11 @@ func TestDeliverCompressedSchedule(t *testing.T) {
 	r := newRig(t, schedule)
 	r.sender.answer = answer(503, 0)
 	for n := 1; n <= 2; n++ {
-		if got := retryIn(t, r.deliver()); got != schedule[n] {
-			t.Errorf("after failure %d: RetryIn %s, want %s", n, got, schedule[n])
+		got := retryIn(t, r.deliver())
+		if !withinJitter(got, schedule[n]) {
+			t.Errorf("after failure %d: RetryIn %s, want %s to 10 %% more", n, got, schedule[n])
 		}
-		r.clock.advance(schedule[n])
+		r.clock.advance(got)
 	}
 	if err := r.deliver(); err != nil {
 		t.Fatalf("third failure of a 3-attempt schedule: got %v, want nil", err)
@@ -420,8 +428,8 @@ func TestDeliverManualRetryStartsANewChain(t *testing.T) {
 	r.store.delivery.Attempts, r.store.delivery.ChainAttempts, r.store.delivery.NextAttemptAt = 5, 0, &now
 	r.store.mu.Unlock()
 	r.sender.answer = answer(500, 0)
-	if got := retryIn(t, r.deliver()); got != 5*time.Minute {
-		t.Errorf("first failure of a new chain: RetryIn %s, want 5m", got)
+	if got := retryIn(t, r.deliver()); !withinJitter(got, 5*time.Minute) {
+		t.Errorf("first failure of a new chain: RetryIn %s, want 5m to 5m30s", got)
 	}
 	posts := r.sender.posts()
 	if len(posts) != 1 || posts[0].Headers["X-Service-Delivery-Attempt"] != "6" {
@@ -688,8 +696,9 @@ func TestDeliverPerEndpointCap(t *testing.T) {
 	}
 	inFlight.Wait() // PerEndpointDefault POSTs to the endpoint are hanging
 
-	if got := retryIn(t, r.deliver()); got <= 0 || got > time.Second {
-		t.Errorf("delivery to a busy endpoint: RetryIn %s, want a short delay", got)
+	// Put back for about a second (busyRetry, its pace step and jitter).
+	if got := retryIn(t, r.deliver()); got < 900*time.Millisecond || got > 1500*time.Millisecond {
+		t.Errorf("delivery to a busy endpoint: RetryIn %s, want about 1s", got)
 	}
 	if n := len(r.sender.posts()); n != webhooks.PerEndpointDefault {
 		t.Errorf("POSTs while the endpoint is at its cap: %d, want %d", n, webhooks.PerEndpointDefault)
@@ -768,6 +777,58 @@ func TestDeliverWaitsForAFastEndpoint(t *testing.T) {
 	}
 	if n := len(r.sender.posts()); n != 1+webhooks.PerEndpointDefault+waiters {
 		t.Errorf("POSTs: %d, want %d", n, 1+webhooks.PerEndpointDefault+waiters)
+	}
+}
+
+// TestDeliverWaitsForAMerchantsSlot: at its merchant's cap, a delivery to
+// an endpoint whose recent attempts were fast waits for one of the
+// merchant's slots and is sent when one frees, instead of being put back.
+func TestDeliverWaitsForAMerchantsSlot(t *testing.T) {
+	const slots, waiters = 3, 2
+	r := newRig(t, defaultSchedule)
+	r.d = r.d.WithMerchantSlots(slots)
+	pending := func() {
+		r.store.mu.Lock()
+		now := r.clock.now()
+		r.store.delivery.Status, r.store.delivery.NextAttemptAt = webhooks.StatusPending, &now
+		r.store.mu.Unlock()
+	}
+	r.sender.answer = func(int) webhooks.Response { return webhooks.Response{StatusCode: 200, Duration: time.Millisecond} }
+	if err := r.deliver(); err != nil { // one quick attempt: the endpoint is fast
+		t.Fatal(err)
+	}
+	pending()
+
+	release := make(chan struct{})
+	var inFlight sync.WaitGroup
+	inFlight.Add(slots)
+	r.sender.answer = func(n int) webhooks.Response {
+		if n <= 1+slots {
+			inFlight.Done()
+			<-release
+		}
+		return webhooks.Response{StatusCode: 200, Duration: time.Millisecond}
+	}
+	errs := make(chan error, slots+waiters)
+	for range slots {
+		go func() { errs <- r.deliver() }()
+	}
+	inFlight.Wait() // the merchant is at its cap, the endpoint (10) is not
+	for range waiters {
+		go func() { errs <- r.deliver() }()
+	}
+	time.Sleep(200 * time.Millisecond) // well inside the 1 s a delivery waits for a slot
+	if n := len(r.sender.posts()); n != 1+slots {
+		t.Errorf("POSTs while the merchant is at its cap: %d, want %d", n, 1+slots)
+	}
+	close(release)
+	for range slots + waiters {
+		if err := <-errs; err != nil {
+			t.Errorf("a delivery to the fast endpoint: %v, want it sent", err)
+		}
+	}
+	if n := len(r.sender.posts()); n != 1+slots+waiters {
+		t.Errorf("POSTs: %d, want %d", n, 1+slots+waiters)
 	}
 }
 

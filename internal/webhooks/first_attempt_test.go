@@ -56,7 +56,7 @@ func TestFirstAttemptDelay(t *testing.T) {
 		},
 		{
 			name:   "second attempt is not reported",
-			runs:   []time.Duration{0, 5 * time.Minute},
+			runs:   []time.Duration{0, 5*time.Minute + 30*time.Second}, // the schedule's 5m plus its jitter at most
 			answer: func(int) webhooks.Response { return webhooks.Response{StatusCode: 500} },
 			posts:  2,
 			want:   []time.Duration{90 * time.Millisecond},
