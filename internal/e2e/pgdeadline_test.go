@@ -13,11 +13,11 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/testenv"
 )
 
-// blackHole is a TCP proxy on loopback to one upstream. While cut, it moves
+// silentProxy is a TCP proxy on loopback to one upstream. While cut, it moves
 // no byte in either direction and closes nothing: the connections it holds,
 // and the new ones it accepts, stay open and silent, as when a server drops
 // off the network and its packets vanish. Restored, it forwards again.
-type blackHole struct {
+type silentProxy struct {
 	ln     net.Listener
 	mu     sync.Mutex
 	cut    bool
@@ -25,13 +25,13 @@ type blackHole struct {
 	conns  []net.Conn
 }
 
-func newBlackHole(t *testing.T, upstream string) *blackHole {
+func newSilentProxy(t *testing.T, upstream string) *silentProxy {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := &blackHole{ln: ln, resume: make(chan struct{})}
+	b := &silentProxy{ln: ln, resume: make(chan struct{})}
 	close(b.resume)
 	t.Cleanup(func() {
 		ln.Close()
@@ -63,10 +63,10 @@ func newBlackHole(t *testing.T, upstream string) *blackHole {
 	return b
 }
 
-func (b *blackHole) addr() string { return b.ln.Addr().String() }
+func (b *silentProxy) addr() string { return b.ln.Addr().String() }
 
 // wait blocks while the proxy is cut.
-func (b *blackHole) wait() {
+func (b *silentProxy) wait() {
 	b.mu.Lock()
 	ch := b.resume
 	b.mu.Unlock()
@@ -75,7 +75,7 @@ func (b *blackHole) wait() {
 
 // pipe copies src to dst, holding each read until the proxy is restored:
 // nothing read during a cut is written before it ends.
-func (b *blackHole) pipe(src, dst net.Conn) {
+func (b *silentProxy) pipe(src, dst net.Conn) {
 	buf := make([]byte, 32<<10)
 	for {
 		b.wait()
@@ -101,7 +101,7 @@ func (b *blackHole) pipe(src, dst net.Conn) {
 	}
 }
 
-func (b *blackHole) cutOff() {
+func (b *silentProxy) cutOff() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if !b.cut {
@@ -109,7 +109,7 @@ func (b *blackHole) cutOff() {
 	}
 }
 
-func (b *blackHole) restore() {
+func (b *silentProxy) restore() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.cut {
@@ -133,7 +133,7 @@ func TestPostgresBlackHole(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hole := newBlackHole(t, u.Host)
+	hole := newSilentProxy(t, u.Host)
 	u.Host = hole.addr()
 	st := startStackWith(t, buildBinaries(t), db, redisPath, testenv.LoadSpec(t), stackOptions{apiEnv: []string{
 		"DATABASE_URL=" + u.String(),
