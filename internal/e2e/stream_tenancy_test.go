@@ -13,11 +13,11 @@ import (
 	"time"
 )
 
-// streamEvent is one event a stream carried: its id, type, creation time
-// and the charge it is about.
+// streamEvent is one event a stream carried: its id, type, creation time,
+// the charge it is about, and when its last line arrived.
 type streamEvent struct {
-	id, typ, charge string
-	created         time.Time
+	id, typ, charge   string
+	created, received time.Time
 }
 
 // liveStream is an open GET /v1/events/stream: the events it carries, and
@@ -95,6 +95,7 @@ func openLiveStream(t *testing.T, st *stack, base, key string) (*liveStream, exc
 					e.created, e.charge = body.CreatedAt, body.Data.Charge.ID
 				}
 			case line == "" && e.id != "":
+				e.received = time.Now()
 				s.events <- e
 				e = streamEvent{}
 			}

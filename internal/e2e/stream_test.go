@@ -1,12 +1,7 @@
 package e2e
 
 import (
-	"bufio"
-	"context"
-	"encoding/json"
-	"net/http"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 )
@@ -20,56 +15,10 @@ func TestEventStreamEndToEnd(t *testing.T) {
 	bag := &secretBag{}
 	m := newWebhookMerchant(t, st, bag, "127.0.0.42", "stream")
 
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, st.replicas[1]+"/v1/events/stream", nil)
-	if err != nil {
-		t.Fatal(err)
+	stream, refused := openLiveStream(t, st, st.replicas[1], m.key)
+	if stream == nil {
+		t.Fatalf("stream: %s", refused)
 	}
-	req.Header.Set("Authorization", "Bearer "+m.key)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != 200 {
-		t.Fatalf("stream: %d", resp.StatusCode)
-	}
-	type arrival struct {
-		id, typ, charge string
-		lag             time.Duration
-	}
-	arrivals := make(chan arrival, 1000)
-	go func() {
-		r := bufio.NewReader(resp.Body)
-		var id, typ string
-		for {
-			line, err := r.ReadString('\n')
-			if err != nil {
-				close(arrivals)
-				return
-			}
-			line = strings.TrimSuffix(line, "\n")
-			switch {
-			case strings.HasPrefix(line, "id: "):
-				id = line[4:]
-			case strings.HasPrefix(line, "event: "):
-				typ = line[7:]
-			case strings.HasPrefix(line, "data: "):
-				var e struct {
-					CreatedAt time.Time `json:"created_at"`
-					Data      struct {
-						Charge struct {
-							ID string `json:"id"`
-						} `json:"charge"`
-					} `json:"data"`
-				}
-				if json.Unmarshal([]byte(line[6:]), &e) == nil {
-					arrivals <- arrival{id, typ, e.Data.Charge.ID, time.Since(e.CreatedAt)}
-				}
-			}
-		}
-	}()
 
 	const n = 60
 	for i := range n {
@@ -82,16 +31,16 @@ func TestEventStreamEndToEnd(t *testing.T) {
 	timeout := time.After(30 * time.Second)
 	for len(seen) < 2*n {
 		select {
-		case a, ok := <-arrivals:
+		case e, ok := <-stream.events:
 			if !ok {
 				t.Fatal("the stream ended")
 			}
-			if seen[a.id] {
-				t.Errorf("event %s twice", a.id)
+			if seen[e.id] {
+				t.Errorf("event %s twice", e.id)
 			}
-			seen[a.id] = true
-			order[a.charge] = append(order[a.charge], a.typ)
-			lags = append(lags, a.lag)
+			seen[e.id] = true
+			order[e.charge] = append(order[e.charge], e.typ)
+			lags = append(lags, e.received.Sub(e.created))
 		case <-timeout:
 			t.Fatalf("%d of %d events within 30s", len(seen), 2*n)
 		}
