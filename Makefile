@@ -83,7 +83,7 @@ bench: build ## Load-test POST /v1/charges next to a floor program (writes docs/
 	$(BIN_DIR)/bench -api $(BIN_DIR)/api $(BENCH_FLAGS)
 	@$(MAKE) --no-print-directory bench-micro
 
-# Fault tests F1-F9 (RELIABILITY.md) at full scale against the real binaries, with
+# Fault tests F1-F12 (docs/reliability.md) at full scale against the real binaries, with
 # Redis Sentinel, Redis Cluster and a PostgreSQL standby started from Debian's
 # packages on loopback; `make test` runs the same tests at smoke scale.
 # docs/reliability.md has the method.

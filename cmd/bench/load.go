@@ -21,7 +21,7 @@ import (
 // hand-written so the load generator, which shares the two cores with the
 // servers it measures, spends a few microseconds per request instead of the
 // 20-30 of net/http's client. Each request has a unique Idempotency-Key and
-// order id; the bodies are otherwise CONTRACT.md's example charge.
+// order id; the bodies are otherwise the example charge of api/openapi.yaml.
 type client struct {
 	addr    string
 	head    []byte // request line and fixed headers, up to "Idempotency-Key: "

@@ -110,7 +110,8 @@ func (r *results) maxLabel(target string) string {
 	return rate(lo)
 }
 
-// summary compares project and floor against PERFORMANCE.md's targets.
+// summary compares project and floor against the targets docs/BENCHMARKS.md
+// lists.
 func (r *results) summary() table {
 	t := table{head: []string{"", "project", "floor", "project/floor", "target", ""}}
 	slo := strings.TrimSuffix(msf(r.Opts.slo), ".00") + " ms"
@@ -262,7 +263,7 @@ func (r *results) text() string {
 		}
 	}
 	if t := r.scenarios(); len(t.rows) > 0 {
-		b.WriteString("\nLoad scenarios (RELIABILITY.md L1-L4, PERFORMANCE.md login flood):\n")
+		b.WriteString("\nLoad scenarios (L1-L4 and the login flood, docs/BENCHMARKS.md):\n")
 		b.WriteString(t.text("  "))
 		b.WriteString(r.scenarioDetails(false))
 	}
@@ -300,7 +301,7 @@ func (r *results) markdown() string {
 		}
 	}
 	if t := r.scenarios(); len(t.rows) > 0 {
-		b.WriteString("\n### Load scenarios\n\nRELIABILITY.md's L1-L4 and PERFORMANCE.md's login flood; the method is above.\n\n")
+		b.WriteString("\n### Load scenarios\n\nL1-L4 and the login flood; the method is above.\n\n")
 		b.WriteString(t.markdown())
 		b.WriteString(r.scenarioDetails(true))
 	}

@@ -19,8 +19,8 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/config"
 )
 
-// The load scenarios of RELIABILITY.md beyond L1 (the charge steps), and the
-// login flood of PERFORMANCE.md. Each is bounded in count and in time and
+// The load scenarios beyond L1 (the charge steps), and the login flood, as
+// docs/BENCHMARKS.md describes them. Each is bounded in count and in time and
 // talks to 127.0.0.1 only; the checks are computed from what the harness saw
 // and from Postgres, never from the service's metrics.
 

@@ -46,7 +46,7 @@ func (r *results) l1() (steps, fivexx, errors, dropped int) {
 	return
 }
 
-// scenarios is RELIABILITY.md's load scenarios and the login flood against
+// scenarios is the load scenarios (docs/BENCHMARKS.md) and the login flood against
 // their targets.
 func (r *results) scenarios() table {
 	t := table{head: []string{"scenario", "figure", "measured", "target", ""}}

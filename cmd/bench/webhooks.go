@@ -738,7 +738,7 @@ func (w *webhookResults) throughputTable() table {
 	return t
 }
 
-// targets compares the section with PERFORMANCE.md.
+// targets compares the section with its targets (docs/BENCHMARKS.md).
 func (w *webhookResults) targets() table {
 	t := table{head: []string{"", "project", "floor", "project/floor", "target", ""}}
 	var one *whThroughput

@@ -10,7 +10,7 @@ import (
 )
 
 // TestWebhookTargets: the verdicts of the webhook section follow
-// PERFORMANCE.md: half the asynq floor and 5,000/s; 150 µs of Postgres per
+// docs/BENCHMARKS.md's targets: half the asynq floor and 5,000/s; 150 µs of Postgres per
 // delivery; p99 under 250 ms held at 1,000/s for 60 s with all delivered.
 func TestWebhookTargets(t *testing.T) {
 	verdicts := func(w *webhookResults) map[string]string {

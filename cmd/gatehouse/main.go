@@ -1,5 +1,5 @@
 // Command gatehouse is the command line of Gatehouse for merchants'
-// developers (CONTRACT.md, "Developer CLI"): listen forwards the account's
+// developers (docs/webhooks.md and api/openapi.yaml): listen forwards the account's
 // events to a local URL signed exactly as a webhook delivery, trigger
 // creates sandbox objects that fire an event, and charges, refunds and
 // events list and get objects. It talks to the API at GATEHOUSE_API with the

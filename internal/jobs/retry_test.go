@@ -22,12 +22,18 @@ import (
 // most a quarter, not after asynq's default of 15 s and more; a delivery
 // keeps its schedule, a provider task the provider backoff, any other
 // failure asynq's default.
-func TestRetryDelay(t *testing.T) {
+// defaultRetryDelay is the worker's retry delay under the default settings.
+func defaultRetryDelay(t *testing.T) (asynq.RetryDelayFunc, config.Config) {
+	t.Helper()
 	cfg, err := config.Load(func(string) string { return "" }, config.Needs{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	delay := jobs.ServerConfigs(slog.New(slog.NewTextHandler(io.Discard, nil)), cfg)[0].RetryDelayFunc
+	return jobs.ServerConfigs(slog.New(slog.NewTextHandler(io.Discard, nil)), cfg)[0].RetryDelayFunc, cfg
+}
+
+func TestRetryDelay(t *testing.T) {
+	delay, cfg := defaultRetryDelay(t)
 	deliver := asynq.NewTask(outbox.WebhookDeliver, nil)
 	authorize := asynq.NewTask(outbox.ChargeAuthorize, nil)
 	down := fmt.Errorf("read delivery: %w", apperr.Unavailable(io.ErrUnexpectedEOF))
@@ -57,11 +63,7 @@ func TestRetryDelay(t *testing.T) {
 // asynq schedules in whole seconds, so at the 30 s and 5 min caps the
 // returns must also fall in several distinct seconds.
 func TestRetryDelaySpread(t *testing.T) {
-	cfg, err := config.Load(func(string) string { return "" }, config.Needs{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	delay := jobs.ServerConfigs(slog.New(slog.NewTextHandler(io.Discard, nil)), cfg)[0].RetryDelayFunc
+	delay, cfg := defaultRetryDelay(t)
 	down := fmt.Errorf("read delivery: %w", apperr.Unavailable(io.ErrUnexpectedEOF))
 	for _, c := range []struct {
 		name     string

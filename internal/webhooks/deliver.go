@@ -97,7 +97,8 @@ type Deliverer struct {
 	// endpoints), so one merchant's slow or dead endpoints hold at most
 	// perMerchant of the worker's slots and another merchant's first
 	// attempts find one free. A delivery that finds its merchant at the cap
-	// is put back at once (it never waits: waiting would hold a slot).
+	// is put back (see acquire), except one to a fast endpoint, which waits
+	// briefly for the merchant's next free slot.
 	merchants   map[string]*merchantSlots
 	perMerchant int
 

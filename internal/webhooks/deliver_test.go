@@ -730,6 +730,20 @@ func TestDeliverPerEndpointCap(t *testing.T) {
 	}
 }
 
+// warmFast makes one quick attempt, so the endpoint counts as fast, and sets
+// the delivery pending again for the deliveries that follow.
+func (r *rig) warmFast(t *testing.T) {
+	t.Helper()
+	r.sender.answer = func(int) webhooks.Response { return webhooks.Response{StatusCode: 200, Duration: time.Millisecond} }
+	if err := r.deliver(); err != nil {
+		t.Fatal(err)
+	}
+	r.store.mu.Lock()
+	now := r.clock.now()
+	r.store.delivery.Status, r.store.delivery.NextAttemptAt = webhooks.StatusPending, &now
+	r.store.mu.Unlock()
+}
+
 // TestDeliverWaitsForAFastEndpoint: at its cap, an endpoint whose recent
 // attempts were fast keeps up to PerEndpointDefault deliveries waiting for
 // its slots, more than the process-wide allowance for slow endpoints, so a
@@ -737,17 +751,7 @@ func TestDeliverPerEndpointCap(t *testing.T) {
 // back for a second.
 func TestDeliverWaitsForAFastEndpoint(t *testing.T) {
 	r := newRig(t, defaultSchedule)
-	pending := func() {
-		r.store.mu.Lock()
-		now := r.clock.now()
-		r.store.delivery.Status, r.store.delivery.NextAttemptAt = webhooks.StatusPending, &now
-		r.store.mu.Unlock()
-	}
-	r.sender.answer = func(int) webhooks.Response { return webhooks.Response{StatusCode: 200, Duration: time.Millisecond} }
-	if err := r.deliver(); err != nil { // one quick attempt: the endpoint is fast
-		t.Fatal(err)
-	}
-	pending()
+	r.warmFast(t)
 
 	release := make(chan struct{})
 	var inFlight sync.WaitGroup
@@ -787,17 +791,7 @@ func TestDeliverWaitsForAMerchantsSlot(t *testing.T) {
 	const slots, waiters = 3, 2
 	r := newRig(t, defaultSchedule)
 	r.d = r.d.WithMerchantSlots(slots)
-	pending := func() {
-		r.store.mu.Lock()
-		now := r.clock.now()
-		r.store.delivery.Status, r.store.delivery.NextAttemptAt = webhooks.StatusPending, &now
-		r.store.mu.Unlock()
-	}
-	r.sender.answer = func(int) webhooks.Response { return webhooks.Response{StatusCode: 200, Duration: time.Millisecond} }
-	if err := r.deliver(); err != nil { // one quick attempt: the endpoint is fast
-		t.Fatal(err)
-	}
-	pending()
+	r.warmFast(t)
 
 	release := make(chan struct{})
 	var inFlight sync.WaitGroup
