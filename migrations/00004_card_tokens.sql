@@ -1,5 +1,5 @@
 -- +goose Up
--- Card tokens (CONTRACT.md, "Client-side card collection"): a card collected in
+-- Card tokens (api/openapi.yaml): a card collected in
 -- the browser with a public key, kept only sealed (AES-256-GCM, the token id as
 -- associated data) until a charge uses it or it expires. A charge that uses a
 -- token takes its card, re-sealed under the charge's id, and marks the token

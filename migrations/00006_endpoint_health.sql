@@ -1,6 +1,6 @@
 -- +goose NO TRANSACTION
 -- +goose Up
--- Endpoint health (CONTRACT.md, "Endpoint health"): why and when an endpoint
+-- Endpoint health (api/openapi.yaml): why and when an endpoint
 -- was disabled, and since when its deliveries have done nothing but fail.
 -- active stays the switch every reader uses; disabled_reason says why it is
 -- off (NULL while it is on). failing_since is the first failed attempt since

@@ -1,6 +1,6 @@
 -- +goose NO TRANSACTION
 -- +goose Up
--- Event order (CONTRACT.md, "Endpoint health", X-Service-Sequence and "ordered"): every event carries a
+-- Event order (api/openapi.yaml, X-Service-Sequence and "ordered"): every event carries a
 -- sequence that grows with each event of the same object (a charge, or a
 -- refund), counted on the object's row in the transaction that writes the
 -- event; each delivery carries its event's sequence (X-Service-Sequence).

@@ -301,7 +301,7 @@ func (r *results) markdown() string {
 		}
 	}
 	if t := r.scenarios(); len(t.rows) > 0 {
-		b.WriteString("\n### Load scenarios\n\nL1-L4 and the login flood; the method is above.\n\n")
+		b.WriteString("\n### Load scenarios\n\nL1-L4 (docs/reliability.md) and the login flood; the method is above.\n\n")
 		b.WriteString(t.markdown())
 		b.WriteString(r.scenarioDetails(true))
 	}

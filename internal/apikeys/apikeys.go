@@ -28,7 +28,7 @@ const (
 	Live    = "live"
 )
 
-// Key prefixes of SPEC.md section 2.4.
+// Key prefixes of api/openapi.yaml.
 const (
 	SecretTestPrefix = "sk_test_"
 	SecretLivePrefix = "sk_live_"
@@ -225,7 +225,7 @@ func (s *Service) Authenticate(ctx context.Context, secret string) (Entry, error
 const PublicLivePrefix = "pk_live_"
 
 // AuthenticatePublic resolves a public key, which only creates card tokens
-// (CONTRACT.md, "Client-side card collection"), to its key pair's entry. It
+// (api/openapi.yaml), to its key pair's entry. It
 // returns invalid_token for an unknown key, token_revoked for a key pair that
 // was revoked and live_mode_disabled for a live key. Public keys are not
 // secret, so they are looked up in Postgres without a cache; the per-address

@@ -56,7 +56,7 @@ const (
 	CodeCSRF = "csrf_token_invalid"
 )
 
-// LiveModeMessage is the exact message SPEC.md section 7 requires.
+// LiveModeMessage is the exact message api/openapi.yaml requires.
 const LiveModeMessage = "Live mode is not activated"
 
 // Error is an error with a kind, a public code and message, an optional

@@ -7,7 +7,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 )
 
-// SessionTTL is the life of a session token (SPEC.md section 5).
+// SessionTTL is the life of a session token (api/openapi.yaml).
 const SessionTTL = 24 * time.Hour
 
 // Tokens issues and verifies session JWTs: HS256 only, with issuer, audience,

@@ -13,7 +13,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/events"
 )
 
-// Statuses of CONTRACT.md.
+// Statuses of api/openapi.yaml.
 const (
 	StatusCreated    = "created"
 	StatusAuthorized = "authorized"

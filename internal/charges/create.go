@@ -20,7 +20,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/outbox"
 )
 
-// Limits on charge input (CONTRACT.md).
+// Limits on charge input (api/openapi.yaml).
 const (
 	MinAmount         = 1
 	MaxAmount         = 99_999_999

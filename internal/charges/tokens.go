@@ -13,7 +13,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/keyring"
 )
 
-// Card tokens (CONTRACT.md, "Client-side card collection"). A checkout page
+// Card tokens (api/openapi.yaml). A checkout page
 // sends the card to POST /v1/tokens with the merchant's public key; the
 // merchant's server then charges the token with its secret key, so the card
 // number never reaches the merchant. A token is single-use and expires
@@ -97,7 +97,7 @@ func (s *Service) WithTokens(ts TokenStore) *Service {
 }
 
 // errTokenUnusable is the answer for any token a charge cannot use: unknown,
-// used, expired, or another merchant's or environment's (CONTRACT.md).
+// used, expired, or another merchant's or environment's (api/openapi.yaml).
 var errTokenUnusable = apperr.Invalid("card.token", "card.token is not a usable token: it is unknown, used or expired.")
 
 // ErrTokenUnusable is errTokenUnusable, for the store, which finds a token

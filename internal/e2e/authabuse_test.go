@@ -13,7 +13,7 @@ import (
 	"time"
 )
 
-// TestAuthFloodB7 is RELIABILITY.md B7 against the real binaries: floods of
+// TestAuthFloodB7 is docs/reliability.md B7 against the real binaries: floods of
 // unknown secret keys, bad session tokens and wrong passwords from one
 // address each are limited (429 with the contract's headers), Postgres sees
 // at most about the limit of lookups, Redis holds a flat number of keys, and

@@ -135,8 +135,8 @@ type journeys struct {
 	Console                   []string `json:"console"`
 }
 
-// TestBrowserJourneys runs the journeys of CONTRACT.md's "Client-side card
-// collection" and "Dashboard" in Debian's chromium (journeys.mjs): sign in to
+// TestBrowserJourneys runs the journeys of client-side card collection
+// and the dashboard (api/openapi.yaml) in Debian's chromium (journeys.mjs): sign in to
 // the dashboard, create a key (its secret shown once), pay on the example
 // checkout (examples/checkout, another origin) through the card field, see
 // the charge captured in the dashboard, refund half, see refund.succeeded,

@@ -1,6 +1,6 @@
 package e2e
 
-// F8 of RELIABILITY.md: the stack runs on a project-local PostgreSQL primary
+// F8 of docs/reliability.md: the stack runs on a project-local PostgreSQL primary
 // with a synchronous streaming standby, through a multi-host DATABASE_URL;
 // the primary is killed under load and the standby promoted.
 

@@ -1,6 +1,6 @@
 package e2e
 
-// The fault tests F1-F5 and F9 of RELIABILITY.md against the real binaries (F6
+// The fault tests F1-F5 and F9 of docs/reliability.md against the real binaries (F6
 // and F7 are in chaos_redis_test.go, F8 in chaos_pgfailover_test.go). Every
 // test is named TestChaos...; GATEHOUSE_CHAOS=full (make chaos) runs them at
 // full scale, anything else at a smoke scale of a few seconds of load that

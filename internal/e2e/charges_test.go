@@ -52,7 +52,7 @@ var chargesWorkerEnv = []string{
 	"SANDBOX_LATENCY=" + sandboxLatency.String(),
 }
 
-// sandboxCards are every test card of CONTRACT.md, for the leak checks.
+// sandboxCards are every test card of api/openapi.yaml, for the leak checks.
 var sandboxCards = []string{
 	"4242424242424242", "5555555555554444", "378282246310005", "4000000000000002", "4000000000009995",
 	"4000000000000069", "4000000000000119", "4000000000000507", "4000000000000606",
@@ -333,7 +333,7 @@ func queryInt(t *testing.T, db testenv.DB, sql string, args ...any) int64 {
 // TestChargesEndToEnd carries charges and refunds through two API replicas
 // and the real worker: every sandbox card, capture and void, refunds,
 // idempotency across replicas, and a worker killed with SIGKILL three times
-// while 200 charges are processed (RELIABILITY.md I2: no double charge, every
+// while 200 charges are processed (docs/reliability.md I2: no double charge, every
 // charge reaches a final state).
 func TestChargesEndToEnd(t *testing.T) {
 	began := time.Now()
@@ -509,7 +509,7 @@ func TestChargesEndToEnd(t *testing.T) {
 		checkNoCardData(t, st)
 	})
 
-	// CONTRACT.md, "Client-side card collection": a card tokenized with the
+	// api/openapi.yaml: a card tokenized with the
 	// public key and charged by the secret key goes through the worker like
 	// a card sent by the server, and its card is purged from the token at
 	// once and from the charge once the provider answered.
@@ -1006,7 +1006,7 @@ func faultTest(t *testing.T, st *stack, key string) {
 
 // checkNoCardData looks for the test card numbers in the rows that must never
 // hold them (events, outbox, idempotency records), in every Redis value and
-// in the processes' logs (RELIABILITY.md I6).
+// in the processes' logs (docs/reliability.md I6).
 func checkNoCardData(t *testing.T, st *stack) {
 	t.Helper()
 	ctx, cancel := dbCtx()

@@ -68,7 +68,7 @@ type received struct {
 	AtMS      int64  `json:"at_ms"`
 }
 
-// TestCLIEndToEnd is CONTRACT.md's "Developer CLI" against the real
+// TestCLIEndToEnd is the developer CLI (docs/webhooks.md) against the real
 // binaries: bin/gatehouse listen forwards the account's events, as they
 // happen on either replica, to a receiver that verifies both signatures with
 // the npm verifiers and the secret listen printed; bin/gatehouse trigger

@@ -15,7 +15,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/testenv"
 )
 
-// Limits of SPEC.md section 8, which the binaries run with by default.
+// Limits of api/openapi.yaml, which the binaries run with by default.
 const (
 	chargesLimit = 100 // POST /v1/charges, per API key per minute
 	loginLimit   = 10  // POST /v1/auth/login, per IP per 5 minutes

@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// TestWebhookEndpointHealth is CONTRACT.md's "Endpoint health" against the
+// TestWebhookEndpointHealth is endpoint health (docs/webhooks.md) against the
 // real binaries, with WEBHOOK_DISABLE_AFTER=1s: a receiver answering 410 Gone
 // has its endpoint disabled at its first answer; one answering 500 is
 // disabled once its attempts have failed for a second; a disabled endpoint is

@@ -1,6 +1,6 @@
 package e2e
 
-// RELIABILITY.md B5 / I6: after a stack's life its process logs, a dump of
+// docs/reliability.md B5 / I6: after a stack's life its process logs, a dump of
 // its database and every value in its Redis must hold no card number, no
 // secret API key and no webhook secret.
 //

@@ -290,7 +290,7 @@ const sdLBLag = sdDelay / 4
 
 // TestGracefulShutdownAPI sends SIGTERM to API replica 1 while it is under
 // steady load (GET and POST /v1/charges on kept-alive connections) and its
-// /readyz is polled every 20 ms (CONTRACT.md, "Operating interface"; SHUTDOWN_DELAY
+// /readyz is polled every 20 ms (api/openapi.yaml; SHUTDOWN_DELAY
 // and SHUTDOWN_TIMEOUT). The load clients behave as behind a well-behaved load
 // balancer: they keep sending to replica 1 until sdLBLag after the health check
 // first saw 503, then move to replica 2. So every request replica 1 gets arrives

@@ -189,7 +189,7 @@ func (p *process) dump(t *testing.T) {
 }
 
 // terminate sends SIGTERM and checks that the process drains and exits 0
-// within exitTimeout (CONTRACT.md: "SIGTERM drains and exits 0"). On any test
+// within exitTimeout (api/openapi.yaml: "SIGTERM drains and exits 0"). On any test
 // failure it dumps the process's output.
 func (p *process) terminate(t *testing.T) {
 	t.Helper()

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// CONTRACT.md, "Client-side card collection": a token charges "through any
+// api/openapi.yaml: a token charges "through any
 // provider". One token per provider (the sandbox and Stripe, against
 // stripe-mock), created with the public key on one replica and charged with
 // the secret key on the other; the worker captures each.

@@ -311,7 +311,7 @@ func isStatus(s string) func(deliveryJSON) bool {
 	return func(d deliveryJSON) bool { return d.Status == s }
 }
 
-// checkSigned checks the headers of one request against CONTRACT.md with the
+// checkSigned checks the headers of one request against api/openapi.yaml with the
 // endpoint's secret(s): current signs X-Service-Signature; previous, if set,
 // X-Service-Signature-Previous and the second webhook-signature value.
 func checkSigned(t *testing.T, h hit, current, previous string) {
@@ -388,7 +388,7 @@ func checkSpacing(t *testing.T, hits []hit) []time.Duration {
 // worker to receivers on 127.0.0.1: retries on the compressed schedule,
 // failures, timeouts and redirects, manual retry and recovery, test
 // deliveries, secret rotation, and a worker killed with SIGKILL three times
-// while 1,000 events are delivered to two slow receivers (RELIABILITY.md I1, F1).
+// while 1,000 events are delivered to two slow receivers (docs/reliability.md I1, F1).
 func TestWebhooksEndToEnd(t *testing.T) {
 	began := time.Now()
 	st := newStack(t, stackOptions{env: webhooksStackEnv, workerEnv: webhooksWorkerEnv},
@@ -1037,7 +1037,7 @@ func checkOrdered(t *testing.T, r *receiver, sets ...map[string]time.Time) {
 
 // checkNoWebhookSecrets looks for the webhook secrets (the base64 key after
 // whsec_) in every text column of the database, every Redis value and the
-// processes' logs (RELIABILITY.md I6, B5).
+// processes' logs (docs/reliability.md I6, B5).
 func checkNoWebhookSecrets(t *testing.T, st *stack, secrets []string) {
 	t.Helper()
 	if len(secrets) == 0 {

@@ -1,5 +1,5 @@
 // Package events defines what Gatehouse tells merchants happened: the seven
-// event types of SPEC.md section 6 and the event body, which is both what
+// event types of api/openapi.yaml and the event body, which is both what
 // GET /v1/events returns and what a webhook delivers. Events are written in
 // the same transaction as the state change they describe.
 package events
@@ -23,7 +23,7 @@ const (
 	RefundSucceeded = "refund.succeeded"
 )
 
-// Types lists every event type in the order of SPEC.md.
+// Types lists every event type in the order of api/openapi.yaml.
 var Types = []string{ChargeCreated, ChargeCaptured, ChargeFailed, ChargeVoided, ChargeRefunded, RefundCreated, RefundSucceeded}
 
 // Known reports whether t is an event type.
@@ -61,7 +61,7 @@ type Data struct {
 	Refund any    `json:"refund,omitempty"`
 }
 
-// Body is an event as it is delivered (SPEC.md 6.2).
+// Body is an event as it is delivered (api/openapi.yaml).
 type Body struct {
 	ID        string `json:"id"`
 	Object    string `json:"object"`

@@ -26,7 +26,7 @@ type bodyRoute struct {
 	// str and num name a string and a number field of the body ("" if none).
 	str, num string
 	// emptyIsValid: every field is optional, so an empty body (an empty
-	// object, CONTRACT.md) is a valid request, not abuse.
+	// object, api/openapi.yaml) is a valid request, not abuse.
 	emptyIsValid bool
 	// unlisted: the contract does not list the 413 and 415 the route can
 	// answer yet (see send).
@@ -257,7 +257,7 @@ func (h *harness) snapshot(t *testing.T) map[string]string {
 	return out
 }
 
-// RELIABILITY.md B2: every route that takes a body answers malformed,
+// docs/reliability.md B2: every route that takes a body answers malformed,
 // oversized, deeply nested, unknown-field, duplicate-key, wrongly typed and
 // wrongly labelled bodies with a 4xx in the contract's error body, never a
 // 5xx, and stores nothing. The routes come from the app itself, so a new

@@ -162,7 +162,7 @@ func signed(t *testing.T, claims jwt.MapClaims, method jwt.SigningMethod, secret
 	return s
 }
 
-// TestJWTAttacks is RELIABILITY.md A2: every forged or malformed token is 401.
+// TestJWTAttacks is docs/reliability.md A2: every forged or malformed token is 401.
 func TestJWTAttacks(t *testing.T) {
 	h := newHarness(t, nil)
 	a := h.account("ada@example.com")

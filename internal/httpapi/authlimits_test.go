@@ -174,7 +174,7 @@ func readOnlyRedis(t *testing.T, admin *harness) (string, func(writable bool)) {
 	return u.String(), set
 }
 
-// TestRevocationFailsClosed is RELIABILITY.md F10 on two replicas sharing
+// TestRevocationFailsClosed is docs/reliability.md F10 on two replicas sharing
 // Postgres and Redis, one of which cannot write to Redis: a key revoked and
 // a session logged out through that replica are refused on the other at once
 // when the revoke is answered as done; when it is answered 503, a retry after

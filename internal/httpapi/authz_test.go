@@ -1,6 +1,6 @@
 package httpapi_test
 
-// RELIABILITY.md A1-A4: the authorization matrix of every route, attacks on
+// docs/reliability.md A1-A4: the authorization matrix of every route, attacks on
 // session tokens, login timing, and read-only fields in request bodies. The
 // matrix is keyed by the routes the app actually serves, so a route added
 // without a row here fails TestAuthzMatrix.
@@ -447,7 +447,7 @@ func malformedIDs(real string) []string {
 	return out
 }
 
-// TestAuthzMatrix is RELIABILITY.md A1 over every route the app serves:
+// TestAuthzMatrix is docs/reliability.md A1 over every route the app serves:
 // merchant B's credentials on merchant A's ids answer 404 not_found with the
 // body of an unknown id and change nothing of A's; no answer to B carries any
 // of A's ids; each route takes exactly the credentials its row says (and the
@@ -944,7 +944,7 @@ func successSchema(op *openapi3.Operation) *openapi3.Schema {
 	return nil
 }
 
-// TestReadOnlyFields is RELIABILITY.md A4: for every route that takes a body,
+// TestReadOnlyFields is docs/reliability.md A4: for every route that takes a body,
 // each field of its answer that its request does not take (generated from
 // api/openapi.yaml) is refused with 400 parameter_invalid naming the field,
 // and nothing in the database changes.
@@ -1056,7 +1056,7 @@ func TestReadOnlyFields(t *testing.T) {
 // refuses unknown fields today.
 var bodyIgnored = map[string]bool{}
 
-// TestJWTAttacksEveryRoute extends TestJWTAttacks (RELIABILITY.md A2) to
+// TestJWTAttacksEveryRoute extends TestJWTAttacks (docs/reliability.md A2) to
 // every route that takes a session, adds algorithms and claims it does not
 // try, and covers tokens of a merchant that no longer exists.
 func TestJWTAttacksEveryRoute(t *testing.T) {
@@ -1180,7 +1180,7 @@ func TestJWTAttacksEveryRoute(t *testing.T) {
 	t.Logf("JWT attacks: %d tokens on every authenticated route, %d requests", len(attacks), runs)
 }
 
-// TestLoginTiming is RELIABILITY.md A3: an unknown email and a wrong password
+// TestLoginTiming is docs/reliability.md A3: an unknown email and a wrong password
 // get the same status and the same body (but for request_id), and cost the
 // same work. The work is measured as CPU time of this process (server and
 // client run in it), which the load of other processes blurs less than wall

@@ -653,7 +653,7 @@ func (h *harness) scanRedis(t *testing.T, needles ...string) []string {
 	return hits
 }
 
-// TestCardDataNeverStored is RELIABILITY.md I6 for card data: the number and
+// TestCardDataNeverStored is docs/reliability.md I6 for card data: the number and
 // CVC are nowhere in the database, the queue or an answer; the sealed copy is
 // purged once the provider answered.
 func TestCardDataNeverStored(t *testing.T) {
@@ -1241,7 +1241,7 @@ func TestChargeStateMachine(t *testing.T) {
 }
 
 // TestCreateChargeFieldNamesAreExact: a field is known only under its exact
-// name; "AMOUNT" or "Currency" are unknown fields (CONTRACT.md, RELIABILITY.md B2).
+// name; "AMOUNT" or "Currency" are unknown fields (api/openapi.yaml, docs/reliability.md B2).
 func TestCreateChargeFieldNamesAreExact(t *testing.T) {
 	h := newHarness(t, paymentsEnv)
 	a := h.account("ada@example.com")
@@ -1313,7 +1313,7 @@ func TestConcurrentCaptureAndVoid(t *testing.T) {
 	}
 }
 
-// TestCreateChargeNULBytes is RELIABILITY.md B2: a NUL character (valid JSON,
+// TestCreateChargeNULBytes is docs/reliability.md B2: a NUL character (valid JSON,
 // but not storable in PostgreSQL text) is a 400 naming the field, never a 500.
 func TestCreateChargeNULBytes(t *testing.T) {
 	h := newHarness(t, paymentsEnv)
@@ -1344,7 +1344,7 @@ func TestCreateChargeNULBytes(t *testing.T) {
 	})
 }
 
-// TestIdempotencyKeysExpireAfter24Hours: keys are kept 24 h (CONTRACT.md);
+// TestIdempotencyKeysExpireAfter24Hours: keys are kept 24 h (api/openapi.yaml);
 // after that the same key starts a new request, even before the pruner ran.
 func TestIdempotencyKeysExpireAfter24Hours(t *testing.T) {
 	h := newHarness(t, paymentsEnv)

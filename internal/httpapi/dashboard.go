@@ -26,7 +26,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/listing"
 )
 
-// The merchant dashboard (CONTRACT.md, "Dashboard"): server-rendered pages
+// The merchant dashboard (api/openapi.yaml): server-rendered pages
 // under /dashboard, same origin as the API, signed in with the same session
 // as POST /v1/auth/login and acting through the same services as the API.
 //

@@ -1,7 +1,7 @@
 package httpapi_test
 
-// The dashboard (CONTRACT.md, "Dashboard") at the HTTP level: its own
-// authorization matrix (RELIABILITY.md A1 for the cookie session: every
+// The dashboard (api/openapi.yaml) at the HTTP level: its own
+// authorization matrix (docs/reliability.md A1 for the cookie session: every
 // /dashboard route the app serves has a row), CSRF, framing, the cookie,
 // hostile forms, and lists of more than a thousand charges.
 

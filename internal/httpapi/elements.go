@@ -6,7 +6,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 )
 
-// The card field of client-side card collection (CONTRACT.md): gatehouse.js,
+// The card field of client-side card collection (api/openapi.yaml): gatehouse.js,
 // which a merchant's checkout page loads, and the gateway's own page that it
 // frames, where the card is typed. Both are embedded and served as they are.
 //

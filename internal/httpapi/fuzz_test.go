@@ -1,6 +1,6 @@
 package httpapi
 
-// RELIABILITY.md B1: fuzz targets for what the API parses from a client before
+// docs/reliability.md B1: fuzz targets for what the API parses from a client before
 // anything else runs: request bodies, the Authorization, Idempotency-Key and
 // X-Request-Id headers, X-Forwarded-For behind trusted proxies, and the list
 // parameters. Their seeds run as ordinary tests; `make fuzz` explores further.

@@ -1,6 +1,6 @@
 package httpapi_test
 
-// CONTRACT.md Idempotency: webhook endpoint creation is replayed like any
+// api/openapi.yaml, Idempotency: webhook endpoint creation is replayed like any
 // creating POST, its secret included (stored sealed); API key creation
 // replays the key object without its secret.
 

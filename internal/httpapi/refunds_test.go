@@ -293,7 +293,7 @@ func TestRefunds(t *testing.T) {
 }
 
 // TestRefundOfFullyHeldCharge: while pending refunds hold the whole amount,
-// another refund asks for more than remains (0): CONTRACT.md says 400
+// another refund asks for more than remains (0): api/openapi.yaml says 400
 // amount_too_large, and the charge is still captured, so not invalid_state.
 func TestRefundOfFullyHeldCharge(t *testing.T) {
 	h := newHarness(t, paymentsEnv)
@@ -321,7 +321,7 @@ func TestRefundMetadataLimitsMatchCharges(t *testing.T) {
 	want(t, r, 201, "")
 }
 
-// TestConcurrentRefunds is RELIABILITY.md I3: refunds never exceed the charge.
+// TestConcurrentRefunds is docs/reliability.md I3: refunds never exceed the charge.
 func TestConcurrentRefunds(t *testing.T) {
 	h := newHarness(t, paymentsEnv)
 	a := h.account("ada@example.com")

@@ -32,7 +32,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/webhooks"
 )
 
-// BodyLimit is the largest request body accepted (CONTRACT.md: 64 KiB).
+// BodyLimit is the largest request body accepted (api/openapi.yaml: 64 KiB).
 const BodyLimit = 64 << 10
 
 // readLimit is what the server reads before refusing a request outright. A

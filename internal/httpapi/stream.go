@@ -17,7 +17,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/logging"
 )
 
-// The event stream (CONTRACT.md, "Developer CLI"): GET /v1/events/stream
+// The event stream (api/openapi.yaml): GET /v1/events/stream
 // sends the merchant's events as Server-Sent Events, in commit order, from
 // now or from after Last-Event-ID, with a heartbeat comment when there is
 // nothing to say. See events.Hub for how any replica serves it.

@@ -13,7 +13,7 @@ import (
 )
 
 // POST /v1/tokens is the one route a browser calls on another origin, with a
-// public key (CONTRACT.md, "Client-side card collection"). It alone answers
+// public key (api/openapi.yaml). It alone answers
 // CORS: any origin, no cookies (the key is in Authorization).
 const tokensPath = "/v1/tokens"
 

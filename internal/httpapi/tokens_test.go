@@ -31,7 +31,7 @@ func tokenChargeBody(token string) string {
 	return fmt.Sprintf(`{"amount":2000,"currency":"usd","payment_method":"card","card":{"token":%q}}`, token)
 }
 
-// CONTRACT.md, "Client-side card collection": POST /v1/tokens takes only a
+// api/openapi.yaml: POST /v1/tokens takes only a
 // public key, answers CORS to any origin, and its token is charged once by
 // the merchant's secret key.
 func TestCardTokens(t *testing.T) {

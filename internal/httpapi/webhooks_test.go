@@ -365,7 +365,7 @@ func TestWebhookEndpoints(t *testing.T) {
 				}
 			})
 		}
-		// Every event name of SPEC.md 6.1 is accepted.
+		// Every event name of api/openapi.yaml is accepted.
 		all := []string{"charge.created", "charge.captured", "charge.failed", "charge.voided", "charge.refunded", "refund.created", "refund.succeeded"}
 		r := h.with(t).do("POST", "/v1/me/webhook_endpoints", endpointBody("http://hooks.example.com/plain-http", all...), bearer(a.secret)...)
 		want(t, r, 201, "")
@@ -416,7 +416,7 @@ func TestWebhookEndpoints(t *testing.T) {
 
 // TestWebhookURLsRefusePrivateNetworks: with WEBHOOK_ALLOW_PRIVATE_NETWORKS
 // unset (production), URLs at this machine or at private, loopback,
-// link-local or metadata addresses are refused (RELIABILITY.md I7, B3).
+// link-local or metadata addresses are refused (docs/reliability.md I7, B3).
 func TestWebhookURLsRefusePrivateNetworks(t *testing.T) {
 	h := newHarness(t, strictWebhookURLs)
 	if h.cfg.WebhookAllowPrivateNetworks {
@@ -918,7 +918,7 @@ func TestWebhookDeliveryOperations(t *testing.T) {
 	})
 }
 
-// TestEndpointHealth is CONTRACT.md's "Endpoint health": a 410 Gone disables
+// TestEndpointHealth is endpoint health (docs/webhooks.md): a 410 Gone disables
 // the endpoint at once (gone); an endpoint whose attempts have done nothing
 // but fail for WEBHOOK_DISABLE_AFTER is disabled at its next failure
 // (failing), and a success in between starts the count again; a disabled

@@ -3,7 +3,7 @@
 // (an id from a previous page). Ids sort by creation time, so the cursor is the id.
 package listing
 
-// Default and maximum page sizes of CONTRACT.md.
+// Default and maximum page sizes of api/openapi.yaml.
 const (
 	DefaultLimit = 10
 	MaxLimit     = 100

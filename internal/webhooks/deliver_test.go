@@ -17,7 +17,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/webhooks"
 )
 
-// The default schedule of SPEC.md 6.3: attempt 1 at once, then 5 min, 30 min,
+// The default schedule of api/openapi.yaml: attempt 1 at once, then 5 min, 30 min,
 // 2 h and 24 h after the previous failure.
 var defaultSchedule = []time.Duration{0, 5 * time.Minute, 30 * time.Minute, 2 * time.Hour, 24 * time.Hour}
 
@@ -516,7 +516,7 @@ func TestDeliverStoreErrors(t *testing.T) {
 	}
 }
 
-// TestDeliverHeaders: every header of CONTRACT.md, over the exact body sent.
+// TestDeliverHeaders: every header of api/openapi.yaml, over the exact body sent.
 func TestDeliverHeaders(t *testing.T) {
 	r := newRig(t, defaultSchedule)
 	if err := r.deliver(); err != nil {

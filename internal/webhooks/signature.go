@@ -13,7 +13,7 @@ import (
 	"time"
 )
 
-// SecretPrefix starts every webhook secret (CONTRACT.md "Events and webhooks").
+// SecretPrefix starts every webhook secret (api/openapi.yaml).
 const SecretPrefix = "whsec_"
 
 // The signature headers of a delivery.

@@ -1,5 +1,5 @@
 // Package webhooks registers merchants' endpoints and delivers events to them:
-// signed, at least once, on the retry schedule of SPEC.md section 6.3. A
+// signed, at least once, on the retry schedule of api/openapi.yaml. A
 // delivery row per subscribed endpoint is written in the same transaction as
 // the event (see internal/store), so no committed event is lost; the worker
 // sends each delivery, records every attempt and schedules the next.
@@ -59,8 +59,8 @@ type Endpoint struct {
 	Ordered bool
 }
 
-// Endpoint statuses and the reasons an endpoint is disabled (CONTRACT.md,
-// "Endpoint health").
+// Endpoint statuses and the reasons an endpoint is disabled (docs/webhooks.md,
+// endpoint health).
 const (
 	EndpointEnabled  = "enabled"
 	EndpointDisabled = "disabled"

@@ -1,5 +1,4 @@
-// The browser journeys of CONTRACT.md ("Client-side card collection",
-// "Dashboard") in a real browser: Debian's chromium driven by playwright-core.
+// The browser journeys of api/openapi.yaml in a real browser: Debian's chromium driven by playwright-core.
 // browser_test.go starts the stack and runs this once; it prints one JSON
 // line with what each journey saw, and leaves a screenshot of each page.
 //

@@ -1,6 +1,6 @@
 // Package sandbox is Gatehouse's built-in payment provider: deterministic, no
 // network. The outcome of an authorization follows from the card (the test
-// cards of CONTRACT.md) and, for the flaky card, from how many times the same
+// cards of api/openapi.yaml) and, for the flaky card, from how many times the same
 // idempotency key was tried. Its books live behind the Ledger interface
 // (PostgreSQL in production), which makes it idempotent the way a real
 // provider is and lets tests count calls and provider-side charges.
@@ -92,7 +92,7 @@ type rule struct {
 	code    string
 }
 
-// cards are the test card numbers of CONTRACT.md; any other Luhn-valid number succeeds.
+// cards are the test card numbers of api/openapi.yaml; any other Luhn-valid number succeeds.
 var cards = map[string]rule{
 	"4242424242424242": {succeed, ""},
 	"5555555555554444": {succeed, ""},

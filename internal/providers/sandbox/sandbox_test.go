@@ -530,7 +530,7 @@ func TestLatency(t *testing.T) {
 	}
 }
 
-// No answer of the sandbox carries card data (RELIABILITY.md I6).
+// No answer of the sandbox carries card data (docs/reliability.md I6).
 func TestAnswersNeverCarryCardData(t *testing.T) {
 	numbers := []string{"4242424242424242", "4000000000000002", "4000000000009995", "4000000000000069",
 		"4000000000000119", "4000000000000507", "4242424242424241"}

@@ -136,7 +136,7 @@ func measure(f func()) (peakGrowth, allocated uint64) {
 	return p - base, ms.TotalAlloc - baseTotal
 }
 
-// RELIABILITY.md B4: hostile receivers. Every attempt ends within the
+// docs/reliability.md B4: hostile receivers. Every attempt ends within the
 // timeout (plus a little slack), and memory stays bounded: nothing is read
 // beyond the cap, before or after decompression.
 func TestSendSurvivesHostileReceivers(t *testing.T) {

@@ -5,7 +5,7 @@
 // proxies from the environment are ignored, and unless private networks are
 // allowed every dial is checked on the resolved IP address, so private,
 // loopback, link-local, shared, unspecified and metadata addresses are never
-// reached, whatever the URL's host name resolves to (RELIABILITY.md I7).
+// reached, whatever the URL's host name resolves to (docs/reliability.md I7).
 package sender
 
 import (
@@ -45,7 +45,7 @@ const userAgent = "Gatehouse-Webhooks/1"
 // unresolvable host.
 var (
 	// ErrForbiddenDestination: the host resolved to an address deliveries
-	// must never reach (RELIABILITY.md B3); nothing was sent.
+	// must never reach (docs/reliability.md B3); nothing was sent.
 	ErrForbiddenDestination = errors.New("destination address is not allowed for webhooks")
 	// ErrTimeout: no complete answer within Options.Timeout.
 	ErrTimeout = errors.New("no complete answer within the webhook timeout")

@@ -106,7 +106,7 @@ func dnsAnswer(q []byte, loopback bool) []byte {
 	return resp
 }
 
-// RELIABILITY.md B3: with private networks not allowed, none of these
+// docs/reliability.md B3: with private networks not allowed, none of these
 // destinations gets a connection, whatever the spelling, and a name that
 // resolves to loopback is refused on its resolved address.
 func TestSendRefusesPrivateDestinations(t *testing.T) {
