@@ -37,6 +37,17 @@ type AuthorizeRequest struct {
 	Card           Card
 	Description    string
 	Metadata       map[string]string
+	// ReturnURL is where the issuer's challenge page sends the cardholder
+	// back to when the provider hosts one (Stripe's return_url); the
+	// gateway's own return page, never the merchant's.
+	ReturnURL string
+	// OffSession: the cardholder is not present, so no challenge is
+	// possible. An issuer that requires authentication makes it a decline
+	// with code authentication_required.
+	OffSession bool
+	// Authenticated: the cardholder authenticated an earlier charge of this
+	// saved card, which issuers take as a mandate for off-session charges.
+	Authenticated bool
 }
 
 // CaptureRequest captures Amount (at most the authorized amount) of an authorization.
@@ -73,6 +84,52 @@ type Result struct {
 	// processing). Money may still move either way: the caller follows the
 	// object with a Lookup until it is final.
 	Pending bool
+	// Action, when not nil, says the payment waits for the cardholder to
+	// authenticate (3-D Secure): nothing is taken until the issuer's answer.
+	// The caller records it and asks again with Authenticate once the
+	// cardholder is done.
+	Action *Action
+}
+
+// Action is the cardholder's authentication a payment waits for.
+type Action struct {
+	// RedirectURL is the issuer's challenge page when the provider names
+	// one (Stripe); "" when the gateway serves the challenge itself (the
+	// sandbox's emulated issuer).
+	RedirectURL string
+}
+
+// Authentication answers.
+const (
+	AnswerSucceeded = "succeeded" // the cardholder completed the challenge
+	AnswerFailed    = "failed"    // the cardholder failed or abandoned it
+	// AnswerReturned: the cardholder came back from the provider's page;
+	// only the provider knows the answer.
+	AnswerReturned = "returned"
+)
+
+// AuthenticateRequest resumes a payment that waited for the cardholder.
+type AuthenticateRequest struct {
+	IdempotencyKey string
+	Reference      string // the provider's id of the payment
+	// Answer is one of the Answer* constants.
+	Answer string
+	// The authorization's own request, for providers that settle the
+	// payment only now (the sandbox).
+	Amount   int64
+	Currency string
+	Capture  bool
+	Card     Card
+}
+
+// Authenticator is a provider whose payments can wait for the cardholder's
+// authentication. Authenticate answers like Authorize: a result (captured
+// when the authorization asked for capture, else authorized), a pending
+// result, a result with Action when the cardholder has not finished, a
+// *Decline (authentication_failed, or the issuer's decline after it), or an
+// error that leaves the outcome unknown.
+type Authenticator interface {
+	Authenticate(ctx context.Context, r AuthenticateRequest) (Result, error)
 }
 
 // Provider is an upstream payment provider.
@@ -148,6 +205,8 @@ const (
 	// PaymentFailed: the payment did not go through (a processing payment
 	// the bank refused); nothing is held.
 	PaymentFailed = "failed"
+	// PaymentRequiresAction: waiting for the cardholder's authentication.
+	PaymentRequiresAction = "requires_action"
 )
 
 // Payment is what a lookup reads of a payment (an authorization).
