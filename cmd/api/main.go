@@ -210,13 +210,14 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer) er
 
 	httpMetrics := metrics.NewHTTP(reg)
 	deps := httpapi.Deps{
-		Config:         cfg,
-		Log:            log,
-		Auth:           auth.NewService(db, db, rc, hasher, tokens, time.Now, log),
-		Keys:           apikeys.NewService(db, rc, time.Now, log),
-		KeyCache:       rc,
-		Merchants:      merchants.NewService(db, hasher, time.Now),
-		Charges:        charges.NewService(db, relay, keys, cfg.Providers(), cfg.DefaultProvider, time.Now, onEnqueueErr).WithTokens(db),
+		Config:    cfg,
+		Log:       log,
+		Auth:      auth.NewService(db, db, rc, hasher, tokens, time.Now, log),
+		Keys:      apikeys.NewService(db, rc, time.Now, log),
+		KeyCache:  rc,
+		Merchants: merchants.NewService(db, hasher, time.Now),
+		Charges: charges.NewService(db, relay, keys, cfg.Providers(), cfg.DefaultProvider, time.Now, onEnqueueErr).WithTokens(db).
+			WithCustomers(db).WithChallenges(db, charges.NewLinks(cfg.PublicURL, keys)),
 		Refunds:        refunds.NewService(db, relay, time.Now, onEnqueueErr),
 		Events:         events.NewService(db, time.Now),
 		Webhooks:       webhooks.NewService(db, relay, keys, cfg.WebhookAllowPrivateNetworks, time.Now, onEnqueueErr),

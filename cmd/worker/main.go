@@ -157,7 +157,8 @@ func work(ctx context.Context, getenv func(string) string, stderr io.Writer) err
 	handlers := &jobs.Handlers{
 		Auth: auth.NewService(nil, db, cache.New(rdb), nil, nil, time.Now, log),
 		Charges: charges.NewProcessor(db, registry, keys, cfg.ProviderTimeout, time.Now, log, observe).WithQueue(queue).WithOutcomes(chargeOutcome).
-			WithWindows(cfg.ProviderIdempotencyWindow, cfg.ProviderOutcomeUnknownAfter),
+			WithWindows(cfg.ProviderIdempotencyWindow, cfg.ProviderOutcomeUnknownAfter).
+			WithAuthentication(cfg.AuthenticationTimeout, charges.NewLinks(cfg.PublicURL, keys), queue.EnqueueAt),
 		Refunds: refunds.NewProcessor(db, registry, cfg.ProviderTimeout, time.Now, log, observe).WithQueue(queue).WithOutcomes(refundOutcome).
 			WithWindows(cfg.ProviderIdempotencyWindow, cfg.ProviderOutcomeUnknownAfter),
 		Webhooks: deliverer,

@@ -15,22 +15,46 @@ import (
 
 // Statuses of api/openapi.yaml.
 const (
-	StatusCreated    = "created"
-	StatusAuthorized = "authorized"
-	StatusCaptured   = "captured"
-	StatusFailed     = "failed"
-	StatusVoided     = "voided"
-	StatusRefunded   = "refunded"
+	StatusCreated = "created"
+	// StatusRequiresAction: the issuer asked the cardholder to
+	// authenticate (3-D Secure); the charge waits for the answer.
+	StatusRequiresAction = "requires_action"
+	StatusAuthorized     = "authorized"
+	StatusCaptured       = "captured"
+	StatusFailed         = "failed"
+	StatusVoided         = "voided"
+	StatusRefunded       = "refunded"
 )
 
 // Statuses lists every status.
-var Statuses = []string{StatusCreated, StatusAuthorized, StatusCaptured, StatusFailed, StatusVoided, StatusRefunded}
+var Statuses = []string{StatusCreated, StatusRequiresAction, StatusAuthorized, StatusCaptured, StatusFailed, StatusVoided, StatusRefunded}
 
 // Pending actions requested through the API and carried out by the worker.
 const (
 	ActionCapture = "capture"
 	ActionVoid    = "void"
 )
+
+// Authentication statuses of a charge.
+const (
+	AuthNotRequired = "not_required"
+	AuthPending     = "pending"
+	AuthSucceeded   = "succeeded"
+	AuthFailed      = "failed"
+)
+
+// Authentication is the cardholder authentication (3-D Secure) of a charge.
+type Authentication struct {
+	Status      string
+	CompletedAt *time.Time
+	// NextActionURL is the challenge page while the charge requires action.
+	NextActionURL *string
+	// ExpiresAt is until when the cardholder may answer.
+	ExpiresAt *time.Time
+	// Answer is the cardholder's answer as the challenge page recorded it
+	// (providers.Answer*), until the worker settles the charge with it.
+	Answer *string
+}
 
 // Card is what a charge keeps of its card: never the number or the CVC.
 type Card struct {
@@ -66,6 +90,15 @@ type Charge struct {
 	FailureMessage    *string
 	CreatedAt         time.Time
 	UpdatedAt         time.Time
+
+	CustomerID      *string
+	PaymentMethodID *string // the customer's saved card the charge used
+	OffSession      bool
+	ReturnURL       *string
+	Authentication  Authentication
+	// SavedCardAuthenticated (read for the worker): the cardholder
+	// authenticated an earlier charge of the saved card.
+	SavedCardAuthenticated bool
 }
 
 // Refundable is what can still be refunded.
@@ -82,25 +115,56 @@ type CardView struct {
 
 // View is the public form of a charge, in API responses and event bodies.
 type View struct {
-	ID                string            `json:"id"`
-	Object            string            `json:"object"`
-	Amount            int64             `json:"amount"`
-	AmountCaptured    int64             `json:"amount_captured"`
-	AmountRefunded    int64             `json:"amount_refunded"`
-	Currency          string            `json:"currency"`
-	Status            string            `json:"status"`
-	PaymentMethod     string            `json:"payment_method"`
-	Card              CardView          `json:"card"`
-	Provider          string            `json:"provider"`
-	ProviderReference *string           `json:"provider_reference"`
-	Environment       string            `json:"environment"`
-	Capture           bool              `json:"capture"`
-	Description       *string           `json:"description"`
-	Metadata          map[string]string `json:"metadata"`
-	FailureCode       *string           `json:"failure_code"`
-	FailureMessage    *string           `json:"failure_message"`
-	CreatedAt         string            `json:"created_at"`
-	UpdatedAt         string            `json:"updated_at"`
+	ID                string             `json:"id"`
+	Object            string             `json:"object"`
+	Amount            int64              `json:"amount"`
+	AmountCaptured    int64              `json:"amount_captured"`
+	AmountRefunded    int64              `json:"amount_refunded"`
+	Currency          string             `json:"currency"`
+	Status            string             `json:"status"`
+	PaymentMethod     string             `json:"payment_method"`
+	Card              CardView           `json:"card"`
+	Provider          string             `json:"provider"`
+	ProviderReference *string            `json:"provider_reference"`
+	Environment       string             `json:"environment"`
+	Capture           bool               `json:"capture"`
+	Description       *string            `json:"description"`
+	Metadata          map[string]string  `json:"metadata"`
+	FailureCode       *string            `json:"failure_code"`
+	FailureMessage    *string            `json:"failure_message"`
+	Customer          *string            `json:"customer"`
+	OffSession        bool               `json:"off_session"`
+	Authentication    AuthenticationView `json:"authentication"`
+	NextAction        *NextAction        `json:"next_action"`
+	CreatedAt         string             `json:"created_at"`
+	UpdatedAt         string             `json:"updated_at"`
+}
+
+// AuthenticationView is the public form of Authentication.
+type AuthenticationView struct {
+	Status      string  `json:"status"`
+	CompletedAt *string `json:"completed_at"`
+}
+
+// Next action types.
+const (
+	NextActionRedirect    = "redirect_to_url"
+	NextActionGatehouseJS = "use_gatehouse_js"
+)
+
+// NextAction is what the cardholder must do for a charge that requires
+// action: follow a redirect (with the merchant's return_url), or let the
+// card field show the challenge (gatehouse.handleNextAction).
+type NextAction struct {
+	Type           string         `json:"type"`
+	RedirectToURL  *RedirectToURL `json:"redirect_to_url,omitempty"`
+	UseGatehouseJS *struct{}      `json:"use_gatehouse_js,omitempty"`
+}
+
+// RedirectToURL is the challenge page and where it sends the cardholder after.
+type RedirectToURL struct {
+	URL       string `json:"url"`
+	ReturnURL string `json:"return_url"`
 }
 
 // View returns the public form.
@@ -109,15 +173,39 @@ func (c Charge) View() View {
 	if md == nil {
 		md = map[string]string{}
 	}
+	pm := c.PaymentMethod
+	if c.PaymentMethodID != nil {
+		pm = *c.PaymentMethodID
+	}
+	auth := AuthenticationView{Status: c.Authentication.Status}
+	if auth.Status == "" {
+		auth.Status = AuthNotRequired
+	}
+	if t := c.Authentication.CompletedAt; t != nil {
+		ts := events.Timestamp(*t)
+		auth.CompletedAt = &ts
+	}
 	return View{
 		ID: c.ID, Object: "charge", Amount: c.Amount, AmountCaptured: c.AmountCaptured, AmountRefunded: c.AmountRefunded,
-		Currency: c.Currency, Status: c.Status, PaymentMethod: c.PaymentMethod,
+		Currency: c.Currency, Status: c.Status, PaymentMethod: pm, Customer: c.CustomerID, OffSession: c.OffSession,
+		Authentication: auth, NextAction: c.nextAction(),
 		Card:     CardView{Brand: c.Card.Brand, Last4: c.Card.Last4, ExpMonth: c.Card.ExpMonth, ExpYear: c.Card.ExpYear, Fingerprint: c.Card.Fingerprint},
 		Provider: c.Provider, ProviderReference: c.ProviderReference, Environment: c.Environment,
 		Capture: c.Capture, Description: c.Description, Metadata: md,
 		FailureCode: c.FailureCode, FailureMessage: c.FailureMessage,
 		CreatedAt: events.Timestamp(c.CreatedAt), UpdatedAt: events.Timestamp(c.UpdatedAt),
 	}
+}
+
+// nextAction is the charge's next action while it requires action.
+func (c Charge) nextAction() *NextAction {
+	if c.Status != StatusRequiresAction || c.Authentication.NextActionURL == nil {
+		return nil
+	}
+	if c.ReturnURL == nil {
+		return &NextAction{Type: NextActionGatehouseJS, UseGatehouseJS: &struct{}{}}
+	}
+	return &NextAction{Type: NextActionRedirect, RedirectToURL: &RedirectToURL{URL: *c.Authentication.NextActionURL, ReturnURL: *c.ReturnURL}}
 }
 
 // MarshalJSON renders the public form.

@@ -631,6 +631,8 @@ func TestView(t *testing.T) {
 		"payment_method": "card", "card": map[string]any{"brand": "visa", "last4": nil, "exp_month": nil, "exp_year": nil, "fingerprint": nil},
 		"provider": "sandbox", "provider_reference": nil, "environment": "sandbox", "capture": false, "description": nil,
 		"metadata": map[string]any{}, "failure_code": nil, "failure_message": nil,
+		"customer": nil, "off_session": false, "next_action": nil,
+		"authentication": map[string]any{"status": "not_required", "completed_at": nil},
 		"created_at": "2026-11-22T00:17:13.123Z", "updated_at": "2026-11-22T01:17:13.000Z",
 	}
 	if diff := cmp.Diff(want, got); diff != "" {

@@ -37,6 +37,8 @@ type CardInput struct {
 	ExpYear  *int    `json:"exp_year"`
 	CVC      *string `json:"cvc"`
 	Token    *string `json:"token"`
+	// PaymentMethod is a saved card of the charge's customer (pm_...).
+	PaymentMethod *string `json:"payment_method"`
 }
 
 // CreateParams is the body of POST /v1/charges.
@@ -50,7 +52,13 @@ type CreateParams struct {
 	Description   *string           `json:"description"`
 	Metadata      map[string]string `json:"metadata"`
 	Environment   *string           `json:"environment"`
+	Customer      *string           `json:"customer"`
+	OffSession    *bool             `json:"off_session"`
+	ReturnURL     *string           `json:"return_url"`
 }
+
+// MaxReturnURLLen bounds return_url.
+const MaxReturnURLLen = 2048
 
 // secretCard is the part of the card sealed until the provider answers.
 type secretCard struct {
@@ -95,14 +103,17 @@ type Renderer func(v any) (idempotency.Response, error)
 
 // Service is the API side of charges.
 type Service struct {
-	store     Store
-	queue     outbox.Enqueuer
-	keys      *keyring.Keyring
-	providers []string
-	fallback  string
-	now       func() time.Time
-	onEnqueue func(error)
-	tokens    TokenStore
+	store      Store
+	queue      outbox.Enqueuer
+	keys       *keyring.Keyring
+	providers  []string
+	fallback   string
+	now        func() time.Time
+	onEnqueue  func(error)
+	tokens     TokenStore
+	customers  CustomerStore
+	challenges ChallengeStore
+	links      Links
 }
 
 var errNoTokens = errors.New("charges: no token store")
@@ -142,6 +153,9 @@ func (s *Service) Create(ctx context.Context, merchantID, environment string, p 
 		if n.Sealed, err = s.seal(&n.Charge.Card, merchantID, secret, c.ID); err != nil {
 			return Result{}, err
 		}
+	}
+	if err := s.useCustomer(ctx, &n); err != nil {
+		return Result{}, err
 	}
 	if tokenID != "" {
 		replay, err := s.useToken(ctx, &n, tokenID, now)
@@ -237,6 +251,10 @@ func (s *Service) validateFields(p CreateParams, now time.Time) (Charge, *secret
 	}
 	c.Currency = cur
 	switch {
+	case (p.PaymentMethod == nil || *p.PaymentMethod == "") && p.Card != nil && p.Card.PaymentMethod != nil:
+		p.PaymentMethod = ptr("card") // a saved card is a card
+	}
+	switch {
 	case p.PaymentMethod == nil || *p.PaymentMethod == "":
 		return c, nil, apperr.Missing("payment_method")
 	case *p.PaymentMethod != "card":
@@ -252,6 +270,9 @@ func (s *Service) validateFields(p CreateParams, now time.Time) (Charge, *secret
 			return c, nil, apperr.Invalid("provider", "provider must be one of: %s.", strings.Join(s.providers, ", "))
 		}
 		c.Provider = *p.Provider
+	}
+	if err := s.customerFields(&c, p); err != nil {
+		return c, nil, err
 	}
 	if p.Description != nil {
 		if utf8.RuneCountInString(*p.Description) > MaxDescriptionLen {
@@ -273,6 +294,17 @@ func (s *Service) validateFields(p CreateParams, now time.Time) (Charge, *secret
 func (s *Service) card(c *Charge, in *CardInput, now time.Time) (*secretCard, error) {
 	if in == nil {
 		return nil, apperr.Missing("card")
+	}
+	if in.PaymentMethod != nil {
+		if in.Token != nil || in.Number != nil || in.CVC != nil || in.ExpMonth != nil || in.ExpYear != nil {
+			return nil, apperr.Invalid("card", "Send card.payment_method alone, without a token or the card's number.")
+		}
+		pm := strings.TrimSpace(*in.PaymentMethod)
+		if pm == "" {
+			return nil, apperr.Invalid("card.payment_method", "card.payment_method must be the id of a saved card (pm_...).")
+		}
+		c.PaymentMethodID = &pm
+		return nil, nil
 	}
 	if in.Token != nil {
 		if in.Number != nil || in.CVC != nil || in.ExpMonth != nil || in.ExpYear != nil {

@@ -2,6 +2,7 @@ package charges
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/gatehouse-pay/gatehouse/internal/apperr"
@@ -15,6 +16,7 @@ type Filter struct {
 	Status     string
 	CreatedGTE *time.Time
 	CreatedLTE *time.Time
+	Customer   string
 }
 
 // ActionRequest asks the worker to capture or void an authorized charge. The
@@ -52,7 +54,7 @@ func (s *Service) Get(ctx context.Context, merchantID, id string) (Charge, error
 // List returns a page of the merchant's charges, newest first.
 func (s *Service) List(ctx context.Context, merchantID string, f Filter, p listing.Params) (listing.Page[Charge], error) {
 	if f.Status != "" && !contains(Statuses, f.Status) {
-		return listing.Page[Charge]{}, apperr.Invalid("status", "status must be one of created, authorized, captured, failed, voided, refunded.")
+		return listing.Page[Charge]{}, apperr.Invalid("status", "status must be one of %s.", strings.Join(Statuses, ", "))
 	}
 	return s.store.ListCharges(ctx, merchantID, f, p)
 }
@@ -67,7 +69,8 @@ func (s *Service) Capture(ctx context.Context, merchantID, id string, amount *in
 		Task: outbox.Task{Type: outbox.ChargeCapture, RefID: id}, Idem: idem, Render: render})
 }
 
-// Void asks the worker to release an authorized charge.
+// Void asks the worker to release an authorized charge, or to cancel one
+// that waits for the cardholder's authentication.
 func (s *Service) Void(ctx context.Context, merchantID, id string, idem *idempotency.Request, render func(Charge) (idempotency.Response, error)) (Result, error) {
 	return s.act(ctx, ActionRequest{MerchantID: merchantID, ChargeID: id, Action: ActionVoid,
 		Task: outbox.Task{Type: outbox.ChargeVoid, RefID: id}, Idem: idem, Render: render})
@@ -100,6 +103,12 @@ func (s *Service) act(ctx context.Context, r ActionRequest) (Result, error) {
 // call when its conditional update matched no row; nil means it can.
 func CheckAction(c Charge, action string, amount *int64) error {
 	switch {
+	case action == ActionVoid && c.Status == StatusRequiresAction && c.Authentication.Answer != nil:
+		return ErrInvalidState("The cardholder has answered the authentication; the charge is being settled.")
+	case action == ActionVoid && c.Status == StatusRequiresAction && c.PendingAction == nil:
+		return nil
+	case c.Status != StatusAuthorized && action == ActionVoid:
+		return ErrInvalidState("Cannot void a charge whose status is %s; only authorized charges and charges that require action can be.", c.Status)
 	case c.Status != StatusAuthorized:
 		return ErrInvalidState("Cannot %s a charge whose status is %s; only authorized charges can be.", action, c.Status)
 	case c.PendingAction != nil:

@@ -28,7 +28,15 @@ type Transition struct {
 	DoneTask  string
 	PurgeCard bool
 	Then      *outbox.Task
+	// Cause is what moves the charge (see CanMove).
+	Cause string
+	// SavedCardAuthenticated marks the charge's saved card as authenticated
+	// by its cardholder (the issuer's mandate for off-session charges).
+	SavedCardAuthenticated bool
 }
+
+// ErrIllegalMove is returned for a transition the state machine refuses.
+var ErrIllegalMove = errors.New("charges: the state machine does not allow this move")
 
 // Outcome is what a provider call led to, for metrics.
 type Outcome string
@@ -70,6 +78,10 @@ type Processor struct {
 	// window and unknownAfter: see WithWindows.
 	window       time.Duration
 	unknownAfter time.Duration
+	// authTimeout, links and schedule: see WithAuthentication.
+	authTimeout time.Duration
+	links       Links
+	schedule    func(ctx context.Context, t outbox.Task, at time.Time) error
 }
 
 // WithWindows sets how long after it was requested a capture is still sent
@@ -106,6 +118,9 @@ func (p *Processor) WithQueue(q outbox.Enqueuer) *Processor {
 
 // apply writes a transition and hands its deliveries to the queue.
 func (p *Processor) apply(ctx context.Context, t Transition) error {
+	if !CanMove(t.Before.Status, t.After.Status, t.Cause) {
+		return fmt.Errorf("%w: %s to %s (cause %q) of %s", ErrIllegalMove, t.Before.Status, t.After.Status, t.Cause, t.Before.ID)
+	}
 	applied, deliveries, err := p.store.ApplyTransition(ctx, t)
 	if err != nil {
 		return err
@@ -133,7 +148,7 @@ func NewProcessor(store Store, reg providers.Registry, keys *keyring.Keyring, ti
 		observe = func(string, string, Outcome, time.Duration) {}
 	}
 	return &Processor{store: store, providers: reg, keys: keys, timeout: timeout, now: now, log: log, observe: observe,
-		window: DefaultIdempotencyWindow, unknownAfter: DefaultUnknownAfter}
+		window: DefaultIdempotencyWindow, unknownAfter: DefaultUnknownAfter, authTimeout: DefaultAuthenticationTimeout}
 }
 
 // ErrRetry wraps a provider outage that the queue should retry later.
@@ -199,16 +214,16 @@ func (p *Processor) Authorize(ctx context.Context, id string, final bool) error 
 	if c.ProviderReference != nil {
 		return p.follow(ctx, c, prov, task, final)
 	}
+	if savedCardExpired(c, p.now()) {
+		return p.fail(ctx, c, task, "expired_card", "The saved card has expired.")
+	}
 	card, err := p.card(c, sealed)
 	if err != nil {
 		return p.fail(ctx, c, task, "processing_error", "The card data could not be read.")
 	}
 	start := time.Now()
 	cctx, cancel := context.WithTimeout(ctx, p.timeout)
-	res, err := prov.Authorize(cctx, providers.AuthorizeRequest{
-		IdempotencyKey: IdempotencyKey(c.ID, "authorize"), Amount: c.Amount, Currency: c.Currency,
-		Capture: c.Capture, Card: card, Description: deref(c.Description), Metadata: c.Metadata,
-	})
+	res, err := prov.Authorize(cctx, p.authorizeRequest(c, card))
 	cancel()
 	elapsed := time.Since(start)
 	if d, ok := providers.AsDecline(err); ok {
@@ -225,6 +240,10 @@ func (p *Processor) Authorize(ctx context.Context, id string, final bool) error 
 			return p.fail(ctx, c, task, "provider_unavailable", "The provider did not answer; the charge was not made.")
 		}
 		return p.failUnknown(ctx, c, task)
+	}
+	if res.Action != nil {
+		p.observe(c.Provider, "authorize", OutcomePending, elapsed)
+		return p.requireAction(ctx, c, task, res)
 	}
 	if res.Pending {
 		// Accepted, not finished: record the reference (the card stays
@@ -351,7 +370,8 @@ func (p *Processor) settle(ctx context.Context, id string, final bool, action st
 	if err != nil {
 		return err
 	}
-	if c.Status != StatusAuthorized || c.PendingAction == nil || *c.PendingAction != action || c.ProviderReference == nil {
+	waiting := c.Status == StatusRequiresAction && action == ActionVoid
+	if (c.Status != StatusAuthorized && !waiting) || c.PendingAction == nil || *c.PendingAction != action || c.ProviderReference == nil {
 		p.observe(c.Provider, action, OutcomeNoop, 0)
 		return p.done(ctx, task)
 	}
@@ -378,6 +398,15 @@ func (p *Processor) settle(ctx context.Context, id string, final bool, action st
 			return err
 		}
 		ev = &e
+	case declined && waiting:
+		// The provider would not cancel a payment waiting for the
+		// cardholder: it may have had the answer on its own page. Its
+		// answer settles the charge.
+		p.observe(c.Provider, action, OutcomeDeclined, elapsed)
+		after.FailureCode, after.FailureMessage = &d.Code, ptr(declineMessage(d))
+		after.Authentication.Answer = ptr(providers.AnswerReturned)
+		return p.apply(ctx, Transition{Before: c, After: after, DoneTask: task.ID(), Cause: CauseVoid,
+			Then: &outbox.Task{Type: outbox.ChargeAuthenticate, RefID: c.ID}})
 	case declined:
 		// The charge stays authorized; the failure is recorded and the merchant may try again.
 		p.observe(c.Provider, action, OutcomeDeclined, elapsed)
@@ -385,11 +414,16 @@ func (p *Processor) settle(ctx context.Context, id string, final bool, action st
 	case !final:
 		p.observe(c.Provider, action, OutcomeRetry, elapsed)
 		return fmt.Errorf("%w: %v", ErrRetry, err)
+	case waiting:
+		// Whether the payment was cancelled is unknown: never guess. The
+		// void stays pending and the sweeper sends it again.
+		p.observe(c.Provider, action, OutcomeUnavailable, elapsed)
+		return fmt.Errorf("charges: the void of %s, which requires action, is still unknown at the provider after the last attempt: %w", c.ID, err)
 	default:
 		p.observe(c.Provider, action, OutcomeUnavailable, elapsed)
 		after.FailureCode, after.FailureMessage = ptr("provider_unavailable"), ptr("The provider did not answer; the charge is still authorized.")
 	}
-	return p.apply(ctx, Transition{Before: c, After: after, Event: ev, DoneTask: task.ID()})
+	return p.apply(ctx, Transition{Before: c, After: after, Event: ev, DoneTask: task.ID(), Cause: CauseVoid, PurgeCard: waiting})
 }
 
 func (p *Processor) fail(ctx context.Context, c Charge, task outbox.Task, code, message string) error {

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
 	"net/url"
 	"runtime"
@@ -154,6 +155,12 @@ type Config struct {
 	// ProviderBreakerFailures is how many provider outages in a row open a
 	// provider's circuit breaker (for 30 s).
 	ProviderBreakerFailures int
+	// AuthenticationTimeout is how long a charge that requires action waits
+	// for the cardholder before it fails authentication_expired.
+	AuthenticationTimeout time.Duration
+	// PublicURL is the base URL at which cardholders' browsers reach the API
+	// (challenge pages and the return from a provider's challenge page).
+	PublicURL string
 	// SandboxLatency is an artificial delay of every sandbox provider call.
 	SandboxLatency time.Duration
 	// OutboxSweepAfter is the age at which an unfinished outbox task is
@@ -344,6 +351,11 @@ func Load(getenv func(string) string, needs Needs) (Config, error) {
 	c.ProviderIdempotencyWindow = duration("PROVIDER_IDEMPOTENCY_WINDOW", "24h", time.Second)
 	c.ProviderOutcomeUnknownAfter = duration("PROVIDER_OUTCOME_UNKNOWN_AFTER", "24h", time.Second)
 	c.SandboxLatency = duration("SANDBOX_LATENCY", "0s", 0)
+	c.AuthenticationTimeout = duration("AUTHENTICATION_TIMEOUT", "1h", time.Second)
+	c.PublicURL = strings.TrimRight(get("PUBLIC_URL", defaultPublicURL(c.HTTPAddr)), "/")
+	if u, err := url.Parse(c.PublicURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Path != "" {
+		bad("PUBLIC_URL", "must be an absolute http or https URL without a path (e.g. https://pay.example.com)")
+	}
 	c.OutboxSweepAfter = duration("OUTBOX_SWEEP_AFTER", "30s", time.Second)
 	c.ReconcileAfter = duration("RECONCILE_AFTER", "2m", time.Second)
 	if n, err := strconv.Atoi(get("PROVIDER_BREAKER_FAILURES", "20")); err != nil || n < 1 {
@@ -431,4 +443,17 @@ func Load(getenv func(string) string, needs Needs) (Config, error) {
 		return Config{}, errors.New("invalid configuration: " + strings.Join(problems, "; "))
 	}
 	return c, nil
+}
+
+// defaultPublicURL is the API's own address on loopback: right for a local
+// stack, and replaced by PUBLIC_URL behind a load balancer.
+func defaultPublicURL(httpAddr string) string {
+	host, port, err := net.SplitHostPort(httpAddr)
+	if err != nil || port == "" {
+		return "http://127.0.0.1:8080"
+	}
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, port)
 }

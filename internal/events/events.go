@@ -1,4 +1,4 @@
-// Package events defines what Gatehouse tells merchants happened: the seven
+// Package events defines what Gatehouse tells merchants happened: the eight
 // event types of api/openapi.yaml and the event body, which is both what
 // GET /v1/events returns and what a webhook delivers. Events are written in
 // the same transaction as the state change they describe.
@@ -14,17 +14,20 @@ import (
 
 // Event types.
 const (
-	ChargeCreated   = "charge.created"
-	ChargeCaptured  = "charge.captured"
-	ChargeFailed    = "charge.failed"
-	ChargeVoided    = "charge.voided"
-	ChargeRefunded  = "charge.refunded"
-	RefundCreated   = "refund.created"
-	RefundSucceeded = "refund.succeeded"
+	ChargeCreated = "charge.created"
+	// ChargeRequiresAction: the charge waits for the cardholder's
+	// authentication (3-D Secure).
+	ChargeRequiresAction = "charge.requires_action"
+	ChargeCaptured       = "charge.captured"
+	ChargeFailed         = "charge.failed"
+	ChargeVoided         = "charge.voided"
+	ChargeRefunded       = "charge.refunded"
+	RefundCreated        = "refund.created"
+	RefundSucceeded      = "refund.succeeded"
 )
 
 // Types lists every event type in the order of api/openapi.yaml.
-var Types = []string{ChargeCreated, ChargeCaptured, ChargeFailed, ChargeVoided, ChargeRefunded, RefundCreated, RefundSucceeded}
+var Types = []string{ChargeCreated, ChargeCaptured, ChargeFailed, ChargeVoided, ChargeRefunded, RefundCreated, RefundSucceeded, ChargeRequiresAction}
 
 // Known reports whether t is an event type.
 func Known(t string) bool {

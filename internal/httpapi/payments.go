@@ -114,7 +114,7 @@ func (s *server) listCharges(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	f := charges.Filter{Status: strings.Clone(c.Query("status"))}
+	f := charges.Filter{Status: strings.Clone(c.Query("status")), Customer: strings.Clone(c.Query("customer"))}
 	if f.CreatedGTE, err = parseTimeQuery(c, "created[gte]"); err != nil {
 		return err
 	}

@@ -26,6 +26,8 @@ func (s *server) routes(app *fiber.App) {
 
 	s.elementRoutes(app)
 	s.dashboardRoutes(app)
+	s.challengeRoutes(app, perIP)
+	app.Post(cardFieldActionPath, perIP, s.authenticatePublic, s.limitByKey("tokens", cfg.RateLimitPublicKey), s.cardFieldNextAction)
 
 	app.Post("/v1/auth/login", login, s.login)
 	app.Delete("/v1/auth/logout", perIP, session, s.logout)

@@ -45,6 +45,20 @@ func (q *Queue) Enqueue(ctx context.Context, t outbox.Task) error {
 	return err
 }
 
+// EnqueueAt schedules t to run at at (a timeout). A task already queued
+// or scheduled under its id is fine.
+func (q *Queue) EnqueueAt(ctx context.Context, t outbox.Task, at time.Time) error {
+	task, err := q.newTask(t, nil)
+	if err != nil {
+		return err
+	}
+	_, err = q.client.EnqueueContext(ctx, task, asynq.ProcessAt(at))
+	if errors.Is(err, asynq.ErrTaskIDConflict) {
+		return nil
+	}
+	return err
+}
+
 // Resend enqueues again the outbox tasks the sweeper found unfinished. A task
 // still queued, scheduled or retrying is left alone. One archived (it used up
 // its retries while, say, Postgres was down) is deleted and enqueued afresh.

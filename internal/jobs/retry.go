@@ -54,7 +54,8 @@ func isFailure(err error) bool { return !isRetryIn(err) }
 
 func isProviderTask(typ string) bool {
 	switch typ {
-	case TypeChargeAuthorize, TypeChargeCapture, TypeChargeVoid, TypeChargeReverse, TypeRefundProcess:
+	case TypeChargeAuthorize, TypeChargeCapture, TypeChargeVoid, TypeChargeReverse, TypeRefundProcess,
+		TypeChargeAuthenticate, TypeChargeAuthenticationTimeout:
 		return true
 	}
 	return false
@@ -73,7 +74,7 @@ const ReverseWindow = 24 * time.Hour
 // unknown while money may have moved, which never end as a guess.
 func untilKnown(typ string) bool {
 	switch typ {
-	case TypeChargeReverse, TypeChargeCapture, TypeRefundProcess:
+	case TypeChargeReverse, TypeChargeCapture, TypeRefundProcess, TypeChargeAuthenticate, TypeChargeAuthenticationTimeout:
 		return true
 	}
 	return false

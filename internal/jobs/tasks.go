@@ -25,8 +25,13 @@ const (
 	TypeChargeCapture   = outbox.ChargeCapture
 	TypeChargeVoid      = outbox.ChargeVoid
 	TypeChargeReverse   = outbox.ChargeReverse
-	TypeRefundProcess   = outbox.RefundProcess
-	TypeWebhookDeliver  = outbox.WebhookDeliver
+	// TypeChargeAuthenticate settles a charge that requires action (the
+	// cardholder answered, or the time is up); TypeChargeAuthenticationTimeout
+	// is the same work scheduled for the moment the time is up.
+	TypeChargeAuthenticate          = outbox.ChargeAuthenticate
+	TypeChargeAuthenticationTimeout = outbox.ChargeAuthenticationTimeout
+	TypeRefundProcess               = outbox.RefundProcess
+	TypeWebhookDeliver              = outbox.WebhookDeliver
 
 	// TypeSessionsPrune deletes sessions that expired more than a day ago.
 	TypeSessionsPrune = "sessions:prune"
@@ -141,6 +146,8 @@ func (h *Handlers) Mux() *asynq.ServeMux {
 	mux.HandleFunc(TypeChargeCapture, h.provider(h.Charges.Capture))
 	mux.HandleFunc(TypeChargeVoid, h.provider(h.Charges.Void))
 	mux.HandleFunc(TypeChargeReverse, h.provider(h.Charges.Reverse))
+	mux.HandleFunc(TypeChargeAuthenticate, h.provider(h.Charges.Authenticate))
+	mux.HandleFunc(TypeChargeAuthenticationTimeout, h.provider(h.Charges.Authenticate))
 	mux.HandleFunc(TypeRefundProcess, h.provider(h.Refunds.Process))
 	mux.HandleFunc(TypeWebhookDeliver, h.HandleWebhookDeliver)
 	return mux

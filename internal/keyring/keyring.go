@@ -24,6 +24,7 @@ const (
 	PurposeFingerprint = "gatehouse card fingerprint v1"
 	PurposeIdempotency = "gatehouse idempotency fingerprint v1"
 	PurposeCSRF        = "gatehouse dashboard csrf v1"
+	PurposeChallenge   = "gatehouse challenge link v1"
 )
 
 // Keyring holds the master key and the keys derived from it, derived once

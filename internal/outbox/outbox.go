@@ -17,13 +17,20 @@ const (
 	ChargeVoid      = "charge:void"
 	// ChargeReverse releases whatever the provider may have booked for a
 	// charge that failed without knowing the provider's answer.
-	ChargeReverse  = "charge:reverse"
-	RefundProcess  = "refund:process"
-	WebhookDeliver = "webhook:deliver"
+	ChargeReverse = "charge:reverse"
+	// ChargeAuthenticate settles a charge that requires action: with the
+	// cardholder's answer, or, once its time is up, by expiring it.
+	ChargeAuthenticate = "charge:authenticate"
+	// ChargeAuthenticationTimeout is ChargeAuthenticate scheduled for the
+	// moment a charge's authentication expires; it is not an outbox row
+	// (the sweeper writes ChargeAuthenticate for an expired charge).
+	ChargeAuthenticationTimeout = "charge:authentication_timeout"
+	RefundProcess               = "refund:process"
+	WebhookDeliver              = "webhook:deliver"
 )
 
 // Types lists every task type, for metrics that report each one.
-var Types = []string{ChargeAuthorize, ChargeCapture, ChargeVoid, ChargeReverse, RefundProcess, WebhookDeliver}
+var Types = []string{ChargeAuthorize, ChargeCapture, ChargeVoid, ChargeReverse, ChargeAuthenticate, ChargeAuthenticationTimeout, RefundProcess, WebhookDeliver}
 
 // Task is one unit of work about one object.
 type Task struct {

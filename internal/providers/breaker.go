@@ -145,3 +145,16 @@ func (b *Breaker) LookupPayment(ctx context.Context, reference string) (Payment,
 	})
 	return p, err
 }
+
+var _ Authenticator = (*Breaker)(nil)
+
+// Authenticate resumes a payment at the wrapped provider unless the circuit
+// is open. A provider that cannot resume one declines with invalid_request:
+// it never asked for authentication.
+func (b *Breaker) Authenticate(ctx context.Context, r AuthenticateRequest) (Result, error) {
+	a, ok := b.p.(Authenticator)
+	if !ok {
+		return Result{}, &Decline{Code: "invalid_request", Message: b.p.Name() + " does not authenticate cardholders."}
+	}
+	return b.call(func() (Result, error) { return a.Authenticate(ctx, r) })
+}

@@ -19,7 +19,8 @@ import (
 const chargeColumns = `id, merchant_id, environment, amount, amount_captured, amount_refunded, amount_refund_held,
 currency, status, pending_action, capture_amount, payment_method, capture, card_brand, card_last4, card_exp_month,
 card_exp_year, card_fingerprint, card_token, provider, provider_reference, description, metadata, failure_code,
-failure_message, created_at, updated_at`
+failure_message, created_at, updated_at, customer_id, payment_method_id, off_session, return_url,
+authentication_status, authentication_completed_at, next_action_url, action_expires_at, action_answer`
 
 // scanCharge is the one mapping from a charges row (chargeColumns, plus any
 // extra destinations) to a Charge.
@@ -28,7 +29,9 @@ func scanCharge(row pgx.Row, extra ...any) (charges.Charge, error) {
 	dest := []any{&c.ID, &c.MerchantID, &c.Environment, &c.Amount, &c.AmountCaptured, &c.AmountRefunded, &c.AmountRefundHeld,
 		&c.Currency, &c.Status, &c.PendingAction, &c.CaptureAmount, &c.PaymentMethod, &c.Capture, &c.Card.Brand, &c.Card.Last4,
 		&c.Card.ExpMonth, &c.Card.ExpYear, &c.Card.Fingerprint, &c.CardToken, &c.Provider, &c.ProviderReference,
-		&c.Description, &c.Metadata, &c.FailureCode, &c.FailureMessage, &c.CreatedAt, &c.UpdatedAt}
+		&c.Description, &c.Metadata, &c.FailureCode, &c.FailureMessage, &c.CreatedAt, &c.UpdatedAt,
+		&c.CustomerID, &c.PaymentMethodID, &c.OffSession, &c.ReturnURL, &c.Authentication.Status,
+		&c.Authentication.CompletedAt, &c.Authentication.NextActionURL, &c.Authentication.ExpiresAt, &c.Authentication.Answer}
 	err := row.Scan(append(dest, extra...)...)
 	return c, err
 }
@@ -47,9 +50,11 @@ WITH idem AS (
 ), ch AS (
 	INSERT INTO charges (id, merchant_id, environment, amount, currency, status, payment_method, capture,
 		card_brand, card_last4, card_exp_month, card_exp_year, card_fingerprint, card_token, card_sealed,
-		provider, description, metadata, created_at, updated_at, event_seq)
+		provider, description, metadata, created_at, updated_at, event_seq,
+		customer_id, payment_method_id, off_session, return_url)
 	SELECT $1::uuid, $2::text, $3::text, $4::bigint, $5::text, $6::text, $7::text, $8::bool, $9::text, $10::text,
-		$11::int, $12::int, $13::text, $14::text, $15::bytea, $16::text, $17::text, $18::jsonb, $19::timestamptz, $19::timestamptz, 1
+		$11::int, $12::int, $13::text, $14::text, $15::bytea, $16::text, $17::text, $18::jsonb, $19::timestamptz, $19::timestamptz, 1,
+		$29::text, $30::text, $31::bool, $32::text
 	WHERE $25::text IS NULL OR EXISTS (SELECT 1 FROM idem)
 	RETURNING id
 ), ev AS (
@@ -79,7 +84,8 @@ func (s *Store) CreateCharge(ctx context.Context, n charges.NewCharge) (*idempot
 		c.Provider, c.Description, c.Metadata, c.CreatedAt,
 		n.Event.ID, n.Event.Type, n.Event.Body,
 		n.Task.ID(), n.Task.Type,
-		key, fp, status, resp}
+		key, fp, status, resp,
+		c.CustomerID, c.PaymentMethodID, c.OffSession, c.ReturnURL}
 	var err error
 	if n.TokenID == "" {
 		err = s.pool.QueryRow(ctx, createCharge, args...).Scan(&created, &deliveries)
@@ -168,12 +174,17 @@ func (s *Store) ListCharges(ctx context.Context, merchantID string, f charges.Fi
 		args = append(args, *f.CreatedLTE)
 		query += ` AND created_at <= $` + strconv.Itoa(len(args))
 	}
+	if f.Customer != "" {
+		args = append(args, f.Customer)
+		query += ` AND customer_id = $` + strconv.Itoa(len(args))
+	}
 	return listPage(ctx, s, query, args, p, func(r pgx.Row) (charges.Charge, error) { return scanCharge(r) }, "charge")
 }
 
 var (
 	markAction = `UPDATE charges SET pending_action = $3, capture_amount = $4, updated_at = $5
-WHERE id = $1 AND merchant_id = $2 AND status = 'authorized' AND pending_action IS NULL AND ($4::bigint IS NULL OR $4 <= amount)
+WHERE id = $1 AND merchant_id = $2 AND pending_action IS NULL AND ($4::bigint IS NULL OR $4 <= amount)
+	AND (status = 'authorized' OR ($3 = 'void' AND status = 'requires_action' AND action_answer IS NULL))
 RETURNING ` + chargeColumns
 	insertIdempotencyPlaceholder = `INSERT INTO idempotency_keys (merchant_id, key, fingerprint, status, response)
 VALUES ($1, $2, $3, 0, '')
@@ -254,12 +265,17 @@ func (s *Store) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
 	return mapErr(tx.Commit(ctx), "transaction")
 }
 
-const selectChargeForWork = `SELECT ` + chargeColumns + `, card_sealed FROM charges WHERE id = $1`
+const selectChargeForWork = `SELECT ` + chargeColumns + `, card_sealed,
+	coalesce((SELECT pm.authenticated_at IS NOT NULL FROM payment_methods pm WHERE pm.id = charges.payment_method_id), false)
+FROM charges WHERE id = $1`
 
-// ChargeForWork returns a charge and its sealed card data for the worker.
+// ChargeForWork returns a charge and its sealed card data for the worker,
+// with whether its saved card (if any) was authenticated before.
 func (s *Store) ChargeForWork(ctx context.Context, id string) (charges.Charge, []byte, error) {
 	var sealed []byte
-	c, err := scanCharge(s.pool.QueryRow(ctx, selectChargeForWork, id), &sealed)
+	var authenticated bool
+	c, err := scanCharge(s.pool.QueryRow(ctx, selectChargeForWork, id), &sealed, &authenticated)
+	c.SavedCardAuthenticated = authenticated
 	return c, sealed, mapErr(err, "charge")
 }
 
@@ -271,9 +287,15 @@ WITH upd AS (
 	UPDATE charges SET status = $3, amount_captured = $4, provider_reference = $5, failure_code = $6,
 		failure_message = $7, pending_action = $8, capture_amount = $9, updated_at = $10,
 		card_sealed = CASE WHEN $11 THEN NULL ELSE card_sealed END,
-		event_seq = event_seq + CASE WHEN $13::uuid IS NULL THEN 0 ELSE 1 END
+		event_seq = event_seq + CASE WHEN $13::uuid IS NULL THEN 0 ELSE 1 END,
+		authentication_status = $19, authentication_completed_at = $20, next_action_url = $21,
+		action_expires_at = $22, action_answer = $23
 	WHERE id = $1 AND status = $2 AND pending_action IS NOT DISTINCT FROM $12::text
-	RETURNING id, merchant_id, environment, event_seq
+		AND action_answer IS NOT DISTINCT FROM $24::text
+	RETURNING id, merchant_id, environment, event_seq, payment_method_id
+), pm AS (
+	UPDATE payment_methods SET authenticated_at = coalesce(authenticated_at, $10)
+	WHERE $25::bool AND id IN (SELECT payment_method_id FROM upd)
 ), ev AS (
 	INSERT INTO events (id, merchant_id, environment, type, body, created_at, charge_id, object_id, sequence)
 	SELECT $13::uuid, upd.merchant_id, upd.environment, $14::text, $15::json, $10::timestamptz, upd.id, upd.id, upd.event_seq
@@ -305,7 +327,9 @@ func (s *Store) ApplyTransition(ctx context.Context, t charges.Transition) (bool
 	var deliveries []string
 	err := s.pool.QueryRow(ctx, applyTransition, a.ID, t.Before.Status, a.Status, a.AmountCaptured, a.ProviderReference,
 		a.FailureCode, a.FailureMessage, a.PendingAction, a.CaptureAmount, a.UpdatedAt, t.PurgeCard, t.Before.PendingAction,
-		evID, evType, evBody, t.DoneTask, thenID, thenType).Scan(&n, &deliveries)
+		evID, evType, evBody, t.DoneTask, thenID, thenType,
+		authStatus(a.Authentication.Status), a.Authentication.CompletedAt, a.Authentication.NextActionURL,
+		a.Authentication.ExpiresAt, a.Authentication.Answer, t.Before.Authentication.Answer, t.SavedCardAuthenticated).Scan(&n, &deliveries)
 	return n == 1, deliveryTasks(deliveries), mapErr(err, "charge")
 }
 
@@ -315,4 +339,12 @@ const deleteTask = `DELETE FROM outbox WHERE task_id = $1`
 func (s *Store) DeleteTask(ctx context.Context, taskID string) error {
 	_, err := s.pool.Exec(ctx, deleteTask, taskID)
 	return mapErr(err, "task")
+}
+
+// authStatus is a charge's authentication status, not_required when unset.
+func authStatus(s string) string {
+	if s == "" {
+		return charges.AuthNotRequired
+	}
+	return s
 }

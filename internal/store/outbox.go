@@ -28,7 +28,9 @@ func (s *Store) StaleTasks(ctx context.Context, before time.Time, limit int) ([]
 
 // reconcile re-creates the task (ids and types as outbox.Task; a pending
 // action is the capture or void of outbox.ChargeCapture and outbox.ChargeVoid) of any charge or refund that has waited for
-// the worker longer than the cut-off without one (defence in depth: the task
+// the worker longer than the cut-off without one, and the
+// outbox.ChargeAuthenticate task of a charge whose cardholder answered or
+// whose authentication expired (defence in depth: the task
 // is written in the same transaction as the state that needs it).
 const reconcile = `
 WITH a AS (
@@ -38,14 +40,20 @@ WITH a AS (
 ), c AS (
 	INSERT INTO outbox (task_id, task_type, ref_id)
 	SELECT 'charge:' || pending_action || ':' || id, 'charge:' || pending_action, id FROM charges
-	WHERE pending_action IS NOT NULL AND status = 'authorized' AND updated_at < $1
+	WHERE pending_action IS NOT NULL AND status IN ('authorized', 'requires_action') AND updated_at < $1
+	ON CONFLICT DO NOTHING RETURNING 1
+), w AS (
+	INSERT INTO outbox (task_id, task_type, ref_id)
+	SELECT '` + outbox.ChargeAuthenticate + `:' || id, '` + outbox.ChargeAuthenticate + `', id FROM charges
+	WHERE status = 'requires_action' AND pending_action IS NULL
+		AND ((action_answer IS NOT NULL AND updated_at < $1) OR action_expires_at < now())
 	ON CONFLICT DO NOTHING RETURNING 1
 ), r AS (
 	INSERT INTO outbox (task_id, task_type, ref_id)
 	SELECT '` + outbox.RefundProcess + `:' || id, '` + outbox.RefundProcess + `', id FROM refunds WHERE status = 'pending' AND updated_at < $1
 	ON CONFLICT DO NOTHING RETURNING 1
 )
-SELECT (SELECT count(*) FROM a) + (SELECT count(*) FROM c) + (SELECT count(*) FROM r)`
+SELECT (SELECT count(*) FROM a) + (SELECT count(*) FROM c) + (SELECT count(*) FROM w) + (SELECT count(*) FROM r)`
 
 // Reconcile re-creates missing tasks of work older than before and returns how many.
 func (s *Store) Reconcile(ctx context.Context, before time.Time) (int64, error) {

@@ -77,7 +77,7 @@ func (l *SandboxLedger) Lookup(ctx context.Context, idempotencyKey string) (sand
 }
 
 const ledgerBooked = `SELECT idempotency_key, operation, parent_reference, amount, currency, reference, calls
-FROM sandbox_ledger WHERE parent_reference = $1 AND operation IN ('capture', 'void') AND reference IS NOT NULL
+FROM sandbox_ledger WHERE parent_reference = $1 AND operation IN ('authenticate', 'capture', 'void') AND reference IS NOT NULL
 ORDER BY created_at, idempotency_key`
 
 // Booked implements sandbox.Ledger.

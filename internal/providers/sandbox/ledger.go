@@ -8,9 +8,12 @@ type Operation string
 // The operations the ledger records.
 const (
 	OpAuthorize Operation = "authorize"
-	OpCapture   Operation = "capture"
-	OpVoid      Operation = "void"
-	OpRefund    Operation = "refund"
+	// OpAuthenticate settles an authorization that waited for the
+	// cardholder; it books the authorization's reference when it succeeds.
+	OpAuthenticate Operation = "authenticate"
+	OpCapture      Operation = "capture"
+	OpVoid         Operation = "void"
+	OpRefund       Operation = "refund"
 )
 
 // Entry is one provider call as the ledger sees it: never card data.
@@ -43,7 +46,7 @@ type Record struct {
 // the table sandbox_ledger:
 //
 //	idempotency_key  text PRIMARY KEY
-//	operation        text NOT NULL  -- authorize | capture | void | refund
+//	operation        text NOT NULL  -- authorize | authenticate | capture | void | refund
 //	parent_reference text NOT NULL DEFAULT ''
 //	amount           bigint NOT NULL
 //	currency         text NOT NULL DEFAULT ''
@@ -91,10 +94,10 @@ type Ledger interface {
 	//	SELECT ... FROM sandbox_ledger WHERE idempotency_key = $1
 	Lookup(ctx context.Context, idempotencyKey string) (Record, error)
 
-	// Booked returns the booked captures and voids of the authorization
-	// reference, oldest first.
+	// Booked returns the booked authentications, captures and voids of the
+	// authorization reference, oldest first.
 	//
 	//	SELECT ... FROM sandbox_ledger WHERE parent_reference = $1
-	//	AND operation IN ('capture', 'void') AND reference IS NOT NULL ORDER BY created_at
+	//	AND operation IN ('authenticate', 'capture', 'void') AND reference IS NOT NULL ORDER BY created_at
 	Booked(ctx context.Context, reference string) ([]Record, error)
 }

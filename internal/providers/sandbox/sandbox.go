@@ -20,10 +20,13 @@ import (
 // Name is the provider's name in requests and in the registry.
 const Name = "sandbox"
 
-// Reference prefixes: authorizations (sbx_ch_...) and refunds (sbx_re_...).
+// Reference prefixes: authorizations (sbx_ch_...), authorizations that
+// waited for the cardholder's authentication (sbx_pa_...) and refunds
+// (sbx_re_...).
 const (
-	ChargePrefix = "sbx_ch_"
-	RefundPrefix = "sbx_re_"
+	ChargePrefix    = "sbx_ch_"
+	ChallengePrefix = "sbx_pa_"
+	RefundPrefix    = "sbx_re_"
 )
 
 // LostAnswerAmount is the test amount of captures and refunds whose answer
@@ -85,53 +88,72 @@ const (
 	decline         // a *providers.Decline with the rule's code
 	flaky           // ErrUnavailable for the first FlakyFailures calls with a key, then succeed
 	hang            // never answers: blocks until the context ends
+	// challenge: the issuer asks the cardholder to authenticate (3-D
+	// Secure); after the cardholder does, the rule's code (if any) is the
+	// issuer's decline.
+	challenge
+)
+
+// Off-session rules of the cards that ask for authentication.
+const (
+	offSessionRefused = iota // off session: authentication_required
+	offSessionMandate        // off session: succeeds once the saved card was authenticated
 )
 
 type rule struct {
 	outcome outcome
 	code    string
+	off     int // for challenge: what happens off session
 }
 
 // cards are the test card numbers of api/openapi.yaml; any other Luhn-valid number succeeds.
 var cards = map[string]rule{
-	"4242424242424242": {succeed, ""},
-	"5555555555554444": {succeed, ""},
-	"378282246310005":  {succeed, ""},
-	"4000000000000002": {decline, "card_declined"},
-	"4000000000009995": {decline, "insufficient_funds"},
-	"4000000000000069": {decline, "expired_card"},
-	"4000000000000119": {decline, "processing_error"},
-	"4000000000000507": {flaky, ""},
-	"4000000000000606": {hang, ""},
+	"4242424242424242": {outcome: succeed, code: ""},
+	"5555555555554444": {outcome: succeed, code: ""},
+	"378282246310005":  {outcome: succeed, code: ""},
+	"4000000000000002": {outcome: decline, code: "card_declined"},
+	"4000000000009995": {outcome: decline, code: "insufficient_funds"},
+	"4000000000000069": {outcome: decline, code: "expired_card"},
+	"4000000000000119": {outcome: decline, code: "processing_error"},
+	"4000000000000507": {outcome: flaky, code: ""},
+	"4000000000000606": {outcome: hang, code: ""},
+	// 3-D Secure (api/openapi.yaml).
+	"4000002500003155": {outcome: challenge, off: offSessionMandate},
+	"4000002760003184": {outcome: challenge, off: offSessionRefused},
+	"4000008260003178": {outcome: challenge, code: "insufficient_funds", off: offSessionRefused},
+	"4000000000003055": {outcome: succeed}, // supports 3-D Secure; frictionless
 }
 
 // tokens are the provider tokens the sandbox accepts, named like Stripe's test
 // tokens and payment methods; any other token is an invalid request.
 var tokens = map[string]rule{
-	"tok_visa":                                {succeed, ""},
-	"tok_mastercard":                          {succeed, ""},
-	"tok_amex":                                {succeed, ""},
-	"pm_card_visa":                            {succeed, ""},
-	"pm_card_mastercard":                      {succeed, ""},
-	"pm_card_amex":                            {succeed, ""},
-	"tok_chargeDeclined":                      {decline, "card_declined"},
-	"pm_card_chargeDeclined":                  {decline, "card_declined"},
-	"tok_chargeDeclinedInsufficientFunds":     {decline, "insufficient_funds"},
-	"pm_card_chargeDeclinedInsufficientFunds": {decline, "insufficient_funds"},
-	"tok_chargeDeclinedExpiredCard":           {decline, "expired_card"},
-	"pm_card_chargeDeclinedExpiredCard":       {decline, "expired_card"},
-	"tok_chargeDeclinedProcessingError":       {decline, "processing_error"},
-	"pm_card_chargeDeclinedProcessingError":   {decline, "processing_error"},
+	"tok_visa":                                {outcome: succeed, code: ""},
+	"tok_mastercard":                          {outcome: succeed, code: ""},
+	"tok_amex":                                {outcome: succeed, code: ""},
+	"pm_card_visa":                            {outcome: succeed, code: ""},
+	"pm_card_mastercard":                      {outcome: succeed, code: ""},
+	"pm_card_amex":                            {outcome: succeed, code: ""},
+	"tok_chargeDeclined":                      {outcome: decline, code: "card_declined"},
+	"pm_card_chargeDeclined":                  {outcome: decline, code: "card_declined"},
+	"tok_chargeDeclinedInsufficientFunds":     {outcome: decline, code: "insufficient_funds"},
+	"pm_card_chargeDeclinedInsufficientFunds": {outcome: decline, code: "insufficient_funds"},
+	"tok_chargeDeclinedExpiredCard":           {outcome: decline, code: "expired_card"},
+	"pm_card_chargeDeclinedExpiredCard":       {outcome: decline, code: "expired_card"},
+	"tok_chargeDeclinedProcessingError":       {outcome: decline, code: "processing_error"},
+	"pm_card_chargeDeclinedProcessingError":   {outcome: decline, code: "processing_error"},
 }
 
 // messages are the texts of the sandbox's declines. None quotes the request.
 var messages = map[string]string{
-	"card_declined":        "Your card was declined.",
-	"insufficient_funds":   "Your card has insufficient funds.",
-	"expired_card":         "Your card has expired.",
-	"processing_error":     "An error occurred while processing your card. Try again in a little bit.",
-	"incorrect_number":     "Your card number is incorrect.",
-	"invalid_expiry_month": "Your card's expiration month is invalid.",
+	"card_declined":           "Your card was declined.",
+	"insufficient_funds":      "Your card has insufficient funds.",
+	"expired_card":            "Your card has expired.",
+	"processing_error":        "An error occurred while processing your card. Try again in a little bit.",
+	"authentication_required": "The card's issuer requires the cardholder to authenticate this payment.",
+	"authentication_failed":   "The cardholder did not authenticate the payment.",
+	"authentication_expired":  "The payment was canceled before the cardholder authenticated it.",
+	"incorrect_number":        "Your card number is incorrect.",
+	"invalid_expiry_month":    "Your card's expiration month is invalid.",
 }
 
 func declineWith(code string) *providers.Decline {
@@ -164,7 +186,7 @@ func judge(c providers.Card, now time.Time) (rule, *providers.Decline) {
 	if r, ok := cards[c.Number]; ok {
 		return r, nil
 	}
-	return rule{succeed, ""}, nil
+	return rule{outcome: succeed, code: ""}, nil
 }
 
 // luhn reports whether number is all digits, 12 to 19 of them, with a valid check digit.
@@ -240,7 +262,7 @@ func (p *Provider) book(ctx context.Context, key, reference string) (providers.R
 
 // authorization looks up the authorization a capture, void or refund acts on.
 func (p *Provider) authorization(ctx context.Context, reference string) (Record, error) {
-	if !strings.HasPrefix(reference, ChargePrefix) {
+	if !strings.HasPrefix(reference, ChargePrefix) && !strings.HasPrefix(reference, ChallengePrefix) {
 		return Record{}, invalid("No such payment.")
 	}
 	auth, err := p.ledger.Authorization(ctx, reference)
@@ -289,8 +311,68 @@ func (p *Provider) Authorize(ctx context.Context, r providers.AuthorizeRequest) 
 	case hang:
 		<-ctx.Done()
 		return providers.Result{}, fmt.Errorf("%w: sandbox: no answer: %w: %w", providers.ErrUnavailable, ctx.Err(), providers.ErrNothingBooked)
+	case challenge:
+		if r.OffSession {
+			if rl.off == offSessionMandate && r.Authenticated {
+				break
+			}
+			return providers.Result{}, declineWith("authentication_required")
+		}
+		res, err := p.book(ctx, r.IdempotencyKey, newReference(ChallengePrefix))
+		if err == nil {
+			res.Action = &providers.Action{}
+		}
+		return res, err
 	}
 	return p.book(ctx, r.IdempotencyKey, newReference(ChargePrefix))
+}
+
+var _ providers.Authenticator = (*Provider)(nil)
+
+// Authenticate settles an authorization that waited for the cardholder:
+// the gateway serves the sandbox's challenge page (the emulated issuer) and
+// passes on the cardholder's answer. Succeeded books the authorization (the
+// same reference, captured when r.Capture says so), unless the card's issuer
+// then declines (4000008260003178: insufficient_funds); failed declines with
+// authentication_failed; returned reads the books. A payment voided
+// meanwhile declines with authentication_expired.
+func (p *Provider) Authenticate(ctx context.Context, r providers.AuthenticateRequest) (providers.Result, error) {
+	rec, err := p.call(ctx, Entry{IdempotencyKey: r.IdempotencyKey, Operation: OpAuthenticate, Parent: r.Reference, Amount: r.Amount, Currency: r.Currency})
+	if err != nil {
+		return providers.Result{}, err
+	}
+	if rec.Reference != "" {
+		return providers.Result{Reference: rec.Reference}, nil
+	}
+	if !strings.HasPrefix(r.Reference, ChallengePrefix) {
+		return providers.Result{}, invalid("The payment %s did not ask for authentication.", r.Reference)
+	}
+	auth, err := p.authorization(ctx, r.Reference)
+	if err != nil {
+		return providers.Result{}, err
+	}
+	pay, err := p.state(ctx, auth)
+	if err != nil {
+		return providers.Result{}, err
+	}
+	if pay.Status == providers.PaymentCanceled {
+		return providers.Result{}, declineWith("authentication_expired")
+	}
+	switch r.Answer {
+	case providers.AnswerFailed, providers.AnswerReturned:
+		return providers.Result{}, declineWith("authentication_failed")
+	case providers.AnswerSucceeded:
+	default:
+		return providers.Result{}, invalid("Unknown authentication answer %q.", r.Answer)
+	}
+	rl, d := judge(r.Card, p.opts.Now())
+	if d != nil {
+		return providers.Result{}, d
+	}
+	if rl.outcome == challenge && rl.code != "" {
+		return providers.Result{}, declineWith(rl.code)
+	}
+	return p.book(ctx, r.IdempotencyKey, auth.Reference)
 }
 
 // Capture captures r.Amount (0: all of it) of an authorization the sandbox
@@ -408,7 +490,8 @@ func (p *Provider) LookupRefund(ctx context.Context, r providers.RefundLookup) (
 }
 
 // LookupPayment reads the sandbox's books for the authorization reference:
-// canceled when a void was booked, captured (with the amount of the first
+// requires_action while an authorization waits for the cardholder, canceled
+// when a void was booked, captured (with the amount of the first
 // booked capture; 0 in the capture is the whole amount) when a capture was,
 // else authorized. An authorization captured by the authorize call itself
 // also reads as authorized: the ledger does not record the capture flag.
@@ -420,15 +503,28 @@ func (p *Provider) LookupPayment(ctx context.Context, reference string) (provide
 	if err != nil {
 		return providers.Payment{}, err
 	}
+	return p.state(ctx, auth)
+}
+
+// state reads the books of the authorization auth.
+func (p *Provider) state(ctx context.Context, auth Record) (providers.Payment, error) {
+	reference := auth.Reference
 	booked, err := p.ledger.Booked(ctx, reference)
 	if err != nil {
 		return providers.Payment{}, fmt.Errorf("%w: sandbox ledger: %w", providers.ErrUnavailable, err)
 	}
 	out := providers.Payment{Reference: reference, Status: providers.PaymentAuthorized}
+	if strings.HasPrefix(reference, ChallengePrefix) {
+		out.Status = providers.PaymentRequiresAction
+	}
 	for _, b := range booked {
 		switch b.Operation {
 		case OpVoid:
 			return providers.Payment{Reference: reference, Status: providers.PaymentCanceled}, nil
+		case OpAuthenticate:
+			if out.Status == providers.PaymentRequiresAction {
+				out.Status = providers.PaymentAuthorized
+			}
 		case OpCapture:
 			if out.Status != providers.PaymentCaptured {
 				out.Status, out.Captured = providers.PaymentCaptured, b.Amount

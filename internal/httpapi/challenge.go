@@ -1,0 +1,214 @@
+package httpapi
+
+import (
+	"bytes"
+	"embed"
+	"errors"
+	"html/template"
+	"net/url"
+	"strings"
+
+	"github.com/gofiber/fiber/v2"
+
+	"github.com/gatehouse-pay/gatehouse/internal/apperr"
+	"github.com/gatehouse-pay/gatehouse/internal/charges"
+	"github.com/gatehouse-pay/gatehouse/internal/providers"
+)
+
+// The challenge pages of cardholder authentication (api/openapi.yaml,
+// docs/authentication.md): the sandbox's emulated issuer page, with a
+// Complete and a Fail form that work without script, and the return page
+// a provider's own challenge page sends the cardholder back to. A link is
+// bound to its charge by a keyed MAC and records one answer; after it the
+// cardholder goes to the charge's return_url with ?charge=<id>, or, in the
+// card field's frame (no return_url), the page tells the card field.
+//
+//go:embed challenge/challenge.html challenge/done.html challenge/challenge.js challenge/challenge.css
+var challengeFiles embed.FS
+
+var challengePages = template.Must(template.ParseFS(challengeFiles, "challenge/challenge.html", "challenge/done.html"))
+
+// challengeCSP: no inline script; forms post to this origin; any page may
+// frame it, since the card field shows it in a frame of the merchant's page.
+const challengeCSP = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; " +
+	"base-uri 'none'; frame-ancestors *; form-action 'self'"
+
+func (s *server) challengeRoutes(app *fiber.App, limit fiber.Handler) {
+	const js, css = "text/javascript; charset=utf-8", "text/css; charset=utf-8"
+	app.Get(charges.ChallengePath+"challenge.js", staticFile(challengeFiles, "challenge/challenge.js", js))
+	app.Get(charges.ChallengePath+"challenge.css", staticFile(challengeFiles, "challenge/challenge.css", css))
+	app.Get(charges.ChallengePath+":id/:token", limit, s.challengePage)
+	app.Post(charges.ChallengePath+":id/:token", limit, s.challengeAnswer)
+	app.Get(charges.ChallengePath+":id/:token/return", limit, s.challengeReturn)
+}
+
+// staticFile serves one embedded file with its type and caching.
+func staticFile(fs embed.FS, name, contentType string) fiber.Handler {
+	body, err := fs.ReadFile(name)
+	if err != nil {
+		panic(err) // embedded at build time
+	}
+	return func(c *fiber.Ctx) error {
+		c.Set(fiber.HeaderContentType, contentType)
+		c.Set(fiber.HeaderContentSecurityPolicy, scriptCSP)
+		c.Set(fiber.HeaderXContentTypeOptions, "nosniff")
+		c.Set(fiber.HeaderCacheControl, "public, max-age=300")
+		return c.Send(body)
+	}
+}
+
+type challengeView struct {
+	Amount, Brand, Last4, Action string
+}
+
+type doneView struct {
+	Title, Message, ChargeID, Answer string
+}
+
+// challengePage shows the emulated issuer's page of a charge that waits.
+func (s *server) challengePage(c *fiber.Ctx) error {
+	ch, err := s.Charges.Challenge(c.UserContext(), strings.Clone(c.Params("id")), strings.Clone(c.Params("token")))
+	if err == nil && !s.Charges.Emulated(ch) {
+		err = apperr.NotFound("challenge")
+	}
+	if err != nil {
+		return challengeError(err)
+	}
+	v := challengeView{Amount: formatMoney(ch.Amount, ch.Currency), Brand: ch.Card.Brand, Last4: deref(ch.Card.Last4), Action: c.Path()}
+	return s.renderChallenge(c, ch, "challenge.html", v)
+}
+
+// challengeAnswer records the cardholder's Complete or Fail.
+func (s *server) challengeAnswer(c *fiber.Ctx) error {
+	answer := strings.Clone(c.FormValue("answer"))
+	ch, err := s.Charges.Answer(c.UserContext(), strings.Clone(c.Params("id")), strings.Clone(c.Params("token")), answer)
+	if err != nil {
+		return challengeError(err)
+	}
+	return s.challengeOver(c, ch, answer)
+}
+
+// challengeReturn is where a provider's challenge page sends the cardholder.
+func (s *server) challengeReturn(c *fiber.Ctx) error {
+	ch, err := s.Charges.Returned(c.UserContext(), strings.Clone(c.Params("id")), strings.Clone(c.Params("token")))
+	if err != nil {
+		return challengeError(err)
+	}
+	return s.challengeOver(c, ch, providers.AnswerReturned)
+}
+
+// challengeOver sends the cardholder on: to return_url with ?charge=<id>,
+// or, without one, to a page that tells the card field.
+func (s *server) challengeOver(c *fiber.Ctx, ch charges.Charge, answer string) error {
+	if ch.ReturnURL != nil {
+		if to, err := withCharge(*ch.ReturnURL, ch.ID); err == nil {
+			c.Set(fiber.HeaderCacheControl, "no-store")
+			return c.Redirect(to, fiber.StatusSeeOther)
+		}
+	}
+	v := doneView{Title: "Authentication complete", Message: "You can close this window.", ChargeID: ch.ID, Answer: answer}
+	if answer == providers.AnswerFailed {
+		v.Title = "Authentication failed"
+	}
+	return s.renderChallenge(c, ch, "done.html", v)
+}
+
+// withCharge adds charge=<id> to the query of u.
+func withCharge(u, chargeID string) (string, error) {
+	parsed, err := url.Parse(u)
+	if err != nil {
+		return "", err
+	}
+	q := parsed.Query()
+	q.Set("charge", chargeID)
+	parsed.RawQuery = q.Encode()
+	return parsed.String(), nil
+}
+
+func (s *server) renderChallenge(c *fiber.Ctx, ch charges.Charge, page string, v any) error {
+	var buf bytes.Buffer
+	if err := challengePages.ExecuteTemplate(&buf, page, v); err != nil {
+		return apperr.Internal(err)
+	}
+	csp := challengeCSP
+	if ch.ReturnURL != nil {
+		// The form's answer redirects to the merchant's page: form-action
+		// must allow it, or the browser stops at the redirect.
+		if u, err := url.Parse(*ch.ReturnURL); err == nil {
+			csp += " " + u.Scheme + "://" + u.Host
+		}
+	}
+	c.Set(fiber.HeaderContentType, fiber.MIMETextHTMLCharsetUTF8)
+	c.Set(fiber.HeaderContentSecurityPolicy, csp)
+	c.Set(fiber.HeaderXContentTypeOptions, "nosniff")
+	c.Set(fiber.HeaderReferrerPolicy, "no-referrer")
+	c.Set(fiber.HeaderCacheControl, "no-store")
+	return c.Send(buf.Bytes())
+}
+
+// challengeError answers a link that is not one (404) or whose charge no
+// longer waits for its cardholder (409 invalid_state).
+func challengeError(err error) error {
+	if errors.Is(err, charges.ErrChallengeClosed) {
+		return charges.ErrInvalidState("This authentication is over: it was answered, it expired, or the charge was voided.")
+	}
+	return err
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// cardFieldActionPath is where the card field asks for the challenge of a
+// charge whose card it collected (gatehouse.handleNextAction).
+const cardFieldActionPath = "/elements/v1/next_action"
+
+type cardFieldActionRequest struct {
+	Charge *string  `json:"charge"`
+	Tokens []string `json:"tokens"`
+}
+
+// cardFieldAction is what the card field learns of the charge: its status
+// and, while the cardholder's answer is awaited, the challenge page.
+type cardFieldAction struct {
+	Charge         string                     `json:"charge"`
+	Status         string                     `json:"status"`
+	FailureCode    *string                    `json:"failure_code"`
+	Authentication charges.AuthenticationView `json:"authentication"`
+	ChallengeURL   *string                    `json:"challenge_url"`
+}
+
+// maxCardFieldTokens bounds the tokens one card field may name.
+const maxCardFieldTokens = 20
+
+// cardFieldNextAction answers the card field (public key) for a charge of
+// the merchant whose card it collected; any other charge is not found.
+func (s *server) cardFieldNextAction(c *fiber.Ctx) error {
+	var req cardFieldActionRequest
+	if err := decodeJSON(c, &req); err != nil {
+		return err
+	}
+	switch {
+	case req.Charge == nil || *req.Charge == "":
+		return apperr.Missing("charge")
+	case len(req.Tokens) == 0:
+		return apperr.Missing("tokens")
+	case len(req.Tokens) > maxCardFieldTokens:
+		return apperr.Invalid("tokens", "tokens can name at most %d card tokens.", maxCardFieldTokens)
+	}
+	pr := principal(c)
+	ch, err := s.Charges.ForCardField(c.UserContext(), pr.MerchantID, pr.Environment, *req.Charge, req.Tokens)
+	if err != nil {
+		return err
+	}
+	v := ch.View()
+	out := cardFieldAction{Charge: ch.ID, Status: ch.Status, FailureCode: ch.FailureCode, Authentication: v.Authentication}
+	if ch.Status == charges.StatusRequiresAction && ch.Authentication.Answer == nil && ch.PendingAction == nil {
+		out.ChallengeURL = ch.Authentication.NextActionURL
+	}
+	c.Set(fiber.HeaderCacheControl, "no-store")
+	return writeJSON(c, fiber.StatusOK, out)
+}
