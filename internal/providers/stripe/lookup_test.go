@@ -125,7 +125,8 @@ func TestLookupPayment(t *testing.T) {
 			"last_payment_error":{"type":"card_error","code":"card_declined","decline_code":"insufficient_funds","message":"Your card has insufficient funds."}}`,
 			providers.Payment{Reference: "pi_1", Status: providers.PaymentFailed, Failure: &providers.Decline{Code: "insufficient_funds", Message: "Your card has insufficient funds."}}, false},
 		{`{"id":"pi_1","object":"payment_intent","status":"requires_payment_method","amount":2000}`, providers.Payment{Reference: "pi_1", Status: providers.PaymentFailed}, false},
-		{`{"id":"pi_1","object":"payment_intent","status":"requires_action","amount":2000}`, providers.Payment{}, true},
+		{`{"id":"pi_1","object":"payment_intent","status":"requires_action","amount":2000}`, providers.Payment{Reference: "pi_1", Status: providers.PaymentRequiresAction}, false},
+		{`{"id":"pi_1","object":"payment_intent","status":"requires_confirmation","amount":2000}`, providers.Payment{}, true},
 	} {
 		f := newFakeStripe(t, answer(200, c.body))
 		got, err := stripe.New(secretKey, f.URL, nil).LookupPayment(context.Background(), "pi_1")

@@ -4,6 +4,13 @@
 // retried call never moves money twice. Stripe's answers become the results
 // and errors of package providers: card errors are declines, everything that
 // may succeed on a later try wraps providers.ErrUnavailable.
+//
+// 3-D Secure: a card whose issuer asks the cardholder to authenticate leaves
+// the PaymentIntent in requires_action. Authorize answers it with a result
+// whose Action names Stripe's challenge page (next_action.redirect_to_url),
+// which sends the cardholder back to the gateway's return page; Authenticate
+// then reads the outcome from the PaymentIntent. Off session no challenge is
+// possible and such a card is declined with authentication_required.
 package stripe
 
 import (
@@ -32,7 +39,10 @@ type Provider struct {
 	client *stripego.Client
 }
 
-var _ providers.Provider = (*Provider)(nil)
+var (
+	_ providers.Provider      = (*Provider)(nil)
+	_ providers.Authenticator = (*Provider)(nil)
+)
 
 // New returns an adapter that calls the Stripe API at apiBase ("" for
 // https://api.stripe.com; stripe-mock's URL in tests) with secretKey, through
@@ -113,10 +123,26 @@ func (p *Provider) paymentMethod(ctx context.Context, key string, c providers.Ca
 
 // Authorize creates a PaymentIntent for r.Amount and confirms it with the
 // card at once; with r.Capture false it only authorizes (capture_method
-// manual). The reference is the PaymentIntent's id. A card that needs 3-D
-// Secure, which a server-side confirmation cannot complete, is declined with
-// authentication_required. A PaymentIntent left processing is a pending
-// result: the caller follows it with LookupPayment until it is final.
+// manual). The reference is the PaymentIntent's id. A PaymentIntent left
+// processing is a pending result: the caller follows it with LookupPayment
+// until it is final.
+//
+// On session, r.ReturnURL is the PaymentIntent's return_url. A card whose
+// issuer asks for 3-D Secure leaves the PaymentIntent in requires_action,
+// and the result's Action names Stripe's challenge page
+// (next_action.redirect_to_url.url), which sends the cardholder back to
+// r.ReturnURL; the caller then asks Authenticate. A requires_action that
+// names no such page (next_action use_stripe_sdk, Stripe's answer when it was
+// given no return_url) leaves the cardholder nowhere to go and is declined
+// with authentication_required.
+//
+// Off session (r.OffSession) the PaymentIntent is confirmed with
+// off_session=true and no return_url: no challenge is possible, so Stripe
+// answers a card that needs authentication with the card error
+// authentication_required, a decline, and a PaymentIntent that still comes
+// back in requires_action is declined alike. r.Authenticated is not sent:
+// Stripe has no parameter for it, and learns of an earlier authentication
+// only through a PaymentMethod saved with setup_future_usage.
 func (p *Provider) Authorize(ctx context.Context, r providers.AuthorizeRequest) (providers.Result, error) {
 	if err := checkKey(r.IdempotencyKey); err != nil {
 		return providers.Result{}, err
@@ -125,6 +151,16 @@ func (p *Provider) Authorize(ctx context.Context, r providers.AuthorizeRequest) 
 	if err != nil {
 		return providers.Result{}, err
 	}
+	pi, err := p.client.V1PaymentIntents.Create(ctx, intentParams(r, pm))
+	if err != nil {
+		return providers.Result{}, mapError(err)
+	}
+	return intentResult(pi, r.OffSession)
+}
+
+// intentParams is the confirming creation of the PaymentIntent of r, paid
+// with the payment method pm.
+func intentParams(r providers.AuthorizeRequest, pm string) *stripego.PaymentIntentCreateParams {
 	params := &stripego.PaymentIntentCreateParams{
 		Amount:             stripego.Int64(r.Amount),
 		Currency:           stripego.String(strings.ToLower(r.Currency)),
@@ -135,6 +171,11 @@ func (p *Provider) Authorize(ctx context.Context, r providers.AuthorizeRequest) 
 	if !r.Capture {
 		params.CaptureMethod = stripego.String(string(stripego.PaymentIntentCaptureMethodManual))
 	}
+	if r.OffSession {
+		params.OffSession = stripego.Bool(true)
+	} else if r.ReturnURL != "" {
+		params.ReturnURL = stripego.String(r.ReturnURL)
+	}
 	if r.Description != "" {
 		params.Description = stripego.String(r.Description)
 	}
@@ -142,32 +183,120 @@ func (p *Provider) Authorize(ctx context.Context, r providers.AuthorizeRequest) 
 		params.AddMetadata(k, v)
 	}
 	params.SetIdempotencyKey(r.IdempotencyKey)
-	pi, err := p.client.V1PaymentIntents.Create(ctx, params)
-	if err != nil {
-		return providers.Result{}, mapError(err)
-	}
-	if d := intentDecline(pi); d != nil {
-		return providers.Result{}, d
+	return params
+}
+
+// statusRequiresSourceAction is requires_action under Stripe API versions
+// before 2019-02-11; stripe-go has no constant for it.
+const statusRequiresSourceAction stripego.PaymentIntentStatus = "requires_source_action"
+
+// intentResult reads a PaymentIntent that Stripe answered a confirmation
+// with (200). Stripe answers a declined confirmation with a 402 card error
+// instead, so besides success and processing this mostly sees 3-D Secure:
+// requires_action is a challenge on session and a decline off session.
+// requires_payment_method is a decline only with a card_error as its
+// last_payment_error: stripe-mock answers every confirmation with that status
+// and a meaningless idempotency_error.
+func intentResult(pi *stripego.PaymentIntent, offSession bool) (providers.Result, error) {
+	switch pi.Status {
+	case stripego.PaymentIntentStatusRequiresAction, statusRequiresSourceAction:
+		if offSession {
+			return providers.Result{}, &providers.Decline{Code: "authentication_required",
+				Message: "The card requires authentication, which is not possible with the cardholder absent."}
+		}
+		return challenge(pi)
+	case stripego.PaymentIntentStatusRequiresConfirmation:
+		return providers.Result{}, &providers.Decline{Code: "authentication_required", Message: "The card requires authentication."}
+	case stripego.PaymentIntentStatusCanceled:
+		return providers.Result{}, &providers.Decline{Code: "processing_error", Message: "The payment was canceled by the provider."}
+	case stripego.PaymentIntentStatusRequiresPaymentMethod:
+		if e := pi.LastPaymentError; e != nil && e.Type == stripego.ErrorTypeCard {
+			return providers.Result{}, cardDecline(e)
+		}
 	}
 	return providers.Result{Reference: pi.ID, Pending: pi.Status == stripego.PaymentIntentStatusProcessing}, nil
 }
 
-// intentDecline reads a confirmed PaymentIntent that Stripe answered with
-// 200 but that did not go through. Stripe answers a declined confirmation
-// with a 402 card error instead, so in practice this only sees 3-D Secure.
-// requires_payment_method is a decline only with a card_error as its
-// last_payment_error: stripe-mock answers every confirmation with that status
-// and a meaningless idempotency_error.
-func intentDecline(pi *stripego.PaymentIntent) *providers.Decline {
+// challenge is the result of a PaymentIntent that waits for the cardholder:
+// an Action with Stripe's challenge page, or, when Stripe names none, a
+// decline authentication_required, as there is no page to send the
+// cardholder to.
+func challenge(pi *stripego.PaymentIntent) (providers.Result, error) {
+	if na := pi.NextAction; na != nil && na.RedirectToURL != nil && na.RedirectToURL.URL != "" {
+		return providers.Result{Reference: pi.ID, Action: &providers.Action{RedirectURL: na.RedirectToURL.URL}}, nil
+	}
+	return providers.Result{}, &providers.Decline{Code: "authentication_required",
+		Message: "The card requires authentication and the provider named no challenge page."}
+}
+
+// Authenticate reads the outcome of the cardholder's authentication from the
+// PaymentIntent r.Reference, whatever r.Answer says (AnswerReturned: the
+// cardholder came back from Stripe's challenge page): only Stripe knows the
+// issuer's answer. The read is a GET, which needs no idempotency key.
+//
+//   - succeeded: a result (captured, as the authorization asked for capture);
+//   - requires_capture: a result (authorized);
+//   - processing: a pending result, to follow with LookupPayment;
+//   - requires_action: a result whose Action names the challenge page again,
+//     as the cardholder has not finished (a decline authentication_required
+//     when Stripe names no page, as in Authorize);
+//   - requires_payment_method: the issuer's card decline when its
+//     last_payment_error is one, else (payment_intent_authentication_failure,
+//     or no error) a decline authentication_failed;
+//   - canceled: a decline processing_error;
+//   - any other status: an error wrapping providers.ErrUnavailable, as the
+//     outcome is unknown.
+func (p *Provider) Authenticate(ctx context.Context, r providers.AuthenticateRequest) (providers.Result, error) {
+	if strings.TrimSpace(r.Reference) == "" {
+		return providers.Result{}, &providers.Decline{Code: "invalid_request", Message: "A payment reference is required."}
+	}
+	pi, err := p.client.V1PaymentIntents.Retrieve(ctx, r.Reference, nil)
+	if err != nil {
+		return providers.Result{}, mapError(err)
+	}
+	return authenticationResult(pi)
+}
+
+// authenticationResult reads a PaymentIntent after its challenge (see Authenticate).
+func authenticationResult(pi *stripego.PaymentIntent) (providers.Result, error) {
 	switch pi.Status {
-	case stripego.PaymentIntentStatusRequiresAction, stripego.PaymentIntentStatusRequiresConfirmation:
-		return &providers.Decline{Code: "authentication_required", Message: "The card requires authentication."}
-	case stripego.PaymentIntentStatusCanceled:
-		return &providers.Decline{Code: "processing_error", Message: "The payment was canceled by the provider."}
+	case stripego.PaymentIntentStatusSucceeded, stripego.PaymentIntentStatusRequiresCapture:
+		return providers.Result{Reference: pi.ID}, nil
+	case stripego.PaymentIntentStatusProcessing:
+		return providers.Result{Reference: pi.ID, Pending: true}, nil
+	case stripego.PaymentIntentStatusRequiresAction, statusRequiresSourceAction:
+		return challenge(pi)
 	case stripego.PaymentIntentStatusRequiresPaymentMethod:
-		if e := pi.LastPaymentError; e != nil && e.Type == stripego.ErrorTypeCard {
-			return cardDecline(e)
-		}
+		return providers.Result{}, authenticationDecline(pi.LastPaymentError)
+	case stripego.PaymentIntentStatusCanceled:
+		return providers.Result{}, &providers.Decline{Code: "processing_error", Message: "The payment was canceled."}
+	}
+	return providers.Result{}, fmt.Errorf("%w: stripe: payment intent %s is %s after authentication", providers.ErrUnavailable, pi.ID, pi.Status)
+}
+
+// authenticationDecline is the decline of a PaymentIntent sent back to
+// requires_payment_method after its challenge, with e its last_payment_error:
+// the issuer's refusal after a successful authentication is a card_error;
+// anything else is a failed authentication.
+func authenticationDecline(e *stripego.Error) *providers.Decline {
+	if d := paymentFailure(e); d != nil {
+		return d
+	}
+	return &providers.Decline{Code: "authentication_failed", Message: "The cardholder's authentication failed."}
+}
+
+// paymentFailure is the decline that e, the last_payment_error of a
+// PaymentIntent, stands for, or nil: a card_error is the card's decline, and
+// payment_intent_authentication_failure (an invalid_request_error for
+// Stripe) is authentication_failed.
+func paymentFailure(e *stripego.Error) *providers.Decline {
+	switch {
+	case e == nil:
+		return nil
+	case e.Code == stripego.ErrorCodePaymentIntentAuthenticationFailure:
+		return &providers.Decline{Code: "authentication_failed", Message: "The cardholder's authentication failed."}
+	case e.Type == stripego.ErrorTypeCard:
+		return cardDecline(e)
 	}
 	return nil
 }
@@ -268,7 +397,8 @@ func (p *Provider) LookupRefund(ctx context.Context, r providers.RefundLookup) (
 
 // LookupPayment retrieves the PaymentIntent reference and reads its status
 // and amount_received. A PaymentIntent back at requires_payment_method
-// (a processing payment that failed) or canceled holds nothing.
+// (a processing payment that failed, or a failed authentication) or canceled
+// holds nothing; one in requires_action waits for the cardholder.
 func (p *Provider) LookupPayment(ctx context.Context, reference string) (providers.Payment, error) {
 	pi, err := p.client.V1PaymentIntents.Retrieve(ctx, reference, nil)
 	if err != nil {
@@ -284,11 +414,10 @@ func (p *Provider) LookupPayment(ctx context.Context, reference string) (provide
 		out.Status = providers.PaymentCanceled
 	case stripego.PaymentIntentStatusRequiresCapture:
 		out.Status = providers.PaymentAuthorized
+	case stripego.PaymentIntentStatusRequiresAction, statusRequiresSourceAction:
+		out.Status = providers.PaymentRequiresAction
 	case stripego.PaymentIntentStatusRequiresPaymentMethod:
-		out.Status = providers.PaymentFailed
-		if e := pi.LastPaymentError; e != nil && e.Type == stripego.ErrorTypeCard {
-			out.Failure = cardDecline(e)
-		}
+		out.Status, out.Failure = providers.PaymentFailed, paymentFailure(pi.LastPaymentError)
 	default:
 		return providers.Payment{}, fmt.Errorf("%w: stripe: payment intent %s is %s", providers.ErrUnavailable, pi.ID, pi.Status)
 	}

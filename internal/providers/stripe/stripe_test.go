@@ -204,7 +204,7 @@ func TestErrorMapping(t *testing.T) {
 		{"409 key in use", answer(409, `{"error":{"type":"invalid_request_error","code":"idempotency_key_in_use","message":"in use"}}`), "unavailable"},
 		{"401 bad key", answer(401, `{"error":{"type":"invalid_request_error","message":"Invalid API Key provided: `+secretKey+`"}}`), "unavailable"},
 		{"403 restricted key", answer(403, `{"error":{"type":"invalid_request_error","message":"The provided key does not have the required permissions"}}`), "unavailable"},
-		{"200 requires_action (3-D Secure)", answer(200, `{"id":"pi_fake","object":"payment_intent","status":"requires_action"}`), "decline:authentication_required"},
+		{"200 requires_action naming no challenge page", answer(200, `{"id":"pi_fake","object":"payment_intent","status":"requires_action"}`), "decline:authentication_required"},
 		{"200 requires_payment_method without a card error (stripe-mock's answer)", answer(200, `{"id":"pi_fake","object":"payment_intent","status":"requires_payment_method","last_payment_error":{"type":"idempotency_error"}}`), "ok:pi_fake"},
 		{"200 with a last payment error", answer(200, `{"id":"pi_fake","object":"payment_intent","status":"requires_payment_method","last_payment_error":{"type":"card_error","code":"card_declined","decline_code":"insufficient_funds"}}`), "decline:insufficient_funds"},
 	}
