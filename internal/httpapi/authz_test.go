@@ -118,6 +118,16 @@ var authzRoutes = map[string]authzRoute{
 	"GET /elements/v1/card.js":  {auth: public, ok: 200},
 	"GET /elements/v1/card.css": {auth: public, ok: 200},
 	"POST /v1/tokens":           {auth: publicKeyOnly, ok: 201, body: fixed(tokenCard)},
+	// The card field's view of a charge it collected the card of: none of
+	// the fixture's charges came from the named token.
+	"POST /elements/v1/next_action": {auth: publicKeyOnly, ok: 404, body: fixed(`{"charge":"0190f4b6-3c2a-7d4e-8f00-000000000001","tokens":["ctok_unknown"]}`)},
+	// The challenge pages: the link is the credential (TestChallengeLinks);
+	// the route's own path is no link.
+	"GET /authenticate/v1/challenge.js":      {auth: public, ok: 200},
+	"GET /authenticate/v1/challenge.css":     {auth: public, ok: 200},
+	"GET /authenticate/v1/:id/:token":        {auth: public, ok: 404},
+	"POST /authenticate/v1/:id/:token":       {auth: public, ok: 404},
+	"GET /authenticate/v1/:id/:token/return": {auth: public, ok: 404},
 	"GET /v1/charges": {auth: keyOnly, ok: 200, lists: kindCharge, filters: func(o *authzFixture) []string {
 		return []string{"status=captured", "status=authorized", "created[gte]=2020-01-01T00:00:00Z"}
 	}},

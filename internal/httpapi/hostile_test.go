@@ -217,6 +217,9 @@ func TestLiveModeInEveryBody(t *testing.T) {
 		if method != http.MethodPost && method != http.MethodPatch && method != http.MethodPut {
 			continue
 		}
+		if isChallengePath(path) { // an HTML form with one field and no environment
+			continue
+		}
 		seen++
 		row, ok := authzRoutes[route]
 		if !ok {
