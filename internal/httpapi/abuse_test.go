@@ -274,6 +274,9 @@ func TestAbusiveBodies(t *testing.T) {
 	r := h.do("POST", "/v1/me/webhook_endpoints", `{"url":"http://127.0.0.1:9/hook","events":["charge.captured"]}`, bearer(a.secret)...)
 	want(t, r, 201, "")
 	endpoint := obj(r.body["webhook_endpoint"])["id"].(string)
+	r = h.do("POST", "/v1/customers", `{"name":"Abuse"}`, bearer(a.secret)...)
+	want(t, r, 201, "")
+	customer := r.body["id"].(string)
 
 	card := `{"number":"4242424242424242","exp_month":12,"exp_year":` + fmt.Sprint(expYear) + `,"cvc":"123"}`
 	routes := map[string]bodyRoute{
@@ -305,6 +308,12 @@ func TestAbusiveBodies(t *testing.T) {
 			base: []field{}, emptyIsValid: true},
 		"POST /v1/me/webhook_endpoints/:id/recover": {path: "/v1/me/webhook_endpoints/" + endpoint + "/recover", auth: bearer(a.secret),
 			base: []field{{"since", `"2026-01-01T00:00:00Z"`}}, str: "since"},
+		"POST /v1/customers": {path: "/v1/customers", auth: bearer(a.secret),
+			base: []field{{"email", `"abuse@example.com"`}, {"name", `"Abuse"`}, {"description", `"d"`}}, str: "name", emptyIsValid: true},
+		"PATCH /v1/customers/:id": {path: "/v1/customers/" + customer, auth: bearer(a.secret),
+			base: []field{{"description", `"renamed"`}, {"name", "null"}}, str: "description", emptyIsValid: true},
+		"POST /v1/customers/:id/payment_methods": {path: "/v1/customers/" + customer + "/payment_methods", auth: bearer(a.secret),
+			base: []field{{"card", card}}},
 	}
 	if a.keyID == "" {
 		t.Fatal("no key")

@@ -205,6 +205,8 @@ func TestLiveModeInEveryBody(t *testing.T) {
 		"/v1/me/webhook_endpoints/:id/rotate_secret": "we_0000000000000000000000000",
 		"/v1/me/webhook_endpoints/:id/test":          "we_0000000000000000000000000",
 		"/v1/me/webhook_endpoints/:id/recover":       "we_0000000000000000000000000",
+		"/v1/customers/:id":                          "cus_0000000000000000000000000",
+		"/v1/customers/:id/payment_methods":          "cus_0000000000000000000000000",
 	}
 	bodies := []string{
 		`{"environment":"live"}`,
