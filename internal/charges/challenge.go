@@ -2,6 +2,7 @@ package charges
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/gatehouse-pay/gatehouse/internal/apperr"
@@ -53,7 +54,7 @@ func (s *Service) Challenge(ctx context.Context, id, token string) (Charge, erro
 // issuer page (the sandbox), as opposed to a provider's.
 func (s *Service) Emulated(c Charge) bool {
 	u := c.Authentication.NextActionURL
-	return u != nil && *u == s.links.Challenge(c.ID)
+	return u != nil && strings.HasSuffix(*u, ChallengePath+c.ID+"/"+s.links.token(c.ID))
 }
 
 // Answer records the cardholder's answer on the emulated issuer page:

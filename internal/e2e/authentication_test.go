@@ -210,7 +210,8 @@ func TestThreeDSecure(t *testing.T) {
 		if c.Status != "requires_action" || c.NextAction == nil || c.NextAction.Type != "use_gatehouse_js" || c.NextAction.RedirectToURL != nil {
 			t.Fatalf("without return_url: %s, next_action %+v", c.Status, c.NextAction)
 		}
-		link := queryString(t, st, fmt.Sprintf(`SELECT next_action_url FROM charges WHERE id = '%s'`, c.ID))
+		stored := queryString(t, st, fmt.Sprintf(`SELECT next_action_url FROM charges WHERE id = '%s'`, c.ID))
+		link := st.replicas[1] + stored[strings.Index(stored, "/authenticate/"):]
 		done := f.answer(t, link, "succeeded")
 		mustExpect(t, done, http.StatusOK, "")
 		if !strings.Contains(string(done.body), `data-charge="`+c.ID+`"`) {
@@ -279,4 +280,172 @@ func queryString(t *testing.T, st *stack, sql string) string {
 		t.Fatalf("%s: %v", sql, err)
 	}
 	return s
+}
+
+// TestSavedCardsOffSession: saved cards are charged on and off session as
+// the sandbox's 3-D Secure cards say; an expired saved card fails without a
+// provider call; and once a customer and its cards are deleted, neither a
+// card number nor the sealed card data is anywhere in a dump of the
+// database (the B5 scan, run right after the deletions).
+func TestSavedCardsOffSession(t *testing.T) {
+	st := newStack(t, stackOptions{env: chargesStackEnv, workerEnv: chargesWorkerEnv}, "saved cards off session")
+	setup := newClient(t, "127.0.0.76")
+	_, token := st.signUp(t, setup, "saved", "Saved Cards Shop")
+	key := st.newKey(t, setup, token, "saved")
+	f := &authFlow{payments: &payments{st: st, c: newClient(t, "127.0.0.77"), key: key.SecretKey}, browser: browserClient(t, "127.0.0.78")}
+
+	e := f.do(t, http.MethodPost, "/v1/customers", `{"email":"ada@example.com","name":"Ada"}`)
+	mustExpect(t, e, http.StatusCreated, "")
+	var cus struct{ ID string }
+	decode(t, e, &cus)
+	save := func(number string, fromToken bool) string {
+		t.Helper()
+		card := fmt.Sprintf(`{"number":%q,"exp_month":12,"exp_year":%d,"cvc":"123"}`, number, time.Now().Year()+2)
+		if fromToken {
+			card = `{"token":"` + st.cardToken(t, f.c, st.replicas[0], key.PublicKey, number) + `"}`
+		}
+		e := f.do(t, http.MethodPost, "/v1/customers/"+cus.ID+"/payment_methods", `{"card":`+card+`}`)
+		mustExpect(t, e, http.StatusCreated, "")
+		var pm struct{ ID string }
+		decode(t, e, &pm)
+		return pm.ID
+	}
+	chargeSaved := func(pm, extra string) authCharge {
+		t.Helper()
+		c := f.charge(t, `{"amount":1500,"currency":"eur","customer":"`+cus.ID+`","card":{"payment_method":"`+pm+`"}`+extra+`}`)
+		if c.PaymentMethod != pm || deref(c.Customer) != cus.ID {
+			t.Fatalf("charge of %s shows payment_method %q customer %q", pm, c.PaymentMethod, deref(c.Customer))
+		}
+		return f.wait(t, c.ID, 20*time.Second, "created")
+	}
+	const off = `,"off_session":true`
+
+	mandate := save("4000002500003155", true)
+	if got := chargeSaved(mandate, off); got.Status != "failed" || deref(got.FailureCode) != "authentication_required" || !got.OffSession {
+		t.Fatalf("off session before any authentication: %s %q", got.Status, deref(got.FailureCode))
+	}
+	on := chargeSaved(mandate, `,"return_url":"https://shop.example/done"`)
+	if on.Status != "requires_action" {
+		t.Fatalf("on session: %s", on.Status)
+	}
+	mustExpect(t, f.answer(t, on.NextAction.RedirectToURL.URL, "succeeded"), http.StatusSeeOther, "")
+	if got := f.wait(t, on.ID, 20*time.Second, "requires_action"); got.Status != "captured" {
+		t.Fatalf("on session after the challenge: %s", got.Status)
+	}
+	if got := chargeSaved(mandate, off); got.Status != "captured" || got.NextAction != nil {
+		t.Errorf("off session after an authenticated charge: %s %q", got.Status, deref(got.FailureCode))
+	}
+	always := save("4000002760003184", false)
+	if got := chargeSaved(always, off); got.Status != "failed" || deref(got.FailureCode) != "authentication_required" {
+		t.Errorf("4000002760003184 off session: %s %q", got.Status, deref(got.FailureCode))
+	}
+	if got := chargeSaved(always, ""); got.Status != "requires_action" {
+		t.Errorf("4000002760003184 on session: %s", got.Status)
+	}
+	if got := chargeSaved(save("4000008260003178", false), off); got.Status != "failed" || deref(got.FailureCode) != "authentication_required" {
+		t.Errorf("4000008260003178 off session: %s %q", got.Status, deref(got.FailureCode))
+	}
+	if got := chargeSaved(save("4000000000003055", false), off); got.Status != "captured" {
+		t.Errorf("frictionless card off session: %s", got.Status)
+	}
+
+	// An expired saved card fails expired_card and the provider hears nothing.
+	expired := save("4242424242424242", false)
+	ctx, cancel := dbCtx()
+	if _, err := st.db.Pool.Exec(ctx, `UPDATE payment_methods SET card_exp_year = 2021 WHERE id = $1`, expired); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	got := chargeSaved(expired, off)
+	if got.Status != "failed" || deref(got.FailureCode) != "expired_card" {
+		t.Errorf("expired saved card: %s %q", got.Status, deref(got.FailureCode))
+	}
+	if n := queryInt(t, st.db, `SELECT count(*) FROM sandbox_ledger WHERE idempotency_key LIKE '%' || $1 || '%'`, got.ID); n != 0 {
+		t.Errorf("the expired saved card reached the provider (%d calls)", n)
+	}
+
+	// Bad requests change nothing.
+	other := f.do(t, http.MethodPost, "/v1/customers", `{"name":"Other"}`)
+	var otherCus struct{ ID string }
+	decode(t, other, &otherCus)
+	for body, param := range map[string]string{
+		`{"amount":100,"currency":"eur","customer":"` + otherCus.ID + `","card":{"payment_method":"` + mandate + `"}}`: "card.payment_method",
+		`{"amount":100,"currency":"eur","card":{"payment_method":"` + mandate + `"}}`:                                  "customer",
+		threeDSBody("4242424242424242", off):                                   "off_session",
+		threeDSBody("4242424242424242", `,"return_url":"ftp://shop.example/"`): "return_url",
+	} {
+		e := f.do(t, http.MethodPost, "/v1/charges", body)
+		if e.status() != http.StatusBadRequest || !strings.Contains(string(e.body), `"param":"`+param+`"`) {
+			t.Errorf("%s: %s, want 400 naming %s", body, e, param)
+		}
+	}
+
+	// The customer's charges, and only them.
+	list := f.do(t, http.MethodGet, "/v1/charges?limit=100&customer="+cus.ID, "")
+	mustExpect(t, list, http.StatusOK, "")
+	var page struct{ Data []authCharge }
+	decode(t, list, &page)
+	if len(page.Data) != 8 {
+		t.Errorf("charges of the customer: %d, want 8", len(page.Data))
+	}
+	for _, c := range page.Data {
+		if deref(c.Customer) != cus.ID {
+			t.Errorf("charge %s of customer %q listed for %s", c.ID, deref(c.Customer), cus.ID)
+		}
+	}
+
+	// Deletion destroys the sealed cards: a method, then the customer.
+	sealed := func() [][]byte {
+		ctx, cancel := dbCtx()
+		defer cancel()
+		rows, err := st.db.Pool.Query(ctx, `SELECT card_sealed FROM payment_methods WHERE customer_id = $1`, cus.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		var out [][]byte
+		for rows.Next() {
+			var b []byte
+			if err := rows.Scan(&b); err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, b)
+		}
+		return out
+	}
+	before := sealed()
+	if len(before) != 5 {
+		t.Fatalf("sealed saved cards before deletion: %d, want 5", len(before))
+	}
+	mustExpect(t, f.do(t, http.MethodDelete, "/v1/customers/"+cus.ID+"/payment_methods/"+always, ""), http.StatusOK, "")
+	mustExpect(t, f.do(t, http.MethodDelete, "/v1/customers/"+cus.ID, ""), http.StatusOK, "")
+	if left := sealed(); len(left) != 0 {
+		t.Fatalf("%d sealed cards left after the deletions", len(left))
+	}
+	// The charge that still waits for its cardholder keeps its own copy until
+	// it ends; void it so nothing of the deleted cards is left anywhere.
+	for _, c := range page.Data {
+		if c.Status == "requires_action" {
+			mustExpect(t, f.do(t, http.MethodPost, "/v1/charges/"+c.ID+"/void", ""), http.StatusOK, "")
+			f.wait(t, c.ID, 20*time.Second, "requires_action")
+		}
+	}
+	dctx, dcancel := dbCtx()
+	defer dcancel()
+	dump, err := dumpDatabase(dctx, st.db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range scanDump(dump) {
+		t.Errorf("after the deletions: %s", h)
+	}
+	hexDump := strings.ToLower(string(dump))
+	for i, b := range before {
+		if strings.Contains(hexDump, fmt.Sprintf("%x", b)) {
+			t.Errorf("sealed card %d of the deleted customer is still in the database dump", i)
+		}
+	}
+	if n := queryInt(t, st.db, `SELECT count(*) FROM charges WHERE customer_id = $1 AND card_sealed IS NOT NULL`, cus.ID); n != 0 {
+		t.Errorf("%d charges of the deleted customer keep sealed card data", n)
+	}
 }
