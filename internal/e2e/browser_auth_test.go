@@ -16,6 +16,8 @@ type authJourneys struct {
 		ChallengeURL string `json:"challengeURL"`
 		ReturnURL    string `json:"returnURL"`
 	} `json:"redirect"`
+	SavedRequired savedCardJourney `json:"savedRequired"`
+	SavedAlways   savedCardJourney `json:"savedAlways"`
 	CardSentBy3DS []struct {
 		Frame, URL string
 	} `json:"cardSentBy3ds"`
@@ -38,10 +40,19 @@ type fieldChallenge struct {
 	FieldBack    bool `json:"fieldBack"`
 }
 
+// savedCardJourney is a card saved in a checkout and charged on session
+// (with the challenge), then again off session by the merchant's server.
+type savedCardJourney struct {
+	fieldChallenge
+	Again pageResult `json:"again"`
+}
+
 // authenticatedCharge is a charge with how its authentication ended.
 type authenticatedCharge struct {
 	Status         string  `json:"status"`
 	FailureCode    *string `json:"failure_code"`
+	Customer       *string `json:"customer"`
+	OffSession     bool    `json:"off_session"`
 	Authentication struct {
 		Status      string  `json:"status"`
 		CompletedAt *string `json:"completed_at"`
@@ -53,9 +64,10 @@ type authenticatedCharge struct {
 func checkAuthJourneys(t *testing.T, p *payments, got journeys, checkout string) {
 	t.Helper()
 	s := got.Steps
-	t.Logf("authentication journeys (ms): challenge in the card field completed %d, failed %d, on the issuer's page with a return_url %d",
-		s["challenge_complete"], s["challenge_fail"], s["redirect"])
-	for name, c := range map[string]fieldChallenge{"completed": got.ChallengeComplete, "failed": got.ChallengeFail} {
+	t.Logf("authentication journeys (ms): challenge in the card field completed %d, failed %d, on the issuer's page with a return_url %d; two saved cards, each charged on session then off session %d",
+		s["challenge_complete"], s["challenge_fail"], s["redirect"], s["saved_card"])
+	for name, c := range map[string]fieldChallenge{"completed": got.ChallengeComplete, "failed": got.ChallengeFail,
+		"of a card being saved (4000002500003155)": got.SavedRequired.fieldChallenge, "of a card being saved (4000002760003184)": got.SavedAlways.fieldChallenge} {
 		if c.HeightDuring < 400 || !c.FormHidden || c.HeightAfter != 170 || !c.FieldBack {
 			t.Errorf("challenge %s in the card field: the field was %d px tall (want 400 or more) with its inputs hidden %v; after, %d px (want 170) with its inputs back %v",
 				name, c.HeightDuring, c.FormHidden, c.HeightAfter, c.FieldBack)
@@ -65,10 +77,18 @@ func checkAuthJourneys(t *testing.T, p *payments, got journeys, checkout string)
 		shown          pageResult
 		status, code   string
 		authentication string
+		offSession     bool
 	}{
-		"challenge completed":       {got.ChallengeComplete.pageResult, "captured", "", "succeeded"},
-		"challenge failed":          {got.ChallengeFail.pageResult, "failed", "authentication_failed", "failed"},
-		"issuer's page, return_url": {got.Redirect.pageResult, "captured", "", "succeeded"},
+		"challenge completed":       {got.ChallengeComplete.pageResult, "captured", "", "succeeded", false},
+		"challenge failed":          {got.ChallengeFail.pageResult, "failed", "authentication_failed", "failed", false},
+		"issuer's page, return_url": {got.Redirect.pageResult, "captured", "", "succeeded", false},
+		// 4000002500003155: authenticated once on session, then off session
+		// without the cardholder.
+		"saved 3155, on session":  {got.SavedRequired.pageResult, "captured", "", "succeeded", false},
+		"saved 3155, off session": {got.SavedRequired.Again, "captured", "", "not_required", true},
+		// 4000002760003184: the issuer asks every time; off session, no one can answer.
+		"saved 3184, on session":  {got.SavedAlways.pageResult, "captured", "", "succeeded", false},
+		"saved 3184, off session": {got.SavedAlways.Again, "failed", "authentication_required", "not_required", true},
 	}
 	ids := map[string]string{}
 	for name, w := range want {
@@ -96,7 +116,10 @@ func checkAuthJourneys(t *testing.T, p *payments, got journeys, checkout string)
 		if c.FailureCode != nil {
 			code = *c.FailureCode
 		}
-		if c.Status != w.status || code != w.code || c.Authentication.Status != w.authentication || c.Authentication.CompletedAt == nil {
+		saved := strings.HasPrefix(name, "saved")
+		if c.Status != w.status || code != w.code || c.Authentication.Status != w.authentication ||
+			(c.Authentication.CompletedAt == nil) != (w.authentication == "not_required") ||
+			c.OffSession != w.offSession || (c.Customer != nil) != saved {
 			t.Errorf("%s: charge %s through the API: %s", name, id, raw[id])
 		}
 	}
@@ -104,8 +127,8 @@ func checkAuthJourneys(t *testing.T, p *payments, got journeys, checkout string)
 	if !strings.HasPrefix(r.ChallengeURL, p.st.replicas[0]+"/authenticate/v1/"+r.Charge+"/") || r.ReturnURL != checkout+"return?charge="+r.Charge {
 		t.Errorf("return_url: the browser went to %s and came back to %s", r.ChallengeURL, r.ReturnURL)
 	}
-	if len(got.CardSentBy3DS) != 3 {
-		t.Errorf("the cards of the authentication journeys were sent %d times, want once per checkout (3): %+v", len(got.CardSentBy3DS), got.CardSentBy3DS)
+	if len(got.CardSentBy3DS) != 5 {
+		t.Errorf("the cards of the authentication journeys were sent %d times, want once per checkout (5): %+v", len(got.CardSentBy3DS), got.CardSentBy3DS)
 	}
 	for _, c := range got.CardSentBy3DS {
 		if c.Frame != "card field" || c.URL != p.st.replicas[0]+"/v1/tokens" {

@@ -20,7 +20,11 @@
 //      challenge shows inside the card field, the shopper completes it;
 //  11. another checkout's shopper fails the challenge;
 //  12. a checkout with a return_url: the browser goes to the issuer's page
-//      and comes back to the merchant's return page.
+//      and comes back to the merchant's return page;
+//  13. a card saved in a checkout (customer and payment method from the
+//      token), charged on session with the challenge completed, then charged
+//      again off session by the merchant's server: 4000002500003155 is
+//      captured, 4000002760003184 refused authentication_required.
 import { chromium } from 'playwright-core';
 
 const cfg = JSON.parse(process.argv[2]);
@@ -312,6 +316,16 @@ try {
   out.redirect.returnURL = away.url();
   Object.assign(out.redirect, await settledText(away, '#result'));
   await shot(away, 'redirect-returned');
+
+  // 13. Saved cards, charged again off session by the merchant's server.
+  step('saved_card');
+  for (const [name, number, shotName] of [['savedRequired', cards3ds.required, 'saved-card-again'], ['savedAlways', cards3ds.always, 'saved-card-again-refused']]) {
+    const saved = await challengeInField(shopper, name, number, 'complete', '', true);
+    await saved.p.locator('#again').click();
+    saved.seen.again = await settledText(saved.p, '#again-result');
+    out[name] = saved.seen;
+    await shot(saved.p, shotName);
+  }
   await shopper.close();
   step('done');
 } catch (e) {
