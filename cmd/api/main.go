@@ -29,6 +29,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/cache"
 	"github.com/gatehouse-pay/gatehouse/internal/charges"
 	"github.com/gatehouse-pay/gatehouse/internal/config"
+	"github.com/gatehouse-pay/gatehouse/internal/customers"
 	"github.com/gatehouse-pay/gatehouse/internal/events"
 	"github.com/gatehouse-pay/gatehouse/internal/httpapi"
 	"github.com/gatehouse-pay/gatehouse/internal/jobs"
@@ -219,6 +220,7 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer) er
 		Charges: charges.NewService(db, relay, keys, cfg.Providers(), cfg.DefaultProvider, time.Now, onEnqueueErr).WithTokens(db).
 			WithCustomers(db).WithChallenges(db, charges.NewLinks(cfg.PublicURL, keys)),
 		Refunds:        refunds.NewService(db, relay, time.Now, onEnqueueErr),
+		Customers:      customers.NewService(db, keys, time.Now),
 		Events:         events.NewService(db, time.Now),
 		Webhooks:       webhooks.NewService(db, relay, keys, cfg.WebhookAllowPrivateNetworks, time.Now, onEnqueueErr),
 		Stream:         hub,

@@ -54,6 +54,21 @@ func (l Links) Challenge(chargeID string) string {
 // Return is where a provider's own challenge page sends the cardholder back.
 func (l Links) Return(chargeID string) string { return l.Challenge(chargeID) + "/return" }
 
+// Rebase points c's emulated challenge link at this gateway's base: the
+// worker that wrote it may know the API by another address.
+func (l Links) Rebase(c Charge) Charge {
+	u := c.Authentication.NextActionURL
+	if l.keys == nil || u == nil {
+		return c
+	}
+	suffix := ChallengePath + c.ID + "/" + l.token(c.ID)
+	if strings.HasSuffix(*u, suffix) && *u != l.base+suffix {
+		rebased := l.base + suffix
+		c.Authentication.NextActionURL = &rebased
+	}
+	return c
+}
+
 // Valid reports whether token is the challenge token of chargeID.
 func (l Links) Valid(chargeID, token string) bool {
 	return hmac.Equal([]byte(token), []byte(l.token(chargeID)))

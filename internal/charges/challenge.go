@@ -59,15 +59,15 @@ func (s *Service) Emulated(c Charge) bool {
 // Answer records the cardholder's answer on the emulated issuer page:
 // succeeded or failed. The worker then settles the charge with it.
 func (s *Service) Answer(ctx context.Context, id, token, answer string) (Charge, error) {
-	if answer != providers.AnswerSucceeded && answer != providers.AnswerFailed {
-		return Charge{}, apperr.Invalid("answer", "answer must be succeeded or failed.")
-	}
 	c, err := s.Challenge(ctx, id, token)
 	if err != nil {
 		return c, err
 	}
 	if !s.Emulated(c) {
 		return Charge{}, errNoChallenge
+	}
+	if answer != providers.AnswerSucceeded && answer != providers.AnswerFailed {
+		return Charge{}, apperr.Invalid("answer", "answer must be succeeded or failed.")
 	}
 	return s.record(ctx, c, answer)
 }
@@ -101,5 +101,6 @@ func (s *Service) ForCardField(ctx context.Context, merchantID, environment, cha
 	if s.challenges == nil || !ValidID(chargeID) || len(tokens) == 0 {
 		return Charge{}, errNotFound()
 	}
-	return s.challenges.ElementsCharge(ctx, merchantID, environment, chargeID, tokens)
+	c, err := s.challenges.ElementsCharge(ctx, merchantID, environment, chargeID, tokens)
+	return s.links.Rebase(c), err
 }

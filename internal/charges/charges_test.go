@@ -178,6 +178,8 @@ type fakeProvider struct {
 	CaptureFn   func(context.Context, providers.CaptureRequest) (providers.Result, error)
 	VoidFn      func(context.Context, providers.VoidRequest) (providers.Result, error)
 	RefundFn    func(context.Context, providers.RefundRequest) (providers.Result, error)
+	// AuthenticateFn answers Authenticate; nil approves.
+	AuthenticateFn func(context.Context, providers.AuthenticateRequest) (providers.Result, error)
 
 	mu         sync.Mutex
 	authorizes []providers.AuthorizeRequest
@@ -213,6 +215,13 @@ func (f *fakeProvider) Void(ctx context.Context, r providers.VoidRequest) (provi
 	f.mu.Unlock()
 	if f.VoidFn != nil {
 		return f.VoidFn(ctx, r)
+	}
+	return providers.Result{Reference: r.Reference}, nil
+}
+
+func (f *fakeProvider) Authenticate(ctx context.Context, r providers.AuthenticateRequest) (providers.Result, error) {
+	if f.AuthenticateFn != nil {
+		return f.AuthenticateFn(ctx, r)
 	}
 	return providers.Result{Reference: r.Reference}, nil
 }
@@ -633,7 +642,7 @@ func TestView(t *testing.T) {
 		"metadata": map[string]any{}, "failure_code": nil, "failure_message": nil,
 		"customer": nil, "off_session": false, "next_action": nil,
 		"authentication": map[string]any{"status": "not_required", "completed_at": nil},
-		"created_at": "2026-11-22T00:17:13.123Z", "updated_at": "2026-11-22T01:17:13.000Z",
+		"created_at":     "2026-11-22T00:17:13.123Z", "updated_at": "2026-11-22T01:17:13.000Z",
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("charge JSON (-want +got):\n%s", diff)

@@ -48,7 +48,8 @@ func (s *Service) Get(ctx context.Context, merchantID, id string) (Charge, error
 	if !ValidID(id) {
 		return Charge{}, errNotFound()
 	}
-	return s.store.ChargeByID(ctx, merchantID, id)
+	c, err := s.store.ChargeByID(ctx, merchantID, id)
+	return s.links.Rebase(c), err
 }
 
 // List returns a page of the merchant's charges, newest first.
@@ -56,7 +57,11 @@ func (s *Service) List(ctx context.Context, merchantID string, f Filter, p listi
 	if f.Status != "" && !contains(Statuses, f.Status) {
 		return listing.Page[Charge]{}, apperr.Invalid("status", "status must be one of %s.", strings.Join(Statuses, ", "))
 	}
-	return s.store.ListCharges(ctx, merchantID, f, p)
+	page, err := s.store.ListCharges(ctx, merchantID, f, p)
+	for i, c := range page.Items {
+		page.Items[i] = s.links.Rebase(c)
+	}
+	return page, err
 }
 
 // Capture asks the worker to capture an authorized charge, for at most the
@@ -85,7 +90,7 @@ func (s *Service) act(ctx context.Context, r ActionRequest) (Result, error) {
 	render := r.Render
 	r.Render = func(c Charge) (idempotency.Response, error) {
 		var err error
-		rendered, err = render(c)
+		rendered, err = render(s.links.Rebase(c))
 		return rendered, err
 	}
 	replay, err := s.store.RequestAction(ctx, r)

@@ -274,6 +274,9 @@ func TestAbusiveBodies(t *testing.T) {
 	r := h.do("POST", "/v1/me/webhook_endpoints", `{"url":"http://127.0.0.1:9/hook","events":["charge.captured"]}`, bearer(a.secret)...)
 	want(t, r, 201, "")
 	endpoint := obj(r.body["webhook_endpoint"])["id"].(string)
+	r = h.do("POST", "/v1/customers", `{"name":"Abuse"}`, bearer(a.secret)...)
+	want(t, r, 201, "")
+	customer := r.body["id"].(string)
 
 	card := `{"number":"4242424242424242","exp_month":12,"exp_year":` + fmt.Sprint(expYear) + `,"cvc":"123"}`
 	routes := map[string]bodyRoute{
@@ -285,6 +288,8 @@ func TestAbusiveBodies(t *testing.T) {
 			base: []field{{"amount", "2000"}, {"currency", `"usd"`}, {"payment_method", `"card"`}, {"card", card}, {"description", `"order 1"`}},
 			str:  "description", num: "amount"},
 		"POST /v1/tokens": {path: "/v1/tokens", auth: bearer(h.publicKeyOf(a.secret)), base: []field{{"card", card}}},
+		"POST /elements/v1/next_action": {path: "/elements/v1/next_action", auth: bearer(h.publicKeyOf(a.secret)),
+			base: []field{{"charge", `"` + authorized + `"`}, {"tokens", `["ctok_unknown"]`}}, str: "charge"},
 		"POST /v1/charges/:id/capture": {path: "/v1/charges/" + authorized + "/capture", auth: bearer(a.secret),
 			base: []field{{"amount", "1000"}}, num: "amount", emptyIsValid: true},
 		"POST /v1/charges/:id/void": {path: "/v1/charges/" + authorized + "/void", auth: bearer(a.secret),
@@ -303,6 +308,12 @@ func TestAbusiveBodies(t *testing.T) {
 			base: []field{}, emptyIsValid: true},
 		"POST /v1/me/webhook_endpoints/:id/recover": {path: "/v1/me/webhook_endpoints/" + endpoint + "/recover", auth: bearer(a.secret),
 			base: []field{{"since", `"2026-01-01T00:00:00Z"`}}, str: "since"},
+		"POST /v1/customers": {path: "/v1/customers", auth: bearer(a.secret),
+			base: []field{{"email", `"abuse@example.com"`}, {"name", `"Abuse"`}, {"description", `"d"`}}, str: "name", emptyIsValid: true},
+		"PATCH /v1/customers/:id": {path: "/v1/customers/" + customer, auth: bearer(a.secret),
+			base: []field{{"description", `"renamed"`}, {"name", "null"}}, str: "description", emptyIsValid: true},
+		"POST /v1/customers/:id/payment_methods": {path: "/v1/customers/" + customer + "/payment_methods", auth: bearer(a.secret),
+			base: []field{{"card", card}}},
 	}
 	if a.keyID == "" {
 		t.Fatal("no key")
@@ -317,7 +328,7 @@ func TestAbusiveBodies(t *testing.T) {
 			continue
 		}
 		name := rt.Method + " " + rt.Path
-		if seen[name] || isDashboardPath(rt.Path) { // forms, not JSON: TestDashboardHostileForms
+		if seen[name] || isDashboardPath(rt.Path) || isChallengePath(rt.Path) { // forms, not JSON: TestDashboardHostileForms, TestChallengeLinks
 			continue
 		}
 		seen[name] = true

@@ -22,7 +22,9 @@ import (
 	"runtime/debug"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -63,13 +65,25 @@ const (
 	kindEndpoint   = "endpoint" // an endpoint with one failed delivery
 	kindDelivery   = "delivery" // a failed delivery
 	kindAPIKey     = "api_key"  // a key other than the one the merchant signs with
+	kindCustomer   = "customer" // a customer
+	// kindPaymentMethod is a saved card; its route names its customer too
+	// (see customerOfMethod).
+	kindPaymentMethod = "payment_method"
 )
 
 // tableOf groups kinds that share ids, for the "id of another kind" cases.
 var tableOf = map[string]string{
 	kindCharge: "charges", kindAuthorized: "charges", kindRefund: "refunds", kindEvent: "events",
 	kindEndpoint: "webhook_endpoints", kindDelivery: "webhook_deliveries", kindAPIKey: "api_keys",
+	kindCustomer: "customers", kindPaymentMethod: "payment_methods",
 }
+
+// prefixedKinds have ids like key_... rather than UUIDs.
+var prefixedKinds = map[string]bool{kindAPIKey: true, kindEndpoint: true, kindCustomer: true, kindPaymentMethod: true}
+
+// customerOfMethod maps the fixtures' payment method ids to their
+// customers', for the routes that name both.
+var customerOfMethod sync.Map
 
 // authzRoute is one row of the matrix: who may call the route and how.
 type authzRoute struct {
@@ -118,6 +132,16 @@ var authzRoutes = map[string]authzRoute{
 	"GET /elements/v1/card.js":  {auth: public, ok: 200},
 	"GET /elements/v1/card.css": {auth: public, ok: 200},
 	"POST /v1/tokens":           {auth: publicKeyOnly, ok: 201, body: fixed(tokenCard)},
+	// The card field's view of a charge it collected the card of: none of
+	// the fixture's charges came from the named token.
+	"POST /elements/v1/next_action": {auth: publicKeyOnly, ok: 404, body: fixed(`{"charge":"0190f4b6-3c2a-7d4e-8f00-000000000001","tokens":["ctok_unknown"]}`)},
+	// The challenge pages: the link is the credential (TestChallengeLinks);
+	// the route's own path is no link.
+	"GET /authenticate/v1/challenge.js":      {auth: public, ok: 200},
+	"GET /authenticate/v1/challenge.css":     {auth: public, ok: 200},
+	"GET /authenticate/v1/:id/:token":        {auth: public, ok: 404},
+	"POST /authenticate/v1/:id/:token":       {auth: public, ok: 404},
+	"GET /authenticate/v1/:id/:token/return": {auth: public, ok: 404},
 	"GET /v1/charges": {auth: keyOnly, ok: 200, lists: kindCharge, filters: func(o *authzFixture) []string {
 		return []string{"status=captured", "status=authorized", "created[gte]=2020-01-01T00:00:00Z"}
 	}},
@@ -132,6 +156,17 @@ var authzRoutes = map[string]authzRoute{
 		return []string{"charge=" + o.ids[kindCharge][0]}
 	}},
 	"GET /v1/refunds/:id": {auth: keyOnly, ok: 200, idKind: kindRefund},
+
+	"POST /v1/customers": {auth: keyOnly, ok: 201, body: fixed(`{"email":"matrix@example.com","name":"Matrix"}`)},
+	"GET /v1/customers": {auth: keyOnly, ok: 200, lists: kindCustomer, filters: func(o *authzFixture) []string {
+		return []string{"email=" + url.QueryEscape(buyerEmail(o)), "email=" + url.QueryEscape(strings.ToUpper(buyerEmail(o)))}
+	}},
+	"GET /v1/customers/:id":                           {auth: keyOnly, ok: 200, idKind: kindCustomer},
+	"PATCH /v1/customers/:id":                         {auth: keyOnly, ok: 200, idKind: kindCustomer, body: fixed(`{"name":"Patched","description":null}`)},
+	"DELETE /v1/customers/:id":                        {auth: keyOnly, ok: 200, idKind: kindCustomer},
+	"POST /v1/customers/:id/payment_methods":          {auth: keyOnly, ok: 201, idKind: kindCustomer, body: fixed(savedCardJSON)},
+	"GET /v1/customers/:id/payment_methods":           {auth: keyOnly, ok: 200, idKind: kindCustomer, lists: kindPaymentMethod},
+	"DELETE /v1/customers/:id/payment_methods/:pm_id": {auth: keyOnly, ok: 200, idKind: kindPaymentMethod},
 
 	"POST /v1/me/webhook_endpoints":    {auth: keyOnly, ok: 201, body: fixed(endpointBody("https://hooks.example.com/matrix", "charge.captured"))},
 	"GET /v1/me/webhook_endpoints":     {auth: keyOnly, ok: 200, lists: kindEndpoint},
@@ -175,9 +210,17 @@ func served(h *harness) []string {
 	return out
 }
 
-// request renders the route's call for the caller's fixture and an id.
+// request renders the route's call for the caller's fixture and an id. A
+// route that names a payment method names its customer (as :id) too: the
+// method's own, or for an id of no fixture's method the id itself.
 func (r authzRoute) request(route string, f *authzFixture, id string) (method, path, body string) {
 	method, path, _ = strings.Cut(route, " ")
+	if strings.Contains(path, ":pm_id") {
+		path = strings.Replace(path, ":pm_id", id, 1)
+		if cus, ok := customerOfMethod.Load(id); ok {
+			id = cus.(string)
+		}
+	}
 	path = strings.Replace(path, ":id", id, 1)
 	if r.query != "" {
 		path += "?" + r.query
@@ -306,7 +349,35 @@ func (h *harness) newAuthzFixture(t *testing.T, email string, w *worker, d *webh
 	for _, e := range h.eventsOf(t, f.secret, "") {
 		f.ids[kindEvent] = append(f.ids[kindEvent], e["id"].(string))
 	}
+	h.customersOf(t, f, n, key)
 	return f
+}
+
+// savedCardJSON is the body of POST /v1/customers/:id/payment_methods with a raw card.
+var savedCardJSON = `{"card":{"number":"` + cardVisa + `","exp_month":12,"exp_year":` + strconv.Itoa(expYear) + `,"cvc":"123"}}`
+
+// buyerEmail is the email of the fixture's customers.
+func buyerEmail(f *authzFixture) string { return "buyer-" + f.email }
+
+// customersOf gives f n customers and n payment methods, the i-th saved for
+// the customer n-1-i, so that no route deletes the customer of a method
+// another route uses.
+func (h *harness) customersOf(t *testing.T, f *authzFixture, n int, key func(string) []string) {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		r := h.with(t).do("POST", "/v1/customers", `{"email":"`+buyerEmail(f)+`"}`, append(bearer(f.secret), key("POST /v1/customers")...)...)
+		want(t, r, 201, "")
+		f.ids[kindCustomer] = append(f.ids[kindCustomer], r.body["id"].(string))
+	}
+	for i := 0; i < n; i++ {
+		cus := f.ids[kindCustomer][n-1-i]
+		r := h.with(t).do("POST", "/v1/customers/"+cus+"/payment_methods", savedCardJSON,
+			append(bearer(f.secret), key("POST /v1/customers/:id/payment_methods")...)...)
+		want(t, r, 201, "")
+		pm := r.body["id"].(string)
+		customerOfMethod.Store(pm, cus)
+		f.ids[kindPaymentMethod] = append(f.ids[kindPaymentMethod], pm)
+	}
 }
 
 // idRoutesOf counts the rows of a matrix that name an object.
@@ -359,7 +430,9 @@ func (h *harness) ownedStrings(t *testing.T, merchantID string) []string {
 		UNION ALL SELECT id::text FROM events WHERE merchant_id = $1
 		UNION ALL SELECT id FROM webhook_endpoints WHERE merchant_id = $1
 		UNION ALL SELECT id::text FROM webhook_deliveries WHERE merchant_id = $1
-		UNION ALL SELECT event_id::text FROM webhook_deliveries WHERE merchant_id = $1`, merchantID)
+		UNION ALL SELECT event_id::text FROM webhook_deliveries WHERE merchant_id = $1
+		UNION ALL SELECT id FROM customers WHERE merchant_id = $1
+		UNION ALL SELECT id FROM payment_methods WHERE merchant_id = $1`, merchantID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -393,7 +466,10 @@ var stateTables = map[string]string{
 		(SELECT id FROM webhook_deliveries WHERE merchant_id = $1)`,
 	"outbox": `FROM outbox x WHERE $1 = '' OR ref_id IN (SELECT id FROM charges WHERE merchant_id = $1
 		UNION ALL SELECT id FROM refunds WHERE merchant_id = $1 UNION ALL SELECT id FROM webhook_deliveries WHERE merchant_id = $1)`,
-	"sandbox_ledger": `FROM sandbox_ledger x WHERE $1 = ''`,
+	"sandbox_ledger":  `FROM sandbox_ledger x WHERE $1 = ''`,
+	"customers":       `FROM customers x WHERE $1 = '' OR merchant_id = $1`,
+	"payment_methods": `FROM payment_methods x WHERE $1 = '' OR merchant_id = $1`,
+	"card_tokens":     `FROM card_tokens x WHERE $1 = '' OR merchant_id = $1`,
 }
 
 // state digests every table (whole rows, so any column that moves shows).
@@ -540,7 +616,7 @@ func TestAuthzMatrix(t *testing.T) {
 			}
 			// The answer to an id that exists nowhere: B's answer on A's id must be the same.
 			unknownID := idOf[key][:len(idOf[key])-6] + "000000"
-			if route.idKind != kindAPIKey && route.idKind != kindEndpoint {
+			if !prefixedKinds[route.idKind] {
 				unknownID = uuid.Must(uuid.NewV7()).String()
 			}
 			m, p, body := route.request(key, b, unknownID)

@@ -436,8 +436,9 @@ func TestCreateCharge(t *testing.T) {
 		"card":     map[string]any{"brand": "visa", "last4": "4242", "exp_month": 12.0, "exp_year": float64(expYear), "fingerprint": fp},
 		"provider": "sandbox", "provider_reference": nil, "environment": "sandbox", "capture": true,
 		"description": "Order 1042", "metadata": map[string]any{"order_id": "1042"},
-		"failure_code": nil, "failure_message": nil,
-		"created_at": ch["created_at"], "updated_at": ch["created_at"],
+		"failure_code": nil, "failure_message": nil, "customer": nil, "off_session": false, "next_action": nil,
+		"authentication": map[string]any{"status": "not_required", "completed_at": nil},
+		"created_at":     ch["created_at"], "updated_at": ch["created_at"],
 	}
 	if diff := cmp.Diff(wantCharge, ch); diff != "" {
 		t.Errorf("created charge (-want +got):\n%s", diff)

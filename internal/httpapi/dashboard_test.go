@@ -200,6 +200,10 @@ func dashboardServed(h *harness) []string {
 
 func isDashboardPath(p string) bool { return p == "/dashboard" || strings.HasPrefix(p, "/dashboard/") }
 
+// isChallengePath reports whether p is a page of the cardholder's challenge
+// (HTML forms, not JSON).
+func isChallengePath(p string) bool { return strings.HasPrefix(p, "/authenticate/") }
+
 var requestIDText = regexp.MustCompile(`Request id [0-9a-f-]+`)
 
 // TestDashboardAuthz is A1 for the dashboard: the session cookie is the only

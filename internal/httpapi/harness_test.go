@@ -22,6 +22,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/cache"
 	"github.com/gatehouse-pay/gatehouse/internal/charges"
 	"github.com/gatehouse-pay/gatehouse/internal/config"
+	"github.com/gatehouse-pay/gatehouse/internal/customers"
 	"github.com/gatehouse-pay/gatehouse/internal/events"
 	"github.com/gatehouse-pay/gatehouse/internal/httpapi"
 	"github.com/gatehouse-pay/gatehouse/internal/jobs"
@@ -138,6 +139,7 @@ func newHarnessWith(t *testing.T, o harnessOptions) *harness {
 		Merchants:      ms,
 		Charges:        charges.NewService(st, queue, keys, cfg.Providers(), cfg.DefaultProvider, time.Now, nil).WithTokens(st),
 		Refunds:        refunds.NewService(st, queue, time.Now, nil),
+		Customers:      customers.NewService(st, keys, time.Now),
 		Events:         events.NewService(st, time.Now),
 		Webhooks:       webhooks.NewService(st, queue, keys, cfg.WebhookAllowPrivateNetworks, time.Now, nil),
 		Stream:         hub,

@@ -205,6 +205,8 @@ func TestLiveModeInEveryBody(t *testing.T) {
 		"/v1/me/webhook_endpoints/:id/rotate_secret": "we_0000000000000000000000000",
 		"/v1/me/webhook_endpoints/:id/test":          "we_0000000000000000000000000",
 		"/v1/me/webhook_endpoints/:id/recover":       "we_0000000000000000000000000",
+		"/v1/customers/:id":                          "cus_0000000000000000000000000",
+		"/v1/customers/:id/payment_methods":          "cus_0000000000000000000000000",
 	}
 	bodies := []string{
 		`{"environment":"live"}`,
@@ -215,6 +217,9 @@ func TestLiveModeInEveryBody(t *testing.T) {
 	for _, route := range served(h) {
 		method, path, _ := strings.Cut(route, " ")
 		if method != http.MethodPost && method != http.MethodPatch && method != http.MethodPut {
+			continue
+		}
+		if isChallengePath(path) { // an HTML form with one field and no environment
 			continue
 		}
 		seen++

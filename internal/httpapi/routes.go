@@ -49,6 +49,15 @@ func (s *server) routes(app *fiber.App) {
 	app.Get("/v1/refunds", perIP, secret, s.listRefunds)
 	app.Get("/v1/refunds/:id", perIP, secret, s.getRefund)
 
+	app.Post("/v1/customers", perIP, secret, s.createCustomer)
+	app.Get("/v1/customers", perIP, secret, s.listCustomers)
+	app.Get("/v1/customers/:id", perIP, secret, s.getCustomer)
+	app.Patch("/v1/customers/:id", perIP, secret, s.updateCustomer)
+	app.Delete("/v1/customers/:id", perIP, secret, s.deleteCustomer)
+	app.Post("/v1/customers/:id/payment_methods", perIP, secret, s.createPaymentMethod)
+	app.Get("/v1/customers/:id/payment_methods", perIP, secret, s.listPaymentMethods)
+	app.Delete("/v1/customers/:id/payment_methods/:pm_id", perIP, secret, s.deletePaymentMethod)
+
 	app.Post("/v1/me/webhook_endpoints", perIP, secret, s.createEndpoint)
 	app.Get("/v1/me/webhook_endpoints", perIP, secret, s.listEndpoints)
 	app.Get("/v1/me/webhook_endpoints/:id", perIP, secret, s.getEndpoint)

@@ -22,6 +22,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/auth"
 	"github.com/gatehouse-pay/gatehouse/internal/charges"
 	"github.com/gatehouse-pay/gatehouse/internal/config"
+	"github.com/gatehouse-pay/gatehouse/internal/customers"
 	"github.com/gatehouse-pay/gatehouse/internal/events"
 	"github.com/gatehouse-pay/gatehouse/internal/keyring"
 	"github.com/gatehouse-pay/gatehouse/internal/merchants"
@@ -61,6 +62,7 @@ type Deps struct {
 	Merchants *merchants.Service
 	Charges   *charges.Service
 	Refunds   *refunds.Service
+	Customers *customers.Service
 	Events    *events.Service
 	Webhooks  *webhooks.Service
 	// Stream serves GET /v1/events/stream; nil answers 503.

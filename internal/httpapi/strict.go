@@ -12,11 +12,12 @@ import (
 // encoding/json matches field names regardless of case, so {"AMOUNT": 1} would
 // fill Amount. checkFields holds request bodies to the exact names of the
 // contract, reporting the full path of the first unknown one ("card.bogus").
+// A type that decodes itself (a json.Unmarshaler) checks its own value.
 func checkFields(raw []byte, t reflect.Type, prefix string) error {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
-	if t.Kind() != reflect.Struct {
+	if t.Kind() != reflect.Struct || reflect.PointerTo(t).Implements(unmarshalerType) {
 		return nil
 	}
 	var obj map[string]json.RawMessage
@@ -35,6 +36,8 @@ func checkFields(raw []byte, t reflect.Type, prefix string) error {
 	}
 	return nil
 }
+
+var unmarshalerType = reflect.TypeFor[json.Unmarshaler]()
 
 var fieldCache sync.Map // reflect.Type -> map[string]reflect.Type
 

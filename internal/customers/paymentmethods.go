@@ -1,0 +1,184 @@
+package customers
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"time"
+
+	"github.com/gatehouse-pay/gatehouse/internal/apperr"
+	"github.com/gatehouse-pay/gatehouse/internal/charges"
+	"github.com/gatehouse-pay/gatehouse/internal/events"
+	"github.com/gatehouse-pay/gatehouse/internal/idempotency"
+	"github.com/gatehouse-pay/gatehouse/internal/ids"
+	"github.com/gatehouse-pay/gatehouse/internal/listing"
+)
+
+// PaymentMethod is a customer's saved card. The card itself is kept only
+// sealed, under the method's id.
+type PaymentMethod struct {
+	ID          string
+	MerchantID  string
+	Environment string
+	CustomerID  string
+	// Card is the summary: brand, last 4 digits, expiry and fingerprint.
+	Card charges.Card
+	// TokenID is the card token the method was made from, if any.
+	TokenID *string
+	// AuthenticatedAt is when the cardholder first authenticated a charge
+	// of the card (3-D Secure), if ever.
+	AuthenticatedAt *time.Time
+	CreatedAt       time.Time
+}
+
+// PaymentMethodView is the public form of a payment method.
+type PaymentMethodView struct {
+	ID        string           `json:"id"`
+	Object    string           `json:"object"`
+	Type      string           `json:"type"`
+	Customer  string           `json:"customer"`
+	Card      charges.CardView `json:"card"`
+	CreatedAt string           `json:"created_at"`
+}
+
+// View returns the public form.
+func (m PaymentMethod) View() PaymentMethodView {
+	c := m.Card
+	return PaymentMethodView{ID: m.ID, Object: "payment_method", Type: "card", Customer: m.CustomerID,
+		Card:      charges.CardView{Brand: c.Brand, Last4: c.Last4, ExpMonth: c.ExpMonth, ExpYear: c.ExpYear, Fingerprint: c.Fingerprint},
+		CreatedAt: events.Timestamp(m.CreatedAt)}
+}
+
+// MarshalJSON renders the public form.
+func (m PaymentMethod) MarshalJSON() ([]byte, error) { return json.Marshal(m.View()) }
+
+// NewPaymentMethod is everything the creation of a payment method writes in
+// one transaction.
+type NewPaymentMethod struct {
+	Method PaymentMethod
+	// Sealed is the card, sealed under the method's id.
+	Sealed []byte
+	// TokenID is the card token to mark used by the method; "" for a raw card.
+	TokenID  string
+	Idem     *idempotency.Request
+	Response idempotency.Response
+}
+
+// CardParams is the card of POST /v1/customers/:id/payment_methods: a
+// Gatehouse card token, or the raw card.
+type CardParams struct {
+	Token    *string `json:"token"`
+	Number   *string `json:"number"`
+	ExpMonth *int    `json:"exp_month"`
+	ExpYear  *int    `json:"exp_year"`
+	CVC      *string `json:"cvc"`
+}
+
+// PaymentMethodParams is the body of POST /v1/customers/:id/payment_methods.
+type PaymentMethodParams struct {
+	Card *CardParams `json:"card"`
+}
+
+func errPaymentMethodNotFound() error { return apperr.NotFound("payment_method") }
+
+// CreatePaymentMethod saves a card for one of the merchant's customers and
+// answers with render(method). The card is a raw card, checked and sealed
+// under the method's id, or a card token of the merchant in environment:
+// its card is re-sealed under the method's id and the token is used up in
+// the same transaction. A token that cannot be used answers 400 (param
+// card.token), unless the request repeats an Idempotency-Key whose first
+// request used it: then its stored answer is replayed.
+func (s *Service) CreatePaymentMethod(ctx context.Context, merchantID, environment, customerID string, p PaymentMethodParams, idem *idempotency.Request, render func(PaymentMethod) (idempotency.Response, error)) (Result, error) {
+	if !ValidID(customerID) {
+		return Result{}, errNotFound()
+	}
+	tokenID, raw, err := checkCard(p.Card)
+	if err != nil {
+		return Result{}, err
+	}
+	now := s.stamp()
+	n := NewPaymentMethod{Idem: idem, Method: PaymentMethod{ID: ids.New(PaymentMethodPrefix), MerchantID: merchantID,
+		Environment: environment, CustomerID: customerID, CreatedAt: now}}
+	if tokenID == "" {
+		n.Method.Card, n.Sealed, err = charges.SealCard(s.keys, merchantID, raw, n.Method.ID, now)
+	} else {
+		var replay *idempotency.Response
+		if replay, err = s.useToken(ctx, &n, tokenID, now); replay != nil {
+			return Result{Response: *replay, Replayed: true}, nil
+		}
+	}
+	if err != nil {
+		return Result{}, err
+	}
+	if n.Response, err = render(n.Method); err != nil {
+		return Result{}, apperr.Internal(err)
+	}
+	replay, err := s.store.CreatePaymentMethod(ctx, n)
+	if err != nil {
+		return Result{}, err
+	}
+	if replay != nil {
+		return Result{Response: *replay, Replayed: true}, nil
+	}
+	return Result{Response: n.Response}, nil
+}
+
+// checkCard returns the token id, or the raw card, of p.
+func checkCard(p *CardParams) (tokenID string, raw charges.RawCard, err error) {
+	if p == nil {
+		return "", raw, apperr.Missing("card")
+	}
+	if p.Token == nil {
+		return "", charges.RawCard{Number: p.Number, ExpMonth: p.ExpMonth, ExpYear: p.ExpYear, CVC: p.CVC}, nil
+	}
+	if p.Number != nil || p.CVC != nil || p.ExpMonth != nil || p.ExpYear != nil {
+		return "", raw, apperr.Invalid("card", "Send either card.token or the card's number, exp_month, exp_year and cvc, not both.")
+	}
+	// Only Gatehouse tokens (charges.TokenPrefix) can be saved, not a provider's.
+	tok := strings.TrimSpace(*p.Token)
+	if !ids.Valid("ctok", tok) {
+		return "", raw, charges.ErrTokenUnusable()
+	}
+	return tok, raw, nil
+}
+
+// useToken fills n with the card of the token id: its summary, and the card
+// re-sealed under the method's id.
+func (s *Service) useToken(ctx context.Context, n *NewPaymentMethod, id string, now time.Time) (*idempotency.Response, error) {
+	m := &n.Method
+	t, sealed, err := s.store.UsableToken(ctx, m.MerchantID, m.Environment, id, now)
+	if apperr.KindOf(err) == apperr.KindNotFound {
+		if n.Idem != nil {
+			if replay, err := s.store.StoredResponse(ctx, m.MerchantID, n.Idem); replay != nil || err != nil {
+				return replay, err
+			}
+		}
+		return nil, charges.ErrTokenUnusable()
+	}
+	if err != nil {
+		return nil, err
+	}
+	if n.Sealed, err = charges.ResealCard(s.keys, sealed, t.ID, m.ID); err != nil {
+		return nil, err
+	}
+	m.Card, m.TokenID, n.TokenID = t.Card, &t.ID, t.ID
+	return nil, nil
+}
+
+// ListPaymentMethods returns a page of a customer's payment methods, newest
+// first; a customer that is not the merchant's is NotFound.
+func (s *Service) ListPaymentMethods(ctx context.Context, merchantID, customerID string, p listing.Params) (listing.Page[PaymentMethod], error) {
+	if !ValidID(customerID) {
+		return listing.Page[PaymentMethod]{}, errNotFound()
+	}
+	return s.store.ListPaymentMethods(ctx, merchantID, customerID, p)
+}
+
+// DeletePaymentMethod deletes a customer's payment method, its sealed card
+// with it. Any miss (customer or method) is NotFound of the method.
+func (s *Service) DeletePaymentMethod(ctx context.Context, merchantID, customerID, id string) error {
+	if !ValidID(customerID) || !ValidPaymentMethodID(id) {
+		return errPaymentMethodNotFound()
+	}
+	return s.store.DeletePaymentMethod(ctx, merchantID, customerID, id)
+}

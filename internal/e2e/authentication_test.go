@@ -1,0 +1,282 @@
+package e2e
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Cardholder authentication (3-D Secure) against the real binaries: the
+// sandbox's test cards ask for it, the charge waits in requires_action with
+// its next_action, the emulated issuer page records one answer, and the
+// worker settles the charge with it, with a void, or at the timeout.
+
+// authCharge is what these tests read of a charge beyond chargeJSON.
+type authCharge struct {
+	chargeJSON
+	Customer       *string `json:"customer"`
+	PaymentMethod  string  `json:"payment_method"`
+	OffSession     bool    `json:"off_session"`
+	Authentication struct {
+		Status      string  `json:"status"`
+		CompletedAt *string `json:"completed_at"`
+	} `json:"authentication"`
+	NextAction *struct {
+		Type          string `json:"type"`
+		RedirectToURL *struct {
+			URL       string `json:"url"`
+			ReturnURL string `json:"return_url"`
+		} `json:"redirect_to_url"`
+	} `json:"next_action"`
+}
+
+// browserClient is a client that does not follow redirects, so a test reads
+// where the challenge sends the cardholder.
+func browserClient(t *testing.T, ip string) *http.Client {
+	c := newClient(t, ip)
+	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	return c
+}
+
+// authFlow is one merchant's secret key and a cardholder's browser.
+type authFlow struct {
+	*payments
+	browser *http.Client
+}
+
+func (f *authFlow) charge(t *testing.T, body string) authCharge {
+	t.Helper()
+	e := f.do(t, http.MethodPost, "/v1/charges", body)
+	mustExpect(t, e, http.StatusCreated, "")
+	var c authCharge
+	decode(t, e, &c)
+	return c
+}
+
+// get reads the charge id.
+func (f *authFlow) get(t *testing.T, id string) authCharge {
+	t.Helper()
+	e := f.do(t, http.MethodGet, "/v1/charges/"+id, "")
+	mustExpect(t, e, http.StatusOK, "")
+	var c authCharge
+	decode(t, e, &c)
+	return c
+}
+
+// wait polls the charge until it leaves the statuses in from.
+func (f *authFlow) wait(t *testing.T, id string, within time.Duration, from ...string) authCharge {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		c := f.get(t, id)
+		if !strings.Contains(" "+strings.Join(from, " ")+" ", " "+c.Status+" ") {
+			return c
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("charge %s still %s after %s", id, c.Status, within)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// challenge returns the charge once it requires action, with its link.
+func (f *authFlow) challenge(t *testing.T, id string) (authCharge, string) {
+	t.Helper()
+	c := f.wait(t, id, 20*time.Second, "created")
+	if c.Status != "requires_action" || c.NextAction == nil || c.Authentication.Status != "pending" {
+		t.Fatalf("charge %s: %s, next_action %+v, authentication %q; want requires_action, pending", id, c.Status, c.NextAction, c.Authentication.Status)
+	}
+	if c.NextAction.Type != "redirect_to_url" {
+		return c, ""
+	}
+	return c, c.NextAction.RedirectToURL.URL
+}
+
+// answer posts the cardholder's answer to link as the page's form does.
+func (f *authFlow) answer(t *testing.T, link, answer string) exchange {
+	t.Helper()
+	e, err := sendWith(f.browser, http.MethodPost, link, "", "answer="+answer, "Content-Type", "application/x-www-form-urlencoded")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.st.check(t, e)
+	return e
+}
+
+func (f *authFlow) page(t *testing.T, link string) exchange {
+	t.Helper()
+	e, err := send(f.browser, http.MethodGet, link, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.st.check(t, e)
+	return e
+}
+
+func threeDSBody(number string, extra string) string {
+	return fmt.Sprintf(`{"amount":2500,"currency":"eur","payment_method":"card",`+
+		`"card":{"number":%q,"exp_month":12,"exp_year":%d,"cvc":"123"}%s}`, number, time.Now().Year()+2, extra)
+}
+
+func TestThreeDSecure(t *testing.T) {
+	st := newStack(t, stackOptions{env: chargesStackEnv, workerEnv: chargesWorkerEnv}, "3-D Secure")
+	setup := newClient(t, "127.0.0.70")
+	_, token := st.signUp(t, setup, "threeds", "3DS Shop")
+	key := st.newKey(t, setup, token, "threeds").SecretKey
+	f := &authFlow{payments: &payments{st: st, c: newClient(t, "127.0.0.71"), key: key}, browser: browserClient(t, "127.0.0.72")}
+	const ret = `,"return_url":"https://shop.example/checkout/done?order=7"`
+
+	t.Run("every_test_card_on_session", func(t *testing.T) {
+		cases := []struct {
+			number, answer, status, code, auth string
+		}{
+			{"4000002500003155", "succeeded", "captured", "", "succeeded"},
+			{"4000002500003155", "failed", "failed", "authentication_failed", "failed"},
+			{"4000002760003184", "succeeded", "captured", "", "succeeded"},
+			{"4000002760003184", "failed", "failed", "authentication_failed", "failed"},
+			{"4000008260003178", "succeeded", "failed", "insufficient_funds", "succeeded"},
+		}
+		for _, tc := range cases {
+			c := f.charge(t, threeDSBody(tc.number, ret))
+			c, link := f.challenge(t, c.ID)
+			if c.NextAction.RedirectToURL.ReturnURL != "https://shop.example/checkout/done?order=7" {
+				t.Errorf("%s: return_url %q", tc.number, c.NextAction.RedirectToURL.ReturnURL)
+			}
+			page := f.page(t, link)
+			mustExpect(t, page, http.StatusOK, "")
+			if !strings.Contains(string(page.body), `value="succeeded"`) || !strings.Contains(page.header("Content-Security-Policy"), "script-src 'self'") {
+				t.Fatalf("%s: the challenge page has no Complete form or no strict policy: %s", tc.number, page.body)
+			}
+			e := f.answer(t, link, tc.answer)
+			mustExpect(t, e, http.StatusSeeOther, "")
+			loc, err := url.Parse(e.header("Location"))
+			if err != nil || loc.Host != "shop.example" || loc.Query().Get("charge") != c.ID || loc.Query().Get("order") != "7" {
+				t.Fatalf("%s: sent to %q, want the return_url with charge=%s", tc.number, e.header("Location"), c.ID)
+			}
+			// The link is single-use.
+			mustExpect(t, f.answer(t, link, "succeeded"), http.StatusConflict, "invalid_state")
+			mustExpect(t, f.page(t, link), http.StatusConflict, "invalid_state")
+			got := f.wait(t, c.ID, 20*time.Second, "requires_action")
+			if got.Status != tc.status || deref(got.FailureCode) != tc.code || got.Authentication.Status != tc.auth || got.NextAction != nil {
+				t.Errorf("%s answered %s: %s %q, authentication %s; want %s %q, %s", tc.number, tc.answer, got.Status,
+					deref(got.FailureCode), got.Authentication.Status, tc.status, tc.code, tc.auth)
+			}
+			if got.Authentication.CompletedAt == nil {
+				t.Errorf("%s answered %s: no authentication.completed_at", tc.number, tc.answer)
+			}
+		}
+		frictionless := f.wait(t, f.charge(t, threeDSBody("4000000000003055", ret)).ID, 20*time.Second, "created")
+		if frictionless.Status != "captured" || frictionless.NextAction != nil || frictionless.Authentication.Status != "not_required" {
+			t.Errorf("frictionless card: %s, next_action %+v, authentication %s", frictionless.Status, frictionless.NextAction, frictionless.Authentication.Status)
+		}
+	})
+
+	t.Run("links_are_bound_and_nothing_else_moves_the_charge", func(t *testing.T) {
+		a, linkA := f.challenge(t, f.charge(t, threeDSBody("4000002760003184", ret)).ID)
+		b, linkB := f.challenge(t, f.charge(t, threeDSBody("4000002760003184", ret)).ID)
+		tokenA := linkA[strings.LastIndex(linkA, "/")+1:]
+		swapped := strings.Replace(linkB, "/"+linkB[strings.LastIndex(linkB, "/")+1:], "/"+tokenA, 1)
+		for _, bad := range []string{swapped, linkA[:len(linkA)-2] + "xx", strings.Replace(linkA, a.ID, b.ID, 1)} {
+			mustExpect(t, f.page(t, bad), http.StatusNotFound, "not_found")
+			mustExpect(t, f.answer(t, bad, "succeeded"), http.StatusNotFound, "not_found")
+		}
+		mustExpect(t, f.answer(t, linkA, "maybe"), http.StatusBadRequest, "parameter_invalid")
+		// Capture and refund are refused; the charge still waits.
+		mustExpect(t, f.do(t, http.MethodPost, "/v1/charges/"+a.ID+"/capture", ""), http.StatusConflict, "invalid_state")
+		mustExpect(t, f.do(t, http.MethodPost, "/v1/refunds", `{"charge":"`+a.ID+`"}`), http.StatusConflict, "invalid_state")
+		time.Sleep(300 * time.Millisecond)
+		if got := f.get(t, a.ID); got.Status != "requires_action" {
+			t.Fatalf("after capture and refund attempts: %s", got.Status)
+		}
+		// A void cancels it; the link is then closed.
+		mustExpect(t, f.do(t, http.MethodPost, "/v1/charges/"+a.ID+"/void", ""), http.StatusOK, "")
+		if got := f.wait(t, a.ID, 20*time.Second, "requires_action"); got.Status != "voided" {
+			t.Errorf("void of a charge that requires action: %s", got.Status)
+		}
+		mustExpect(t, f.answer(t, linkA, "succeeded"), http.StatusConflict, "invalid_state")
+		// The other charge is untouched and still answerable.
+		mustExpect(t, f.answer(t, linkB, "succeeded"), http.StatusSeeOther, "")
+		if got := f.wait(t, b.ID, 20*time.Second, "requires_action"); got.Status != "captured" {
+			t.Errorf("charge b: %s", got.Status)
+		}
+	})
+
+	t.Run("without_return_url_the_card_field_shows_it", func(t *testing.T) {
+		c := f.charge(t, threeDSBody("4000002500003155", `,"capture":false`))
+		c = f.wait(t, c.ID, 20*time.Second, "created")
+		if c.Status != "requires_action" || c.NextAction == nil || c.NextAction.Type != "use_gatehouse_js" || c.NextAction.RedirectToURL != nil {
+			t.Fatalf("without return_url: %s, next_action %+v", c.Status, c.NextAction)
+		}
+		link := queryString(t, st, fmt.Sprintf(`SELECT next_action_url FROM charges WHERE id = '%s'`, c.ID))
+		done := f.answer(t, link, "succeeded")
+		mustExpect(t, done, http.StatusOK, "")
+		if !strings.Contains(string(done.body), `data-charge="`+c.ID+`"`) {
+			t.Fatalf("the page after the challenge does not name the charge for the card field: %s", done.body)
+		}
+		if got := f.wait(t, c.ID, 20*time.Second, "requires_action"); got.Status != "authorized" {
+			t.Errorf("capture false after authentication: %s", got.Status)
+		}
+	})
+
+	t.Run("events_and_webhook_subscriptions", func(t *testing.T) {
+		e := f.do(t, http.MethodPost, "/v1/me/webhook_endpoints", `{"url":"https://hooks.example.com/3ds","events":["charge.requires_action"]}`)
+		mustExpect(t, e, http.StatusCreated, "")
+		c := f.charge(t, threeDSBody("4000002760003184", ret))
+		f.challenge(t, c.ID)
+		types := countTypes(eventsOfCharge(t, f.events(t), c.ID))
+		if types["charge.requires_action"] != 1 || types["charge.created"] != 1 {
+			t.Errorf("events of a charge that requires action: %v", types)
+		}
+		if n := queryInt(t, st.db, `SELECT count(*) FROM webhook_deliveries d JOIN events e ON e.id = d.event_id
+			WHERE e.charge_id = $1 AND e.type = 'charge.requires_action'`, c.ID); n != 1 {
+			t.Errorf("deliveries of charge.requires_action: %d, want 1", n)
+		}
+	})
+}
+
+// TestAuthenticationTimeout: a cardholder who never answers leaves the
+// charge failed authentication_expired once AUTHENTICATION_TIMEOUT passes;
+// the provider's payment is cancelled and the link closed.
+func TestAuthenticationTimeout(t *testing.T) {
+	st := newStack(t, stackOptions{env: append([]string{"AUTHENTICATION_TIMEOUT=2s"}, chargesStackEnv...), workerEnv: chargesWorkerEnv},
+		"authentication timeout")
+	setup := newClient(t, "127.0.0.73")
+	_, token := st.signUp(t, setup, "timeout", "Timeout Shop")
+	key := st.newKey(t, setup, token, "timeout").SecretKey
+	f := &authFlow{payments: &payments{st: st, c: newClient(t, "127.0.0.74"), key: key}, browser: browserClient(t, "127.0.0.75")}
+	c, link := f.challenge(t, f.charge(t, threeDSBody("4000002500003155", `,"return_url":"https://shop.example/r"`)).ID)
+	began := time.Now()
+	got := f.wait(t, c.ID, 30*time.Second, "requires_action")
+	if got.Status != "failed" || deref(got.FailureCode) != "authentication_expired" || got.Authentication.Status != "failed" {
+		t.Fatalf("after the timeout: %s %q, authentication %s", got.Status, deref(got.FailureCode), got.Authentication.Status)
+	}
+	t.Logf("expired %s after the charge was seen waiting (timeout 2s)", time.Since(began).Round(100*time.Millisecond))
+	mustExpect(t, f.answer(t, link, "succeeded"), http.StatusConflict, "invalid_state")
+	if n := queryInt(t, st.db, `SELECT count(*) FROM sandbox_ledger WHERE operation = 'void' AND reference = $1`, deref(got.ProviderReference)); n != 1 {
+		t.Errorf("cancellations at the provider: %d, want 1", n)
+	}
+	if n := queryInt(t, st.db, `SELECT count(*) FROM charges WHERE id = $1 AND card_sealed IS NOT NULL`, c.ID); n != 0 {
+		t.Errorf("the expired charge still keeps its sealed card")
+	}
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+func queryString(t *testing.T, st *stack, sql string) string {
+	t.Helper()
+	ctx, cancel := dbCtx()
+	defer cancel()
+	var s string
+	if err := st.db.Pool.QueryRow(ctx, sql).Scan(&s); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return s
+}
