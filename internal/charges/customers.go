@@ -6,26 +6,16 @@ import (
 	"strings"
 
 	"github.com/gatehouse-pay/gatehouse/internal/apperr"
-	"github.com/gatehouse-pay/gatehouse/internal/keyring"
 )
-
-// SavedCard is a customer's payment method as a charge uses it: its card
-// summary and its card sealed under the method's id.
-type SavedCard struct {
-	ID         string
-	CustomerID string
-	Card       Card
-	Sealed     []byte
-}
 
 // CustomerStore reads what a charge of a customer needs.
 type CustomerStore interface {
 	// CustomerExists returns nil when the merchant has the customer in
 	// environment, otherwise an error of kind NotFound.
 	CustomerExists(ctx context.Context, merchantID, environment, customerID string) error
-	// SavedCard returns the payment method pmID of the merchant's customer
-	// in environment, otherwise an error of kind NotFound.
-	SavedCard(ctx context.Context, merchantID, environment, customerID, pmID string) (SavedCard, error)
+	// SavedCard returns the merchant's payment method pmID, otherwise an
+	// error of kind NotFound.
+	SavedCard(ctx context.Context, merchantID, pmID string) (SavedCard, error)
 }
 
 // WithCustomers lets the service charge customers and their saved cards.
@@ -86,19 +76,15 @@ func (s *Service) useCustomer(ctx context.Context, n *NewCharge) error {
 		}
 		return err
 	}
-	saved, err := s.customers.SavedCard(ctx, c.MerchantID, c.Environment, *c.CustomerID, *c.PaymentMethodID)
-	if apperr.KindOf(err) == apperr.KindNotFound {
+	saved, err := s.customers.SavedCard(ctx, c.MerchantID, *c.PaymentMethodID)
+	if apperr.KindOf(err) == apperr.KindNotFound || (err == nil && (saved.CustomerID != *c.CustomerID || saved.Environment != c.Environment)) {
 		return errSavedCardUnusable
 	}
 	if err != nil {
 		return err
 	}
-	plain, err := s.keys.Open(keyring.PurposeCard, saved.Sealed, []byte(saved.ID))
-	if err != nil {
-		return apperr.Internal(err)
-	}
-	if n.Sealed, err = s.keys.Seal(keyring.PurposeCard, plain, []byte(c.ID)); err != nil {
-		return apperr.Internal(err)
+	if n.Sealed, err = ResealCard(s.keys, saved.Sealed, saved.PaymentMethodID, c.ID); err != nil {
+		return err
 	}
 	c.Card = saved.Card
 	return nil

@@ -11,30 +11,13 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/outbox"
 )
 
-const customerExists = `SELECT 1 FROM customers WHERE id = $1 AND merchant_id = $2 AND environment = $3`
+const chargeCustomerExists = `SELECT 1 FROM customers WHERE id = $1 AND merchant_id = $2 AND environment = $3`
 
 // CustomerExists implements charges.CustomerStore.
 func (s *Store) CustomerExists(ctx context.Context, merchantID, environment, customerID string) error {
 	var one int
-	err := s.pool.QueryRow(ctx, customerExists, customerID, merchantID, environment).Scan(&one)
+	err := s.pool.QueryRow(ctx, chargeCustomerExists, customerID, merchantID, environment).Scan(&one)
 	return mapErr(err, "customer")
-}
-
-const savedCard = `SELECT id, customer_id, card_brand, card_last4, card_exp_month, card_exp_year, card_fingerprint, card_sealed
-FROM payment_methods WHERE id = $1 AND customer_id = $2 AND merchant_id = $3 AND environment = $4`
-
-// SavedCard implements charges.CustomerStore.
-func (s *Store) SavedCard(ctx context.Context, merchantID, environment, customerID, pmID string) (charges.SavedCard, error) {
-	var sc charges.SavedCard
-	var last4, fp string
-	var month, year int
-	err := s.pool.QueryRow(ctx, savedCard, pmID, customerID, merchantID, environment).
-		Scan(&sc.ID, &sc.CustomerID, &sc.Card.Brand, &last4, &month, &year, &fp, &sc.Sealed)
-	if err != nil {
-		return sc, mapErr(err, "payment method")
-	}
-	sc.Card.Last4, sc.Card.ExpMonth, sc.Card.ExpYear, sc.Card.Fingerprint = &last4, &month, &year, &fp
-	return sc, nil
 }
 
 // ChallengeCharge returns the charge a challenge link names, whatever its
