@@ -104,12 +104,14 @@
       });
     });
 
-    document.getElementById('again').addEventListener('click', function () {
+    var again = document.getElementById('again');
+    again.addEventListener('click', function () {
       var out = document.getElementById('again-result');
+      again.disabled = true;
       out.textContent = 'Charging…';
       post('/charge-again', { customer: saved.dataset.customer }).then(function (charge) {
         show(out, charge);
-      }).catch(function (err) { out.textContent = err.message; });
+      }).catch(function (err) { out.textContent = err.message; }).then(function () { again.disabled = false; });
     });
   }
 
