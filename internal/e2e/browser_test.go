@@ -128,11 +128,12 @@ type journeys struct {
 		Status   int    `json:"status"`
 		Location string `json:"location"`
 	} `json:"oldCookieOtherReplica"`
-	OtherReplicaBeforeSignOut int      `json:"otherReplicaBeforeSignOut"`
-	OldCookiePost             int      `json:"oldCookiePost"`
-	PageErrors                []string `json:"pageErrors"`
-	ConsoleErrors             []string `json:"consoleErrors"`
-	Console                   []string `json:"console"`
+	OtherReplicaBeforeSignOut int `json:"otherReplicaBeforeSignOut"`
+	OldCookiePost             int `json:"oldCookiePost"`
+	authJourneys
+	PageErrors    []string `json:"pageErrors"`
+	ConsoleErrors []string `json:"consoleErrors"`
+	Console       []string `json:"console"`
 }
 
 // TestBrowserJourneys runs the journeys of client-side card collection
@@ -142,10 +143,13 @@ type journeys struct {
 // the charge captured in the dashboard, refund half, see refund.succeeded,
 // create an endpoint and see a test delivery's attempt, have a cross-site
 // form and framing refused, and sign out, after which the old cookie is
-// refused. Each page leaves a screenshot in bin/screenshots. The stack's
-// secret scan (B5) covers these processes' logs and database; the browser's
-// console, the example checkout's log and the script's output are scanned
-// here too.
+// refused; then pay with cards whose issuer asks the cardholder to
+// authenticate: the challenge in the card field, completed and failed, and on
+// the issuer's page with a return_url, and saved cards charged again off
+// session by the merchant's server. Each page leaves a screenshot in
+// bin/screenshots. The stack's secret scan (B5) covers these processes' logs
+// and database; the browser's console, the example checkout's log and the
+// script's output are scanned here too.
 func TestBrowserJourneys(t *testing.T) {
 	dir, chromium := browserTools(t)
 	shots := screenshotDir(t)
@@ -262,11 +266,15 @@ func TestBrowserJourneys(t *testing.T) {
 	}
 	for _, name := range []string{"dashboard-login", "dashboard-key-created", "dashboard-keys", "checkout-filled", "checkout-paid",
 		"dashboard-charges", "dashboard-charge", "dashboard-events", "dashboard-event", "dashboard-webhook", "dashboard-webhooks",
-		"dashboard-csrf-refused", "dashboard-framing-refused", "dashboard-signed-out"} {
+		"dashboard-csrf-refused", "dashboard-framing-refused", "dashboard-signed-out",
+		"checkout-challenge", "checkout-challenge-paid", "checkout-challenge-failed", "redirect-challenge", "redirect-returned",
+		"saved-card-again", "saved-card-again-refused"} {
 		if fi, err := os.Stat(filepath.Join(shots, name+".png")); err != nil || fi.Size() < 1000 {
 			t.Errorf("screenshot %s: %v", name, err)
 		}
 	}
+	// 10-13. Cardholder authentication and saved cards.
+	checkAuthJourneys(t, p, got, "http://"+checkoutAddr+"/")
 	checkNoCardData(t, st)
 }
 

@@ -486,6 +486,13 @@ func startStackWith(t *testing.T, bins binaries, db testenv.DB, redisPath string
 			s.env = append(s.env, k+"="+v)
 		}
 	}
+	// The replicas' addresses come first: the first one is the stack's
+	// PUBLIC_URL, where the worker's challenge links send cardholders.
+	var addrs [2]string
+	for i := range addrs {
+		addrs[i] = fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	}
+	s.env = append(s.env, "PUBLIC_URL=http://"+addrs[0])
 	s.env = append(s.env, opts.env...)
 
 	n := max(opts.workers, 1)
@@ -506,8 +513,7 @@ func startStackWith(t *testing.T, bins binaries, db testenv.DB, redisPath string
 		t.Cleanup(func() { w.current().terminate(t) })
 	}
 	s.worker = s.workers[0].base
-	for i := range s.replicas {
-		addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	for i, addr := range addrs {
 		env := append(append(slices.Clone(s.env), opts.apiEnv...), "HTTP_ADDR="+addr)
 		if opts.probes {
 			probeAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))

@@ -15,9 +15,11 @@ var elementFiles embed.FS
 
 // Content-Security-Policy of the card field: nothing but its own script,
 // style and calls to this origin's API; no inline script; any page may frame
-// it (that is its purpose), and it frames nothing.
+// it (that is its purpose). It frames only the issuer's challenge of a charge
+// (gatehouse.handleNextAction): the gateway's own page, or a provider's,
+// which is served over https.
 const cardFieldCSP = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; " +
-	"img-src 'self'; form-action 'none'; base-uri 'none'; frame-src 'none'; frame-ancestors *"
+	"img-src 'self'; form-action 'none'; base-uri 'none'; frame-src 'self' https:; frame-ancestors *"
 
 // scriptCSP is the policy of the static scripts and styles themselves.
 const scriptCSP = "default-src 'none'; frame-ancestors *"

@@ -35,7 +35,7 @@ func TestCardFieldIsServedStrict(t *testing.T) {
 	}
 	page := h.do("GET", "/elements/v1/card", "")
 	csp := page.header.Get("Content-Security-Policy")
-	for _, d := range []string{"script-src 'self'", "connect-src 'self'", "form-action 'none'", "base-uri 'none'"} {
+	for _, d := range []string{"script-src 'self'", "connect-src 'self'", "form-action 'none'", "base-uri 'none'", "frame-src 'self' https:;"} {
 		if !strings.Contains(csp, d) {
 			t.Errorf("the card field's policy lacks %s: %s", d, csp)
 		}
@@ -55,7 +55,8 @@ func TestCardFieldIsServedStrict(t *testing.T) {
 		"the field checks the sender's origin and window": strings.Contains(field, "ev.origin !== parentOrigin || ev.source !== window.parent"),
 		"the field posts to the parent's origin only":     strings.Contains(field, "window.parent.postMessage(message, parentOrigin)") && !strings.Contains(field, `'*')`),
 		"the script checks the sender's origin and frame": strings.Contains(script, "ev.origin !== gatewayOrigin || !self._frame || ev.source !== self._frame.contentWindow"),
-		"the script posts to the gateway's origin only":   strings.Contains(script, "}, gatewayOrigin)") && !strings.Contains(script, `'*')`),
+		"the script posts to the gateway's origin only":   strings.Contains(script, "postMessage(message, gatewayOrigin)") && !strings.Contains(script, `'*')`),
+		"the field hears only its own challenge frame":    strings.Contains(field, "ev.origin !== window.location.origin || ev.source !== frame.contentWindow"),
 	} {
 		if !check {
 			t.Error(name + ": not so in the served file")

@@ -15,7 +15,16 @@
 //   6. refund.succeeded is in the events;
 //   7. create a webhook endpoint, send a test delivery, see its attempt;
 //   8. cross-site forms and framing are refused (the card field may be framed);
-//   9. sign out; the old cookie is refused.
+//   9. sign out; the old cookie is refused;
+//  10. a checkout whose card needs authentication (3-D Secure): the issuer's
+//      challenge shows inside the card field, the shopper completes it;
+//  11. another checkout's shopper fails the challenge;
+//  12. a checkout with a return_url: the browser goes to the issuer's page
+//      and comes back to the merchant's return page;
+//  13. a card saved in a checkout (customer and payment method from the
+//      token), charged on session with the challenge completed, then charged
+//      again off session by the merchant's server: 4000002500003155 is
+//      captured, 4000002760003184 refused authentication_required.
 import { chromium } from 'playwright-core';
 
 const cfg = JSON.parse(process.argv[2]);
@@ -65,6 +74,60 @@ async function reloadUntil(page, ok, what, ms = 30000) {
 }
 
 const shot = (page, name) => page.screenshot({ path: `${cfg.shots}/${name}.png`, fullPage: true });
+
+// The cards of the authentication journeys (sandbox test cards).
+const cards3ds = { required: '4000002500003155', always: '4000002760003184' };
+out.cardSentBy3ds = [];
+
+// openCheckout opens the example checkout in a new page and types number
+// into its card field; it returns the page and the card field.
+async function openCheckout(context, name, number) {
+  const p = await context.newPage();
+  page = p; // where a failure is shown
+  watch(p, name);
+  p.on('request', (r) => {
+    if (Object.values(cards3ds).some((n) => (r.postData() || '').includes(n) || r.url().includes(n))) {
+      out.cardSentBy3ds.push({ frame: r.frame() === p.mainFrame() ? 'checkout' : 'card field', url: r.url() });
+    }
+  });
+  await p.goto(cfg.checkout);
+  const field = p.frameLocator('#card iframe');
+  await field.locator('#number').fill(number);
+  await field.locator('#exp').fill('12 / 34');
+  await field.locator('#cvc').fill('123');
+  return { p, field };
+}
+
+// settledText waits until the element's text no longer says it is under way
+// (every such text ends with an ellipsis) and returns what it shows.
+async function settledText(p, selector, ms = 30000) {
+  await p.waitForFunction((sel) => {
+    const t = document.querySelector(sel).textContent.trim();
+    return t !== '' && !t.endsWith('…');
+  }, selector, { timeout: ms });
+  const el = p.locator(selector);
+  return { text: (await el.textContent()).trim(), charge: await el.getAttribute('data-charge'), status: await el.getAttribute('data-status') };
+}
+
+const fieldHeight = (p) => p.evaluate(() => Math.round(document.querySelector('#card iframe').getBoundingClientRect().height));
+
+// challengeInField pays on a new checkout with number, answers the
+// challenge in the card field with button (complete or fail) and returns
+// what the page showed. shotName names the screenshot of the challenge.
+async function challengeInField(context, name, number, button, shotName, save = false) {
+  const { p, field } = await openCheckout(context, name, number);
+  if (save) { await p.check('#save'); }
+  await p.click('#submit');
+  const challenge = field.frameLocator('#challenge-frame');
+  await challenge.locator(`[data-testid=${button}]`).waitFor({ timeout: 20000 });
+  const seen = { heightDuring: await fieldHeight(p), formHidden: await field.locator('#card').isHidden() };
+  if (shotName) { await shot(p, shotName); }
+  await challenge.locator(`[data-testid=${button}]`).click();
+  Object.assign(seen, await settledText(p, '#result'));
+  seen.heightAfter = await fieldHeight(p);
+  seen.fieldBack = await field.locator('#number').isVisible();
+  return { p, seen };
+}
 
 let page;
 try {
@@ -227,6 +290,43 @@ try {
   const post = await replay.request.post(`${cfg.api}/dashboard/keys`, { form: { name: 'after sign out' }, maxRedirects: 0 });
   out.oldCookiePost = post.status();
   await replay.close();
+
+  // 10. The issuer asks the cardholder to authenticate: the challenge shows
+  // in the card field, which grows to fit it; the shopper completes it.
+  step('challenge_complete');
+  const shopper = await browser.newContext({ viewport: { width: 1200, height: 800 } });
+  const complete = await challengeInField(shopper, 'challenge complete', cards3ds.required, 'complete', 'checkout-challenge');
+  out.challengeComplete = complete.seen;
+  await shot(complete.p, 'checkout-challenge-paid');
+
+  // 11. Another checkout: the shopper fails the challenge.
+  step('challenge_fail');
+  const fail = await challengeInField(shopper, 'challenge fail', cards3ds.always, 'fail', '');
+  out.challengeFail = fail.seen;
+  await shot(fail.p, 'checkout-challenge-failed');
+
+  // 12. With a return_url: the issuer's page in the browser's own window,
+  // then back to the merchant's return page with ?charge=<id>.
+  step('redirect');
+  const { p: away } = await openCheckout(shopper, 'redirect', cards3ds.required);
+  await Promise.all([away.waitForURL(`${cfg.api}/authenticate/v1/**`, { timeout: 20000 }), away.click('#submit-redirect')]);
+  out.redirect = { challengeURL: away.url() };
+  await shot(away, 'redirect-challenge');
+  await Promise.all([away.waitForURL(`${cfg.checkout}return?charge=*`), away.click('[data-testid=complete]')]);
+  out.redirect.returnURL = away.url();
+  Object.assign(out.redirect, await settledText(away, '#result'));
+  await shot(away, 'redirect-returned');
+
+  // 13. Saved cards, charged again off session by the merchant's server.
+  step('saved_card');
+  for (const [name, number, shotName] of [['savedRequired', cards3ds.required, 'saved-card-again'], ['savedAlways', cards3ds.always, 'saved-card-again-refused']]) {
+    const saved = await challengeInField(shopper, name, number, 'complete', '', true);
+    await saved.p.locator('#again').click();
+    saved.seen.again = await settledText(saved.p, '#again-result');
+    out[name] = saved.seen;
+    await shot(saved.p, shotName);
+  }
+  await shopper.close();
   step('done');
 } catch (e) {
   out.error = String(e && e.stack || e);
