@@ -1036,7 +1036,7 @@ func TestReadOnlyFields(t *testing.T) {
 	for _, key := range served(h) {
 		method, _, _ := strings.Cut(key, " ")
 		route, ok := authzRoutes[key]
-		if !ok || (method != fiber.MethodPost && method != fiber.MethodPatch && method != fiber.MethodPut) {
+		if !ok || (method != fiber.MethodPost && method != fiber.MethodPatch && method != fiber.MethodPut) || isChallengePath(strings.Fields(key)[1]) {
 			continue
 		}
 		op := operationOf(t, doc, key)
