@@ -215,19 +215,16 @@ func (p *Processor) resume(ctx context.Context, c Charge, sealed []byte, prov pr
 	after.Authentication.Answer = nil
 	after.ProviderReference = ptr(res.Reference)
 	after.UpdatedAt = now
-	var ev *events.Event
+	status := providers.PaymentAuthorized
 	if c.Capture {
-		after.Status, after.AmountCaptured = StatusCaptured, c.Amount
-		e, err := p.event(after, events.ChargeCaptured)
-		if err != nil {
-			return err
-		}
-		ev = &e
-	} else {
-		after.Status = StatusAuthorized
+		status = providers.PaymentCaptured
 	}
-	return p.apply(ctx, Transition{Before: c, After: after, Event: ev, DoneTask: task.ID(), PurgeCard: true,
-		SavedCardAuthenticated: c.PaymentMethodID != nil, Cause: CauseIssuer})
+	t, err := p.settledTransition(c, after, task, status, c.Amount)
+	if err != nil {
+		return err
+	}
+	t.SavedCardAuthenticated, t.Cause = c.PaymentMethodID != nil, CauseIssuer
+	return p.apply(ctx, t)
 }
 
 // expire cancels at the provider a payment whose cardholder did not answer

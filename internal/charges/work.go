@@ -301,6 +301,17 @@ func (p *Processor) authorized(ctx context.Context, c Charge, task outbox.Task, 
 	after := c
 	after.ProviderReference = &reference
 	after.UpdatedAt = p.stamp()
+	t, err := p.settledTransition(c, after, task, status, captured)
+	if err != nil {
+		return err
+	}
+	return p.apply(ctx, t)
+}
+
+// settledTransition is the transition from c to after, made captured (with captured,
+// the amount the provider took; 0 or more than the charge's means all of
+// it, and charge.captured) or authorized, the card purged.
+func (p *Processor) settledTransition(c, after Charge, task outbox.Task, status string, captured int64) (Transition, error) {
 	var ev *events.Event
 	if status == providers.PaymentCaptured {
 		if captured <= 0 || captured > c.Amount {
@@ -309,13 +320,13 @@ func (p *Processor) authorized(ctx context.Context, c Charge, task outbox.Task, 
 		after.Status, after.AmountCaptured = StatusCaptured, captured
 		e, err := p.event(after, events.ChargeCaptured)
 		if err != nil {
-			return err
+			return Transition{}, err
 		}
 		ev = &e
 	} else {
 		after.Status = StatusAuthorized
 	}
-	return p.apply(ctx, Transition{Before: c, After: after, Event: ev, DoneTask: task.ID(), PurgeCard: true})
+	return Transition{Before: c, After: after, Event: ev, DoneTask: task.ID(), PurgeCard: true}, nil
 }
 
 // authorizeUnknown answers an attempt after which a payment the provider
