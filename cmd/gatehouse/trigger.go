@@ -25,7 +25,10 @@ and waits until the worker has done its part:
   charge.failed                    a charge declined by the bank (card 4000000000000002)
   charge.voided                    an authorization, then voided
   charge.refunded                  a captured charge, then refunded in full
-  refund.created, refund.succeeded a captured charge, then refunded 10.00 USD`,
+  refund.created, refund.succeeded a captured charge, then refunded 10.00 USD
+  charge.requires_action           a charge whose card asks for 3-D Secure (4000002760003184),
+                                   left waiting for the cardholder: it prints the challenge
+                                   page to complete or fail in a browser`,
 		Args:      positional(cobra.ExactArgs(1)),
 		ValidArgs: events.Types,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -42,10 +45,20 @@ and waits until the worker has done its part:
 }
 
 type chargeObj struct {
-	ID             string `json:"id"`
-	Status         string `json:"status"`
-	Amount         int64  `json:"amount"`
-	AmountRefunded int64  `json:"amount_refunded"`
+	ID             string      `json:"id"`
+	Status         string      `json:"status"`
+	Amount         int64       `json:"amount"`
+	AmountRefunded int64       `json:"amount_refunded"`
+	NextAction     *nextAction `json:"next_action"`
+}
+
+// nextAction is what the cardholder must do for a charge that requires action.
+type nextAction struct {
+	Type          string `json:"type"`
+	RedirectToURL *struct {
+		URL       string `json:"url"`
+		ReturnURL string `json:"return_url"`
+	} `json:"redirect_to_url"`
 }
 
 type refundObj struct {
@@ -54,8 +67,16 @@ type refundObj struct {
 	Amount int64  `json:"amount"`
 }
 
-// triggerCard is the sandbox card that declines.
-const triggerDeclined = "4000000000000002"
+// Sandbox cards of the triggers: one the bank declines, one whose issuer
+// asks for 3-D Secure every time.
+const (
+	triggerDeclined = "4000000000000002"
+	trigger3DS      = "4000002760003184"
+)
+
+// triggerReturnURL is where the challenge page of charge.requires_action
+// sends the browser afterwards.
+const triggerReturnURL = "https://example.com/gatehouse/return"
 
 func (c *cli) trigger(ctx context.Context, cl *client, event string) error {
 	card, capture := "4242424242424242", true
@@ -64,16 +85,22 @@ func (c *cli) trigger(ctx context.Context, cl *client, event string) error {
 		card = triggerDeclined
 	case events.ChargeVoided:
 		capture = false
+	case events.ChargeRequiresAction:
+		card = trigger3DS
 	}
 	var ch chargeObj
 	body := map[string]any{"amount": 2000, "currency": "usd", "payment_method": "card", "capture": capture,
 		"card":        map[string]any{"number": card, "exp_month": 12, "exp_year": time.Now().Year() + 3, "cvc": "123"},
 		"description": "gatehouse trigger " + event, "metadata": map[string]string{"trigger": event}}
+	if event == events.ChargeRequiresAction {
+		body["return_url"] = triggerReturnURL
+	}
 	if _, err := cl.do(ctx, http.MethodPost, "/v1/charges", body, idem(), &ch); err != nil {
 		return err
 	}
 	c.say("charge %s created", ch.ID)
-	want := map[string]string{events.ChargeCreated: "", events.ChargeFailed: "failed", events.ChargeVoided: "authorized"}
+	want := map[string]string{events.ChargeCreated: "", events.ChargeFailed: "failed", events.ChargeVoided: "authorized",
+		events.ChargeRequiresAction: "requires_action"}
 	final, waits := want[event]
 	if !waits {
 		final = "captured"
@@ -84,6 +111,8 @@ func (c *cli) trigger(ctx context.Context, cl *client, event string) error {
 		}
 	}
 	switch event {
+	case events.ChargeRequiresAction:
+		return c.sayChallenge(ch)
 	case events.ChargeVoided:
 		if _, err := cl.do(ctx, http.MethodPost, "/v1/charges/"+ch.ID+"/void", nil, idem(), &ch); err != nil {
 			return err
@@ -108,6 +137,19 @@ func (c *cli) trigger(ctx context.Context, cl *client, event string) error {
 			return r.Status, err
 		})
 	}
+	return nil
+}
+
+// sayChallenge prints where the cardholder completes or fails the challenge
+// of a charge that requires action.
+func (c *cli) sayChallenge(ch chargeObj) error {
+	na := ch.NextAction
+	if na == nil || na.RedirectToURL == nil {
+		return fmt.Errorf("charge %s requires action but names no challenge page", ch.ID)
+	}
+	c.say("challenge: %s", na.RedirectToURL.URL)
+	c.say("open it in a browser and choose Complete or Fail; the browser then goes to %s?charge=%s", na.RedirectToURL.ReturnURL, ch.ID)
+	c.say("the charge waits for the cardholder until AUTHENTICATION_TIMEOUT, or until voided: POST /v1/charges/%s/void", ch.ID)
 	return nil
 }
 

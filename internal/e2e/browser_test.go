@@ -131,6 +131,8 @@ type journeys struct {
 	OtherReplicaBeforeSignOut int `json:"otherReplicaBeforeSignOut"`
 	OldCookiePost             int `json:"oldCookiePost"`
 	authJourneys
+	Customers customersJourney `json:"customers"`
+
 	PageErrors    []string `json:"pageErrors"`
 	ConsoleErrors []string `json:"consoleErrors"`
 	Console       []string `json:"console"`
@@ -146,8 +148,11 @@ type journeys struct {
 // refused; then pay with cards whose issuer asks the cardholder to
 // authenticate: the challenge in the card field, completed and failed, and on
 // the issuer's page with a return_url, and saved cards charged again off
-// session by the merchant's server. Each page leaves a screenshot in
-// bin/screenshots. The stack's secret scan (B5) covers these processes' logs
+// session by the merchant's server; then, signed in again, see a customer
+// whose saved cards were charged (a challenge completed on the issuer's page,
+// an off-session renewal, a charge voided while it required action) on the
+// dashboard's customer page, and delete a saved card there. Each page leaves
+// a screenshot in bin/screenshots. The stack's secret scan (B5) covers these processes' logs
 // and database; the browser's console, the example checkout's log and the
 // script's output are scanned here too.
 func TestBrowserJourneys(t *testing.T) {
@@ -268,13 +273,15 @@ func TestBrowserJourneys(t *testing.T) {
 		"dashboard-charges", "dashboard-charge", "dashboard-events", "dashboard-event", "dashboard-webhook", "dashboard-webhooks",
 		"dashboard-csrf-refused", "dashboard-framing-refused", "dashboard-signed-out",
 		"checkout-challenge", "checkout-challenge-paid", "checkout-challenge-failed", "redirect-challenge", "redirect-returned",
-		"saved-card-again", "saved-card-again-refused"} {
+		"saved-card-again", "saved-card-again-refused", "dashboard-customers", "dashboard-customer"} {
 		if fi, err := os.Stat(filepath.Join(shots, name+".png")); err != nil || fi.Size() < 1000 {
 			t.Errorf("screenshot %s: %v", name, err)
 		}
 	}
 	// 10-13. Cardholder authentication and saved cards.
 	checkAuthJourneys(t, p, got, "http://"+checkoutAddr+"/")
+	// 14. The dashboard's customers.
+	checkCustomersJourney(t, got.Customers)
 	checkNoCardData(t, st)
 }
 

@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -72,7 +74,8 @@ type received struct {
 // binaries: bin/gatehouse listen forwards the account's events, as they
 // happen on either replica, to a receiver that verifies both signatures with
 // the npm verifiers and the secret listen printed; bin/gatehouse trigger
-// fires each of the seven events; list and get read them; mistakes are
+// fires each event type (charge.requires_action leaves a charge waiting on
+// the challenge page it prints); list and get read them; mistakes are
 // clear errors. It reports the time from an event's commit to its forward.
 func TestCLIEndToEnd(t *testing.T) {
 	verify := verifierDir(t)
@@ -164,12 +167,15 @@ func TestCLIEndToEnd(t *testing.T) {
 		}
 	}()
 
-	// Each of the seven events, fired by trigger.
+	// Each event type, fired by trigger.
 	started := time.Now()
 	for _, ev := range events.Types {
 		out, errOut, code := gatehouse("trigger", ev)
 		if code != 0 {
 			t.Fatalf("gatehouse trigger %s: exit %d\n%s%s", ev, code, out, errOut)
+		}
+		if ev == events.ChargeRequiresAction {
+			checkTriggeredChallenge(t, m, out)
 		}
 	}
 	want := map[string]bool{}
@@ -210,8 +216,8 @@ func TestCLIEndToEnd(t *testing.T) {
 		}
 	}
 	slices.Sort(lags)
-	t.Logf("listen forwarded %d events (the 7 types, triggered in %s), both signatures verified by the npm libraries; event commit to forward p50 %s, p99 %s, max %s",
-		len(seen), time.Since(started).Round(time.Millisecond), lags[len(lags)/2].Round(time.Millisecond),
+	t.Logf("listen forwarded %d events (the %d types, triggered in %s), both signatures verified by the npm libraries; event commit to forward p50 %s, p99 %s, max %s",
+		len(seen), len(events.Types), time.Since(started).Round(time.Millisecond), lags[len(lags)/2].Round(time.Millisecond),
 		lags[(len(lags)*99)/100].Round(time.Millisecond), lags[len(lags)-1].Round(time.Millisecond))
 
 	// list and get, text and JSON.
@@ -255,6 +261,43 @@ func TestCLIEndToEnd(t *testing.T) {
 		}
 	}
 	checkNoWebhookSecrets(t, st, bag.all())
+}
+
+// triggerOut is what trigger charge.requires_action prints: the charge and
+// its challenge page.
+var triggerOut = regexp.MustCompile(`(?m)^charge ([0-9a-f-]{36}) is requires_action$(?s:.*)^challenge: (http\S+)$`)
+
+// checkTriggeredChallenge: the charge trigger charge.requires_action made
+// waits for the cardholder, and the challenge page it printed is that
+// charge's, open to a browser.
+func checkTriggeredChallenge(t *testing.T, m *whMerchant, out string) {
+	t.Helper()
+	got := triggerOut.FindStringSubmatch(out)
+	if got == nil {
+		t.Fatalf("trigger charge.requires_action printed no charge and challenge:\n%s", out)
+	}
+	r := m.do(t, "GET", "/v1/charges/"+got[1], "")
+	mustExpect(t, r, 200, "")
+	var ch struct {
+		Status     string `json:"status"`
+		NextAction struct {
+			RedirectToURL struct {
+				URL string `json:"url"`
+			} `json:"redirect_to_url"`
+		} `json:"next_action"`
+	}
+	decode(t, r, &ch)
+	if ch.Status != "requires_action" || ch.NextAction.RedirectToURL.URL != got[2] {
+		t.Errorf("the triggered charge is %s with challenge %q; trigger printed %q", ch.Status, ch.NextAction.RedirectToURL.URL, got[2])
+	}
+	page, err := http.Get(got[2])
+	if err != nil {
+		t.Fatalf("the challenge page: %v", err)
+	}
+	page.Body.Close()
+	if page.StatusCode != 200 {
+		t.Errorf("the challenge page answered %d", page.StatusCode)
+	}
 }
 
 type eventRow struct {

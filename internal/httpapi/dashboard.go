@@ -20,6 +20,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/gatehouse-pay/gatehouse/internal/apperr"
+	"github.com/gatehouse-pay/gatehouse/internal/charges"
 	"github.com/gatehouse-pay/gatehouse/internal/idempotency"
 	"github.com/gatehouse-pay/gatehouse/internal/ids"
 	"github.com/gatehouse-pay/gatehouse/internal/keyring"
@@ -95,6 +96,17 @@ var dashboardFuncs = template.FuncMap{
 		}
 		return strconv.Itoa(*p)
 	},
+	// auth is a charge's authentication status, not_required when unset.
+	"auth": func(a charges.Authentication) string {
+		if a.Status == "" {
+			return charges.AuthNotRequired
+		}
+		return a.Status
+	},
+	// row is a charge's row in a list, with or without its customer.
+	"row": func(ch charges.Charge, withCustomer bool) chargeRow {
+		return chargeRow{Charge: ch, WithCustomer: withCustomer}
+	},
 	"has": func(list []string, v string) bool {
 		for _, x := range list {
 			if x == v {
@@ -105,9 +117,15 @@ var dashboardFuncs = template.FuncMap{
 	},
 }
 
+// chargeRow is a charge's row in a list of charges.
+type chargeRow struct {
+	Charge       charges.Charge
+	WithCustomer bool
+}
+
 func newDashboard() *dashboard {
 	d := &dashboard{pages: map[string]*template.Template{}}
-	for _, name := range []string{"login", "error", "keys", "charges", "charge", "events", "event", "webhooks", "webhook"} {
+	for _, name := range []string{"login", "error", "keys", "charges", "charge", "customers", "customer", "events", "event", "webhooks", "webhook"} {
 		d.pages[name] = template.Must(template.New(name).Funcs(dashboardFuncs).
 			ParseFS(dashboardFiles, "dashboard/layout.html", "dashboard/"+name+".html"))
 	}
@@ -185,16 +203,18 @@ func (s *server) signedIn(c *fiber.Ctx, nav, title string) (view, error) {
 
 // notices are the confirmations an action's redirect names.
 var notices = map[string]string{
-	"signed_out":   "You have signed out.",
-	"revoked":      "The key is revoked. Requests with it are refused on every replica.",
-	"capture":      "Capture requested. The worker captures the charge with the provider; this page updates when it is done.",
-	"void":         "Void requested. The worker releases the authorization; this page updates when it is done.",
-	"refund":       "Refund created. The worker sends it to the provider; this page updates when it succeeds.",
-	"updated":      "Endpoint saved.",
-	"test":         "Test delivery queued. Its attempt appears in the delivery log below.",
-	"retry":        "Delivery queued again. Its next attempt appears in the log below.",
-	"deleted":      "Endpoint deleted.",
-	"already_done": "That request was already made; nothing new was done.",
+	"signed_out":       "You have signed out.",
+	"revoked":          "The key is revoked. Requests with it are refused on every replica.",
+	"capture":          "Capture requested. The worker captures the charge with the provider; this page updates when it is done.",
+	"void":             "Void requested. The worker releases the authorization, or cancels the charge that waits for the cardholder; this page updates when it is done.",
+	"refund":           "Refund created. The worker sends it to the provider; this page updates when it succeeds.",
+	"updated":          "Endpoint saved.",
+	"test":             "Test delivery queued. Its attempt appears in the delivery log below.",
+	"retry":            "Delivery queued again. Its next attempt appears in the log below.",
+	"deleted":          "Endpoint deleted.",
+	"customer_deleted": "Customer deleted, with its saved cards: their card data is erased. Its charges are kept.",
+	"card_deleted":     "Saved card deleted: its card data is erased. Charges already made with it are kept.",
+	"already_done":     "That request was already made; nothing new was done.",
 }
 
 // failureTitles head a failure page by its status.
@@ -384,6 +404,11 @@ func (s *server) dashboardRoutes(app *fiber.App) {
 	post("/charges/:id/capture", s.dashCapture)
 	post("/charges/:id/void", s.dashVoid)
 	post("/charges/:id/refund", s.dashRefund)
+
+	get("/customers", s.customersPage)
+	get("/customers/:id", s.customerPage)
+	post("/customers/:id/delete", s.dashDeleteCustomer)
+	post("/customers/:id/payment_methods/:pm_id/delete", s.dashDeleteCard)
 
 	get("/events", s.eventsPage)
 	get("/events/:id", s.eventPage)

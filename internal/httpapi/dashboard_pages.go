@@ -14,6 +14,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/apikeys"
 	"github.com/gatehouse-pay/gatehouse/internal/apperr"
 	"github.com/gatehouse-pay/gatehouse/internal/charges"
+	"github.com/gatehouse-pay/gatehouse/internal/customers"
 	"github.com/gatehouse-pay/gatehouse/internal/events"
 	"github.com/gatehouse-pay/gatehouse/internal/idempotency"
 	"github.com/gatehouse-pay/gatehouse/internal/ids"
@@ -104,9 +105,6 @@ type chargesView struct {
 	Pager    *pager
 }
 
-var chargeStatuses = []string{charges.StatusCreated, charges.StatusAuthorized, charges.StatusCaptured,
-	charges.StatusFailed, charges.StatusVoided, charges.StatusRefunded}
-
 // dayQuery reads a YYYY-MM-DD filter; end selects the day's last instant.
 func dayQuery(c *fiber.Ctx, name string, end bool) (string, *time.Time, error) {
 	v := strings.Clone(c.Query(name))
@@ -124,7 +122,7 @@ func dayQuery(c *fiber.Ctx, name string, end bool) (string, *time.Time, error) {
 }
 
 func (s *server) chargesPage(c *fiber.Ctx) error {
-	v := chargesView{Statuses: chargeStatuses, Status: strings.Clone(c.Query("status"))}
+	v := chargesView{Statuses: charges.Statuses, Status: strings.Clone(c.Query("status"))}
 	f := charges.Filter{Status: v.Status}
 	var err error
 	if v.From, f.CreatedGTE, err = dayQuery(c, "from", false); err != nil {
@@ -146,15 +144,19 @@ func (s *server) chargesPage(c *fiber.Ctx) error {
 }
 
 type chargeView struct {
-	Charge     charges.Charge
-	Refunds    []refunds.Refund
-	Events     []events.Event
-	MoreEvents bool
-	Reasons    []string
-	CanCapture bool
-	CanVoid    bool
-	CanRefund  bool
-	Refundable int64
+	Charge charges.Charge
+	// Customer is the charge's customer, if it has one that still exists;
+	// CustomerGone, one deleted since.
+	Customer     *customers.Customer
+	CustomerGone bool
+	Refunds      []refunds.Refund
+	Events       []events.Event
+	MoreEvents   bool
+	Reasons      []string
+	CanCapture   bool
+	CanVoid      bool
+	CanRefund    bool
+	Refundable   int64
 }
 
 func (s *server) chargePage(c *fiber.Ctx) error {
@@ -172,18 +174,24 @@ func (s *server) chargePage(c *fiber.Ctx) error {
 		return err
 	}
 	idle := ch.PendingAction == nil
+	// The cardholder's answer, once recorded, is the worker's to settle.
+	waiting := ch.Status == charges.StatusRequiresAction && ch.Authentication.Answer == nil
 	v := chargeView{Charge: ch, Refunds: rs.Items, Events: evs.Items, MoreEvents: evs.HasMore, Reasons: refunds.Reasons,
 		CanCapture: idle && ch.Status == charges.StatusAuthorized,
-		CanVoid:    idle && ch.Status == charges.StatusAuthorized,
+		CanVoid:    idle && (ch.Status == charges.StatusAuthorized || waiting),
 		CanRefund:  ch.Status == charges.StatusCaptured && ch.Refundable() > 0,
 		Refundable: ch.Refundable(),
+	}
+	if v.Customer, v.CustomerGone, err = s.chargeCustomer(c, ch); err != nil {
+		return err
 	}
 	view, err := s.signedIn(c, "charges", "Charge "+ch.ID)
 	if err != nil {
 		return err
 	}
 	view.Data = v
-	view.Busy = ch.Status == charges.StatusCreated || ch.PendingAction != nil || ch.AmountRefundHeld > 0
+	view.Busy = ch.Status == charges.StatusCreated || ch.PendingAction != nil || ch.AmountRefundHeld > 0 ||
+		ch.Status == charges.StatusRequiresAction && !waiting
 	return s.render(c, fiber.StatusOK, "charge", view)
 }
 

@@ -180,6 +180,12 @@ var dashRoutes = map[string]dashRoute{
 	"POST /dashboard/webhooks/:id/recover": {ok: 200, idKind: kindEndpoint, form: url.Values{"since": {"2020-01-01T00:00"}, "dry_run": {"true"}}},
 	"POST /dashboard/webhooks/:id/delete":  {ok: 303, idKind: kindEndpoint},
 	"POST /dashboard/deliveries/:id/retry": {ok: 303, idKind: kindDelivery},
+
+	"GET /dashboard/customers":             {ok: 200, lists: kindCustomer},
+	"GET /dashboard/customers/:id":         {ok: 200, idKind: kindCustomer},
+	"POST /dashboard/customers/:id/delete": {ok: 303, idKind: kindCustomer},
+	// The route names the method's customer too (dashRoutePath).
+	"POST /dashboard/customers/:id/payment_methods/:pm_id/delete": {ok: 303, idKind: kindPaymentMethod},
 }
 
 // dashboardServed lists the app's /dashboard routes as "METHOD /path".
@@ -226,10 +232,7 @@ func TestDashboardAuthz(t *testing.T) {
 	aStrings := h.ownedStrings(t, a.merchantID)
 	bd := h.dashClient(t)
 	bd.signIn(b.email, matrixPassword)
-	path := func(key, id string) (string, string) {
-		m, p, _ := strings.Cut(key, " ")
-		return m, strings.Replace(p, ":id", id, 1)
-	}
+	path := dashRoutePath
 	asB := func(t *testing.T, method, p string, form url.Values) dashPage {
 		t.Helper()
 		var r dashPage
@@ -255,7 +258,7 @@ func TestDashboardAuthz(t *testing.T) {
 			}
 			id := a.take(t, route.idKind)
 			unknownID := id[:len(id)-6] + "000000"
-			if route.idKind != kindAPIKey && route.idKind != kindEndpoint {
+			if !prefixedKinds[route.idKind] {
 				unknownID = ids.NewUUID()
 			}
 			m, p := path(key, unknownID)
@@ -434,6 +437,20 @@ func TestDashboardAuthz(t *testing.T) {
 			}
 		}
 	})
+}
+
+// dashRoutePath is the method and path of a row's key for an object id. A
+// route that names a payment method names its customer (as :id) too: the
+// method's own, or for an id of no fixture's method the id itself.
+func dashRoutePath(key, id string) (string, string) {
+	m, p, _ := strings.Cut(key, " ")
+	if strings.Contains(p, ":pm_id") {
+		p = strings.Replace(p, ":pm_id", id, 1)
+		if cus, ok := customerOfMethod.Load(id); ok {
+			id = cus.(string)
+		}
+	}
+	return m, strings.Replace(p, ":id", id, 1)
 }
 
 func (h *harness) dashClientSignedIn(t *testing.T, email string) *dashClient {

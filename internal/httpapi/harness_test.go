@@ -130,6 +130,9 @@ func newHarnessWith(t *testing.T, o harnessOptions) *harness {
 		Total: cfg.EventStreamMax, PerMerchant: cfg.EventStreamMaxPerMerchant, PerCredential: cfg.EventStreamMaxPerKey}, log)
 	hubCtx, stopHub := context.WithCancel(context.Background())
 	go hub.Run(hubCtx)
+	// The charges service as the API's (cmd/api): customers and challenges too.
+	chargeService := charges.NewService(st, queue, keys, cfg.Providers(), cfg.DefaultProvider, time.Now, nil).WithTokens(st).
+		WithCustomers(st).WithChallenges(st, charges.NewLinks(cfg.PublicURL, keys))
 	app := httpapi.NewServer(httpapi.Deps{
 		Config:         cfg,
 		Log:            log,
@@ -137,7 +140,7 @@ func newHarnessWith(t *testing.T, o harnessOptions) *harness {
 		Keys:           apikeys.NewService(keyStore, rc, time.Now, log),
 		KeyCache:       rc,
 		Merchants:      ms,
-		Charges:        charges.NewService(st, queue, keys, cfg.Providers(), cfg.DefaultProvider, time.Now, nil).WithTokens(st),
+		Charges:        chargeService,
 		Refunds:        refunds.NewService(st, queue, time.Now, nil),
 		Customers:      customers.NewService(st, keys, time.Now),
 		Events:         events.NewService(st, time.Now),

@@ -24,7 +24,12 @@
 //  13. a card saved in a checkout (customer and payment method from the
 //      token), charged on session with the challenge completed, then charged
 //      again off session by the merchant's server: 4000002500003155 is
-//      captured, 4000002760003184 refused authentication_required.
+//      captured, 4000002760003184 refused authentication_required;
+//  14. the dashboard's customers (signed in again): a customer with two
+//      saved cards, a 3-D Secure charge completed on the emulated issuer's
+//      page that returns to the customer's page, an off-session renewal, a
+//      charge that waits for the cardholder voided from its page; the
+//      customers list, the customer's page, and a saved card deleted there.
 import { chromium } from 'playwright-core';
 
 const cfg = JSON.parse(process.argv[2]);
@@ -327,6 +332,79 @@ try {
     await shot(saved.p, shotName);
   }
   await shopper.close();
+
+  // 14. The dashboard's customers, signed in again. The customer and its
+  // cards are made with the secret key of step 2.
+  step('customers');
+  const merchant = await browser.newContext({ viewport: { width: 1200, height: 800 } });
+  page = await merchant.newPage();
+  watch(page, 'customers');
+  await page.goto(`${cfg.api}/dashboard/login`);
+  await page.fill('#email', cfg.email);
+  await page.fill('#password', cfg.password);
+  await Promise.all([page.waitForURL('**/dashboard/charges'), page.click('#login button[type=submit]')]);
+  const api = async (method, path, data) => {
+    const r = await merchant.request.fetch(`${cfg.api}${path}`, { method, data, headers: { Authorization: `Bearer ${secret}` } });
+    const body = await r.json();
+    check(r.ok(), `${method} ${path} answered ${r.status()} ${body.error ? body.error.code : ''}`);
+    return body;
+  };
+  const chargeOf = async (id, ok, what) => {
+    const deadline = Date.now() + 30000;
+    for (;;) {
+      const c = await api('GET', `/v1/charges/${id}`);
+      if (ok(c)) { return c; }
+      check(c.status !== 'failed' && Date.now() < deadline, `${what}: the charge is ${c.status} ${c.failure_code || ''}`);
+      await page.waitForTimeout(200);
+    }
+  };
+  const cus = await api('POST', '/v1/customers', { email: 'ada@example.com', name: 'Ada Lovelace', description: 'Pro plan, billed yearly', metadata: { plan: 'pro' } });
+  const saveCard = (number) => api('POST', `/v1/customers/${cus.id}/payment_methods`,
+    { card: { number, exp_month: 12, exp_year: new Date().getFullYear() + 3, cvc: '123' } });
+  const secure = await saveCard(cards3ds.required);
+  const spare = await saveCard('5555555555554444');
+  const chargeSaved = (extra) => api('POST', '/v1/charges',
+    { amount: 9900, currency: 'usd', payment_method: 'card', customer: cus.id, card: { payment_method: secure.id }, ...extra });
+  // The first charge: the cardholder completes the challenge on the
+  // emulated issuer's page, which returns to return_url (the customer's page).
+  const first = await chargeSaved({ description: 'Pro plan, first year', return_url: `${cfg.api}/dashboard/customers/${cus.id}` });
+  const waiting = await chargeOf(first.id, (c) => c.status === 'requires_action', 'the challenge');
+  out.customers = { nextAction: waiting.next_action.type };
+  await page.goto(waiting.next_action.redirect_to_url.url);
+  await Promise.all([
+    page.waitForURL((u) => u.pathname === `/dashboard/customers/${cus.id}` && u.searchParams.get('charge') === first.id),
+    page.click('[data-testid=complete]'),
+  ]);
+  out.customers.afterChallenge = (await chargeOf(first.id, (c) => c.status !== 'requires_action', 'the answer')).status;
+  // The renewal, off session: the card was authenticated, so no challenge.
+  const renewal = await chargeSaved({ description: 'Pro plan, renewal', off_session: true });
+  out.customers.offSession = (await chargeOf(renewal.id, (c) => c.status !== 'created', 'the renewal')).status;
+  // A charge that waits for the cardholder, voided from its page.
+  const upgrade = await chargeSaved({ description: 'Upgrade to Team', amount: 4900 });
+  await chargeOf(upgrade.id, (c) => c.status === 'requires_action', 'the upgrade\'s challenge');
+  await page.goto(`${cfg.api}/dashboard/charges/${upgrade.id}`);
+  out.customers.pendingShown = (await page.getAttribute('#charge-authentication', 'data-authentication')) === 'pending';
+  await Promise.all([page.waitForURL('**notice=void'), page.click('#void button[type=submit]')]);
+  await reloadUntil(page, async (p) => (await p.getAttribute('#charge-status', 'data-status')) === 'voided', 'the void');
+  out.customers.voided = true;
+  // The customers list, filtered by email in another case, and the page.
+  await page.goto(`${cfg.api}/dashboard/customers?email=ADA%40example.com`);
+  out.customers.listed = await page.locator('#customers tr[data-customer]').count();
+  await shot(page, 'dashboard-customers');
+  await page.click(`#customers tr[data-customer="${cus.id}"] a >> nth=0`);
+  await page.waitForSelector('#cards');
+  out.customers.cards = await page.locator('#cards tr[data-payment-method]').count();
+  out.customers.authenticated = [
+    await page.getAttribute(`#cards tr[data-payment-method="${secure.id}"] [data-authenticated]`, 'data-authenticated'),
+    await page.getAttribute(`#cards tr[data-payment-method="${spare.id}"] [data-authenticated]`, 'data-authenticated'),
+  ];
+  out.customers.charges = await page.locator('#charges tr[data-charge]').count();
+  await shot(page, 'dashboard-customer');
+  // Delete the spare card (the page asks first; the dialog is accepted).
+  await Promise.all([page.waitForURL('**notice=card_deleted'),
+    page.click(`#cards tr[data-payment-method="${spare.id}"] button[type=submit]`)]);
+  out.customers.cardDeleted = (await page.locator(`#cards tr[data-payment-method="${spare.id}"]`).count()) === 0;
+  await merchant.close();
   step('done');
 } catch (e) {
   out.error = String(e && e.stack || e);
