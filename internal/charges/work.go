@@ -404,6 +404,9 @@ func (p *Processor) settle(ctx context.Context, id string, final bool, action st
 		p.observe(c.Provider, action, OutcomeSucceeded, elapsed)
 		after.FailureCode, after.FailureMessage = nil, nil
 		after.Status = StatusVoided
+		if waiting {
+			after.Authentication.Status = AuthFailed // the cardholder never authenticated it
+		}
 		e, err := p.event(after, events.ChargeVoided)
 		if err != nil {
 			return err

@@ -193,8 +193,8 @@ func TestThreeDSecure(t *testing.T) {
 		}
 		// A void cancels it; the link is then closed.
 		mustExpect(t, f.do(t, http.MethodPost, "/v1/charges/"+a.ID+"/void", ""), http.StatusOK, "")
-		if got := f.wait(t, a.ID, 20*time.Second, "requires_action"); got.Status != "voided" {
-			t.Errorf("void of a charge that requires action: %s", got.Status)
+		if got := f.wait(t, a.ID, 20*time.Second, "requires_action"); got.Status != "voided" || got.Authentication.Status != "failed" {
+			t.Errorf("void of a charge that requires action: %s, authentication %s", got.Status, got.Authentication.Status)
 		}
 		mustExpect(t, f.answer(t, linkA, "succeeded"), http.StatusConflict, "invalid_state")
 		// The other charge is untouched and still answerable.
