@@ -49,12 +49,31 @@ func TestCardTokenThroughEveryProvider(t *testing.T) {
 		decode(t, e, &ch)
 		ids = append(ids, ch.ID)
 	}
+	// A card saved from a token is charged through either provider too: the
+	// gateway keeps the card, and Stripe receives it as it would a typed one.
+	cus := p.do(t, http.MethodPost, "/v1/customers", `{"name":"Saved"}`)
+	mustExpect(t, cus, http.StatusCreated, "")
+	var customer struct{ ID string }
+	decode(t, cus, &customer)
+	pmE := p.do(t, http.MethodPost, "/v1/customers/"+customer.ID+"/payment_methods",
+		`{"card":{"token":"`+st.cardToken(t, c, st.replicas[1], key.PublicKey, "4242424242424242")+`"}}`)
+	mustExpect(t, pmE, http.StatusCreated, "")
+	var pm struct{ ID string }
+	decode(t, pmE, &pm)
+	for _, provider := range []string{"sandbox", "stripe"} {
+		e := p.do(t, http.MethodPost, "/v1/charges", `{"amount":1500,"currency":"usd","provider":"`+provider+
+			`","customer":"`+customer.ID+`","card":{"payment_method":"`+pm.ID+`"},"off_session":true}`)
+		mustExpect(t, e, http.StatusCreated, "")
+		var ch chargeJSON
+		decode(t, e, &ch)
+		ids = append(ids, ch.ID)
+	}
 	final, _ := p.waitCharges(t, ids, func(_, status string) bool { return status != "created" }, 30*time.Second)
-	for i, provider := range []string{"sandbox", "stripe"} {
+	for i, provider := range []string{"sandbox", "stripe", "sandbox", "stripe"} {
 		got := final[ids[i]]
 		if got.Status != "captured" || got.Provider != provider || got.AmountCaptured != 1500 || got.ProviderReference == nil ||
 			got.Card.Last4 == nil || *got.Card.Last4 != "4242" {
-			t.Errorf("%s: the token's charge %+v", provider, got)
+			t.Errorf("%s: the charge of the token or saved card %+v", provider, got)
 		}
 	}
 	checkNoCardData(t, st)
