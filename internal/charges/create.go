@@ -2,8 +2,6 @@ package charges
 
 import (
 	"context"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"strings"
 	"time"
@@ -150,7 +148,7 @@ func (s *Service) Create(ctx context.Context, merchantID, environment string, p 
 
 	n := NewCharge{Charge: c, Task: outbox.Task{Type: outbox.ChargeAuthorize, RefID: c.ID}, Idem: idem}
 	if secret != nil {
-		if n.Sealed, err = s.seal(&n.Charge.Card, merchantID, secret, c.ID); err != nil {
+		if n.Sealed, err = sealSecret(s.keys, &n.Charge.Card, merchantID, secret, c.ID); err != nil {
 			return Result{}, err
 		}
 	}
@@ -192,22 +190,6 @@ func (s *Service) enqueue(ctx context.Context, t outbox.Task) {
 	if err := s.queue.Enqueue(ctx, t); err != nil && s.onEnqueue != nil {
 		s.onEnqueue(err)
 	}
-}
-
-// seal sets the card's fingerprint and returns the sealed card, with owner
-// (the charge's or token's id) as its associated data.
-func (s *Service) seal(card *Card, merchantID string, secret *secretCard, owner string) ([]byte, error) {
-	fp := hex.EncodeToString(s.keys.MAC(keyring.PurposeFingerprint, []byte(merchantID), []byte(secret.Number))[:16])
-	card.Fingerprint = &fp
-	plain, err := json.Marshal(secret)
-	if err != nil {
-		return nil, apperr.Internal(err)
-	}
-	sealed, err := s.keys.Seal(keyring.PurposeCard, plain, []byte(owner))
-	if err != nil {
-		return nil, apperr.Internal(err)
-	}
-	return sealed, nil
 }
 
 // validate checks p. The card comes back as its summary in the charge and

@@ -10,7 +10,6 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/events"
 	"github.com/gatehouse-pay/gatehouse/internal/idempotency"
 	"github.com/gatehouse-pay/gatehouse/internal/ids"
-	"github.com/gatehouse-pay/gatehouse/internal/keyring"
 )
 
 // Card tokens (api/openapi.yaml). A checkout page
@@ -120,7 +119,7 @@ func (s *Service) CreateToken(ctx context.Context, merchantID, environment, keyI
 	}
 	t := Token{ID: ids.New("ctok"), MerchantID: merchantID, Environment: environment, KeyID: keyID,
 		Card: card, CreatedAt: now, ExpiresAt: now.Add(TokenTTL)}
-	sealed, err := s.seal(&t.Card, merchantID, secret, t.ID)
+	sealed, err := sealSecret(s.keys, &t.Card, merchantID, secret, t.ID)
 	if err != nil {
 		return Result{}, err
 	}
@@ -160,12 +159,8 @@ func (s *Service) useToken(ctx context.Context, n *NewCharge, id string, now tim
 	if err != nil {
 		return nil, err
 	}
-	plain, err := s.keys.Open(keyring.PurposeCard, sealed, []byte(t.ID))
-	if err != nil {
-		return nil, apperr.Internal(err)
-	}
-	if n.Sealed, err = s.keys.Seal(keyring.PurposeCard, plain, []byte(c.ID)); err != nil {
-		return nil, apperr.Internal(err)
+	if n.Sealed, err = ResealCard(s.keys, sealed, t.ID, c.ID); err != nil {
+		return nil, err
 	}
 	c.Card = t.Card
 	n.TokenID = t.ID
