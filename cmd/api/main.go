@@ -29,6 +29,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/cache"
 	"github.com/gatehouse-pay/gatehouse/internal/charges"
 	"github.com/gatehouse-pay/gatehouse/internal/config"
+	"github.com/gatehouse-pay/gatehouse/internal/connectors"
 	"github.com/gatehouse-pay/gatehouse/internal/customers"
 	"github.com/gatehouse-pay/gatehouse/internal/events"
 	"github.com/gatehouse-pay/gatehouse/internal/httpapi"
@@ -209,6 +210,12 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer) er
 		Total: cfg.EventStreamMax, PerMerchant: cfg.EventStreamMaxPerMerchant, PerCredential: cfg.EventStreamMaxPerKey}, log)
 	go hub.Run(ctx)
 
+	// The charge path routes from a cache of each merchant's connectors and
+	// routing; a change on any replica drops the copies of all of them.
+	notices := cache.NewNotices(rdb, cache.RoutingChannel)
+	directory := connectors.NewDirectory(db, notices, cfg.Providers(), cfg.DefaultProvider, 0, time.Now)
+	go notices.Listen(ctx, directory.Forget, directory.ForgetAll, log)
+
 	httpMetrics := metrics.NewHTTP(reg)
 	deps := httpapi.Deps{
 		Config:    cfg,
@@ -218,7 +225,9 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer) er
 		KeyCache:  rc,
 		Merchants: merchants.NewService(db, hasher, time.Now),
 		Charges: charges.NewService(db, relay, keys, cfg.Providers(), cfg.DefaultProvider, time.Now, onEnqueueErr).WithTokens(db).
-			WithCustomers(db).WithChallenges(db, charges.NewLinks(cfg.PublicURL, keys)),
+			WithCustomers(db).WithChallenges(db, charges.NewLinks(cfg.PublicURL, keys)).
+			WithRouter(directory, cfg.RoutingMaxAttempts),
+		Connectors:     connectors.NewService(db, keys, directory, cfg.Providers(), time.Now),
 		Refunds:        refunds.NewService(db, relay, time.Now, onEnqueueErr),
 		Customers:      customers.NewService(db, keys, time.Now),
 		Events:         events.NewService(db, time.Now),

@@ -28,6 +28,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/cache"
 	"github.com/gatehouse-pay/gatehouse/internal/charges"
 	"github.com/gatehouse-pay/gatehouse/internal/config"
+	"github.com/gatehouse-pay/gatehouse/internal/connectors"
 	"github.com/gatehouse-pay/gatehouse/internal/events"
 	"github.com/gatehouse-pay/gatehouse/internal/health"
 	"github.com/gatehouse-pay/gatehouse/internal/jobs"
@@ -119,16 +120,26 @@ func work(ctx context.Context, getenv func(string) string, stderr io.Writer) err
 	}
 	pm := metrics.NewProviders(reg)
 	pm.Init(cfg.Providers())
-	registry := providers.Registry{}
+	// Every connector has a circuit breaker of its own, named after its id
+	// (charges made before connectors: after the provider).
 	breaker := providers.BreakerOptions{OnStateChange: func(name, from, to string) {
 		pm.Circuit.WithLabelValues(name).Set(metrics.CircuitValue(to))
 		log.Warn("provider circuit breaker", "provider", name, "from", from, "to", to)
 	}, Failures: uint32(cfg.ProviderBreakerFailures)}
-	registry["sandbox"] = providers.WithBreaker(sandbox.New(db.SandboxLedger(), sandbox.Options{Latency: cfg.SandboxLatency}), breaker)
+	httpClient := &http.Client{Timeout: cfg.ProviderTimeout}
+	server := providers.Registry{"sandbox": sandbox.New(db.SandboxLedger(), sandbox.Options{Latency: cfg.SandboxLatency})}
 	if cfg.StripeSecretKey != "" {
-		httpClient := &http.Client{Timeout: cfg.ProviderTimeout}
-		registry["stripe"] = providers.WithBreaker(stripe.New(cfg.StripeSecretKey.Reveal(), cfg.StripeAPIBase, httpClient), breaker)
+		server["stripe"] = stripe.New(cfg.StripeSecretKey.Reveal(), cfg.StripeAPIBase, httpClient)
 	}
+	registry := connectors.NewResolver(db, keys, server,
+		func(c connectors.Connector, cr connectors.Credentials) (providers.Provider, error) {
+			if c.Provider != connectors.ProviderStripe {
+				return nil, fmt.Errorf("%w: %q with credentials", providers.ErrNotConfigured, c.Provider)
+			}
+			return stripe.New(cr.SecretKey, cfg.StripeAPIBase, httpClient), nil
+		},
+		func(name string, p providers.Provider) providers.Provider { return providers.NamedBreaker(name, p, breaker) },
+		0, time.Now)
 	observe := func(provider, op string, o charges.Outcome, d time.Duration) {
 		pm.Calls.WithLabelValues(provider, op, string(o)).Inc()
 		if o != charges.OutcomeNoop {
@@ -158,7 +169,13 @@ func work(ctx context.Context, getenv func(string) string, stderr io.Writer) err
 		Auth: auth.NewService(nil, db, cache.New(rdb), nil, nil, time.Now, log),
 		Charges: charges.NewProcessor(db, registry, keys, cfg.ProviderTimeout, time.Now, log, observe).WithQueue(queue).WithOutcomes(chargeOutcome).
 			WithWindows(cfg.ProviderIdempotencyWindow, cfg.ProviderOutcomeUnknownAfter).
-			WithAuthentication(cfg.AuthenticationTimeout, charges.NewLinks(cfg.PublicURL, keys), queue.EnqueueAt),
+			WithAuthentication(cfg.AuthenticationTimeout, charges.NewLinks(cfg.PublicURL, keys), queue.EnqueueAt).
+			WithAttempts(func(a charges.Attempt, failover bool) {
+				pm.Attempts.WithLabelValues(a.Connector, a.Provider, a.Status).Inc()
+				if failover {
+					pm.Failovers.WithLabelValues(a.Provider, deref(a.FailureCode)).Inc()
+				}
+			}),
 		Refunds: refunds.NewProcessor(db, registry, cfg.ProviderTimeout, time.Now, log, observe).WithQueue(queue).WithOutcomes(refundOutcome).
 			WithWindows(cfg.ProviderIdempotencyWindow, cfg.ProviderOutcomeUnknownAfter),
 		Webhooks: deliverer,
@@ -305,4 +322,11 @@ func flushTraces(stop func(context.Context) error, log *slog.Logger) {
 	if err := stop(ctx); err != nil {
 		log.Warn("traces not flushed", "err", err)
 	}
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }

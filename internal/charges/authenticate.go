@@ -89,7 +89,7 @@ func (p *Processor) WithAuthentication(timeout time.Duration, links Links, sched
 // authorizeRequest is the provider request of c's authorization.
 func (p *Processor) authorizeRequest(c Charge, card providers.Card) providers.AuthorizeRequest {
 	r := providers.AuthorizeRequest{
-		IdempotencyKey: IdempotencyKey(c.ID, "authorize"), Amount: c.Amount, Currency: c.Currency,
+		IdempotencyKey: c.AuthorizeKey(), Amount: c.Amount, Currency: c.Currency,
 		Capture: c.Capture, Card: card, Description: deref(c.Description), Metadata: c.Metadata,
 		OffSession: c.OffSession, Authenticated: c.SavedCardAuthenticated,
 	}

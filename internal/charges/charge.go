@@ -99,6 +99,17 @@ type Charge struct {
 	// SavedCardAuthenticated (read for the worker): the cardholder
 	// authenticated an earlier charge of the saved card.
 	SavedCardAuthenticated bool
+
+	// ConnectorID is the connector of the current attempt, the one that
+	// took the money once the charge is settled; nil for charges made
+	// before connectors.
+	ConnectorID *string
+	// Route is the connectors planned for the charge, in order.
+	Route []RouteStep
+	// Attempts are the attempts begun, the last the current one.
+	Attempts []Attempt
+	// attemptStarted is when this run began the current attempt.
+	attemptStarted time.Time
 }
 
 // Refundable is what can still be refunded.
@@ -136,6 +147,8 @@ type View struct {
 	OffSession        bool               `json:"off_session"`
 	Authentication    AuthenticationView `json:"authentication"`
 	NextAction        *NextAction        `json:"next_action"`
+	Connector         *string            `json:"connector"`
+	Attempts          []AttemptView      `json:"attempts"`
 	CreatedAt         string             `json:"created_at"`
 	UpdatedAt         string             `json:"updated_at"`
 }
@@ -188,7 +201,7 @@ func (c Charge) View() View {
 	return View{
 		ID: c.ID, Object: "charge", Amount: c.Amount, AmountCaptured: c.AmountCaptured, AmountRefunded: c.AmountRefunded,
 		Currency: c.Currency, Status: c.Status, PaymentMethod: pm, Customer: c.CustomerID, OffSession: c.OffSession,
-		Authentication: auth, NextAction: c.nextAction(),
+		Authentication: auth, NextAction: c.nextAction(), Connector: c.ConnectorID, Attempts: attemptViews(c.Attempts),
 		Card:     CardView{Brand: c.Card.Brand, Last4: c.Card.Last4, ExpMonth: c.Card.ExpMonth, ExpYear: c.Card.ExpYear, Fingerprint: c.Card.Fingerprint},
 		Provider: c.Provider, ProviderReference: c.ProviderReference, Environment: c.Environment,
 		Capture: c.Capture, Description: c.Description, Metadata: md,

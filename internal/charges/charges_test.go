@@ -93,6 +93,8 @@ type fakeStore struct {
 	created     []charges.NewCharge
 	transitions []charges.Transition
 	deleted     []string
+	begun       []charges.Attempt
+	unbegun     int
 }
 
 func (s *fakeStore) CreateCharge(ctx context.Context, n charges.NewCharge) (*idempotency.Response, []outbox.Task, error) {
@@ -143,6 +145,20 @@ func (s *fakeStore) ApplyTransition(ctx context.Context, tr charges.Transition) 
 		return ok, nil, err
 	}
 	return true, nil, nil
+}
+
+func (s *fakeStore) BeginAttempt(ctx context.Context, chargeID string, before int, a charges.Attempt) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.begun = append(s.begun, a)
+	return true, nil
+}
+
+func (s *fakeStore) UnbeginAttempt(ctx context.Context, chargeID string, count int, startedAt time.Time) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.unbegun++
+	return nil
 }
 
 func (s *fakeStore) DeleteTask(ctx context.Context, taskID string) error {

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/text/currency"
 
 	"github.com/gatehouse-pay/gatehouse/internal/apperr"
+	"github.com/gatehouse-pay/gatehouse/internal/connectors"
 	"github.com/gatehouse-pay/gatehouse/internal/events"
 	"github.com/gatehouse-pay/gatehouse/internal/idempotency"
 	"github.com/gatehouse-pay/gatehouse/internal/ids"
@@ -47,6 +48,7 @@ type CreateParams struct {
 	Card          *CardInput        `json:"card"`
 	Capture       *bool             `json:"capture"`
 	Provider      *string           `json:"provider"`
+	Connector     *string           `json:"connector"`
 	Description   *string           `json:"description"`
 	Metadata      map[string]string `json:"metadata"`
 	Environment   *string           `json:"environment"`
@@ -91,6 +93,11 @@ type Store interface {
 	ListCharges(ctx context.Context, merchantID string, f Filter, p listing.Params) (listing.Page[Charge], error)
 	RequestAction(ctx context.Context, r ActionRequest) (replay *idempotency.Response, err error)
 	ChargeForWork(ctx context.Context, id string) (Charge, []byte, error)
+	// BeginAttempt appends a as the charge's current attempt if the charge
+	// is still created with before attempts; UnbeginAttempt drops it again
+	// if it is still the last, begun at startedAt, of count.
+	BeginAttempt(ctx context.Context, chargeID string, before int, a Attempt) (bool, error)
+	UnbeginAttempt(ctx context.Context, chargeID string, count int, startedAt time.Time) error
 	ApplyTransition(ctx context.Context, t Transition) (applied bool, deliveries []outbox.Task, err error)
 	DeleteTask(ctx context.Context, taskID string) error
 }
@@ -112,6 +119,22 @@ type Service struct {
 	customers  CustomerStore
 	challenges ChallengeStore
 	links      Links
+	router     Router
+	// maxAttempts is ROUTING_MAX_ATTEMPTS.
+	maxAttempts int
+}
+
+// Router plans the connectors a charge tries (connectors.Directory).
+type Router interface {
+	Plan(ctx context.Context, merchantID string, in connectors.PlanInput, maxAttempts int) ([]connectors.Ref, error)
+}
+
+// WithRouter makes the service route every charge by its merchant's
+// connectors and routing, trying at most maxAttempts connectors. Without
+// one a charge goes to the provider it names or the default provider.
+func (s *Service) WithRouter(r Router, maxAttempts int) *Service {
+	s.router, s.maxAttempts = r, maxAttempts
+	return s
 }
 
 var errNoTokens = errors.New("charges: no token store")
@@ -164,6 +187,9 @@ func (s *Service) Create(ctx context.Context, merchantID, environment string, p 
 			return Result{Response: *replay, Replayed: true}, nil
 		}
 	}
+	if err := s.route(ctx, &n.Charge, p); err != nil {
+		return Result{}, err
+	}
 	if n.Event, err = events.New(ids.NewUUID(), merchantID, environment, events.ChargeCreated, now, n.Charge.View(), nil); err != nil {
 		return Result{}, apperr.Internal(err)
 	}
@@ -184,6 +210,28 @@ func (s *Service) Create(ctx context.Context, merchantID, environment string, p 
 		s.enqueue(ctx, t)
 	}
 	return Result{Response: resp, Provider: n.Charge.Provider}, nil
+}
+
+// route plans c's connectors: the first takes the charge, the others are
+// its fallbacks.
+func (s *Service) route(ctx context.Context, c *Charge, p CreateParams) error {
+	if s.router == nil {
+		if p.Connector != nil {
+			return apperr.Invalid("connector", "Connectors are not available on this server.")
+		}
+		return nil
+	}
+	in := connectors.PlanInput{Connector: p.Connector, Provider: p.Provider, Currency: c.Currency, Amount: c.Amount, CardBrand: c.Card.Brand}
+	plan, err := s.router.Plan(ctx, c.MerchantID, in, s.maxAttempts)
+	if err != nil {
+		return err
+	}
+	c.ConnectorID, c.Provider = &plan[0].ID, plan[0].Provider
+	c.Route = make([]RouteStep, len(plan))
+	for i, r := range plan {
+		c.Route[i] = RouteStep{Connector: r.ID, Provider: r.Provider}
+	}
+	return nil
 }
 
 func (s *Service) enqueue(ctx context.Context, t outbox.Task) {
@@ -247,11 +295,18 @@ func (s *Service) validateFields(p CreateParams, now time.Time) (Charge, *secret
 		c.Capture = *p.Capture
 	}
 	c.Provider = s.fallback
+	known := s.providers
+	if s.router != nil {
+		known = connectors.Providers // a merchant's own connector may serve one the server has no account with
+	}
 	if p.Provider != nil {
-		if !contains(s.providers, *p.Provider) {
-			return c, nil, apperr.Invalid("provider", "provider must be one of: %s.", strings.Join(s.providers, ", "))
+		if !contains(known, *p.Provider) {
+			return c, nil, apperr.Invalid("provider", "provider must be one of: %s.", strings.Join(known, ", "))
 		}
 		c.Provider = *p.Provider
+	}
+	if p.Connector != nil && !connectors.ValidID(*p.Connector) {
+		return c, nil, apperr.Invalid("connector", "connector must be the id of one of your connectors (conn_...).")
 	}
 	if err := s.customerFields(&c, p); err != nil {
 		return c, nil, err

@@ -47,7 +47,7 @@ func (p *Processor) Reverse(ctx context.Context, id string, final bool) error {
 	start := time.Now()
 	cctx, cancel := context.WithTimeout(ctx, p.timeout)
 	res, err := prov.Authorize(cctx, providers.AuthorizeRequest{
-		IdempotencyKey: IdempotencyKey(c.ID, "authorize"), Amount: c.Amount, Currency: c.Currency,
+		IdempotencyKey: c.AuthorizeKey(), Amount: c.Amount, Currency: c.Currency,
 		Capture: c.Capture, Card: card, Description: deref(c.Description), Metadata: c.Metadata,
 	})
 	cancel()

@@ -67,7 +67,7 @@ const (
 // Processor is the worker side: it carries charges through the provider.
 type Processor struct {
 	store     Store
-	providers providers.Registry
+	providers providers.Resolver
 	keys      *keyring.Keyring
 	timeout   time.Duration
 	now       func() time.Time
@@ -82,6 +82,24 @@ type Processor struct {
 	authTimeout time.Duration
 	links       Links
 	schedule    func(ctx context.Context, t outbox.Task, at time.Time) error
+	// attempted, when set, is told of every attempt that ended.
+	attempted func(a Attempt, failover bool)
+}
+
+// WithAttempts makes the processor report every attempt that ended
+// (succeeded, failed, or unknown after the last try), and whether the
+// charge moved on to its next connector after it.
+func (p *Processor) WithAttempts(f func(a Attempt, failover bool)) *Processor {
+	p.attempted = f
+	return p
+}
+
+// failoverOutcome is the metrics outcome of an attempt that fails over.
+func failoverOutcome(err error) Outcome {
+	if _, ok := providers.AsDecline(err); ok {
+		return OutcomeDeclined
+	}
+	return OutcomeUnavailable
 }
 
 // WithWindows sets how long after it was requested a capture is still sent
@@ -121,9 +139,13 @@ func (p *Processor) apply(ctx context.Context, t Transition) error {
 	if !CanMove(t.Before.Status, t.After.Status, t.Cause) {
 		return fmt.Errorf("%w: %s to %s (cause %q) of %s", ErrIllegalMove, t.Before.Status, t.After.Status, t.Cause, t.Before.ID)
 	}
+	p.recordAttempt(&t)
 	applied, deliveries, err := p.store.ApplyTransition(ctx, t)
 	if err != nil {
 		return err
+	}
+	if a, ok := endedAttempt(t); applied && ok && p.attempted != nil {
+		p.attempted(a, t.Cause == CauseFailover)
 	}
 	if applied && p.settled != nil && t.After.Status != t.Before.Status {
 		p.settled(t.After.Provider, t.After.Status)
@@ -143,7 +165,7 @@ func (p *Processor) apply(ctx context.Context, t Transition) error {
 
 // NewProcessor returns the worker-side service; timeout bounds each provider
 // call; observe (may be nil) is told the outcome of each.
-func NewProcessor(store Store, reg providers.Registry, keys *keyring.Keyring, timeout time.Duration, now func() time.Time, log *slog.Logger, observe func(provider, op string, o Outcome, d time.Duration)) *Processor {
+func NewProcessor(store Store, reg providers.Resolver, keys *keyring.Keyring, timeout time.Duration, now func() time.Time, log *slog.Logger, observe func(provider, op string, o Outcome, d time.Duration)) *Processor {
 	if observe == nil {
 		observe = func(string, string, Outcome, time.Duration) {}
 	}
@@ -162,9 +184,12 @@ func (p *Processor) load(ctx context.Context, id string, task outbox.Task) (Char
 	if err != nil {
 		return Charge{}, nil, nil, err
 	}
-	prov, ok := p.providers.Get(c.Provider)
-	if !ok {
-		return c, sealed, nil, fmt.Errorf("charges: provider %q is not configured on this worker", c.Provider)
+	prov, err := p.providers.Resolve(ctx, c.ConnectorID, c.Provider)
+	if err != nil {
+		if errors.Is(err, providers.ErrNotConfigured) {
+			return c, sealed, nil, fmt.Errorf("charges: provider %q is not configured on this worker: %w", c.Provider, err)
+		}
+		return c, sealed, nil, apperr.Unavailable(err)
 	}
 	return c, sealed, prov, nil
 }
@@ -190,10 +215,11 @@ func (p *Processor) Authorize(ctx context.Context, id string, final bool) error 
 		if apperr.KindOf(err) == apperr.KindNotFound {
 			return err
 		}
-		if prov == nil && c.ID != "" && c.Status != StatusCreated {
+		notConfigured := errors.Is(err, providers.ErrNotConfigured)
+		if notConfigured && c.ID != "" && c.Status != StatusCreated {
 			return p.done(ctx, task) // a duplicate task: the authorization is over
 		}
-		if prov == nil && c.ID != "" {
+		if notConfigured && c.ID != "" {
 			if c.ProviderReference != nil {
 				// The provider holds a payment in progress: never fail it unseen.
 				return err
@@ -221,16 +247,32 @@ func (p *Processor) Authorize(ctx context.Context, id string, final bool) error 
 	if err != nil {
 		return p.fail(ctx, c, task, "processing_error", "The card data could not be read.")
 	}
+	c.attemptStarted = p.stamp()
+	owner, err := p.beginAttempt(ctx, &c)
+	if err != nil {
+		return err
+	}
 	start := time.Now()
 	cctx, cancel := context.WithTimeout(ctx, p.timeout)
 	res, err := prov.Authorize(cctx, p.authorizeRequest(c, card))
 	cancel()
 	elapsed := time.Since(start)
+	if err != nil {
+		if code, ok := failoverCode(c, err, owner, final); ok {
+			p.observe(c.Provider, "authorize", failoverOutcome(err), elapsed)
+			return p.moveOn(ctx, c, task, code)
+		}
+	}
 	if d, ok := providers.AsDecline(err); ok {
 		p.observe(c.Provider, "authorize", OutcomeDeclined, elapsed)
 		return p.fail(ctx, c, task, d.Code, declineMessage(d))
 	}
 	if err != nil {
+		if c.begun() && (providers.NothingBooked(err) || (owner && providers.NotSent(err))) {
+			// Nothing was booked under the attempt's key: the next run
+			// starts the attempt afresh.
+			p.unbeginAttempt(ctx, c)
+		}
 		if !final {
 			p.observe(c.Provider, "authorize", OutcomeRetry, elapsed)
 			return fmt.Errorf("%w: %v", ErrRetry, err)

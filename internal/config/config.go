@@ -141,6 +141,8 @@ type Config struct {
 	// from the base, capped at ProviderRetryMax) before a charge fails.
 	ProviderTimeout     time.Duration
 	ProviderMaxAttempts int
+	// RoutingMaxAttempts is how many connectors one charge tries at most.
+	RoutingMaxAttempts int
 	ProviderRetryBase   time.Duration
 	ProviderRetryMax    time.Duration
 	// ProviderIdempotencyWindow is how long a capture or refund whose
@@ -362,6 +364,11 @@ func Load(getenv func(string) string, needs Needs) (Config, error) {
 		bad("PROVIDER_BREAKER_FAILURES", "must be a positive integer")
 	} else {
 		c.ProviderBreakerFailures = n
+	}
+	if n, err := strconv.Atoi(get("ROUTING_MAX_ATTEMPTS", "3")); err != nil || n < 1 || n > 10 {
+		bad("ROUTING_MAX_ATTEMPTS", "must be an integer from 1 to 10")
+	} else {
+		c.RoutingMaxAttempts = n
 	}
 	if n, err := strconv.Atoi(get("PROVIDER_MAX_ATTEMPTS", "6")); err != nil || n < 1 || n > 25 {
 		bad("PROVIDER_MAX_ATTEMPTS", "must be an integer from 1 to 25")

@@ -58,6 +58,14 @@ func (s *server) routes(app *fiber.App) {
 	app.Get("/v1/customers/:id/payment_methods", perIP, secret, s.listPaymentMethods)
 	app.Delete("/v1/customers/:id/payment_methods/:pm_id", perIP, secret, s.deletePaymentMethod)
 
+	app.Post("/v1/connectors", perIP, secret, s.createConnector)
+	app.Get("/v1/connectors", perIP, secret, s.listConnectors)
+	app.Get("/v1/connectors/:id", perIP, secret, s.getConnector)
+	app.Patch("/v1/connectors/:id", perIP, secret, s.updateConnector)
+	app.Delete("/v1/connectors/:id", perIP, secret, s.deleteConnector)
+	app.Get("/v1/routing", perIP, secret, s.getRouting)
+	app.Put("/v1/routing", perIP, secret, s.putRouting)
+
 	app.Post("/v1/me/webhook_endpoints", perIP, secret, s.createEndpoint)
 	app.Get("/v1/me/webhook_endpoints", perIP, secret, s.listEndpoints)
 	app.Get("/v1/me/webhook_endpoints/:id", perIP, secret, s.getEndpoint)

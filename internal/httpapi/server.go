@@ -22,6 +22,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/auth"
 	"github.com/gatehouse-pay/gatehouse/internal/charges"
 	"github.com/gatehouse-pay/gatehouse/internal/config"
+	"github.com/gatehouse-pay/gatehouse/internal/connectors"
 	"github.com/gatehouse-pay/gatehouse/internal/customers"
 	"github.com/gatehouse-pay/gatehouse/internal/events"
 	"github.com/gatehouse-pay/gatehouse/internal/keyring"
@@ -63,8 +64,10 @@ type Deps struct {
 	Charges   *charges.Service
 	Refunds   *refunds.Service
 	Customers *customers.Service
-	Events    *events.Service
-	Webhooks  *webhooks.Service
+	// Connectors are the merchant's accounts at providers and the routing.
+	Connectors *connectors.Service
+	Events     *events.Service
+	Webhooks   *webhooks.Service
 	// Stream serves GET /v1/events/stream; nil answers 503.
 	Stream  *events.Hub
 	Keyring *keyring.Keyring

@@ -84,18 +84,18 @@ func (q *Queue) newTask(t outbox.Task, headers map[string]string) (*asynq.Task, 
 	if t.Type == TypeWebhookDeliver {
 		// Attempts are counted in Postgres, which decides when a delivery
 		// fails; asynq's retries only carry the schedule (see RetryIn).
-		return asynq.NewTaskWithHeaders(t.Type, body, headers, asynq.TaskID(t.ID()), asynq.Queue(queueOf(t.Type)),
+		return asynq.NewTaskWithHeaders(t.Type, body, headers, asynq.TaskID(t.QueueID()), asynq.Queue(queueOf(t.Type)),
 			asynq.MaxRetry(25), asynq.Timeout(q.cfg.WebhookTimeout+30*time.Second)), nil
 	}
 	if untilKnown(t.Type) {
 		// Two provider calls at most: the request sent again, then the
 		// release (reverse) or a lookup (a pending capture or refund).
-		return asynq.NewTaskWithHeaders(t.Type, body, headers, asynq.TaskID(t.ID()), asynq.Queue(queueOf(t.Type)),
+		return asynq.NewTaskWithHeaders(t.Type, body, headers, asynq.TaskID(t.QueueID()), asynq.Queue(queueOf(t.Type)),
 			asynq.MaxRetry(ReverseAttempts(q.cfg.ProviderRetryBase, q.cfg.ProviderRetryMax)-1),
 			asynq.Timeout(2*q.cfg.ProviderTimeout+30*time.Second)), nil
 	}
 	return asynq.NewTaskWithHeaders(t.Type, body, headers,
-		asynq.TaskID(t.ID()),
+		asynq.TaskID(t.QueueID()),
 		asynq.Queue(queueOf(t.Type)),
 		asynq.MaxRetry(q.cfg.ProviderMaxAttempts-1),
 		asynq.Timeout(q.cfg.ProviderTimeout+30*time.Second),

@@ -25,6 +25,7 @@ const (
 	PurposeIdempotency = "gatehouse idempotency fingerprint v1"
 	PurposeCSRF        = "gatehouse dashboard csrf v1"
 	PurposeChallenge   = "gatehouse challenge link v1"
+	PurposeConnector   = "gatehouse connector credentials v1"
 )
 
 // Keyring holds the master key and the keys derived from it, derived once

@@ -133,6 +133,12 @@ type Providers struct {
 	Circuit  *prometheus.GaugeVec     // provider: 0 closed, 1 half-open, 2 open
 	Charges  *prometheus.CounterVec   // provider, outcome: the status a charge moved to
 	Refunds  *prometheus.CounterVec   // provider, outcome: succeeded, failed
+	// Attempts counts charge attempts that ended, by connector, provider
+	// and status (succeeded, failed, unknown).
+	Attempts *prometheus.CounterVec
+	// Failovers counts charges that moved on to their next connector, by
+	// the provider they left and the failure code.
+	Failovers *prometheus.CounterVec
 }
 
 // NewProviders creates and registers the provider-call metrics.
@@ -160,7 +166,15 @@ func NewProviders(reg prometheus.Registerer) *Providers {
 			Help: "Refunds settled by the worker, by provider and outcome (succeeded, failed).",
 		}, []string{"provider", "outcome"}),
 	}
-	reg.MustRegister(m.Calls, m.Duration, m.Circuit, m.Charges, m.Refunds)
+	m.Attempts = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "gatehouse", Name: "connector_attempts_total",
+		Help: "Charge attempts that ended, by connector, provider and status (succeeded, failed, unknown).",
+	}, []string{"connector", "provider", "status"})
+	m.Failovers = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "gatehouse", Name: "routing_failovers_total",
+		Help: "Charges that moved on to their next connector, by the provider they left and the failure code.",
+	}, []string{"provider", "code"})
+	reg.MustRegister(m.Calls, m.Duration, m.Circuit, m.Charges, m.Refunds, m.Attempts, m.Failovers)
 	return m
 }
 

@@ -7,6 +7,7 @@ package outbox
 
 import (
 	"context"
+	"strconv"
 	"time"
 )
 
@@ -36,10 +37,23 @@ var Types = []string{ChargeAuthorize, ChargeCapture, ChargeVoid, ChargeReverse, 
 type Task struct {
 	Type  string
 	RefID string
+	// Attempt, for a charge:authorize task, is the attempt (from 2) it
+	// starts after an earlier attempt failed over to the next connector;
+	// 0 for the first. It keeps the new task apart in the queue from the
+	// one still running, and is not part of the outbox row's id.
+	Attempt int
 }
 
-// ID is the task's queue id.
+// ID is the task's outbox id.
 func (t Task) ID() string { return t.Type + ":" + t.RefID }
+
+// QueueID is the task's id in the queue: ID, and the attempt when there is one.
+func (t Task) QueueID() string {
+	if t.Attempt > 1 {
+		return t.ID() + ":" + strconv.Itoa(t.Attempt)
+	}
+	return t.ID()
+}
 
 // Enqueuer hands tasks to the queue. A failure is not fatal: the task row is
 // committed and the sweeper enqueues it later.

@@ -51,12 +51,18 @@ type BreakerOptions struct {
 // on a provider that is down. One circuit covers all four operations: they
 // reach the same upstream.
 type Breaker struct {
-	p  Provider
-	cb *gobreaker.CircuitBreaker[Result]
+	p    Provider
+	name string
+	cb   *gobreaker.CircuitBreaker[Result]
 }
 
 // WithBreaker wraps p in a circuit breaker named after p.Name().
-func WithBreaker(p Provider, opts BreakerOptions) *Breaker {
+func WithBreaker(p Provider, opts BreakerOptions) *Breaker { return NamedBreaker(p.Name(), p, opts) }
+
+// NamedBreaker wraps p in a circuit breaker of its own, named name (a
+// connector's id): every connector has its own circuit, even two at one
+// provider.
+func NamedBreaker(name string, p Provider, opts BreakerOptions) *Breaker {
 	if opts.Failures == 0 {
 		opts.Failures = DefaultBreakerFailures
 	}
@@ -67,7 +73,7 @@ func WithBreaker(p Provider, opts BreakerOptions) *Breaker {
 		opts.HalfOpenRequests = DefaultBreakerHalfOpenRequests
 	}
 	st := gobreaker.Settings{
-		Name:        p.Name(),
+		Name:        name,
 		MaxRequests: opts.HalfOpenRequests,
 		Timeout:     opts.OpenFor,
 		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= opts.Failures },
@@ -82,7 +88,7 @@ func WithBreaker(p Provider, opts BreakerOptions) *Breaker {
 	if f := opts.OnStateChange; f != nil {
 		st.OnStateChange = func(name string, from, to gobreaker.State) { f(name, from.String(), to.String()) }
 	}
-	return &Breaker{p: p, cb: gobreaker.NewCircuitBreaker[Result](st)}
+	return &Breaker{p: p, name: name, cb: gobreaker.NewCircuitBreaker[Result](st)}
 }
 
 // Name returns the wrapped provider's name, so a Registry keeps its keys.
@@ -94,7 +100,7 @@ func (b *Breaker) State() string { return b.cb.State().String() }
 func (b *Breaker) call(f func() (Result, error)) (Result, error) {
 	res, err := b.cb.Execute(f)
 	if errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests) {
-		return Result{}, fmt.Errorf("%w: %s: %w", ErrUnavailable, b.p.Name(), ErrCircuitOpen)
+		return Result{}, fmt.Errorf("%w: %s: %w: %w", ErrUnavailable, b.name, ErrCircuitOpen, ErrNotSent)
 	}
 	return res, err
 }

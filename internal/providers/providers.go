@@ -246,3 +246,31 @@ func (r Registry) Get(name string) (Provider, bool) {
 	p, ok := r[name]
 	return p, ok
 }
+
+// ErrNotSent is in the chain of an error for a call that never reached the
+// provider: the circuit breaker refused it, or the connection was refused.
+// It proves nothing about earlier calls with the same idempotency key.
+var ErrNotSent = errors.New("the call never reached the provider")
+
+// NotSent reports whether err proves this call never reached the provider.
+func NotSent(err error) bool { return errors.Is(err, ErrNotSent) }
+
+// ErrNotConfigured is returned by a Resolver for a provider this process has
+// no account with.
+var ErrNotConfigured = errors.New("provider not configured on this worker")
+
+// Resolver finds the provider that serves a connector: connectorID nil means
+// the server's own account at the provider named provider (charges made
+// before connectors).
+type Resolver interface {
+	Resolve(ctx context.Context, connectorID *string, provider string) (Provider, error)
+}
+
+// Resolve implements Resolver with the registry's providers alone.
+func (r Registry) Resolve(_ context.Context, _ *string, provider string) (Provider, error) {
+	p, ok := r[provider]
+	if !ok {
+		return nil, fmt.Errorf("%w: %q", ErrNotConfigured, provider)
+	}
+	return p, nil
+}

@@ -223,7 +223,7 @@ func (s *Service) List(ctx context.Context, merchantID, chargeID string, p listi
 // Processor is the worker side of refunds.
 type Processor struct {
 	store        Store
-	providers    providers.Registry
+	providers    providers.Resolver
 	timeout      time.Duration
 	now          func() time.Time
 	log          *slog.Logger
@@ -282,7 +282,7 @@ func (p *Processor) settle(ctx context.Context, provider string, after Refund, d
 }
 
 // NewProcessor returns the worker-side service.
-func NewProcessor(store Store, reg providers.Registry, timeout time.Duration, now func() time.Time, log *slog.Logger, observe func(provider, op string, o charges.Outcome, d time.Duration)) *Processor {
+func NewProcessor(store Store, reg providers.Resolver, timeout time.Duration, now func() time.Time, log *slog.Logger, observe func(provider, op string, o charges.Outcome, d time.Duration)) *Processor {
 	if observe == nil {
 		observe = func(string, string, charges.Outcome, time.Duration) {}
 	}
@@ -327,11 +327,12 @@ func (p *Processor) Process(ctx context.Context, id string, final bool) error {
 		after.Status, after.FailureCode = StatusFailed, ptr("provider_unavailable")
 		return p.settle(ctx, c.Provider, after, task.ID(), noEvents)
 	}
-	prov, ok := p.providers.Get(c.Provider)
-	if !ok {
+	// The refund goes to the connector that took the money.
+	prov, err := p.providers.Resolve(ctx, c.ConnectorID, c.Provider)
+	if err != nil {
 		// An earlier attempt, from a worker that had the provider, may have
 		// reached it: the outcome is unknown until the provider is back.
-		return p.unknown(ctx, r, final, now, fmt.Errorf("%w: provider %q is not configured on this worker", providers.ErrUnavailable, c.Provider))
+		return p.unknown(ctx, r, final, now, fmt.Errorf("%w: provider %q of connector %s: %w", providers.ErrUnavailable, c.Provider, deref(c.ConnectorID), err))
 	}
 	key := charges.IdempotencyKey(r.ID, "refund")
 	lookup := providers.RefundLookup{Reference: *c.ProviderReference, RefundID: r.ID, IdempotencyKey: key}

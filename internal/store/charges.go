@@ -3,8 +3,10 @@ package store
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"strconv"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -20,7 +22,8 @@ const chargeColumns = `id, merchant_id, environment, amount, amount_captured, am
 currency, status, pending_action, capture_amount, payment_method, capture, card_brand, card_last4, card_exp_month,
 card_exp_year, card_fingerprint, card_token, provider, provider_reference, description, metadata, failure_code,
 failure_message, created_at, updated_at, customer_id, payment_method_id, off_session, return_url,
-authentication_status, authentication_completed_at, next_action_url, action_expires_at, action_answer`
+authentication_status, authentication_completed_at, next_action_url, action_expires_at, action_answer,
+connector_id, route, attempts`
 
 // scanCharge is the one mapping from a charges row (chargeColumns, plus any
 // extra destinations) to a Charge.
@@ -31,7 +34,8 @@ func scanCharge(row pgx.Row, extra ...any) (charges.Charge, error) {
 		&c.Card.ExpMonth, &c.Card.ExpYear, &c.Card.Fingerprint, &c.CardToken, &c.Provider, &c.ProviderReference,
 		&c.Description, &c.Metadata, &c.FailureCode, &c.FailureMessage, &c.CreatedAt, &c.UpdatedAt,
 		&c.CustomerID, &c.PaymentMethodID, &c.OffSession, &c.ReturnURL, &c.Authentication.Status,
-		&c.Authentication.CompletedAt, &c.Authentication.NextActionURL, &c.Authentication.ExpiresAt, &c.Authentication.Answer}
+		&c.Authentication.CompletedAt, &c.Authentication.NextActionURL, &c.Authentication.ExpiresAt, &c.Authentication.Answer,
+		&c.ConnectorID, &c.Route, &c.Attempts}
 	err := row.Scan(append(dest, extra...)...)
 	return c, err
 }
@@ -51,10 +55,10 @@ WITH idem AS (
 	INSERT INTO charges (id, merchant_id, environment, amount, currency, status, payment_method, capture,
 		card_brand, card_last4, card_exp_month, card_exp_year, card_fingerprint, card_token, card_sealed,
 		provider, description, metadata, created_at, updated_at, event_seq,
-		customer_id, payment_method_id, off_session, return_url)
+		customer_id, payment_method_id, off_session, return_url, connector_id, route)
 	SELECT $1::uuid, $2::text, $3::text, $4::bigint, $5::text, $6::text, $7::text, $8::bool, $9::text, $10::text,
 		$11::int, $12::int, $13::text, $14::text, $15::bytea, $16::text, $17::text, $18::jsonb, $19::timestamptz, $19::timestamptz, 1,
-		$29::text, $30::text, $31::bool, $32::text
+		$29::text, $30::text, $31::bool, $32::text, $33::text, $34::jsonb
 	WHERE $25::text IS NULL OR EXISTS (SELECT 1 FROM idem)
 	RETURNING id
 ), ev AS (
@@ -85,7 +89,7 @@ func (s *Store) CreateCharge(ctx context.Context, n charges.NewCharge) (*idempot
 		n.Event.ID, n.Event.Type, n.Event.Body,
 		n.Task.ID(), n.Task.Type,
 		key, fp, status, resp,
-		c.CustomerID, c.PaymentMethodID, c.OffSession, c.ReturnURL}
+		c.CustomerID, c.PaymentMethodID, c.OffSession, c.ReturnURL, c.ConnectorID, routeJSON(c.Route)}
 	var err error
 	if n.TokenID == "" {
 		err = s.pool.QueryRow(ctx, createCharge, args...).Scan(&created, &deliveries)
@@ -289,9 +293,10 @@ WITH upd AS (
 		card_sealed = CASE WHEN $11 THEN NULL ELSE card_sealed END,
 		event_seq = event_seq + CASE WHEN $13::uuid IS NULL THEN 0 ELSE 1 END,
 		authentication_status = $19, authentication_completed_at = $20, next_action_url = $21,
-		action_expires_at = $22, action_answer = $23
+		action_expires_at = $22, action_answer = $23,
+		attempts = $26::jsonb, connector_id = $27, provider = $28
 	WHERE id = $1 AND status = $2 AND pending_action IS NOT DISTINCT FROM $12::text
-		AND action_answer IS NOT DISTINCT FROM $24::text
+		AND action_answer IS NOT DISTINCT FROM $24::text AND jsonb_array_length(attempts) = $29
 	RETURNING id, merchant_id, environment, event_seq, payment_method_id
 ), pm AS (
 	UPDATE payment_methods SET authenticated_at = coalesce(authenticated_at, $10)
@@ -306,7 +311,7 @@ WITH upd AS (
 ), nt AS (
 	INSERT INTO outbox (task_id, task_type, ref_id)
 	SELECT $17::text, $18::text, upd.id FROM upd WHERE $17::text IS NOT NULL
-	ON CONFLICT DO NOTHING
+	ON CONFLICT (task_id) DO UPDATE SET created_at = now()
 )` + fanout + `
 SELECT count(*), ` + deliveriesOf + ` FROM upd`
 
@@ -329,8 +334,54 @@ func (s *Store) ApplyTransition(ctx context.Context, t charges.Transition) (bool
 		a.FailureCode, a.FailureMessage, a.PendingAction, a.CaptureAmount, a.UpdatedAt, t.PurgeCard, t.Before.PendingAction,
 		evID, evType, evBody, t.DoneTask, thenID, thenType,
 		authStatus(a.Authentication.Status), a.Authentication.CompletedAt, a.Authentication.NextActionURL,
-		a.Authentication.ExpiresAt, a.Authentication.Answer, t.Before.Authentication.Answer, t.SavedCardAuthenticated).Scan(&n, &deliveries)
+		a.Authentication.ExpiresAt, a.Authentication.Answer, t.Before.Authentication.Answer, t.SavedCardAuthenticated,
+		attemptsJSON(a.Attempts), a.ConnectorID, a.Provider, len(t.Before.Attempts)).Scan(&n, &deliveries)
 	return n == 1, deliveryTasks(deliveries), mapErr(err, "charge")
+}
+
+// beginAttempt records a charge's current attempt before its call, if
+// the charge is still created with the attempts the worker read.
+const beginAttempt = `UPDATE charges SET attempts = attempts || jsonb_build_array($3::jsonb)
+WHERE id = $1 AND status = 'created' AND jsonb_array_length(attempts) = $2`
+
+// BeginAttempt implements charges.Store.
+func (s *Store) BeginAttempt(ctx context.Context, chargeID string, before int, a charges.Attempt) (bool, error) {
+	b, err := json.Marshal(a)
+	if err != nil {
+		return false, err
+	}
+	tag, err := s.pool.Exec(ctx, beginAttempt, chargeID, before, b)
+	return tag.RowsAffected() == 1, mapErr(err, "charge")
+}
+
+// unbeginAttempt drops the last attempt's record if it is still the one
+// begun at startedAt and the charge is still created.
+const unbeginAttempt = `UPDATE charges SET attempts = attempts - (-1)
+WHERE id = $1 AND status = 'created' AND jsonb_array_length(attempts) = $2
+	AND (attempts -> -1 ->> 'started_at')::timestamptz = $3`
+
+// UnbeginAttempt implements charges.Store.
+func (s *Store) UnbeginAttempt(ctx context.Context, chargeID string, count int, startedAt time.Time) error {
+	_, err := s.pool.Exec(ctx, unbeginAttempt, chargeID, count, startedAt)
+	return mapErr(err, "charge")
+}
+
+// attemptsJSON is a charge's attempts as stored: [] for none.
+func attemptsJSON(a []charges.Attempt) []byte {
+	if len(a) == 0 {
+		return []byte("[]")
+	}
+	b, _ := json.Marshal(a) // plain fields: cannot fail
+	return b
+}
+
+// routeJSON is a charge's route as stored: NULL for none.
+func routeJSON(r []charges.RouteStep) []byte {
+	if len(r) == 0 {
+		return nil
+	}
+	b, _ := json.Marshal(r)
+	return b
 }
 
 const deleteTask = `DELETE FROM outbox WHERE task_id = $1`

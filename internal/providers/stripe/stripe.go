@@ -20,7 +20,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptrace"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	stripego "github.com/stripe/stripe-go/v84"
@@ -149,13 +151,39 @@ func (p *Provider) Authorize(ctx context.Context, r providers.AuthorizeRequest) 
 	}
 	pm, err := p.paymentMethod(ctx, r.IdempotencyKey, r.Card)
 	if err != nil {
-		return providers.Result{}, err
+		// No PaymentIntent was asked for: nothing can have been taken.
+		return providers.Result{}, notSent(err)
 	}
-	pi, err := p.client.V1PaymentIntents.Create(ctx, intentParams(r, pm))
+	tctx, wrote := traceWrites(ctx)
+	pi, err := p.client.V1PaymentIntents.Create(tctx, intentParams(r, pm))
 	if err != nil {
+		if !wrote() {
+			return providers.Result{}, notSent(mapError(err))
+		}
 		return providers.Result{}, mapError(err)
 	}
 	return intentResult(pi, r.OffSession)
+}
+
+// traceWrites returns ctx with a trace of the HTTP requests written under
+// it, and a function that reports whether any was, even in part: a request
+// never written (the dial was refused, no connection was free) never
+// reached Stripe. Go's transport may replay a request carrying an
+// Idempotency-Key on a new connection; every write counts.
+func traceWrites(ctx context.Context) (context.Context, func() bool) {
+	var wrote atomic.Bool
+	trace := &httptrace.ClientTrace{WroteHeaders: func() { wrote.Store(true) },
+		WroteRequest: func(httptrace.WroteRequestInfo) { wrote.Store(true) }}
+	return httptrace.WithClientTrace(ctx, trace), wrote.Load
+}
+
+// notSent marks an outage error as a call that never reached Stripe's
+// PaymentIntents (a decline stays a decline).
+func notSent(err error) error {
+	if _, ok := providers.AsDecline(err); ok || !errors.Is(err, providers.ErrUnavailable) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", err, providers.ErrNotSent)
 }
 
 // intentParams is the confirming creation of the PaymentIntent of r, paid

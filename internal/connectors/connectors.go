@@ -1,0 +1,458 @@
+// Package connectors holds a merchant's accounts at providers (connectors)
+// and the routing rules that choose connectors for each charge.
+//
+// A connector's credentials are sealed under its id and never leave the
+// worker: the API answers without them. Every merchant has a connector for
+// each provider the server itself has an account with (the sandbox always,
+// Stripe when STRIPE_SECRET_KEY is set), created on first use, so charges
+// that name only a provider keep working. A deleted connector keeps its
+// row: the captures, voids and refunds of the charges it took still go to
+// it.
+package connectors
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/gatehouse-pay/gatehouse/internal/apperr"
+	"github.com/gatehouse-pay/gatehouse/internal/events"
+	"github.com/gatehouse-pay/gatehouse/internal/idempotency"
+	"github.com/gatehouse-pay/gatehouse/internal/ids"
+	"github.com/gatehouse-pay/gatehouse/internal/keyring"
+	"github.com/gatehouse-pay/gatehouse/internal/listing"
+)
+
+// Prefix is the id prefix of connectors.
+const Prefix = "conn"
+
+// ValidID reports whether id can be a connector's.
+func ValidID(id string) bool { return ids.Valid(Prefix, id) }
+
+// Providers a connector can be at.
+const (
+	ProviderSandbox = "sandbox"
+	ProviderStripe  = "stripe"
+)
+
+// Providers lists them.
+var Providers = []string{ProviderSandbox, ProviderStripe}
+
+// MaxNameLen bounds a connector's name.
+const MaxNameLen = 100
+
+// MaxLatencyMS bounds the sandbox's rehearsed latency.
+const MaxLatencyMS = 5000
+
+// RehearsalDeclines are the decline codes a sandbox connector may be set to
+// answer every authorization with: the soft declines routing moves on
+// after, and the hard ones it never moves on after.
+var RehearsalDeclines = []string{"processing_error", "issuer_unavailable", "try_again_later",
+	"card_declined", "insufficient_funds", "expired_card", "incorrect_cvc", "fraudulent", "lost_card", "stolen_card"}
+
+// SoftDeclines are the failure codes after which a charge moves on to its
+// next connector: another provider may well take the card.
+var SoftDeclines = []string{"processing_error", "issuer_unavailable", "try_again_later"}
+
+// Soft reports whether a decline code lets routing move on.
+func Soft(code string) bool {
+	for _, c := range SoftDeclines {
+		if c == code {
+			return true
+		}
+	}
+	return false
+}
+
+// Sandbox is a sandbox connector's rehearsal: it lets a merchant see
+// routing move on without a real outage.
+type Sandbox struct {
+	// Unavailable: every call fails as an outage would, before anything is
+	// booked.
+	Unavailable bool `json:"unavailable"`
+	// DeclineCode, when set, is the answer to every authorization.
+	DeclineCode *string `json:"decline_code"`
+	// LatencyMS is added before every call.
+	LatencyMS int `json:"latency_ms"`
+}
+
+// Connector is one of a merchant's accounts at a provider.
+type Connector struct {
+	ID         string
+	MerchantID string
+	Provider   string
+	Name       string
+	Enabled    bool
+	// ServerAccount: the connector uses the server's own account at its
+	// provider instead of credentials of its own.
+	ServerAccount bool
+	// Sealed is the sealed credentials (nil for none); only the worker
+	// opens them.
+	Sealed    []byte
+	Sandbox   *Sandbox
+	CreatedAt time.Time
+	UpdatedAt time.Time
+	DeletedAt *time.Time
+}
+
+// View is the public form of a connector: never its credentials.
+type View struct {
+	ID             string   `json:"id"`
+	Object         string   `json:"object"`
+	Provider       string   `json:"provider"`
+	Name           string   `json:"name"`
+	Enabled        bool     `json:"enabled"`
+	ServerAccount  bool     `json:"server_account"`
+	HasCredentials bool     `json:"has_credentials"`
+	Sandbox        *Sandbox `json:"sandbox,omitempty"`
+	CreatedAt      string   `json:"created_at"`
+	UpdatedAt      string   `json:"updated_at"`
+}
+
+// View returns the public form.
+func (c Connector) View() View {
+	v := View{ID: c.ID, Object: "connector", Provider: c.Provider, Name: c.Name, Enabled: c.Enabled,
+		ServerAccount: c.ServerAccount, HasCredentials: c.Sealed != nil,
+		CreatedAt: events.Timestamp(c.CreatedAt), UpdatedAt: events.Timestamp(c.UpdatedAt)}
+	if c.Provider == ProviderSandbox {
+		s := Sandbox{}
+		if c.Sandbox != nil {
+			s = *c.Sandbox
+		}
+		v.Sandbox = &s
+	}
+	return v
+}
+
+// MarshalJSON renders the public form.
+func (c Connector) MarshalJSON() ([]byte, error) { return json.Marshal(c.View()) }
+
+// Credentials is what a connector needs to reach its provider's account.
+type Credentials struct {
+	SecretKey string `json:"secret_key"`
+}
+
+// String never prints the secret.
+func (Credentials) String() string { return "[credentials]" }
+
+// GoString never prints the secret.
+func (Credentials) GoString() string { return "[credentials]" }
+
+// CreateParams is the body of POST /v1/connectors.
+type CreateParams struct {
+	Provider    *string            `json:"provider"`
+	Name        *string            `json:"name"`
+	Credentials *map[string]string `json:"credentials"`
+	Enabled     *bool              `json:"enabled"`
+	Sandbox     *SandboxParams     `json:"sandbox"`
+}
+
+// SandboxParams sets a sandbox connector's rehearsal; an absent field keeps
+// its value.
+type SandboxParams struct {
+	Unavailable *bool   `json:"unavailable"`
+	DeclineCode *string `json:"decline_code"`
+	// declineSet tells an explicit null (clear it) from an absent field.
+	declineSet bool
+	LatencyMS  *int `json:"latency_ms"`
+}
+
+// UnmarshalJSON tells "decline_code": null from no decline_code.
+func (p *SandboxParams) UnmarshalJSON(b []byte) error {
+	type plain SandboxParams
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return err
+	}
+	var v plain
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*p = SandboxParams(v)
+	_, p.declineSet = raw["decline_code"]
+	return nil
+}
+
+// UpdateParams is the body of PATCH /v1/connectors/:id; absent fields keep
+// their values.
+type UpdateParams struct {
+	Name        *string            `json:"name"`
+	Credentials *map[string]string `json:"credentials"`
+	Enabled     *bool              `json:"enabled"`
+	Sandbox     *SandboxParams     `json:"sandbox"`
+}
+
+// Patch is a checked update.
+type Patch struct {
+	Name    *string
+	Enabled *bool
+	Sealed  []byte // nil keeps the credentials
+	Sandbox *Sandbox
+	At      time.Time
+}
+
+// Store persists connectors and routing. Every method that takes a
+// merchant id answers NotFound for another merchant's objects.
+type Store interface {
+	CreateConnector(ctx context.Context, c Connector, idem *idempotency.Request, first idempotency.Response) (*idempotency.Response, error)
+	ConnectorByID(ctx context.Context, merchantID, id string) (Connector, error)
+	ListConnectors(ctx context.Context, merchantID string, p listing.Params) (listing.Page[Connector], error)
+	UpdateConnector(ctx context.Context, merchantID, id string, p Patch) (Connector, error)
+	// DeleteConnector marks the connector deleted unless the routing names
+	// it (a Conflict).
+	DeleteConnector(ctx context.Context, merchantID, id string, at time.Time) error
+	// Snapshot reads what routing needs of a merchant: its live connectors
+	// (creating the server-account ones for serverProviders first, if
+	// missing) and its routing.
+	Snapshot(ctx context.Context, merchantID string, serverProviders []string, at time.Time) (Snapshot, error)
+	// PutRouting replaces the merchant's routing if every connector it
+	// names is still live and enabled.
+	PutRouting(ctx context.Context, merchantID string, r Routing, at time.Time) (Routing, error)
+	// ConnectorForWork reads a connector by id for the worker, deleted or not.
+	ConnectorForWork(ctx context.Context, id string) (Connector, error)
+}
+
+// Service is the API side of connectors and routing.
+type Service struct {
+	store     Store
+	keys      *keyring.Keyring
+	dir       *Directory
+	now       func() time.Time
+	available []string
+}
+
+// NewService returns the API-side service. available are the providers the
+// server has an account with (its server-account connectors); dir is the
+// routing cache the charge path reads, told of every change.
+func NewService(store Store, keys *keyring.Keyring, dir *Directory, available []string, now func() time.Time) *Service {
+	return &Service{store: store, keys: keys, dir: dir, now: now, available: available}
+}
+
+// Result is a created or replayed answer.
+type Result struct {
+	Response idempotency.Response
+	Replayed bool
+}
+
+func (s *Service) stamp() time.Time { return s.now().UTC().Truncate(time.Millisecond) }
+
+func errNotFound() error { return apperr.NotFound("connector") }
+
+// Create checks p and stores a new connector of the merchant.
+func (s *Service) Create(ctx context.Context, merchantID string, p CreateParams, idem *idempotency.Request, render func(Connector) (idempotency.Response, error)) (Result, error) {
+	if p.Provider == nil || *p.Provider == "" {
+		return Result{}, apperr.Missing("provider")
+	}
+	if !oneOf(Providers, *p.Provider) {
+		return Result{}, apperr.Invalid("provider", "provider must be one of: %s.", strings.Join(Providers, ", "))
+	}
+	if p.Name == nil {
+		return Result{}, apperr.Missing("name")
+	}
+	if err := checkName(*p.Name); err != nil {
+		return Result{}, err
+	}
+	now := s.stamp()
+	c := Connector{ID: ids.New(Prefix), MerchantID: merchantID, Provider: *p.Provider, Name: strings.TrimSpace(*p.Name),
+		Enabled: true, CreatedAt: now, UpdatedAt: now}
+	if p.Enabled != nil {
+		c.Enabled = *p.Enabled
+	}
+	if err := s.credentials(&c, p.Credentials, true); err != nil {
+		return Result{}, err
+	}
+	sb, err := sandboxOf(c.Provider, nil, p.Sandbox)
+	if err != nil {
+		return Result{}, err
+	}
+	c.Sandbox = sb
+	first, err := render(c)
+	if err != nil {
+		return Result{}, apperr.Internal(err)
+	}
+	replay, err := s.store.CreateConnector(ctx, c, idem, first)
+	if err != nil {
+		return Result{}, err
+	}
+	if replay != nil {
+		return Result{Response: *replay, Replayed: true}, nil
+	}
+	s.dir.Changed(ctx, merchantID)
+	return Result{Response: first}, nil
+}
+
+// Get returns one of the merchant's connectors.
+func (s *Service) Get(ctx context.Context, merchantID, id string) (Connector, error) {
+	if !ValidID(id) {
+		return Connector{}, errNotFound()
+	}
+	return s.store.ConnectorByID(ctx, merchantID, id)
+}
+
+// List returns a page of the merchant's connectors, the server-account
+// ones included.
+func (s *Service) List(ctx context.Context, merchantID string, p listing.Params) (listing.Page[Connector], error) {
+	if _, err := s.dir.Snapshot(ctx, merchantID); err != nil { // creates the server-account connectors
+		return listing.Page[Connector]{}, err
+	}
+	return s.store.ListConnectors(ctx, merchantID, p)
+}
+
+// Update changes a connector's name, credentials, enabled flag or sandbox
+// rehearsal.
+func (s *Service) Update(ctx context.Context, merchantID, id string, p UpdateParams) (Connector, error) {
+	if p.Name != nil {
+		if err := checkName(*p.Name); err != nil {
+			return Connector{}, err
+		}
+		n := strings.TrimSpace(*p.Name)
+		p.Name = &n
+	}
+	if !ValidID(id) {
+		return Connector{}, errNotFound()
+	}
+	cur, err := s.store.ConnectorByID(ctx, merchantID, id)
+	if err != nil {
+		return Connector{}, err
+	}
+	patch := Patch{Name: p.Name, Enabled: p.Enabled, At: s.stamp()}
+	if p.Credentials != nil {
+		if cur.ServerAccount {
+			return Connector{}, apperr.Invalid("credentials", "This connector uses the server's own account; create a connector for other credentials.")
+		}
+		next := cur
+		if err := s.credentials(&next, p.Credentials, false); err != nil {
+			return Connector{}, err
+		}
+		patch.Sealed = next.Sealed
+	}
+	if p.Sandbox != nil {
+		sb, err := sandboxOf(cur.Provider, cur.Sandbox, p.Sandbox)
+		if err != nil {
+			return Connector{}, err
+		}
+		patch.Sandbox = sb
+	}
+	c, err := s.store.UpdateConnector(ctx, merchantID, id, patch)
+	if err != nil {
+		return Connector{}, err
+	}
+	s.dir.Changed(ctx, merchantID)
+	return c, nil
+}
+
+// Delete deletes a connector the routing does not name.
+func (s *Service) Delete(ctx context.Context, merchantID, id string) error {
+	if !ValidID(id) {
+		return errNotFound()
+	}
+	if err := s.store.DeleteConnector(ctx, merchantID, id, s.stamp()); err != nil {
+		return err
+	}
+	s.dir.Changed(ctx, merchantID)
+	return nil
+}
+
+// credentials checks and seals the credentials of c's provider. A sandbox
+// connector takes none; a Stripe one needs a secret key (required says the
+// credentials must be given).
+func (s *Service) credentials(c *Connector, in *map[string]string, required bool) error {
+	if c.Provider == ProviderSandbox {
+		if in != nil && len(*in) > 0 {
+			return apperr.Invalid("credentials", "A sandbox connector takes no credentials.")
+		}
+		return nil
+	}
+	if in == nil {
+		if required {
+			return apperr.Missing("credentials")
+		}
+		return nil
+	}
+	for k := range *in {
+		if k != "secret_key" {
+			return apperr.Invalid("credentials."+k, "A stripe connector's credentials are {\"secret_key\": \"sk_...\"} only.")
+		}
+	}
+	key := strings.TrimSpace((*in)["secret_key"])
+	if key == "" {
+		return apperr.Missing("credentials.secret_key")
+	}
+	if !(strings.HasPrefix(key, "sk_test_") || strings.HasPrefix(key, "sk_live_") || strings.HasPrefix(key, "rk_test_") ||
+		strings.HasPrefix(key, "rk_live_")) || len(key) > 255 || strings.ContainsAny(key, " \t\r\n\x00") {
+		return apperr.Invalid("credentials.secret_key", "credentials.secret_key must be a Stripe secret or restricted key (sk_test_..., sk_live_...).")
+	}
+	plain, err := json.Marshal(Credentials{SecretKey: key})
+	if err != nil {
+		return apperr.Internal(err)
+	}
+	sealed, err := s.keys.Seal(keyring.PurposeConnector, plain, []byte(c.ID))
+	if err != nil {
+		return apperr.Internal(err)
+	}
+	c.Sealed = sealed
+	return nil
+}
+
+// OpenCredentials opens a connector's sealed credentials.
+func OpenCredentials(keys *keyring.Keyring, c Connector) (Credentials, error) {
+	var cr Credentials
+	plain, err := keys.Open(keyring.PurposeConnector, c.Sealed, []byte(c.ID))
+	if err != nil {
+		return cr, err
+	}
+	err = json.Unmarshal(plain, &cr)
+	return cr, err
+}
+
+func checkName(n string) error {
+	t := strings.TrimSpace(n)
+	if t == "" || utf8.RuneCountInString(t) > MaxNameLen || strings.IndexByte(t, 0) >= 0 {
+		return apperr.Invalid("name", "name must be 1 to %d characters.", MaxNameLen)
+	}
+	return nil
+}
+
+// sandboxOf applies p to a sandbox connector's rehearsal cur.
+func sandboxOf(provider string, cur *Sandbox, p *SandboxParams) (*Sandbox, error) {
+	if provider != ProviderSandbox {
+		if p != nil {
+			return nil, apperr.Invalid("sandbox", "Only a sandbox connector has rehearsal settings.")
+		}
+		return nil, nil
+	}
+	s := Sandbox{}
+	if cur != nil {
+		s = *cur
+	}
+	if p == nil {
+		return &s, nil
+	}
+	if p.Unavailable != nil {
+		s.Unavailable = *p.Unavailable
+	}
+	if p.declineSet {
+		if p.DeclineCode != nil && !oneOf(RehearsalDeclines, *p.DeclineCode) {
+			return nil, apperr.Invalid("sandbox.decline_code", "sandbox.decline_code must be null or one of: %s.", strings.Join(RehearsalDeclines, ", "))
+		}
+		s.DeclineCode = p.DeclineCode
+	}
+	if p.LatencyMS != nil {
+		if *p.LatencyMS < 0 || *p.LatencyMS > MaxLatencyMS {
+			return nil, apperr.Invalid("sandbox.latency_ms", "sandbox.latency_ms must be from 0 to %d.", MaxLatencyMS)
+		}
+		s.LatencyMS = *p.LatencyMS
+	}
+	return &s, nil
+}
+
+func oneOf(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
