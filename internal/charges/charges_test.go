@@ -658,7 +658,8 @@ func TestView(t *testing.T) {
 		"metadata": map[string]any{}, "failure_code": nil, "failure_message": nil,
 		"customer": nil, "off_session": false, "next_action": nil,
 		"authentication": map[string]any{"status": "not_required", "completed_at": nil},
-		"created_at":     "2026-11-22T00:17:13.123Z", "updated_at": "2026-11-22T01:17:13.000Z",
+		"connector":      nil, "attempts": []any{},
+		"created_at": "2026-11-22T00:17:13.123Z", "updated_at": "2026-11-22T01:17:13.000Z",
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("charge JSON (-want +got):\n%s", diff)
