@@ -138,7 +138,9 @@ func work(ctx context.Context, getenv func(string) string, stderr io.Writer) err
 			}
 			return stripe.New(cr.SecretKey, cfg.StripeAPIBase, httpClient), nil
 		},
-		func(name string, p providers.Provider) providers.Provider { return providers.NamedBreaker(name, p, breaker) },
+		func(name string, p providers.Provider) providers.Provider {
+			return providers.NamedBreaker(name, p, breaker)
+		},
 		0, time.Now)
 	observe := func(provider, op string, o charges.Outcome, d time.Duration) {
 		pm.Calls.WithLabelValues(provider, op, string(o)).Inc()

@@ -38,10 +38,10 @@ func TestFailover(t *testing.T) {
 	timeout := fmt.Errorf("%w: %w", providers.ErrUnavailable, context.DeadlineExceeded)
 	type want int
 	const (
-		moveOn want = iota
-		fail        // the charge fails where it is, nothing to release
-		reverse     // the charge fails and its reverse releases what may be booked
-		retry       // the task runs again at the same connector
+		moveOn  want = iota
+		fail         // the charge fails where it is, nothing to release
+		reverse      // the charge fails and its reverse releases what may be booked
+		retry        // the task runs again at the same connector
 	)
 	cases := []struct {
 		name    string

@@ -143,8 +143,8 @@ type Config struct {
 	ProviderMaxAttempts int
 	// RoutingMaxAttempts is how many connectors one charge tries at most.
 	RoutingMaxAttempts int
-	ProviderRetryBase   time.Duration
-	ProviderRetryMax    time.Duration
+	ProviderRetryBase  time.Duration
+	ProviderRetryMax   time.Duration
 	// ProviderIdempotencyWindow is how long a capture or refund whose
 	// outcome is unknown is sent again under its idempotency key; after it
 	// the provider is only asked to look the object up (Stripe keeps keys

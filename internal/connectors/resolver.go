@@ -35,9 +35,9 @@ type Resolver struct {
 	refresh time.Duration
 	now     func() time.Time
 
-	mu      sync.Mutex
-	byID    map[string]*resolved
-	legacy  map[string]providers.Provider
+	mu     sync.Mutex
+	byID   map[string]*resolved
+	legacy map[string]providers.Provider
 }
 
 type resolved struct {
