@@ -2,7 +2,6 @@ package charges
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -189,18 +188,6 @@ func (p *Processor) beginAttempt(ctx context.Context, c *Charge) (owner bool, er
 	return true, nil
 }
 
-// unbeginAttempt drops the record of an attempt none of whose calls reached
-// the provider, so the next run may still move on if its own calls never
-// do.
-func (p *Processor) unbeginAttempt(ctx context.Context, c Charge) {
-	if len(c.Attempts) == 0 {
-		return
-	}
-	if err := p.store.UnbeginAttempt(ctx, c.ID, len(c.Attempts), c.Attempts[len(c.Attempts)-1].StartedAt); err != nil {
-		p.log.WarnContext(ctx, "attempt record not dropped; the charge will not move on from this connector", "charge_id", c.ID, "err", err)
-	}
-}
-
 // moveOn ends the current attempt as failed with code and hands the charge
 // to the next connector of its route, in a new authorize task. The charge
 // stays created: nothing was taken.
@@ -235,22 +222,24 @@ func endedAttempt(t Transition) (Attempt, bool) {
 // on, and whether it does: a soft decline, or an outage in which nothing
 // was booked (the provider vouches for it, or no call of the attempt ever
 // reached it), when the charge has a next connector.
-func failoverCode(c Charge, err error, owner, final bool) (string, bool) {
+func failoverCode(c Charge, err error, owner bool) (string, bool) {
 	if _, ok := c.nextStep(); !ok {
 		return "", false
 	}
 	if d, ok := providers.AsDecline(err); ok {
 		return d.Code, connectors.Soft(d.Code)
 	}
-	known := providers.NothingBooked(err) || (owner && providers.NotSent(err))
-	open := providers.NotSent(err) && isCircuitOpen(err)
-	if known && (final || open) {
+	// Known: the provider vouches it booked nothing under the key, or no
+	// call of the attempt ever reached it (every call was this run's, and
+	// its breaker or the connection refused it). Another connector is then
+	// a better bet than waiting out this one's outage. A call that may
+	// have reached it (a timeout, a reset) is settled at this connector
+	// first, however long that takes.
+	if providers.NothingBooked(err) || (owner && providers.NotSent(err)) {
 		return "provider_unavailable", true
 	}
 	return "", false
 }
-
-func isCircuitOpen(err error) bool { return errors.Is(err, providers.ErrCircuitOpen) }
 
 // String names an attempt for logs.
 func (a Attempt) String() string {

@@ -94,7 +94,6 @@ type fakeStore struct {
 	transitions []charges.Transition
 	deleted     []string
 	begun       []charges.Attempt
-	unbegun     int
 }
 
 func (s *fakeStore) CreateCharge(ctx context.Context, n charges.NewCharge) (*idempotency.Response, []outbox.Task, error) {
@@ -152,13 +151,6 @@ func (s *fakeStore) BeginAttempt(ctx context.Context, chargeID string, before in
 	defer s.mu.Unlock()
 	s.begun = append(s.begun, a)
 	return true, nil
-}
-
-func (s *fakeStore) UnbeginAttempt(ctx context.Context, chargeID string, count int, startedAt time.Time) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.unbegun++
-	return nil
 }
 
 func (s *fakeStore) DeleteTask(ctx context.Context, taskID string) error {

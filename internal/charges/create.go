@@ -94,10 +94,8 @@ type Store interface {
 	RequestAction(ctx context.Context, r ActionRequest) (replay *idempotency.Response, err error)
 	ChargeForWork(ctx context.Context, id string) (Charge, []byte, error)
 	// BeginAttempt appends a as the charge's current attempt if the charge
-	// is still created with before attempts; UnbeginAttempt drops it again
-	// if it is still the last, begun at startedAt, of count.
+	// is still created with before attempts.
 	BeginAttempt(ctx context.Context, chargeID string, before int, a Attempt) (bool, error)
-	UnbeginAttempt(ctx context.Context, chargeID string, count int, startedAt time.Time) error
 	ApplyTransition(ctx context.Context, t Transition) (applied bool, deliveries []outbox.Task, err error)
 	DeleteTask(ctx context.Context, taskID string) error
 }

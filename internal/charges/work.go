@@ -258,7 +258,7 @@ func (p *Processor) Authorize(ctx context.Context, id string, final bool) error 
 	cancel()
 	elapsed := time.Since(start)
 	if err != nil {
-		if code, ok := failoverCode(c, err, owner, final); ok {
+		if code, ok := failoverCode(c, err, owner); ok {
 			p.observe(c.Provider, "authorize", failoverOutcome(err), elapsed)
 			return p.moveOn(ctx, c, task, code)
 		}
@@ -268,11 +268,6 @@ func (p *Processor) Authorize(ctx context.Context, id string, final bool) error 
 		return p.fail(ctx, c, task, d.Code, declineMessage(d))
 	}
 	if err != nil {
-		if c.begun() && (providers.NothingBooked(err) || (owner && providers.NotSent(err))) {
-			// Nothing was booked under the attempt's key: the next run
-			// starts the attempt afresh.
-			p.unbeginAttempt(ctx, c)
-		}
 		if !final {
 			p.observe(c.Provider, "authorize", OutcomeRetry, elapsed)
 			return fmt.Errorf("%w: %v", ErrRetry, err)

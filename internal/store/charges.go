@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"strconv"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -283,7 +282,8 @@ func (s *Store) ChargeForWork(ctx context.Context, id string) (charges.Charge, [
 	return c, sealed, mapErr(err, "charge")
 }
 
-// applyTransition moves a charge if it is still where the worker found it,
+// applyTransition moves a charge if it is still where the worker found it
+// (status, pending action, answer, attempts and connector),
 // writes the event, drops the task that did it and writes the task the new
 // state calls for (if any), in one statement.
 const applyTransition = `
@@ -297,6 +297,7 @@ WITH upd AS (
 		attempts = $26::jsonb, connector_id = $27, provider = $28
 	WHERE id = $1 AND status = $2 AND pending_action IS NOT DISTINCT FROM $12::text
 		AND action_answer IS NOT DISTINCT FROM $24::text AND jsonb_array_length(attempts) = $29
+		AND connector_id IS NOT DISTINCT FROM $30::text
 	RETURNING id, merchant_id, environment, event_seq, payment_method_id
 ), pm AS (
 	UPDATE payment_methods SET authenticated_at = coalesce(authenticated_at, $10)
@@ -335,7 +336,7 @@ func (s *Store) ApplyTransition(ctx context.Context, t charges.Transition) (bool
 		evID, evType, evBody, t.DoneTask, thenID, thenType,
 		authStatus(a.Authentication.Status), a.Authentication.CompletedAt, a.Authentication.NextActionURL,
 		a.Authentication.ExpiresAt, a.Authentication.Answer, t.Before.Authentication.Answer, t.SavedCardAuthenticated,
-		attemptsJSON(a.Attempts), a.ConnectorID, a.Provider, len(t.Before.Attempts)).Scan(&n, &deliveries)
+		attemptsJSON(a.Attempts), a.ConnectorID, a.Provider, len(t.Before.Attempts), t.Before.ConnectorID).Scan(&n, &deliveries)
 	return n == 1, deliveryTasks(deliveries), mapErr(err, "charge")
 }
 
@@ -352,18 +353,6 @@ func (s *Store) BeginAttempt(ctx context.Context, chargeID string, before int, a
 	}
 	tag, err := s.pool.Exec(ctx, beginAttempt, chargeID, before, b)
 	return tag.RowsAffected() == 1, mapErr(err, "charge")
-}
-
-// unbeginAttempt drops the last attempt's record if it is still the one
-// begun at startedAt and the charge is still created.
-const unbeginAttempt = `UPDATE charges SET attempts = attempts - (-1)
-WHERE id = $1 AND status = 'created' AND jsonb_array_length(attempts) = $2
-	AND (attempts -> -1 ->> 'started_at')::timestamptz = $3`
-
-// UnbeginAttempt implements charges.Store.
-func (s *Store) UnbeginAttempt(ctx context.Context, chargeID string, count int, startedAt time.Time) error {
-	_, err := s.pool.Exec(ctx, unbeginAttempt, chargeID, count, startedAt)
-	return mapErr(err, "charge")
 }
 
 // attemptsJSON is a charge's attempts as stored: [] for none.
