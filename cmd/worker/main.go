@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -120,6 +121,10 @@ func work(ctx context.Context, getenv func(string) string, stderr io.Writer) err
 	}
 	pm := metrics.NewProviders(reg)
 	pm.Init(cfg.Providers())
+	// Failovers can leave a connector of any provider (Stripe connectors
+	// may bring their own keys): soft declines, or an outage in which
+	// nothing was booked (provider_unavailable).
+	pm.InitFailovers(connectors.Providers, append(slices.Clone(connectors.SoftDeclines), "provider_unavailable"))
 	// Every connector has a circuit breaker of its own, named after its id
 	// (charges made before connectors: after the provider).
 	breaker := providers.BreakerOptions{OnStateChange: func(name, from, to string) {
@@ -139,6 +144,9 @@ func work(ctx context.Context, getenv func(string) string, stderr io.Writer) err
 			return stripe.New(cr.SecretKey, cfg.StripeAPIBase, httpClient), nil
 		},
 		func(name string, p providers.Provider) providers.Provider {
+			if connectors.ValidID(name) {
+				pm.InitConnector(name, p.Name())
+			}
 			return providers.NamedBreaker(name, p, breaker)
 		},
 		0, time.Now)

@@ -36,6 +36,7 @@ var metricNames = []string{
 	"gatehouse_jobs_processed_total", "gatehouse_job_duration_seconds",
 	"gatehouse_provider_calls_total", "gatehouse_provider_call_duration_seconds", "gatehouse_provider_circuit_state",
 	"gatehouse_charges_total", "gatehouse_refunds_total",
+	"gatehouse_connector_attempts_total", "gatehouse_routing_failovers_total",
 	"gatehouse_webhook_attempts_total", "gatehouse_webhook_attempt_duration_seconds", "gatehouse_webhook_first_attempt_delay_seconds",
 	"gatehouse_webhook_batch_size", "gatehouse_webhook_endpoints_disabled_total",
 	"gatehouse_outbox_backlog", "gatehouse_outbox_oldest_age_seconds", "gatehouse_provider_outcomes_unknown",

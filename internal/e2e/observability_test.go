@@ -72,6 +72,7 @@ var obsMetrics = []string{
 	"gatehouse_jobs_processed_total", "gatehouse_job_duration_seconds",
 	"gatehouse_provider_calls_total", "gatehouse_provider_call_duration_seconds", "gatehouse_provider_circuit_state",
 	"gatehouse_charges_total", "gatehouse_refunds_total",
+	"gatehouse_connector_attempts_total", "gatehouse_routing_failovers_total",
 	"gatehouse_webhook_attempts_total", "gatehouse_webhook_attempt_duration_seconds", "gatehouse_webhook_first_attempt_delay_seconds",
 	"gatehouse_outbox_backlog", "gatehouse_outbox_oldest_age_seconds",
 	"asynq_queue_size", "asynq_queue_latency_seconds", "asynq_tasks", "asynq_queue_paused",
@@ -525,6 +526,16 @@ var obsRecorded = []struct {
 	{`sum(gatehouse_webhook_attempt_duration_seconds_count{outcome="failed"})`, 2},
 	{`sum(gatehouse_webhook_first_attempt_delay_seconds_count)`, 1},
 	{`count(gatehouse_provider_circuit_state{provider="sandbox"} == 0)`, 1},
+	// The charges went through the merchant's Sandbox connector: its
+	// attempts are counted under its id, and the series it has not used yet
+	// (unknown) and its closed breaker exist from its first attempt on.
+	{`sum(gatehouse_connector_attempts_total{connector=~"conn_.+", provider="sandbox", status="succeeded"})`, 6},
+	{`sum(gatehouse_connector_attempts_total{connector=~"conn_.+", provider="sandbox", status="failed"})`, 2},
+	{`count(gatehouse_connector_attempts_total{connector=~"conn_.+", provider="sandbox", status="unknown"} == 0)`, 1},
+	{`count(gatehouse_provider_circuit_state{provider=~"conn_.+"} == 0)`, 1},
+	// No charge failed over, yet each provider's failover codes are there.
+	{`count(gatehouse_routing_failovers_total{provider="stripe", code="provider_unavailable"} == 0)`, 1},
+	{`count(gatehouse_routing_failovers_total{provider="sandbox", code="processing_error"} == 0)`, 1},
 	{`min(gatehouse_db_pool_max_connections)`, 1},
 	{`min(sum by (job, instance) (gatehouse_redis_pool_total_connections))`, 1},
 }

@@ -192,6 +192,31 @@ func (m *Providers) Init(providers []string) {
 	}
 }
 
+// AttemptStatuses are the statuses an ended charge attempt is counted
+// under in gatehouse_connector_attempts_total.
+var AttemptStatuses = []string{"succeeded", "failed", "unknown"}
+
+// InitFailovers creates the zero-valued failover series of each provider
+// and failure code, so a failover rate exists before the first failover.
+func (m *Providers) InitFailovers(providers, codes []string) {
+	for _, p := range providers {
+		for _, c := range codes {
+			m.Failovers.WithLabelValues(p, c)
+		}
+	}
+}
+
+// InitConnector creates the zero-valued series of a connector the worker
+// starts to use: its attempts by status and its circuit breaker (closed, as
+// a new breaker is), so a success rate and a breaker state exist from its
+// first attempt on.
+func (m *Providers) InitConnector(connector, provider string) {
+	for _, s := range AttemptStatuses {
+		m.Attempts.WithLabelValues(connector, provider, s)
+	}
+	m.Circuit.WithLabelValues(connector).Set(0)
+}
+
 // CircuitValue maps a breaker state name to the gauge value.
 func CircuitValue(state string) float64 {
 	switch state {

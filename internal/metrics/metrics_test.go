@@ -69,6 +69,8 @@ func TestEveryMetricInOneRegistry(t *testing.T) {
 	j.Duration.WithLabelValues("charge:authorize").Observe(0.2)
 	p.Calls.WithLabelValues("sandbox", "authorize", "succeeded").Inc()
 	p.Duration.WithLabelValues("sandbox", "authorize").Observe(0.05)
+	p.InitConnector("conn_a", "sandbox")
+	p.InitFailovers([]string{"sandbox"}, []string{"processing_error"})
 	w.FirstAttempt.Observe(0.3)
 
 	problems, err := testutil.GatherAndLint(reg)
@@ -89,6 +91,7 @@ func TestEveryMetricInOneRegistry(t *testing.T) {
 		"gatehouse_charges_total", "gatehouse_refunds_total",
 		"gatehouse_webhook_attempts_total", "gatehouse_webhook_attempt_duration_seconds", "gatehouse_webhook_first_attempt_delay_seconds",
 		"gatehouse_webhook_batch_size",
+		"gatehouse_connector_attempts_total", "gatehouse_routing_failovers_total",
 	} {
 		if names[name] == 0 {
 			t.Errorf("%s is not gathered", name)
@@ -136,6 +139,44 @@ gatehouse_refunds_total{outcome="succeeded",provider="sandbox"} 0
 	p.Init([]string{"sandbox"})
 	if got := testutil.ToFloat64(p.Charges.WithLabelValues("sandbox", "captured")); got != 1 {
 		t.Errorf("captured after a second Init: %v, want 1", got)
+	}
+}
+
+// TestProvidersInitRouting: InitFailovers creates a zero failover series for
+// each provider and code; InitConnector creates the connector's attempts by
+// status at 0 and a closed circuit under its id, keeping counts already
+// recorded and setting nothing for other connectors.
+func TestProvidersInitRouting(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	p := metrics.NewProviders(reg)
+	for name, c := range map[string]prometheus.Collector{"attempts": p.Attempts, "failovers": p.Failovers} {
+		if n := testutil.CollectAndCount(c); n != 0 {
+			t.Errorf("%s before Init: %d series, want 0", name, n)
+		}
+	}
+	p.InitFailovers([]string{"sandbox", "stripe"}, []string{"processing_error", "provider_unavailable"})
+	p.Attempts.WithLabelValues("conn_a", "stripe", "failed").Inc()
+	p.InitConnector("conn_a", "stripe")
+
+	const want = `
+# HELP gatehouse_connector_attempts_total Charge attempts that ended, by connector, provider and status (succeeded, failed, unknown).
+# TYPE gatehouse_connector_attempts_total counter
+gatehouse_connector_attempts_total{connector="conn_a",provider="stripe",status="failed"} 1
+gatehouse_connector_attempts_total{connector="conn_a",provider="stripe",status="succeeded"} 0
+gatehouse_connector_attempts_total{connector="conn_a",provider="stripe",status="unknown"} 0
+# HELP gatehouse_routing_failovers_total Charges that moved on to their next connector, by the provider they left and the failure code.
+# TYPE gatehouse_routing_failovers_total counter
+gatehouse_routing_failovers_total{code="processing_error",provider="sandbox"} 0
+gatehouse_routing_failovers_total{code="processing_error",provider="stripe"} 0
+gatehouse_routing_failovers_total{code="provider_unavailable",provider="sandbox"} 0
+gatehouse_routing_failovers_total{code="provider_unavailable",provider="stripe"} 0
+# HELP gatehouse_provider_circuit_state Circuit breaker state by provider: 0 closed, 1 half-open, 2 open.
+# TYPE gatehouse_provider_circuit_state gauge
+gatehouse_provider_circuit_state{provider="conn_a"} 0
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
+		"gatehouse_connector_attempts_total", "gatehouse_routing_failovers_total", "gatehouse_provider_circuit_state"); err != nil {
+		t.Error(err)
 	}
 }
 
