@@ -35,9 +35,9 @@ type Resolver struct {
 	refresh time.Duration
 	now     func() time.Time
 
-	mu      sync.Mutex
-	byID    map[string]*resolved
-	legacy  map[string]providers.Provider
+	mu     sync.Mutex
+	byID   map[string]*resolved
+	legacy map[string]providers.Provider
 }
 
 type resolved struct {
@@ -68,8 +68,9 @@ func (r *Resolver) Resolve(ctx context.Context, connectorID *string, provider st
 	now := r.now()
 	r.mu.Lock()
 	e := r.byID[*connectorID]
+	fresh := e != nil && now.Sub(e.fetched) < r.refresh // fetched is written under mu
 	r.mu.Unlock()
-	if e != nil && now.Sub(e.fetched) < r.refresh {
+	if fresh {
 		return e.prov, nil
 	}
 	c, err := r.store.ConnectorForWork(ctx, *connectorID)
