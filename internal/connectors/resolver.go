@@ -68,8 +68,9 @@ func (r *Resolver) Resolve(ctx context.Context, connectorID *string, provider st
 	now := r.now()
 	r.mu.Lock()
 	e := r.byID[*connectorID]
+	fresh := e != nil && now.Sub(e.fetched) < r.refresh // fetched is written under mu
 	r.mu.Unlock()
-	if e != nil && now.Sub(e.fetched) < r.refresh {
+	if fresh {
 		return e.prov, nil
 	}
 	c, err := r.store.ConnectorForWork(ctx, *connectorID)

@@ -55,8 +55,16 @@ func stripeMockPath(t *testing.T) string {
 	return ""
 }
 
-// startStripeMock runs stripe-mock on a free loopback port and returns its base URL.
+// startStripeMockProcess runs stripe-mock on a free loopback port and returns its base URL.
 func startStripeMockProcess(t *testing.T) string {
+	t.Helper()
+	base, _ := startStripeMock(t)
+	return base
+}
+
+// startStripeMock is startStripeMockProcess that also returns the process,
+// for a test that stops it.
+func startStripeMock(t *testing.T) (string, *process) {
 	t.Helper()
 	bin := stripeMockPath(t)
 	port := freePort(t)
@@ -76,7 +84,7 @@ func startStripeMockProcess(t *testing.T) string {
 		if err == nil {
 			res.Body.Close()
 			if res.StatusCode == http.StatusOK {
-				return base
+				return base, p
 			}
 		}
 		if p.exited() || time.Now().After(deadline) {
