@@ -48,7 +48,13 @@ ALTER TABLE charges
     ADD COLUMN route        jsonb,
     ADD COLUMN attempts     jsonb NOT NULL DEFAULT '[]';
 
+-- outbox.attempt: the attempt a charge:authorize row asks for after a
+-- failover (its queue task is charge:authorize:<id>:<attempt>), so the
+-- sweeper resends the task under the id it was queued with.
+ALTER TABLE outbox ADD COLUMN attempt int NOT NULL DEFAULT 0;
+
 -- +goose Down
+ALTER TABLE outbox DROP COLUMN attempt;
 ALTER TABLE charges DROP COLUMN connector_id, DROP COLUMN route, DROP COLUMN attempts;
 DROP TABLE routing;
 DROP TABLE connectors;

@@ -85,7 +85,7 @@ func (q *Queue) Resend(ctx context.Context, tasks []outbox.Task) error {
 		}
 	}
 	for _, t := range tasks {
-		if err := q.resend(ctx, t, orphaned[t.ID()]); err != nil {
+		if err := q.resend(ctx, t, orphaned[t.QueueID()]); err != nil {
 			return err
 		}
 	}
@@ -98,7 +98,7 @@ func (q *Queue) resend(ctx context.Context, t outbox.Task, orphaned bool) error 
 		return err
 	}
 	if orphaned {
-		id := t.ID() + ":recovered:" + strconv.FormatInt(time.Now().Unix()/60, 10)
+		id := t.QueueID() + ":recovered:" + strconv.FormatInt(time.Now().Unix()/60, 10)
 		_, err = q.client.EnqueueContext(ctx, task, asynq.TaskID(id))
 		if errors.Is(err, asynq.ErrTaskIDConflict) {
 			return nil
@@ -109,11 +109,11 @@ func (q *Queue) resend(ctx context.Context, t outbox.Task, orphaned bool) error 
 	if !errors.Is(err, asynq.ErrTaskIDConflict) || q.inspector == nil {
 		return err
 	}
-	info, ierr := q.inspector.GetTaskInfo(queueOf(t.Type), t.ID())
+	info, ierr := q.inspector.GetTaskInfo(queueOf(t.Type), t.QueueID())
 	if ierr != nil || info.State != asynq.TaskStateArchived {
 		return nil // queued, scheduled, retrying or running: it will happen
 	}
-	if err := q.inspector.DeleteTask(queueOf(t.Type), t.ID()); err != nil {
+	if err := q.inspector.DeleteTask(queueOf(t.Type), t.QueueID()); err != nil {
 		return err
 	}
 	_, err = q.client.EnqueueContext(ctx, task)

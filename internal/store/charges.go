@@ -310,9 +310,9 @@ WITH upd AS (
 ), ob AS (
 	DELETE FROM outbox WHERE task_id = $16
 ), nt AS (
-	INSERT INTO outbox (task_id, task_type, ref_id)
-	SELECT $17::text, $18::text, upd.id FROM upd WHERE $17::text IS NOT NULL
-	ON CONFLICT (task_id) DO UPDATE SET created_at = now()
+	INSERT INTO outbox (task_id, task_type, ref_id, attempt)
+	SELECT $17::text, $18::text, upd.id, $31::int FROM upd WHERE $17::text IS NOT NULL
+	ON CONFLICT (task_id) DO UPDATE SET created_at = now(), attempt = EXCLUDED.attempt
 )` + fanout + `
 SELECT count(*), ` + deliveriesOf + ` FROM upd`
 
@@ -325,9 +325,10 @@ func (s *Store) ApplyTransition(ctx context.Context, t charges.Transition) (bool
 		evID, evType, evBody = &t.Event.ID, &t.Event.Type, t.Event.Body
 	}
 	var thenID, thenType *string
+	var thenAttempt int
 	if t.Then != nil {
 		id := t.Then.ID()
-		thenID, thenType = &id, &t.Then.Type
+		thenID, thenType, thenAttempt = &id, &t.Then.Type, t.Then.Attempt
 	}
 	var n int
 	var deliveries []string
@@ -336,7 +337,7 @@ func (s *Store) ApplyTransition(ctx context.Context, t charges.Transition) (bool
 		evID, evType, evBody, t.DoneTask, thenID, thenType,
 		authStatus(a.Authentication.Status), a.Authentication.CompletedAt, a.Authentication.NextActionURL,
 		a.Authentication.ExpiresAt, a.Authentication.Answer, t.Before.Authentication.Answer, t.SavedCardAuthenticated,
-		attemptsJSON(a.Attempts), a.ConnectorID, a.Provider, len(t.Before.Attempts), t.Before.ConnectorID).Scan(&n, &deliveries)
+		attemptsJSON(a.Attempts), a.ConnectorID, a.Provider, len(t.Before.Attempts), t.Before.ConnectorID, thenAttempt).Scan(&n, &deliveries)
 	return n == 1, deliveryTasks(deliveries), mapErr(err, "charge")
 }
 

@@ -167,4 +167,21 @@ func TestAttemptRecords(t *testing.T) {
 	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE ref_id = $1`, c.ID).Scan(&rows); err != nil || rows != 1 {
 		t.Errorf("outbox rows %d %v: the authorize row stays, refreshed", rows, err)
 	}
+	// The sweeper resends the task under the id it was queued with.
+	stale, err := s.StaleTasks(ctx, time.Now().Add(time.Hour), 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, p := range stale {
+		if p.Task.RefID == c.ID {
+			found = true
+			if p.Task.QueueID() != next.QueueID() {
+				t.Errorf("the sweeper would queue %s, not %s", p.Task.QueueID(), next.QueueID())
+			}
+		}
+	}
+	if !found {
+		t.Error("the authorize row is not among the stale tasks")
+	}
 }

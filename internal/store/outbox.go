@@ -9,7 +9,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/outbox"
 )
 
-const staleTasks = `SELECT task_type, ref_id::text, created_at FROM outbox WHERE created_at < $1 ORDER BY created_at LIMIT $2`
+const staleTasks = `SELECT task_type, ref_id::text, attempt, created_at FROM outbox WHERE created_at < $1 ORDER BY created_at LIMIT $2`
 
 // StaleTasks returns outbox rows older than before, oldest first: work whose
 // task may have been lost and must be enqueued again.
@@ -20,7 +20,7 @@ func (s *Store) StaleTasks(ctx context.Context, before time.Time, limit int) ([]
 	}
 	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (outbox.Pending, error) {
 		var p outbox.Pending
-		err := r.Scan(&p.Task.Type, &p.Task.RefID, &p.CreatedAt)
+		err := r.Scan(&p.Task.Type, &p.Task.RefID, &p.Task.Attempt, &p.CreatedAt)
 		return p, err
 	})
 	return list, mapErr(err, "task")
