@@ -212,6 +212,9 @@ type Store interface {
 	PutRouting(ctx context.Context, merchantID string, r Routing, at time.Time) (Routing, error)
 	// ConnectorForWork reads a connector by id for the worker, deleted or not.
 	ConnectorForWork(ctx context.Context, id string) (Connector, error)
+	// ConnectorStats sums up the connector's attempts of the merchant's
+	// charges created since since.
+	ConnectorStats(ctx context.Context, merchantID, id string, since time.Time) (Stats, error)
 }
 
 // Service is the API side of connectors and routing.
