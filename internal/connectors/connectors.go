@@ -159,6 +159,12 @@ type SandboxParams struct {
 	LatencyMS  *int `json:"latency_ms"`
 }
 
+// Rehearsal is a whole rehearsal, every field set (a nil declineCode
+// clears it), as a form sends it.
+func Rehearsal(unavailable bool, declineCode *string, latencyMS int) *SandboxParams {
+	return &SandboxParams{Unavailable: &unavailable, DeclineCode: declineCode, declineSet: true, LatencyMS: &latencyMS}
+}
+
 // UnmarshalJSON tells "decline_code": null from no decline_code.
 func (p *SandboxParams) UnmarshalJSON(b []byte) error {
 	type plain SandboxParams
