@@ -159,6 +159,12 @@ type SandboxParams struct {
 	LatencyMS  *int `json:"latency_ms"`
 }
 
+// Rehearsal is a whole rehearsal, every field set (a nil declineCode
+// clears it), as a form sends it.
+func Rehearsal(unavailable bool, declineCode *string, latencyMS int) *SandboxParams {
+	return &SandboxParams{Unavailable: &unavailable, DeclineCode: declineCode, declineSet: true, LatencyMS: &latencyMS}
+}
+
 // UnmarshalJSON tells "decline_code": null from no decline_code.
 func (p *SandboxParams) UnmarshalJSON(b []byte) error {
 	type plain SandboxParams
@@ -212,6 +218,9 @@ type Store interface {
 	PutRouting(ctx context.Context, merchantID string, r Routing, at time.Time) (Routing, error)
 	// ConnectorForWork reads a connector by id for the worker, deleted or not.
 	ConnectorForWork(ctx context.Context, id string) (Connector, error)
+	// ConnectorStats sums up the connector's attempts of the merchant's
+	// charges created since since.
+	ConnectorStats(ctx context.Context, merchantID, id string, since time.Time) (Stats, error)
 }
 
 // Service is the API side of connectors and routing.

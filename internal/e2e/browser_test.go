@@ -131,7 +131,8 @@ type journeys struct {
 	OtherReplicaBeforeSignOut int `json:"otherReplicaBeforeSignOut"`
 	OldCookiePost             int `json:"oldCookiePost"`
 	authJourneys
-	Customers customersJourney `json:"customers"`
+	Customers  customersJourney  `json:"customers"`
+	Connectors connectorsJourney `json:"connectors"`
 
 	PageErrors    []string `json:"pageErrors"`
 	ConsoleErrors []string `json:"consoleErrors"`
@@ -151,7 +152,10 @@ type journeys struct {
 // session by the merchant's server; then, signed in again, see a customer
 // whose saved cards were charged (a challenge completed on the issuer's page,
 // an off-session renewal, a charge voided while it required action) on the
-// dashboard's customer page, and delete a saved card there. Each page leaves
+// dashboard's customer page, and delete a saved card there; then make
+// connectors, set the routing and see charges move on from a connector
+// rehearsing a soft decline, with each connector's last 24 hours on its
+// page. Each page leaves
 // a screenshot in bin/screenshots. The stack's secret scan (B5) covers these processes' logs
 // and database; the browser's console, the example checkout's log and the
 // script's output are scanned here too.
@@ -273,7 +277,8 @@ func TestBrowserJourneys(t *testing.T) {
 		"dashboard-charges", "dashboard-charge", "dashboard-events", "dashboard-event", "dashboard-webhook", "dashboard-webhooks",
 		"dashboard-csrf-refused", "dashboard-framing-refused", "dashboard-signed-out",
 		"checkout-challenge", "checkout-challenge-paid", "checkout-challenge-failed", "redirect-challenge", "redirect-returned",
-		"saved-card-again", "saved-card-again-refused", "dashboard-customers", "dashboard-customer"} {
+		"saved-card-again", "saved-card-again-refused", "dashboard-customers", "dashboard-customer",
+		"dashboard-connectors", "dashboard-connector", "dashboard-routing", "dashboard-routing-refused"} {
 		if fi, err := os.Stat(filepath.Join(shots, name+".png")); err != nil || fi.Size() < 1000 {
 			t.Errorf("screenshot %s: %v", name, err)
 		}
@@ -282,6 +287,8 @@ func TestBrowserJourneys(t *testing.T) {
 	checkAuthJourneys(t, p, got, "http://"+checkoutAddr+"/")
 	// 14. The dashboard's customers.
 	checkCustomersJourney(t, got.Customers)
+	// 15. The dashboard's connectors and routing.
+	checkConnectorsJourney(t, got.Connectors)
 	checkNoCardData(t, st)
 }
 

@@ -34,6 +34,10 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/google/uuid"
 
+	"github.com/gatehouse-pay/gatehouse/internal/connectors"
+	"github.com/gatehouse-pay/gatehouse/internal/idempotency"
+	"github.com/gatehouse-pay/gatehouse/internal/ids"
+	"github.com/gatehouse-pay/gatehouse/internal/store"
 	"github.com/gatehouse-pay/gatehouse/internal/testenv"
 	"github.com/gatehouse-pay/gatehouse/internal/webhooks"
 )
@@ -69,17 +73,18 @@ const (
 	// kindPaymentMethod is a saved card; its route names its customer too
 	// (see customerOfMethod).
 	kindPaymentMethod = "payment_method"
+	kindConnector     = "connector" // a sandbox connector of the merchant's own, not routed
 )
 
 // tableOf groups kinds that share ids, for the "id of another kind" cases.
 var tableOf = map[string]string{
 	kindCharge: "charges", kindAuthorized: "charges", kindRefund: "refunds", kindEvent: "events",
 	kindEndpoint: "webhook_endpoints", kindDelivery: "webhook_deliveries", kindAPIKey: "api_keys",
-	kindCustomer: "customers", kindPaymentMethod: "payment_methods",
+	kindCustomer: "customers", kindPaymentMethod: "payment_methods", kindConnector: "connectors",
 }
 
 // prefixedKinds have ids like key_... rather than UUIDs.
-var prefixedKinds = map[string]bool{kindAPIKey: true, kindEndpoint: true, kindCustomer: true, kindPaymentMethod: true}
+var prefixedKinds = map[string]bool{kindAPIKey: true, kindEndpoint: true, kindCustomer: true, kindPaymentMethod: true, kindConnector: true}
 
 // customerOfMethod maps the fixtures' payment method ids to their
 // customers', for the routes that name both.
@@ -350,7 +355,23 @@ func (h *harness) newAuthzFixture(t *testing.T, email string, w *worker, d *webh
 		f.ids[kindEvent] = append(f.ids[kindEvent], e["id"].(string))
 	}
 	h.customersOf(t, f, n, key)
+	for i := 0; i < n; i++ {
+		f.ids[kindConnector] = append(f.ids[kindConnector], h.sandboxConnector(t, f.merchantID, fmt.Sprintf("Matrix %d", i)))
+	}
 	return f
+}
+
+// sandboxConnector stores a sandbox connector of the merchant's own,
+// enabled, without rehearsal.
+func (h *harness) sandboxConnector(t *testing.T, merchantID, name string) string {
+	t.Helper()
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	c := connectors.Connector{ID: ids.New(connectors.Prefix), MerchantID: merchantID, Provider: connectors.ProviderSandbox, Name: name,
+		Enabled: true, Sandbox: &connectors.Sandbox{}, CreatedAt: now, UpdatedAt: now}
+	if _, err := store.New(h.db.Pool).CreateConnector(context.Background(), c, nil, idempotency.Response{}); err != nil {
+		t.Fatal(err)
+	}
+	return c.ID
 }
 
 // savedCardJSON is the body of POST /v1/customers/:id/payment_methods with a raw card.
@@ -432,7 +453,8 @@ func (h *harness) ownedStrings(t *testing.T, merchantID string) []string {
 		UNION ALL SELECT id::text FROM webhook_deliveries WHERE merchant_id = $1
 		UNION ALL SELECT event_id::text FROM webhook_deliveries WHERE merchant_id = $1
 		UNION ALL SELECT id FROM customers WHERE merchant_id = $1
-		UNION ALL SELECT id FROM payment_methods WHERE merchant_id = $1`, merchantID)
+		UNION ALL SELECT id FROM payment_methods WHERE merchant_id = $1
+		UNION ALL SELECT id FROM connectors WHERE merchant_id = $1`, merchantID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -470,6 +492,8 @@ var stateTables = map[string]string{
 	"customers":       `FROM customers x WHERE $1 = '' OR merchant_id = $1`,
 	"payment_methods": `FROM payment_methods x WHERE $1 = '' OR merchant_id = $1`,
 	"card_tokens":     `FROM card_tokens x WHERE $1 = '' OR merchant_id = $1`,
+	"connectors":      `FROM connectors x WHERE $1 = '' OR merchant_id = $1`,
+	"routing":         `FROM routing x WHERE $1 = '' OR merchant_id = $1`,
 }
 
 // state digests every table (whole rows, so any column that moves shows).

@@ -107,6 +107,11 @@ var dashboardFuncs = template.FuncMap{
 	"row": func(ch charges.Charge, withCustomer bool) chargeRow {
 		return chargeRow{Charge: ch, WithCustomer: withCustomer}
 	},
+	// ms is a duration in milliseconds, — for none.
+	"ms": msOf,
+	// route is a routing's route with the merchant's connectors by id.
+	"route": newRouteOf,
+	"share": share,
 	"has": func(list []string, v string) bool {
 		for _, x := range list {
 			if x == v {
@@ -125,7 +130,8 @@ type chargeRow struct {
 
 func newDashboard() *dashboard {
 	d := &dashboard{pages: map[string]*template.Template{}}
-	for _, name := range []string{"login", "error", "keys", "charges", "charge", "customers", "customer", "events", "event", "webhooks", "webhook"} {
+	for _, name := range []string{"login", "error", "keys", "charges", "charge", "customers", "customer", "events", "event", "webhooks", "webhook",
+		"connectors", "connector", "routing"} {
 		d.pages[name] = template.Must(template.New(name).Funcs(dashboardFuncs).
 			ParseFS(dashboardFiles, "dashboard/layout.html", "dashboard/"+name+".html"))
 	}
@@ -215,6 +221,12 @@ var notices = map[string]string{
 	"customer_deleted": "Customer deleted, with its saved cards: their card data is erased. Its charges are kept.",
 	"card_deleted":     "Saved card deleted: its card data is erased. Charges already made with it are kept.",
 	"already_done":     "That request was already made; nothing new was done.",
+	"conn_created":     "Connector created. Name it in the routing to send charges to it.",
+	"conn_enabled":     "Connector enabled. Routes that name it use it again.",
+	"conn_disabled":    "Connector disabled. Charges skip it, also where the routing names it.",
+	"rehearsal_saved":  "Rehearsal saved. The worker applies it within a second.",
+	"conn_deleted":     "Connector deleted. Charges it took keep using it for captures, voids and refunds.",
+	"routing_saved":    "Routing saved. New charges follow it on every replica.",
 }
 
 // failureTitles head a failure page by its status.
@@ -409,6 +421,15 @@ func (s *server) dashboardRoutes(app *fiber.App) {
 	get("/customers/:id", s.customerPage)
 	post("/customers/:id/delete", s.dashDeleteCustomer)
 	post("/customers/:id/payment_methods/:pm_id/delete", s.dashDeleteCard)
+
+	get("/connectors", s.connectorsPage)
+	post("/connectors", s.dashCreateConnector)
+	get("/connectors/:id", s.connectorPage)
+	post("/connectors/:id/enabled", s.dashConnectorEnabled)
+	post("/connectors/:id/rehearsal", s.dashConnectorRehearsal)
+	post("/connectors/:id/delete", s.dashDeleteConnector)
+	get("/routing", s.routingPage)
+	post("/routing", s.dashPutRouting)
 
 	get("/events", s.eventsPage)
 	get("/events/:id", s.eventPage)

@@ -146,6 +146,8 @@ type dashRoute struct {
 	idKind string // the kind of object named by :id
 	lists  string // the kind of objects the page lists
 	form   url.Values
+	// formOf, when set, is the owner's form (it names the owner's objects).
+	formOf func(a *authzFixture) url.Values
 	ok     int // the owner's status
 }
 
@@ -186,6 +188,17 @@ var dashRoutes = map[string]dashRoute{
 	"POST /dashboard/customers/:id/delete": {ok: 303, idKind: kindCustomer},
 	// The route names the method's customer too (dashRoutePath).
 	"POST /dashboard/customers/:id/payment_methods/:pm_id/delete": {ok: 303, idKind: kindPaymentMethod},
+
+	"GET /dashboard/connectors":                {ok: 200, lists: kindConnector},
+	"POST /dashboard/connectors":               {ok: 303, form: url.Values{"provider": {"sandbox"}, "name": {"Dash"}, "enabled": {"on"}}},
+	"GET /dashboard/connectors/:id":            {ok: 200, idKind: kindConnector},
+	"POST /dashboard/connectors/:id/enabled":   {ok: 303, idKind: kindConnector, form: url.Values{"enabled": {"false"}}},
+	"POST /dashboard/connectors/:id/rehearsal": {ok: 303, idKind: kindConnector, form: url.Values{"latency_ms": {"5"}}},
+	"POST /dashboard/connectors/:id/delete":    {ok: 303, idKind: kindConnector},
+	"GET /dashboard/routing":                   {ok: 200},
+	"POST /dashboard/routing": {ok: 303, formOf: func(a *authzFixture) url.Values {
+		return url.Values{"form": {"ordered"}, "connector": {a.ids[kindConnector][0]}}
+	}},
 }
 
 // dashboardServed lists the app's /dashboard routes as "METHOD /path".
@@ -315,11 +328,15 @@ func TestDashboardAuthz(t *testing.T) {
 				id = a.take(t, route.idKind)
 			}
 			m, p := path(key, id)
+			form := route.form
+			if route.formOf != nil {
+				form = route.formOf(a)
+			}
 			var r dashPage
 			if m == http.MethodGet {
 				r = ad.get(p)
 			} else {
-				r = ad.post(p, route.form)
+				r = ad.post(p, form)
 			}
 			if r.status != route.ok {
 				t.Errorf("A's %s: %d, want %d\n%.600s", key, r.status, route.ok, r.body)

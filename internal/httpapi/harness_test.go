@@ -22,6 +22,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/cache"
 	"github.com/gatehouse-pay/gatehouse/internal/charges"
 	"github.com/gatehouse-pay/gatehouse/internal/config"
+	"github.com/gatehouse-pay/gatehouse/internal/connectors"
 	"github.com/gatehouse-pay/gatehouse/internal/customers"
 	"github.com/gatehouse-pay/gatehouse/internal/events"
 	"github.com/gatehouse-pay/gatehouse/internal/httpapi"
@@ -133,6 +134,10 @@ func newHarnessWith(t *testing.T, o harnessOptions) *harness {
 	// The charges service as the API's (cmd/api): customers and challenges too.
 	chargeService := charges.NewService(st, queue, keys, cfg.Providers(), cfg.DefaultProvider, time.Now, nil).WithTokens(st).
 		WithCustomers(st).WithChallenges(st, charges.NewLinks(cfg.PublicURL, keys))
+	// Connectors and routing as the API's, on one replica (no change
+	// notices between harnesses).
+	connectorService := connectors.NewService(st, keys,
+		connectors.NewDirectory(st, nil, cfg.Providers(), cfg.DefaultProvider, 0, time.Now), cfg.Providers(), time.Now)
 	app := httpapi.NewServer(httpapi.Deps{
 		Config:         cfg,
 		Log:            log,
@@ -141,6 +146,7 @@ func newHarnessWith(t *testing.T, o harnessOptions) *harness {
 		KeyCache:       rc,
 		Merchants:      ms,
 		Charges:        chargeService,
+		Connectors:     connectorService,
 		Refunds:        refunds.NewService(st, queue, time.Now, nil),
 		Customers:      customers.NewService(st, keys, time.Now),
 		Events:         events.NewService(st, time.Now),

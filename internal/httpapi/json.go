@@ -63,6 +63,12 @@ func decodeJSON(c *fiber.Ctx, dst any) error {
 	if err != nil || !(mt == "application/json" || strings.HasSuffix(mt, "+json")) {
 		return errNotJSON
 	}
+	return decodeObject(body, dst)
+}
+
+// decodeObject is decodeJSON's reading of a non-empty document, whatever
+// carried it (a request body, a dashboard form's field).
+func decodeObject(body []byte, dst any) error {
 	if b := bytes.TrimLeft(body, " \t\r\n"); len(b) == 0 || b[0] != '{' {
 		if !json.Valid(body) {
 			return &apperr.Error{Kind: apperr.KindInvalid, Code: apperr.CodeInvalidJSON, Message: "Request body is not valid JSON."}

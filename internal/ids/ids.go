@@ -6,6 +6,7 @@ package ids
 import (
 	"encoding/base32"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
 )
@@ -43,4 +44,18 @@ func ValidUUID(id string) bool {
 	}
 	u, err := uuid.Parse(id)
 	return err == nil && u.String() == id
+}
+
+// UUIDFloor returns the least UUIDv7 of the millisecond of t: every
+// UUIDv7 made at t or later sorts at or after it, so a range on an id
+// column finds the rows made since t through the id's index.
+func UUIDFloor(t time.Time) string {
+	var u uuid.UUID
+	ms := uint64(t.UnixMilli())
+	for i := 0; i < 6; i++ {
+		u[i] = byte(ms >> (40 - 8*i))
+	}
+	u[6] = 0x70 // version 7
+	u[8] = 0x80 // RFC 4122 variant
+	return u.String()
 }

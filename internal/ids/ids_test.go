@@ -3,6 +3,9 @@ package ids
 import (
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/google/uuid"
 )
 
 func TestNewSortsByCreation(t *testing.T) {
@@ -39,5 +42,31 @@ func TestValid(t *testing.T) {
 		if got := Valid(prefix, id); got != want {
 			t.Errorf("Valid(mer, %q) = %v, want %v", id, got, want)
 		}
+	}
+}
+
+// UUIDFloor(t) sorts at or before every UUIDv7 made at t or later, after
+// every one made before t's millisecond, and is a valid UUIDv7 itself.
+func TestUUIDFloor(t *testing.T) {
+	before := time.Now()
+	id := NewUUID()
+	after := time.Now()
+	if floor := UUIDFloor(before); floor > id {
+		t.Errorf("UUIDFloor(just before) %s sorts after %s", floor, id)
+	}
+	if floor := UUIDFloor(after.Add(2 * time.Millisecond)); floor <= id {
+		t.Errorf("UUIDFloor(2 ms later) %s sorts at or before %s", floor, id)
+	}
+	at := time.Date(2026, 11, 25, 18, 0, 0, 123456789, time.UTC)
+	u, err := uuid.Parse(UUIDFloor(at))
+	var ms int64
+	for _, b := range u[:6] {
+		ms = ms<<8 | int64(b)
+	}
+	if err != nil || u.Version() != 7 || u.Variant() != uuid.RFC4122 || ms != at.UnixMilli() {
+		t.Errorf("UUIDFloor(%s) = %s (%v): want a UUIDv7 of that millisecond", at, u, err)
+	}
+	if !ValidUUID(UUIDFloor(at)) {
+		t.Errorf("UUIDFloor(%s) = %s is not a canonical UUID", at, UUIDFloor(at))
 	}
 }
