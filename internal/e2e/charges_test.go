@@ -299,19 +299,8 @@ func dbCtx() (context.Context, context.CancelFunc) {
 // one charge or refund (gh_<id>_<operation>), by operation.
 func ledgerOf(t *testing.T, db testenv.DB, id string) map[string]ledgerRow {
 	t.Helper()
-	ctx, cancel := dbCtx()
-	defer cancel()
-	rows, err := db.Pool.Query(ctx, `SELECT idempotency_key, operation, amount, reference, calls FROM sandbox_ledger
-		WHERE idempotency_key LIKE 'gh\_' || $1 || '\_%'`, id)
-	if err != nil {
-		t.Fatalf("query sandbox_ledger: %v", err)
-	}
-	list, err := pgx.CollectRows(rows, pgx.RowToStructByPos[ledgerRow])
-	if err != nil {
-		t.Fatalf("read sandbox_ledger: %v", err)
-	}
 	out := map[string]ledgerRow{}
-	for _, r := range list {
+	for _, r := range ledgerKeys(t, db, id) {
 		if _, dup := out[r.Operation]; dup {
 			t.Errorf("sandbox_ledger: two %s rows for %s", r.Operation, id)
 		}
