@@ -22,6 +22,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/cache"
 	"github.com/gatehouse-pay/gatehouse/internal/charges"
 	"github.com/gatehouse-pay/gatehouse/internal/config"
+	"github.com/gatehouse-pay/gatehouse/internal/connectors"
 	"github.com/gatehouse-pay/gatehouse/internal/customers"
 	"github.com/gatehouse-pay/gatehouse/internal/events"
 	"github.com/gatehouse-pay/gatehouse/internal/httpapi"
@@ -130,9 +131,15 @@ func newHarnessWith(t *testing.T, o harnessOptions) *harness {
 		Total: cfg.EventStreamMax, PerMerchant: cfg.EventStreamMaxPerMerchant, PerCredential: cfg.EventStreamMaxPerKey}, log)
 	hubCtx, stopHub := context.WithCancel(context.Background())
 	go hub.Run(hubCtx)
-	// The charges service as the API's (cmd/api): customers and challenges too.
+	// Connectors and routing as the API's (cmd/api): charges are routed from
+	// the directory, which change notices over Redis keep fresh.
+	notices := cache.NewNotices(rdb, cache.RoutingChannel)
+	directory := connectors.NewDirectory(st, notices, cfg.Providers(), cfg.DefaultProvider, 0, time.Now)
+	go notices.Listen(hubCtx, directory.Forget, directory.ForgetAll, log)
+	// The charges service as the API's (cmd/api): customers, challenges and routing too.
 	chargeService := charges.NewService(st, queue, keys, cfg.Providers(), cfg.DefaultProvider, time.Now, nil).WithTokens(st).
-		WithCustomers(st).WithChallenges(st, charges.NewLinks(cfg.PublicURL, keys))
+		WithCustomers(st).WithChallenges(st, charges.NewLinks(cfg.PublicURL, keys)).
+		WithRouter(directory, cfg.RoutingMaxAttempts)
 	app := httpapi.NewServer(httpapi.Deps{
 		Config:         cfg,
 		Log:            log,
@@ -143,6 +150,7 @@ func newHarnessWith(t *testing.T, o harnessOptions) *harness {
 		Charges:        chargeService,
 		Refunds:        refunds.NewService(st, queue, time.Now, nil),
 		Customers:      customers.NewService(st, keys, time.Now),
+		Connectors:     connectors.NewService(st, keys, directory, cfg.Providers(), time.Now),
 		Events:         events.NewService(st, time.Now),
 		Webhooks:       webhooks.NewService(st, queue, keys, cfg.WebhookAllowPrivateNetworks, time.Now, nil),
 		Stream:         hub,
