@@ -13,6 +13,7 @@ package connectors
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -165,12 +166,23 @@ func Rehearsal(unavailable bool, declineCode *string, latencyMS int) *SandboxPar
 	return &SandboxParams{Unavailable: &unavailable, DeclineCode: declineCode, declineSet: true, LatencyMS: &latencyMS}
 }
 
-// UnmarshalJSON tells "decline_code": null from no decline_code.
+// sandboxFields are the names SandboxParams takes, exactly.
+var sandboxFields = map[string]bool{"unavailable": true, "decline_code": true, "latency_ms": true}
+
+// UnmarshalJSON tells "decline_code": null from no decline_code. It takes
+// the exact names only (encoding/json would fill LatencyMS from
+// "LATENCY_MS") and refuses any other, in the words of encoding/json's own
+// unknown-field error, which the API answers 400 naming the field.
 func (p *SandboxParams) UnmarshalJSON(b []byte) error {
 	type plain SandboxParams
 	var raw map[string]json.RawMessage
 	if err := json.Unmarshal(b, &raw); err != nil {
 		return err
+	}
+	for k := range raw {
+		if !sandboxFields[k] {
+			return fmt.Errorf("json: unknown field %q", "sandbox."+k)
+		}
 	}
 	var v plain
 	if err := json.Unmarshal(b, &v); err != nil {

@@ -277,6 +277,9 @@ func TestAbusiveBodies(t *testing.T) {
 	r = h.do("POST", "/v1/customers", `{"name":"Abuse"}`, bearer(a.secret)...)
 	want(t, r, 201, "")
 	customer := r.body["id"].(string)
+	r = h.do("POST", "/v1/connectors", `{"provider":"sandbox","name":"Abuse"}`, bearer(a.secret)...)
+	want(t, r, 201, "")
+	connector := r.body["id"].(string)
 
 	card := `{"number":"4242424242424242","exp_month":12,"exp_year":` + fmt.Sprint(expYear) + `,"cvc":"123"}`
 	routes := map[string]bodyRoute{
@@ -314,6 +317,12 @@ func TestAbusiveBodies(t *testing.T) {
 			base: []field{{"description", `"renamed"`}, {"name", "null"}}, str: "description", emptyIsValid: true},
 		"POST /v1/customers/:id/payment_methods": {path: "/v1/customers/" + customer + "/payment_methods", auth: bearer(a.secret),
 			base: []field{{"card", card}}},
+		"POST /v1/connectors": {path: "/v1/connectors", auth: bearer(a.secret),
+			base: []field{{"provider", `"sandbox"`}, {"name", `"Second"`}, {"sandbox", `{"latency_ms":10}`}}, str: "name"},
+		"PATCH /v1/connectors/:id": {path: "/v1/connectors/" + connector, auth: bearer(a.secret),
+			base: []field{{"name", `"Renamed"`}, {"enabled", "false"}}, str: "name", emptyIsValid: true},
+		"PUT /v1/routing": {path: "/v1/routing", auth: bearer(a.secret),
+			base: []field{{"default", `{"connectors":["` + connector + `"]}`}, {"rules", `[{"if":{"amount_gte":100},"then":{"connectors":["` + connector + `"]}}]`}}},
 	}
 	if a.keyID == "" {
 		t.Fatal("no key")

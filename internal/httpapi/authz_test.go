@@ -73,7 +73,7 @@ const (
 	// kindPaymentMethod is a saved card; its route names its customer too
 	// (see customerOfMethod).
 	kindPaymentMethod = "payment_method"
-	kindConnector     = "connector" // a sandbox connector of the merchant's own, not routed
+	kindConnector     = "connector" // a sandbox connector the routing does not name
 )
 
 // tableOf groups kinds that share ids, for the "id of another kind" cases.
@@ -172,6 +172,14 @@ var authzRoutes = map[string]authzRoute{
 	"POST /v1/customers/:id/payment_methods":          {auth: keyOnly, ok: 201, idKind: kindCustomer, body: fixed(savedCardJSON)},
 	"GET /v1/customers/:id/payment_methods":           {auth: keyOnly, ok: 200, idKind: kindCustomer, lists: kindPaymentMethod},
 	"DELETE /v1/customers/:id/payment_methods/:pm_id": {auth: keyOnly, ok: 200, idKind: kindPaymentMethod},
+
+	"POST /v1/connectors":       {auth: keyOnly, ok: 201, body: fixed(`{"provider":"sandbox","name":"Matrix","sandbox":{"latency_ms":0}}`)},
+	"GET /v1/connectors":        {auth: keyOnly, ok: 200, lists: kindConnector},
+	"GET /v1/connectors/:id":    {auth: keyOnly, ok: 200, idKind: kindConnector},
+	"PATCH /v1/connectors/:id":  {auth: keyOnly, ok: 200, idKind: kindConnector, body: fixed(`{"name":"Patched","sandbox":{"decline_code":null}}`)},
+	"DELETE /v1/connectors/:id": {auth: keyOnly, ok: 200, idKind: kindConnector},
+	"GET /v1/routing":           {auth: keyOnly, ok: 200},
+	"PUT /v1/routing":           {auth: keyOnly, ok: 200, body: func(f *authzFixture, _ string) string { return routingOf(f) }},
 
 	"POST /v1/me/webhook_endpoints":    {auth: keyOnly, ok: 201, body: fixed(endpointBody("https://hooks.example.com/matrix", "charge.captured"))},
 	"GET /v1/me/webhook_endpoints":     {auth: keyOnly, ok: 200, lists: kindEndpoint},
@@ -355,10 +363,29 @@ func (h *harness) newAuthzFixture(t *testing.T, email string, w *worker, d *webh
 		f.ids[kindEvent] = append(f.ids[kindEvent], e["id"].(string))
 	}
 	h.customersOf(t, f, n, key)
-	for i := 0; i < n; i++ {
-		f.ids[kindConnector] = append(f.ids[kindConnector], h.sandboxConnector(t, f.merchantID, fmt.Sprintf("Matrix %d", i)))
-	}
+	h.connectorsOf(t, f, n, key)
 	return f
+}
+
+// connectorsOf gives f n sandbox connectors of its own, besides its
+// server-account ones.
+func (h *harness) connectorsOf(t *testing.T, f *authzFixture, n int, key func(string) []string) {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		r := h.with(t).do("POST", "/v1/connectors", `{"provider":"sandbox","name":"Connector `+strconv.Itoa(i)+`"}`,
+			append(bearer(f.secret), key("POST /v1/connectors")...)...)
+		want(t, r, 201, "")
+		f.ids[kindConnector] = append(f.ids[kindConnector], r.body["id"].(string))
+	}
+}
+
+// routingOf is a routing of f's first two connectors: a rule and a split.
+// A fixture without connectors (a request that is refused before its body
+// is read) gets ids of no one.
+func routingOf(f *authzFixture) string {
+	c := append(slices.Clone(f.ids[kindConnector]), "conn_00000000000000000000000000", "conn_00000000000000000000000004")
+	return `{"rules":[{"if":{"currency":["eur"],"amount_gte":100},"then":{"connectors":["` + c[1] + `","` + c[0] + `"]}}],` +
+		`"default":{"split":[{"connector":"` + c[0] + `","weight":70},{"connector":"` + c[1] + `","weight":30}]}}`
 }
 
 // sandboxConnector stores a sandbox connector of the merchant's own,
@@ -667,6 +694,51 @@ func TestAuthzMatrix(t *testing.T) {
 		if diff := stateDiff(before, h.state(t, a.merchantID)); diff != "" {
 			leaks++
 			t.Errorf("LEAK: B's requests changed what A owns: %s", diff)
+		}
+	})
+
+	t.Run("B names A's connectors in bodies", func(t *testing.T) {
+		// The routing and a charge name connectors in their bodies: A's
+		// connector is answered as an unknown one (400, the body is at
+		// fault), and the answer echoes only the id B sent.
+		before := h.state(t, a.merchantID)
+		routingBefore := h.do("GET", "/v1/routing", "", bearer(b.secret)...)
+		bodies := map[string]func(string) string{
+			"PUT /v1/routing default": func(c string) string { return `{"default":{"connectors":["` + c + `"]}}` },
+			"PUT /v1/routing split": func(c string) string {
+				return `{"rules":[{"if":{},"then":{"split":[{"connector":"` + c + `","weight":1}]}}],"default":{"connectors":["` + b.ids[kindConnector][0] + `"]}}`
+			},
+			"POST /v1/charges": func(c string) string { return chargeJSON(set("connector", c)) },
+		}
+		for name, body := range bodies {
+			m, p, _ := strings.Cut(name, " ")
+			p, _, _ = strings.Cut(p, " ")
+			for _, id := range a.ids[kindConnector] {
+				unknown := id[:len(id)-6] + "000000"
+				u := h.with(t).do(m, p, body(unknown), bearer(b.secret)...)
+				want(t, u, 400, "parameter_invalid")
+				requests++
+				bRequests++
+				r := h.with(t).do(m, p, body(id), bearer(b.secret)...)
+				if got, w := withoutRequestID(r.raw), strings.ReplaceAll(withoutRequestID(u.raw), unknown, id); got != w {
+					leaks++
+					t.Errorf("LEAK: %s naming A's connector %s answers %d %s; naming an unknown one, %s", name, id, r.status, r.raw, u.raw)
+				}
+				rest := strings.ReplaceAll(string(r.raw), id, "")
+				for _, s := range aStrings {
+					if strings.Contains(rest, s) {
+						leaks++
+						t.Errorf("LEAK: %s naming A's connector answered with A's %s: %s", name, s, r.raw)
+					}
+				}
+			}
+		}
+		if after := h.do("GET", "/v1/routing", "", bearer(b.secret)...); string(after.raw) != string(routingBefore.raw) {
+			t.Errorf("B's refused routings changed B's routing: %s -> %s", routingBefore.raw, after.raw)
+		}
+		if diff := stateDiff(before, h.state(t, a.merchantID)); diff != "" {
+			leaks++
+			t.Errorf("LEAK: B's bodies naming A's connectors changed what A owns: %s", diff)
 		}
 	})
 

@@ -438,10 +438,16 @@ func TestCreateCharge(t *testing.T) {
 		"description": "Order 1042", "metadata": map[string]any{"order_id": "1042"},
 		"failure_code": nil, "failure_message": nil, "customer": nil, "off_session": false, "next_action": nil,
 		"authentication": map[string]any{"status": "not_required", "completed_at": nil},
-		"created_at":     ch["created_at"], "updated_at": ch["created_at"],
+		// The merchant's server-account sandbox connector (below); no attempt yet.
+		"connector": ch["connector"], "attempts": []any{},
+		"created_at": ch["created_at"], "updated_at": ch["created_at"],
 	}
 	if diff := cmp.Diff(wantCharge, ch); diff != "" {
 		t.Errorf("created charge (-want +got):\n%s", diff)
+	}
+	conn := h.do("GET", fmt.Sprintf("/v1/connectors/%v", ch["connector"]), "", bearer(a.secret)...)
+	if conn.status != 200 || conn.body["provider"] != "sandbox" || conn.body["server_account"] != true {
+		t.Errorf("the charge's connector %v is not the merchant's server-account sandbox: %d %s", ch["connector"], conn.status, conn.raw)
 	}
 	created, err := time.Parse("2006-01-02T15:04:05.000Z", ch["created_at"].(string))
 	if err != nil || time.Since(created) > time.Minute || time.Since(created) < -time.Minute {

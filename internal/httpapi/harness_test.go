@@ -131,13 +131,15 @@ func newHarnessWith(t *testing.T, o harnessOptions) *harness {
 		Total: cfg.EventStreamMax, PerMerchant: cfg.EventStreamMaxPerMerchant, PerCredential: cfg.EventStreamMaxPerKey}, log)
 	hubCtx, stopHub := context.WithCancel(context.Background())
 	go hub.Run(hubCtx)
-	// The charges service as the API's (cmd/api): customers and challenges too.
+	// Connectors and routing as the API's (cmd/api): charges are routed from
+	// the directory, which change notices over Redis keep fresh.
+	notices := cache.NewNotices(rdb, cache.RoutingChannel)
+	directory := connectors.NewDirectory(st, notices, cfg.Providers(), cfg.DefaultProvider, 0, time.Now)
+	go notices.Listen(hubCtx, directory.Forget, directory.ForgetAll, log)
+	// The charges service as the API's (cmd/api): customers, challenges and routing too.
 	chargeService := charges.NewService(st, queue, keys, cfg.Providers(), cfg.DefaultProvider, time.Now, nil).WithTokens(st).
-		WithCustomers(st).WithChallenges(st, charges.NewLinks(cfg.PublicURL, keys))
-	// Connectors and routing as the API's, on one replica (no change
-	// notices between harnesses).
-	connectorService := connectors.NewService(st, keys,
-		connectors.NewDirectory(st, nil, cfg.Providers(), cfg.DefaultProvider, 0, time.Now), cfg.Providers(), time.Now)
+		WithCustomers(st).WithChallenges(st, charges.NewLinks(cfg.PublicURL, keys)).
+		WithRouter(directory, cfg.RoutingMaxAttempts)
 	app := httpapi.NewServer(httpapi.Deps{
 		Config:         cfg,
 		Log:            log,
@@ -146,9 +148,9 @@ func newHarnessWith(t *testing.T, o harnessOptions) *harness {
 		KeyCache:       rc,
 		Merchants:      ms,
 		Charges:        chargeService,
-		Connectors:     connectorService,
 		Refunds:        refunds.NewService(st, queue, time.Now, nil),
 		Customers:      customers.NewService(st, keys, time.Now),
+		Connectors:     connectors.NewService(st, keys, directory, cfg.Providers(), time.Now),
 		Events:         events.NewService(st, time.Now),
 		Webhooks:       webhooks.NewService(st, queue, keys, cfg.WebhookAllowPrivateNetworks, time.Now, nil),
 		Stream:         hub,

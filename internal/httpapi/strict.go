@@ -3,6 +3,7 @@ package httpapi
 import (
 	"encoding/json"
 	"reflect"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -11,11 +12,32 @@ import (
 
 // encoding/json matches field names regardless of case, so {"AMOUNT": 1} would
 // fill Amount. checkFields holds request bodies to the exact names of the
-// contract, reporting the full path of the first unknown one ("card.bogus").
-// A type that decodes itself (a json.Unmarshaler) checks its own value.
+// contract, reporting the full path of the first unknown one ("card.bogus",
+// "rules[2].if.bogus" in an array of objects). A type that decodes itself (a
+// json.Unmarshaler) checks its own value.
 func checkFields(raw []byte, t reflect.Type, prefix string) error {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
+	}
+	if k := t.Kind(); k == reflect.Slice || k == reflect.Array {
+		elem := t.Elem()
+		for elem.Kind() == reflect.Pointer {
+			elem = elem.Elem()
+		}
+		if elem.Kind() != reflect.Struct {
+			return nil
+		}
+		var items []json.RawMessage
+		if err := json.Unmarshal(raw, &items); err != nil {
+			return nil // not an array: the typed decode reports it
+		}
+		at := strings.TrimSuffix(prefix, ".")
+		for i, item := range items {
+			if err := checkFields(item, elem, at+"["+strconv.Itoa(i)+"]."); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 	if t.Kind() != reflect.Struct || reflect.PointerTo(t).Implements(unmarshalerType) {
 		return nil
