@@ -135,10 +135,11 @@ func (c Charge) withAttempt(a Attempt) []Attempt {
 // charge authorized or captured succeeded; failed, it failed (or stays
 // unknown when the answer was lost and a reverse releases it); waiting for
 // the cardholder or followed at the provider, it stays unknown.
-func (p *Processor) recordAttempt(t *Transition) {
+// It reports whether it changed the attempts.
+func (p *Processor) recordAttempt(t *Transition) bool {
 	b := t.Before
 	if t.Cause == CauseFailover || (b.Status != StatusCreated && b.Status != StatusRequiresAction) {
-		return
+		return false
 	}
 	now := p.stamp()
 	a := b.currentAttempt(b.attemptStart(now))
@@ -155,11 +156,12 @@ func (p *Processor) recordAttempt(t *Transition) {
 		a.Status, a.FailureCode, a.EndedAt = AttemptFailed, ptr("authentication_failed"), &now
 	default:
 		if t.After.ProviderReference == b.ProviderReference && b.begun() {
-			return // nothing new to record
+			return false // nothing new to record
 		}
 		a.Status = AttemptUnknown
 	}
 	t.After.Attempts = b.withAttempt(a)
+	return true
 }
 
 // attemptStart is when the current attempt began this run (Authorize sets

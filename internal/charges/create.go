@@ -224,6 +224,11 @@ func (s *Service) route(ctx context.Context, c *Charge, p CreateParams) error {
 	if err != nil {
 		return err
 	}
+	if c.CardToken != nil {
+		// A provider's own token (pm_..., tok_...) means nothing at
+		// another connector: no fallbacks.
+		plan = plan[:1]
+	}
 	c.ConnectorID, c.Provider = &plan[0].ID, plan[0].Provider
 	c.Route = make([]RouteStep, len(plan))
 	for i, r := range plan {

@@ -2,6 +2,7 @@ package charges_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"testing"
@@ -140,6 +141,17 @@ func TestSecondAttempt(t *testing.T) {
 	}
 	if len(st.begun) != 0 {
 		t.Errorf("the last connector's attempt was recorded before its call: %v (nothing can move on after it)", st.begun)
+	}
+	var body struct {
+		Data struct {
+			Charge charges.View `json:"charge"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(tr.Event.Body, &body); err != nil {
+		t.Fatal(err)
+	}
+	if got := body.Data.Charge.Attempts; len(got) != 2 || got[1].Status != charges.AttemptSucceeded || deref(body.Data.Charge.Connector) != "conn_b" {
+		t.Errorf("the charge.captured event shows attempts %+v at %s, want both, the last succeeded at conn_b", got, deref(body.Data.Charge.Connector))
 	}
 
 	st = &fakeStore{ChargeForWorkFn: func(context.Context, string) (charges.Charge, []byte, error) { return ch, sealed, nil }}

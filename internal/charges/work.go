@@ -139,7 +139,15 @@ func (p *Processor) apply(ctx context.Context, t Transition) error {
 	if !CanMove(t.Before.Status, t.After.Status, t.Cause) {
 		return fmt.Errorf("%w: %s to %s (cause %q) of %s", ErrIllegalMove, t.Before.Status, t.After.Status, t.Cause, t.Before.ID)
 	}
-	p.recordAttempt(&t)
+	if p.recordAttempt(&t) && t.Event != nil {
+		// The event shows the charge as the transition leaves it, the
+		// attempt it records included.
+		e, err := events.New(t.Event.ID, t.Event.MerchantID, t.Event.Environment, t.Event.Type, t.Event.CreatedAt, t.After.View(), nil)
+		if err != nil {
+			return err
+		}
+		t.Event = &e
+	}
 	applied, deliveries, err := p.store.ApplyTransition(ctx, t)
 	if err != nil {
 		return err
