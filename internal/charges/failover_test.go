@@ -165,3 +165,28 @@ func TestSecondAttempt(t *testing.T) {
 		t.Errorf("a soft decline at the last connector: %+v", tr.After)
 	}
 }
+
+// TestStaleAttemptTask: the task of an attempt the charge has left makes no
+// call and leaves the outbox row to the current attempt's task; the
+// current attempt's task and a task of no attempt run it.
+func TestStaleAttemptTask(t *testing.T) {
+	ctx := context.Background()
+	ch, sealed := routed(t, false)
+	ch.ConnectorID = ptr("conn_b") // the charge is at its second attempt
+	for _, c := range []struct {
+		attempt int
+		calls   int
+	}{{3, 0}, {2, 1}, {0, 1}} {
+		st := &fakeStore{ChargeForWorkFn: func(context.Context, string) (charges.Charge, []byte, error) { return ch, sealed, nil }}
+		prov := &fakeProvider{}
+		if err := worker(t, st, prov).AuthorizeAttempt(ctx, ch.ID, c.attempt, false); err != nil {
+			t.Fatal(err)
+		}
+		if len(prov.authorizes) != c.calls {
+			t.Errorf("task of attempt %d: %d calls, want %d", c.attempt, len(prov.authorizes), c.calls)
+		}
+		if c.calls == 0 && (len(st.deleted) != 0 || len(st.transitions) != 0) {
+			t.Errorf("a stale task wrote: deleted %v, transitions %d", st.deleted, len(st.transitions))
+		}
+	}
+}

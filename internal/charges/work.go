@@ -217,6 +217,15 @@ func (p *Processor) done(ctx context.Context, task outbox.Task) error {
 // payment is final (see follow); it is never failed on a guess, since money
 // may still move.
 func (p *Processor) Authorize(ctx context.Context, id string, final bool) error {
+	return p.AuthorizeAttempt(ctx, id, 0, final)
+}
+
+// AuthorizeAttempt is Authorize for the task of one attempt: attempt (from
+// 2) is the attempt a failover queued the task for, 0 whatever attempt is
+// current. A task of an attempt the charge has already left ends without a
+// call (a late retry or a second copy of it): the current attempt has a
+// task of its own, and two calls at once under one key only race.
+func (p *Processor) AuthorizeAttempt(ctx context.Context, id string, attempt int, final bool) error {
 	task := outbox.Task{Type: outbox.ChargeAuthorize, RefID: id}
 	c, sealed, prov, err := p.load(ctx, id, task)
 	if err != nil {
@@ -244,6 +253,11 @@ func (p *Processor) Authorize(ctx context.Context, id string, final bool) error 
 	if c.Status != StatusCreated {
 		p.observe(c.Provider, "authorize", OutcomeNoop, 0)
 		return p.done(ctx, task)
+	}
+	if attempt > 1 && attempt != c.attemptIndex()+1 {
+		// Not done: the outbox row belongs to the current attempt's task.
+		p.observe(c.Provider, "authorize", OutcomeNoop, 0)
+		return nil
 	}
 	if c.ProviderReference != nil {
 		return p.follow(ctx, c, prov, task, final)

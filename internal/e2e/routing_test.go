@@ -289,7 +289,8 @@ type stripeAnswer struct {
 // recorder is Stripe's ledger in these tests. It plays two things of
 // Stripe that stripe-mock does not: a POST repeated with an
 // Idempotency-Key gets the first answer again (Idempotent-Replayed: true)
-// instead of a new object, and the hard-decline test cards are declined:
+// instead of a new object (409 while the first is still being served), and
+// the hard-decline test cards are declined:
 // their PaymentMethod creation is answered with Stripe's 402 card_error.
 // It serves without keep-alive, so that after stop no connection is left
 // to reuse and every call is refused before it is sent.
@@ -299,6 +300,7 @@ type stripeRecorder struct {
 	mu       sync.Mutex
 	calls    []stripeCall
 	answers  map[string]stripeAnswer // by Idempotency-Key
+	serving  map[string]bool         // keys whose first request is being served
 	stopped  bool
 	// closing: stop has begun; PaymentMethods are refused (503).
 	closing atomic.Bool
@@ -318,7 +320,7 @@ var stripeDeclines = map[string][2]string{
 
 func newStripeRecorder(t *testing.T, upstream string) *stripeRecorder {
 	t.Helper()
-	r := &stripeRecorder{upstream: upstream, answers: map[string]stripeAnswer{}}
+	r := &stripeRecorder{upstream: upstream, answers: map[string]stripeAnswer{}, serving: map[string]bool{}}
 	client := &http.Client{Timeout: 30 * time.Second}
 	r.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		body, _ := io.ReadAll(req.Body)
@@ -344,7 +346,26 @@ func newStripeRecorder(t *testing.T, upstream string) *stripeRecorder {
 		if idempotent {
 			r.mu.Lock()
 			prev, ok := r.answers[call.key]
+			busy := !ok && r.serving[call.key]
+			if !ok && !busy {
+				r.serving[call.key] = true
+				defer func() {
+					r.mu.Lock()
+					delete(r.serving, call.key)
+					r.mu.Unlock()
+				}()
+			}
 			r.mu.Unlock()
+			if busy {
+				// Stripe answers a request whose key is still being served
+				// with 409: one booking per key, however many arrive at once.
+				call.status = http.StatusConflict
+				r.record(call)
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusConflict)
+				fmt.Fprint(w, `{"error":{"type":"idempotency_error","message":"There is currently another in-progress request using this Idempotent Key."}}`)
+				return
+			}
 			if ok {
 				call.status, call.replayed = prev.status, true
 				var obj struct {

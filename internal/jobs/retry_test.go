@@ -99,3 +99,20 @@ func TestRetryDelaySpread(t *testing.T) {
 		}
 	}
 }
+
+func TestAttemptOf(t *testing.T) {
+	id := "01a21444-ada8-7b95-9687-bd8aa3726531"
+	for taskID, want := range map[string]int{
+		"charge:authorize:" + id:                        0,
+		"charge:authorize:" + id + ":2":                 2,
+		"charge:authorize:" + id + ":3:recovered:29400": 3,
+		"charge:authorize:" + id + ":recovered:29400":   0,
+		"charge:authorize:" + id + ":1":                 0,
+		"charge:authorize:other:4":                      0,
+		"charge:capture:" + id + ":2":                   0,
+	} {
+		if got := jobs.AttemptOf(taskID, id); got != want {
+			t.Errorf("AttemptOf(%s) = %d, want %d", taskID, got, want)
+		}
+	}
+}

@@ -9,6 +9,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -142,7 +144,7 @@ func (h *Handlers) Mux() *asynq.ServeMux {
 	mux.HandleFunc(TypeSessionsPrune, h.HandleSessionsPrune)
 	mux.HandleFunc(TypeOutboxSweep, h.HandleOutboxSweep)
 	mux.HandleFunc(TypeRetentionPrune, h.HandleRetentionPrune)
-	mux.HandleFunc(TypeChargeAuthorize, h.provider(h.Charges.Authorize))
+	mux.HandleFunc(TypeChargeAuthorize, h.HandleChargeAuthorize)
 	mux.HandleFunc(TypeChargeCapture, h.provider(h.Charges.Capture))
 	mux.HandleFunc(TypeChargeVoid, h.provider(h.Charges.Void))
 	mux.HandleFunc(TypeChargeReverse, h.provider(h.Charges.Reverse))
@@ -174,6 +176,32 @@ func (h *Handlers) provider(process func(ctx context.Context, id string, final b
 		}
 		return skipMissing(process(ctx, id, finalAttempt(ctx, t.Type(), h.Config)))
 	}
+}
+
+// HandleChargeAuthorize authorizes a charge at its current connector; a
+// task a failover queued (charge:authorize:<id>:<n>) only for attempt n.
+func (h *Handlers) HandleChargeAuthorize(ctx context.Context, t *asynq.Task) error {
+	id, err := objectID(t)
+	if err != nil {
+		return err
+	}
+	taskID, _ := asynq.GetTaskID(ctx)
+	return skipMissing(h.Charges.AuthorizeAttempt(ctx, id, AttemptOf(taskID, id), finalAttempt(ctx, t.Type(), h.Config)))
+}
+
+// AttemptOf is the attempt in the queue id of a charge:authorize task
+// (outbox.Task.QueueID, possibly with the sweeper's ":recovered:..."
+// suffix): n for charge:authorize:<id>:<n>, 0 for the first attempt's task.
+func AttemptOf(taskID, chargeID string) int {
+	rest, ok := strings.CutPrefix(taskID, TypeChargeAuthorize+":"+chargeID+":")
+	if !ok {
+		return 0
+	}
+	n, err := strconv.Atoi(strings.SplitN(rest, ":", 2)[0])
+	if err != nil || n < 2 {
+		return 0
+	}
+	return n
 }
 
 // HandleWebhookDeliver makes the next attempt of a delivery. The schedule is
