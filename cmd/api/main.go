@@ -214,7 +214,14 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer) er
 	// routing; a change on any replica drops the copies of all of them.
 	notices := cache.NewNotices(rdb, cache.RoutingChannel)
 	directory := connectors.NewDirectory(db, notices, cfg.Providers(), cfg.DefaultProvider, 0, time.Now)
-	go notices.Listen(ctx, directory.Forget, directory.ForgetAll, log)
+	listenCtx, stopListening := context.WithCancel(ctx)
+	listening := make(chan struct{})
+	go func() {
+		defer close(listening)
+		notices.Listen(listenCtx, directory.Forget, directory.ForgetAll, log)
+	}()
+	// Before the Redis client closes, and before serve returns.
+	defer func() { stopListening(); <-listening }()
 
 	httpMetrics := metrics.NewHTTP(reg)
 	deps := httpapi.Deps{

@@ -30,13 +30,17 @@ func (n *Notices) Publish(ctx context.Context, key string) error {
 	return n.rdb.Publish(ctx, n.channel, key).Err()
 }
 
-// Listen calls forget with every key announced until ctx ends, and
+// Listen calls forget with every key announced until ctx ends (it returns
+// then), and
 // forgetAll each time the subscription is (re)established: notices sent
 // while it was down are lost, so every copy is suspect.
 func (n *Notices) Listen(ctx context.Context, forget func(key string), forgetAll func(), log *slog.Logger) {
 	for ctx.Err() == nil {
 		sub := n.rdb.Subscribe(ctx, n.channel)
+		// A blocked read does not watch ctx: closing the subscription ends it.
+		stop := context.AfterFunc(ctx, func() { _ = sub.Close() })
 		n.receive(ctx, sub, forget, forgetAll, log)
+		stop()
 		_ = sub.Close()
 		select {
 		case <-ctx.Done():
