@@ -64,6 +64,11 @@ type options struct {
 	webhookHoldRate  float64
 	webhookOrdered   bool
 
+	pathRates  []float64 // events/s
+	pathHold   time.Duration
+	pathWait   time.Duration
+	pathSearch int
+
 	scenarios    map[string]bool // l1, l2, l3, l4, login, webhooks
 	l2Keys       int
 	l2Concurrent int
@@ -85,7 +90,7 @@ type options struct {
 }
 
 // allScenarios are the -scenarios names, in run order.
-var allScenarios = []string{"webhooks", "l2", "l4", "l1", "l3", "login"}
+var allScenarios = []string{"webhooks", "path", "l2", "l4", "l1", "l3", "login"}
 
 func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (options, error) {
 	var o options
@@ -123,8 +128,13 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	fs.IntVar(&o.webhookEndpoints, "webhook-endpoints", 3, "endpoints subscribed to charge.created, each on its own port of the receiver: a charge is this many deliveries")
 	fs.IntVar(&o.webhookCount, "webhook-count", 3000, "charges created for each delivery backlog (one worker, two workers); each floor runs this many tasks per endpoint")
 	fs.DurationVar(&o.webhookWait, "webhook-wait", 60*time.Second, "most time a webhook step waits for its deliveries")
-	scen := fs.String("scenarios", "l1,l2,l3,l4,login,webhooks", "scenarios to run, comma-separated: l1 (charge steps next to the floor), l2 (one Idempotency-Key, concurrent), "+
-		"l3 (rate limit on two replicas), l4 (webhook fan-out with slow and failing endpoints), login (charges beside a login flood), webhooks (delivery latency and throughput)")
+	pathRates := fs.String("path-rates", "200,500,1000,2000", "path scenario: event rates (events/s, two per captured charge) each held -path-hold")
+	fs.DurationVar(&o.pathHold, "path-hold", 60*time.Second, "path scenario: length of each step")
+	fs.DurationVar(&o.pathWait, "path-wait", 30*time.Second, "path scenario: most time a step waits for its deliveries after it ends")
+	fs.IntVar(&o.pathSearch, "path-search", 3, "path scenario: steps of the search for the highest rate that holds, after -path-rates")
+	scen := fs.String("scenarios", "l1,l2,l3,l4,login,webhooks,path", "scenarios to run, comma-separated: l1 (charge steps next to the floor), l2 (one Idempotency-Key, concurrent), "+
+		"l3 (rate limit on two replicas), l4 (webhook fan-out with slow and failing endpoints), login (charges beside a login flood), webhooks (delivery latency and throughput), "+
+		"path (charges authorized, captured and their events delivered to one endpoint, held steps)")
 	fs.IntVar(&o.l2Keys, "l2-keys", 1000, "L2: Idempotency-Keys, each sent by -l2-concurrent requests at once")
 	fs.IntVar(&o.l2Concurrent, "l2-concurrent", 20, "L2: concurrent requests per key")
 	fs.IntVar(&o.l2Parallel, "l2-parallel", 2, "L2: keys raced at the same time")
@@ -176,6 +186,13 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	}
 	if o.webhookHold < 0 || o.webhookHold > 5*time.Minute || o.webhookHoldRate <= 0 || o.webhookHoldRate > 10_000 {
 		return o, fmt.Errorf("-webhook-hold must be within [0, 5m] and -webhook-hold-rate from 1 to 10000")
+	}
+	var err error
+	if o.pathRates, err = parseRates("-path-rates", *pathRates, 20_000); err != nil {
+		return o, err
+	}
+	if o.pathHold < time.Second || o.pathHold > 10*time.Minute || o.pathWait <= 0 || o.pathWait > 5*time.Minute || o.pathSearch < 0 || o.pathSearch > 10 {
+		return o, fmt.Errorf("-path-hold must be within [1s, 10m], -path-wait within (0, 5m] and -path-search from 0 to 10")
 	}
 	o.scenarios = map[string]bool{}
 	for _, n := range strings.Split(*scen, ",") {

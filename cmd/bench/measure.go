@@ -47,6 +47,7 @@ type results struct {
 	Profiles   map[string]string // perf summaries by target
 	Noise      []summary         // the do-nothing server, at the start and at the end
 	Webhooks   *webhookResults   // nil without -webhooks
+	Path       *pathResult       // nil without the path scenario
 	L2         *l2Result         // nil when the scenario did not run
 	L3         *l3Result
 	L4         *l4Result
@@ -231,6 +232,10 @@ func measure(ctx context.Context, e *environment) (*results, error) {
 		// First, so the worker never meets the charge steps' pile of
 		// charge:authorize tasks; the endpoint is deleted afterwards.
 		res.Webhooks = e.measureWebhooks(ctx)
+		e.pause(ctx)
+	}
+	if e.o.scenarios["path"] && ctx.Err() == nil {
+		res.Path = e.runPath(ctx)
 		e.pause(ctx)
 	}
 	// The worker runs during L2 and L4 only, before the charge steps leave

@@ -270,6 +270,9 @@ func (r *results) text() string {
 	if r.Webhooks != nil {
 		b.WriteString(r.Webhooks.text())
 	}
+	if r.Path != nil {
+		b.WriteString(r.Path.text())
+	}
 	if len(r.Steps) > 0 {
 		b.WriteString("\nEvery step (CPU columns are µs per request; busy/others in cores of the whole machine):\n")
 		b.WriteString(r.steps().text("  "))
@@ -307,6 +310,9 @@ func (r *results) markdown() string {
 	}
 	if r.Webhooks != nil {
 		b.WriteString(r.Webhooks.markdown())
+	}
+	if r.Path != nil {
+		b.WriteString(r.Path.markdown())
 	}
 	if len(r.Steps) > 0 {
 		b.WriteString("\n### Every step\n\nIn run order. CPU columns are µs of CPU per request; *busy cores* is the whole machine, " +
