@@ -8,13 +8,15 @@ import (
 
 // batcher runs the calls made at the same time as one database statement.
 // A call joins the queue; while fewer than parallel batches are in flight, a
-// new one starts, lingers for more calls, and takes every call queued (up to
-// max); while it runs, the calls that arrive queue for the next. So each
-// round trip, commit and plan serves as many calls as arrived meanwhile: the
-// busier the worker, the larger the batches. On a 2-core machine a statement
-// for one delivery costs Postgres about 4 times as much CPU per delivery as
-// one for 16 (BenchmarkDeliveryStatements), so a few milliseconds of linger
-// buy most of that at the rates where it matters.
+// new one starts and takes every call queued (up to max); while it runs, the
+// calls that arrive queue for the next. So each round trip, commit and plan
+// serves as many calls as arrived meanwhile: the busier the worker, the
+// larger the batches. A batch lingers for more calls only when another is
+// in flight already, that is when there is a queue to gather: an idle
+// worker's call runs at once. On a 2-core machine a statement for one
+// delivery costs Postgres about 4 times as much CPU per delivery as one for
+// 16 (BenchmarkDeliveryStatements), so under load a few milliseconds of
+// linger buy most of that.
 //
 // The statement runs under its own context with a timeout, not a caller's: a
 // caller that gives up stops waiting, and its call may still be applied, as
@@ -56,7 +58,7 @@ func (b *batcher[Req, Res]) do(ctx context.Context, req Req) (Res, error) {
 	b.queue = append(b.queue, c)
 	if b.inFlight < b.parallel {
 		b.inFlight++
-		go b.loop()
+		go b.loop(b.inFlight > 1)
 	}
 	b.mu.Unlock()
 	select {
@@ -68,10 +70,11 @@ func (b *batcher[Req, Res]) do(ctx context.Context, req Req) (Res, error) {
 	}
 }
 
-// loop runs batches until the queue is empty; the first lingers for more
-// calls unless max are queued already.
-func (b *batcher[Req, Res]) loop() {
-	if b.linger > 0 {
+// loop runs batches until the queue is empty; with linger (another batch
+// is in flight) the first lingers for more calls unless max are queued
+// already.
+func (b *batcher[Req, Res]) loop(linger bool) {
+	if linger && b.linger > 0 {
 		b.mu.Lock()
 		full := len(b.queue) >= b.max
 		b.mu.Unlock()

@@ -141,30 +141,55 @@ func waitFor(t *testing.T, cond func() bool) {
 	}
 }
 
-// TestBatcherLingers: calls made within the linger of an idle batcher's
-// first call run in one batch with it.
-func TestBatcherLingers(t *testing.T) {
+// TestBatcherLingersOnlyUnderLoad: an idle batcher's call runs at once,
+// without the linger; while a batch is in flight, the next batch lingers
+// and the calls made meanwhile run together in it.
+func TestBatcherLingersOnlyUnderLoad(t *testing.T) {
 	var mu sync.Mutex
 	var sizes []int
-	b := newBatcher(50, 1, time.Second, time.Second, func(_ context.Context, reqs []int) ([]int, error) {
+	hold := make(chan struct{})
+	held := make(chan struct{})
+	b := newBatcher(50, 2, time.Second, 5*time.Second, func(_ context.Context, reqs []int) ([]int, error) {
 		mu.Lock()
 		sizes = append(sizes, len(reqs))
 		mu.Unlock()
+		if reqs[0] == -1 {
+			close(held)
+			<-hold
+		}
 		return make([]int, len(reqs)), nil
 	})
+	start := time.Now()
+	if _, err := b.do(context.Background(), 0); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 500*time.Millisecond {
+		t.Errorf("an idle batcher's call took %s, want it run at once (the linger is 1 s)", d)
+	}
+	// One batch in flight: the next lingers and gathers the calls.
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if _, err := b.do(context.Background(), -1); err != nil {
+			t.Error(err)
+		}
+	}()
+	<-held
 	var wg sync.WaitGroup
-	for i := range 5 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+	for i := range 4 {
+		wg.Go(func() {
 			time.Sleep(time.Duration(i) * 10 * time.Millisecond)
-			if _, err := b.do(context.Background(), i); err != nil {
+			if _, err := b.do(context.Background(), i+1); err != nil {
 				t.Error(err)
 			}
-		}()
+		})
 	}
 	wg.Wait()
-	if len(sizes) != 1 || sizes[0] != 5 {
-		t.Errorf("batch sizes %v, want [5]: the calls within the linger run together", sizes)
+	close(hold)
+	<-done
+	mu.Lock()
+	defer mu.Unlock()
+	if len(sizes) != 3 || sizes[0] != 1 || sizes[1] != 1 || sizes[2] != 4 {
+		t.Errorf("batch sizes %v, want [1 1 4]: the calls made under load run together", sizes)
 	}
 }

@@ -78,14 +78,15 @@ type Deliverer struct {
 	first    func(delay time.Duration)
 
 	// slots bound this process's attempts per endpoint, so one slow or
-	// hanging endpoint can hold at most perEndpoint of the worker's slots.
-	// A delivery that finds its endpoint at the cap waits up to slotWait for
-	// a slot, keeping a busy endpoint's pipe full, while either the endpoint
-	// is fast (its recent attempts took under fastSend, so the wait is short)
-	// and fewer than perEndpoint deliveries wait for it, or fewer than
-	// maxWaiting deliveries wait in the whole process: waiting holds one of
-	// the worker's own slots, so beyond that it is put back at once and
-	// several slow endpoints cannot fill the worker and delay the others.
+	// hanging endpoint holds few of the worker's slots; how many adapts to
+	// each endpoint (see endpointSlots), from perEndpoint at first up to its
+	// merchant's slots. A delivery that finds its endpoint at its window
+	// waits up to slotWait for a slot while its expected wait (its place in
+	// the queue at the endpoint's pace) is under waitBudget: a fast
+	// endpoint's burst goes out as slots free. An endpoint that is not fast
+	// may keep only maxWaiting deliveries waiting in the whole process:
+	// waiting holds one of the worker's own slots, so beyond that it is put
+	// back at once and several slow endpoints cannot fill the worker.
 	mu          sync.Mutex
 	slots       map[string]*endpointSlots
 	perEndpoint int
@@ -98,7 +99,7 @@ type Deliverer struct {
 	// perMerchant of the worker's slots and another merchant's first
 	// attempts find one free. A delivery that finds its merchant at the cap
 	// is put back (see acquire), except one to a fast endpoint, which waits
-	// briefly for the merchant's next free slot.
+	// for the merchant's next free slot under the same rule as above.
 	merchants   map[string]*merchantSlots
 	perMerchant int
 
@@ -120,44 +121,6 @@ const orderedRecheck = time.Second
 // statusGone is the answer with which a receiver asks to be sent nothing more.
 const statusGone = 410
 
-// endpointSlots are one endpoint's attempt slots in this process.
-type endpointSlots struct {
-	slot    chan struct{}
-	waiting atomic.Int32
-	took    atomic.Int64 // recent attempts' duration (moving average), ns + 1; 0 before the first
-	back    pushBacks
-}
-
-// fast reports whether the endpoint's recent attempts took under fastSend.
-func (e *endpointSlots) fast() bool {
-	t := e.took.Load()
-	return t > 0 && time.Duration(t-1) < fastSend
-}
-
-// done frees a slot and adds an attempt's duration to the average.
-func (e *endpointSlots) done(took time.Duration) {
-	average(&e.took, took)
-	<-e.slot
-}
-
-// average adds an attempt's duration to a moving average kept as ns + 1 (0:
-// no attempt yet).
-func average(avg *atomic.Int64, took time.Duration) {
-	ns := int64(max(took, 0))
-	if old := avg.Load(); old > 0 {
-		ns = (3*(old-1) + ns) / 4
-	}
-	avg.Store(ns + 1)
-}
-
-// tookOr is a moving average's value, or def before the first attempt.
-func tookOr(avg *atomic.Int64, def time.Duration) time.Duration {
-	if t := avg.Load(); t > 0 {
-		return time.Duration(t - 1)
-	}
-	return def
-}
-
 // maxWaitingDefault is how many deliveries to endpoints that are not fast
 // may wait for an endpoint slot at once in one worker process (of the 100
 // slots of its delivery pool).
@@ -167,8 +130,13 @@ const maxWaitingDefault = 4
 const fastSend = 100 * time.Millisecond
 
 // PerEndpointDefault is how many attempts to one endpoint a worker process
-// runs at once.
+// runs at once at first; the window then adapts to the endpoint.
 const PerEndpointDefault = 10
+
+// waitBudget is the longest expected wait for which a delivery to a fast
+// endpoint queues for its endpoint's or merchant's next slot rather than
+// being put back.
+const waitBudget = 50 * time.Millisecond
 
 // MerchantSlotsDefault is WEBHOOK_MERCHANT_SLOTS's default: how many
 // attempts to one merchant's endpoints a worker process runs at once, a
@@ -178,84 +146,69 @@ const MerchantSlotsDefault = 25
 // acquire takes a slot of the merchant and one of the endpoint, in that
 // order. When either is at its cap it returns ok false and how long the
 // delivery waits before it is tried again (see pushBacks). The caller passes
-// the attempt's duration to release.
-func (d *Deliverer) acquire(ctx context.Context, merchantID, endpointID string) (release func(took time.Duration), retry time.Duration, ok bool) {
+// the attempt's outcome and duration to release.
+func (d *Deliverer) acquire(ctx context.Context, merchantID, endpointID string) (release func(ok bool, took time.Duration), retry time.Duration, ok bool) {
 	d.mu.Lock()
 	m, found := d.merchants[merchantID]
 	if !found {
-		m = newMerchantSlots()
+		m = &merchantSlots{}
 		d.merchants[merchantID] = m
 	}
 	e, found := d.slots[endpointID]
 	if !found {
-		e = &endpointSlots{slot: make(chan struct{}, d.perEndpoint)}
+		e = newEndpointSlots(d.perEndpoint, d.perMerchant)
 		d.slots[endpointID] = e
 	}
 	d.mu.Unlock()
 	// A slow endpoint's deliveries may hold only slowShare of the
 	// merchant's slots, and when put back they return at the pace at which
-	// its slots free. A fast endpoint's delivery waits up to slotWait for
-	// one while fewer than perMerchant wait for the merchant (its slots free
-	// within milliseconds); others are tried again shortly.
-	now, slow, limit := d.now(), e.slow(), d.perMerchant
+	// its slots free. A fast endpoint's delivery waits for one while its
+	// expected wait is short; others are tried again shortly.
+	now, slow, fast, limit := d.now(), e.slow(), e.fast(), d.perMerchant
 	if slow {
 		limit = slowShare(d.perMerchant)
 	}
-	if !m.take(limit) {
+	if !m.tryTake(limit) {
 		if slow {
-			return nil, m.back.delay(now, tookOr(&e.took, busyRetry), limit), false
+			return nil, m.back.delay(now, e.tookOr(busyRetry), limit), false
 		}
-		if !e.fast() || d.slotWait <= 0 || !m.waitFor(ctx, limit, d.slotWait) {
+		if !fast || !m.wait(ctx, limit, d.slotWait, shortWait) {
 			return nil, busyJitter(busyRetry), false
 		}
 	}
-	endpointDone, ok := d.acquireEndpoint(ctx, e)
-	if !ok {
-		m.give()
-		return nil, e.back.delay(now, tookOr(&e.took, busyRetry), d.perEndpoint), false
+	if !d.acquireEndpoint(ctx, e, fast) {
+		m.release(0, d.perMerchant)
+		return nil, e.back.delay(now, e.tookOr(busyRetry), e.current()), false
 	}
-	return func(took time.Duration) {
-		endpointDone(took)
-		m.give()
+	return func(ok bool, took time.Duration) {
+		e.release(d.now(), ok, took, d.perMerchant)
+		m.release(took, d.perMerchant)
 	}, 0, true
 }
 
+// shortWait admits a waiter whose expected wait is known and under waitBudget.
+func shortWait(expected time.Duration, known bool) bool { return known && expected < waitBudget }
+
 // acquireEndpoint takes one of the endpoint's slots, waiting up to slotWait
-// for one to free when the endpoint is fast and fewer than perEndpoint
-// deliveries wait for it, or fewer than maxWaiting wait in the process.
-func (d *Deliverer) acquireEndpoint(ctx context.Context, e *endpointSlots) (release func(took time.Duration), ok bool) {
-	select {
-	case e.slot <- struct{}{}:
-		return e.done, true
-	default:
+// for one to free when the endpoint is fast and the wait likely short, or,
+// for an endpoint that is not fast, while fewer than maxWaiting wait in the
+// process.
+func (d *Deliverer) acquireEndpoint(ctx context.Context, e *endpointSlots, fast bool) bool {
+	e.mu.Lock()
+	slots := e.slots()
+	took := e.take(slots)
+	e.mu.Unlock()
+	if took {
+		return true
 	}
-	if d.slotWait <= 0 {
-		return nil, false
-	}
-	if e.fast() {
-		defer e.waiting.Add(-1)
-		if e.waiting.Add(1) <= int32(d.perEndpoint) {
-			return e.wait(ctx, d.slotWait)
-		}
+	if fast {
+		return e.wait(ctx, slots, d.slotWait, shortWait)
 	}
 	defer d.waiting.Add(-1)
 	if d.waiting.Add(1) > d.maxWaiting {
-		return nil, false
+		return false
 	}
-	return e.wait(ctx, d.slotWait)
-}
-
-// wait waits up to limit for one of the endpoint's slots.
-func (e *endpointSlots) wait(ctx context.Context, limit time.Duration) (release func(took time.Duration), ok bool) {
-	t := time.NewTimer(limit)
-	defer t.Stop()
-	select {
-	case e.slot <- struct{}{}:
-		return e.done, true
-	case <-t.C:
-	case <-ctx.Done():
-	}
-	return nil, false
+	return e.wait(ctx, slots, d.slotWait, func(time.Duration, bool) bool { return true })
 }
 
 // NewDeliverer returns the delivery processor. schedule[i] is the delay
@@ -436,7 +389,7 @@ func (d *Deliverer) Deliver(ctx context.Context, id string) error {
 		d.first(d.now().Sub(del.CreatedAt))
 	}
 	res := d.sender.Send(ctx, Outgoing{URL: ep.URL, Body: body, Headers: headers})
-	release(res.Duration)
+	release(res.OK(), res.Duration)
 	a := Attempt{Attempt: n, StartedAt: now, DurationMS: int(res.Duration / time.Millisecond)}
 	if res.StatusCode != 0 {
 		code := res.StatusCode

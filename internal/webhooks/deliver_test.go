@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -744,43 +745,40 @@ func (r *rig) warmFast(t *testing.T) {
 	r.store.mu.Unlock()
 }
 
-// TestDeliverWaitsForAFastEndpoint: at its cap, an endpoint whose recent
-// attempts were fast keeps up to PerEndpointDefault deliveries waiting for
-// its slots, more than the process-wide allowance for slow endpoints, so a
-// burst to a healthy endpoint goes out as slots free instead of being put
-// back for a second.
+// TestDeliverWaitsForAFastEndpoint: at its window, an endpoint whose
+// recent attempts were fast keeps the deliveries that find it busy waiting
+// for its slots, however many there are while their expected wait is short,
+// so a burst to a healthy endpoint goes out as slots free instead of being
+// put back for a second; and its window holds at least PerEndpointDefault
+// attempts at once.
 func TestDeliverWaitsForAFastEndpoint(t *testing.T) {
 	r := newRig(t, defaultSchedule)
 	r.warmFast(t)
 
 	release := make(chan struct{})
-	var inFlight sync.WaitGroup
-	inFlight.Add(webhooks.PerEndpointDefault)
-	r.sender.answer = func(n int) webhooks.Response {
-		if n <= 1+webhooks.PerEndpointDefault {
-			inFlight.Done()
-			<-release
-		}
+	var hanging atomic.Int32
+	r.sender.answer = func(int) webhooks.Response {
+		hanging.Add(1)
+		<-release
 		return webhooks.Response{StatusCode: 200, Duration: time.Millisecond}
 	}
-	const waiters = 6 // more than the 4 the process lets wait for slow endpoints
-	errs := make(chan error, webhooks.PerEndpointDefault+waiters)
-	for range webhooks.PerEndpointDefault {
-		go func() { errs <- r.deliver() }()
-	}
-	inFlight.Wait() // the endpoint is at its cap
-	for range waiters {
+	const burst = 3 * webhooks.PerEndpointDefault // more than a window, and than the 4 the process lets wait for slow endpoints
+	errs := make(chan error, burst)
+	for range burst {
 		go func() { errs <- r.deliver() }()
 	}
 	time.Sleep(200 * time.Millisecond) // well inside the 1 s a delivery waits for a slot
+	if n := hanging.Load(); n < webhooks.PerEndpointDefault || n >= burst {
+		t.Errorf("attempts at once to the fast endpoint: %d, want from %d to fewer than %d", n, webhooks.PerEndpointDefault, burst)
+	}
 	close(release)
-	for range webhooks.PerEndpointDefault + waiters {
+	for range burst {
 		if err := <-errs; err != nil {
 			t.Errorf("a delivery to the fast endpoint: %v, want it sent", err)
 		}
 	}
-	if n := len(r.sender.posts()); n != 1+webhooks.PerEndpointDefault+waiters {
-		t.Errorf("POSTs: %d, want %d", n, 1+webhooks.PerEndpointDefault+waiters)
+	if n := len(r.sender.posts()); n != 1+burst {
+		t.Errorf("POSTs: %d, want %d", n, 1+burst)
 	}
 }
 

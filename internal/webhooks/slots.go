@@ -4,76 +4,226 @@ import (
 	"context"
 	"math/rand/v2"
 	"sync"
-	"sync/atomic"
 	"time"
 )
+
+// gate is a set of attempt slots: at most a limit run at once, and the
+// deliveries that wait for one are handed a freed slot in the order they
+// came. A waiter that gives up leaves the queue; one that was handed a slot
+// as it gave up keeps it.
+type gate struct {
+	mu      sync.Mutex
+	running int
+	queue   []chan struct{}
+	took    time.Duration // recent attempts' duration, a moving average; 0 before the first
+	tookSet bool
+}
+
+// take takes a slot if fewer than limit run and nobody waits. Called with g.mu held.
+func (g *gate) take(limit int) bool {
+	if g.running < limit && len(g.queue) == 0 {
+		g.running++
+		return true
+	}
+	return false
+}
+
+// tryTake is take under the lock.
+func (g *gate) tryTake(limit int) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.take(limit)
+}
+
+// expectedWait is how long the next waiter can expect to wait for one of
+// limit slots: its place in the queue times the time one slot in limit
+// frees, at the recent attempts' pace. Called with g.mu held.
+func (g *gate) expectedWait(limit int) time.Duration {
+	return time.Duration(len(g.queue)+1) * g.took / time.Duration(max(limit, 1))
+}
+
+// wait takes a slot, waiting up to limit for one when admit, told how long
+// the wait is likely to be, lets it queue.
+func (g *gate) wait(ctx context.Context, slots int, limit time.Duration, admit func(expected time.Duration, known bool) bool) bool {
+	g.mu.Lock()
+	if g.take(slots) {
+		g.mu.Unlock()
+		return true
+	}
+	if limit <= 0 || !admit(g.expectedWait(slots), g.tookSet) {
+		g.mu.Unlock()
+		return false
+	}
+	ready := make(chan struct{})
+	g.queue = append(g.queue, ready)
+	g.mu.Unlock()
+	t := time.NewTimer(limit)
+	defer t.Stop()
+	select {
+	case <-ready:
+		return true
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for i, c := range g.queue {
+		if c == ready {
+			g.queue = append(g.queue[:i], g.queue[i+1:]...)
+			return false
+		}
+	}
+	return true // handed a slot while giving up: it is ours
+}
+
+// give frees a slot, adds the attempt's duration to the average and hands
+// free slots to waiters, first come first served, while fewer than limit
+// run. Called with g.mu held.
+func (g *gate) give(took time.Duration, limit int) {
+	g.running--
+	took = max(took, 0)
+	if g.tookSet {
+		g.took = (3*g.took + took) / 4
+	} else {
+		g.took, g.tookSet = took, true
+	}
+	for g.running < limit && len(g.queue) > 0 {
+		close(g.queue[0])
+		g.queue = g.queue[1:]
+		g.running++
+	}
+	if len(g.queue) == 0 {
+		g.queue = nil
+	}
+}
 
 // merchantSlots are one merchant's attempt slots in this process, over all
 // its endpoints.
 type merchantSlots struct {
-	used    atomic.Int32
-	back    pushBacks     // for its slow endpoints' deliveries
-	freed   chan struct{} // a token each time a slot frees, for one waiter
-	waiting atomic.Int32
+	gate
+	back pushBacks // for its slow endpoints' deliveries
 }
 
-func newMerchantSlots() *merchantSlots { return &merchantSlots{freed: make(chan struct{}, 1)} }
-
-// take takes one of the merchant's slots if fewer than limit are in use.
-func (m *merchantSlots) take(limit int) bool {
-	for {
-		n := m.used.Load()
-		if n >= int32(limit) {
-			return false
-		}
-		if m.used.CompareAndSwap(n, n+1) {
-			return true
-		}
-	}
+// release frees one of the merchant's slots.
+func (m *merchantSlots) release(took time.Duration, limit int) {
+	m.mu.Lock()
+	m.give(took, limit)
+	m.mu.Unlock()
 }
 
-// give frees one of the merchant's slots and wakes a waiter, if any.
-func (m *merchantSlots) give() {
-	m.used.Add(-1)
-	select {
-	case m.freed <- struct{}{}:
+// endpointSlots are one endpoint's attempt slots in this process. How many
+// attempts may run at once adapts to the endpoint as TCP's congestion
+// window does: it starts at PerEndpointDefault, grows while the endpoint's
+// answers stay fast (by one per answer up to the last limit that was cut,
+// then by one per window's worth of answers) and is halved, at most once
+// per attempt duration, on an error, a non-2xx answer, a timeout or an
+// answer of slowSend or more. So a fast endpoint gets up to its merchant's
+// slots, and a slow or failing one drops to one.
+type endpointSlots struct {
+	gate
+	limit    float64 // attempts allowed at once, from 1 up to the merchant's slots
+	ssthresh float64 // below it the window grows by one per fast answer
+	base     time.Duration
+	cutAt    time.Time
+	back     pushBacks
+}
+
+func newEndpointSlots(initial, most int) *endpointSlots {
+	return &endpointSlots{limit: float64(min(initial, most)), ssthresh: float64(most)}
+}
+
+// slots is how many attempts the endpoint may run at once now. Called with e.mu held.
+func (e *endpointSlots) slots() int { return max(int(e.limit), 1) }
+
+// answer is how an attempt's answer moves the endpoint's window.
+type answer int
+
+const (
+	answerFast    answer = iota // a 2xx within the endpoint's usual time: grow
+	answerSteady                // a 2xx slower than usual, under slowSend: keep
+	answerTrouble               // an error, non-2xx, timeout, or slowSend or more: halve
+)
+
+// judge classes an attempt's answer against the endpoint's usual time: a
+// 2xx is fast when it took under twice the endpoint's quickest recent
+// answers (and never less than fastSend counts as fast). Called with e.mu held.
+func (e *endpointSlots) judge(ok bool, took time.Duration) answer {
+	switch {
+	case !ok || took >= slowSend:
+		return answerTrouble
+	case took < min(max(2*e.base, fastSend), slowSend):
+		return answerFast
 	default:
+		return answerSteady
 	}
 }
 
-// wait waits up to limit for one of the merchant's slots.
-func (m *merchantSlots) wait(ctx context.Context, slots int, limit time.Duration) bool {
-	t := time.NewTimer(limit)
-	defer t.Stop()
-	for !m.take(slots) {
-		select {
-		case <-m.freed:
-		case <-t.C:
-			return m.take(slots)
-		case <-ctx.Done():
-			return false
+// release frees one of the endpoint's slots and moves its window by the
+// attempt's answer. most is the window's ceiling (the merchant's slots).
+func (e *endpointSlots) release(now time.Time, ok bool, took time.Duration, most int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	took = max(took, 0)
+	switch a := e.judge(ok, took); a {
+	case answerFast:
+		if e.limit < e.ssthresh {
+			e.limit++
+		} else {
+			e.limit += 1 / e.limit
+		}
+	case answerTrouble:
+		// Attempts that fail together are one signal: cut once per the
+		// time an attempt takes.
+		if now.Sub(e.cutAt) >= max(took, e.took) {
+			e.ssthresh = max(e.limit/2, 1)
+			e.limit, e.cutAt = e.ssthresh, now
 		}
 	}
-	if m.used.Load() < int32(slots) {
-		// Slots freed together left one token: pass it on to the next waiter.
-		select {
-		case m.freed <- struct{}{}:
-		default:
-		}
+	e.limit = min(e.limit, float64(most))
+	// The usual time follows the quickest answers down at once and up slowly.
+	if ok && (e.base == 0 || took < e.base) {
+		e.base = took
+	} else if ok {
+		e.base += (took - e.base) / 16
 	}
-	return true
+	e.give(took, e.slots())
+}
+
+// fast reports whether the endpoint's recent attempts took under fastSend.
+func (e *endpointSlots) fast() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.tookSet && e.took < fastSend
+}
+
+// slow reports whether the endpoint's recent attempts took slowSend or more.
+// An endpoint with no attempt yet is not slow.
+func (e *endpointSlots) slow() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.tookSet && e.took >= slowSend
+}
+
+// tookOr is the endpoint's recent attempt duration, or def before the first.
+func (e *endpointSlots) tookOr(def time.Duration) time.Duration {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.tookSet {
+		return e.took
+	}
+	return def
+}
+
+// current is the endpoint's window now.
+func (e *endpointSlots) current() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.slots()
 }
 
 // slowSend is the attempt duration from which an endpoint counts as slow:
 // its attempts may hold only slowShare of its merchant's slots.
 const slowSend = time.Second
-
-// slow reports whether the endpoint's recent attempts took slowSend or more.
-// An endpoint with no attempt yet is not slow.
-func (e *endpointSlots) slow() bool {
-	t := e.took.Load()
-	return t > 0 && time.Duration(t-1) >= slowSend
-}
 
 // slowShare is how many of a merchant's perMerchant slots its slow
 // endpoints may hold together: all but a fifth, so that the merchant's own
@@ -137,13 +287,4 @@ func scheduleJitter(d time.Duration) time.Duration {
 		return d
 	}
 	return d + rand.N(d/10+1)
-}
-
-// waitFor is wait for at most slots deliveries of the merchant at once.
-func (m *merchantSlots) waitFor(ctx context.Context, slots int, limit time.Duration) bool {
-	defer m.waiting.Add(-1)
-	if m.waiting.Add(1) > int32(slots) {
-		return false
-	}
-	return m.wait(ctx, slots, limit)
 }

@@ -43,7 +43,7 @@ type endpointModel struct {
 	id       string
 	took     time.Duration // every attempt to it takes this long
 	released bool          // an attempt has ended: the deliverer knows its pace
-	held     []func(time.Duration)
+	held     []func(bool, time.Duration)
 }
 
 func (e *endpointModel) slow() bool { return e.released && e.took >= slowSend }
@@ -87,7 +87,7 @@ func merchantSlotsRun(t *testing.T, seed uint64) {
 	for _, m := range merchants {
 		for i := range m.endpoint {
 			for _, release := range m.endpoint[i].held {
-				release(m.endpoint[i].took)
+				release(true, m.endpoint[i].took)
 			}
 		}
 	}
@@ -105,7 +105,7 @@ func merchantStep(t *testing.T, d *Deliverer, m *merchantModel, r *rand.Rand, no
 	}
 	if len(e.held) > 0 && r.IntN(100) >= takeP {
 		last := len(e.held) - 1
-		e.held[last](e.took)
+		e.held[last](true, e.took)
 		e.held = e.held[:last]
 		e.released = true
 		m.held--
@@ -115,15 +115,19 @@ func merchantStep(t *testing.T, d *Deliverer, m *merchantModel, r *rand.Rand, no
 	if e.slow() {
 		limit = slowShare(perMerchant)
 	}
-	want := m.held < limit && len(e.held) < perEndpoint
+	window := d.endpointWindow(e.id)
+	want := m.held < limit && len(e.held) < window
 	release, retry, ok := d.acquire(context.Background(), m.id, e.id)
 	switch {
 	case ok != want:
 		t.Errorf("merchant %s (holding %d of %d, slow endpoint %v) endpoint %s (holding %d of %d): took a slot %v, want %v",
-			m.id, m.held, limit, e.slow(), e.id, len(e.held), perEndpoint, ok, want)
+			m.id, m.held, limit, e.slow(), e.id, len(e.held), window, ok, want)
 		if ok {
-			release(0)
+			release(true, 0)
 		}
+		return false
+	case window < 1 || window > max(perEndpoint, perMerchant):
+		t.Errorf("endpoint %s: window %d, want 1 to %d", e.id, window, max(perEndpoint, perMerchant))
 		return false
 	case ok:
 		e.held = append(e.held, release)
@@ -137,6 +141,17 @@ func merchantStep(t *testing.T, d *Deliverer, m *merchantModel, r *rand.Rand, no
 		return false
 	}
 	return true
+}
+
+// endpointWindow is how many attempts the endpoint may run at once now.
+func (d *Deliverer) endpointWindow(id string) int {
+	d.mu.Lock()
+	e := d.slots[id]
+	d.mu.Unlock()
+	if e == nil {
+		return min(d.perEndpoint, d.perMerchant)
+	}
+	return e.current()
 }
 
 // TestPushBacksKeepPace: deliveries put back at once for a slow endpoint
@@ -195,4 +210,119 @@ func TestJitter(t *testing.T) {
 	if got := scheduleJitter(0); got != 0 {
 		t.Errorf("scheduleJitter(0) = %s, want 0", got)
 	}
+}
+
+// TestEndpointWindowAdapts: an endpoint's window starts at
+// PerEndpointDefault, grows with fast answers up to its merchant's slots,
+// is halved by a failure (once for failures that come together), drops to
+// one for an endpoint answering in slowSend or more, and grows back when
+// the endpoint answers fast again.
+func TestEndpointWindowAdapts(t *testing.T) {
+	const most = 25
+	e := newEndpointSlots(PerEndpointDefault, most)
+	now := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+	attempt := func(ok bool, took time.Duration) {
+		t.Helper()
+		e.mu.Lock()
+		if !e.take(e.slots()) {
+			e.mu.Unlock()
+			t.Fatalf("no free slot with none running (window %d)", e.current())
+		}
+		e.mu.Unlock()
+		now = now.Add(took)
+		e.release(now, ok, took, most)
+	}
+	if got := e.current(); got != PerEndpointDefault {
+		t.Fatalf("first window %d, want %d", got, PerEndpointDefault)
+	}
+	for range 100 {
+		attempt(true, time.Millisecond)
+	}
+	if got := e.current(); got != most {
+		t.Fatalf("after 100 fast answers: window %d, want the merchant's %d", got, most)
+	}
+	// Failures that come together cut once.
+	for range 5 {
+		e.mu.Lock()
+		e.take(e.slots())
+		e.mu.Unlock()
+	}
+	for range 5 {
+		e.release(now, false, time.Millisecond, most)
+	}
+	if got := e.current(); got != most/2 {
+		t.Fatalf("after 5 failures at once: window %d, want %d", got, most/2)
+	}
+	// A steady, somewhat slower answer keeps the window.
+	attempt(true, 80*time.Millisecond)
+	if got := e.current(); got != most/2 {
+		t.Fatalf("after a 2xx in 80 ms: window %d, want it kept at %d", got, most/2)
+	}
+	// An endpoint that answers in two seconds drops to one.
+	for range 10 {
+		attempt(true, 2*time.Second)
+	}
+	if got := e.current(); got != 1 {
+		t.Fatalf("after slow answers: window %d, want 1", got)
+	}
+	// Fast again: it grows back, by about one per window's worth of answers.
+	for range 3 {
+		attempt(true, time.Millisecond)
+	}
+	if got := e.current(); got < 2 {
+		t.Fatalf("after 3 fast answers: window %d, want it growing", got)
+	}
+	for range 400 {
+		attempt(true, time.Millisecond)
+	}
+	if got := e.current(); got != most {
+		t.Fatalf("after 400 fast answers: window %d, want %d", got, most)
+	}
+}
+
+// TestGateHandsSlotsInOrder: a freed slot goes to the first waiter; a waiter
+// that gives up leaves the queue and the next one is served.
+func TestGateHandsSlotsInOrder(t *testing.T) {
+	var g gate
+	g.mu.Lock()
+	g.take(1)
+	g.mu.Unlock()
+	admit := func(time.Duration, bool) bool { return true }
+	ctx, cancel := context.WithCancel(context.Background())
+	gaveUp := make(chan bool)
+	go func() { gaveUp <- g.wait(ctx, 1, time.Minute, admit) }()
+	waitQueued(t, &g, 1)
+	served := make(chan bool)
+	go func() { served <- g.wait(context.Background(), 1, time.Minute, admit) }()
+	waitQueued(t, &g, 2)
+	cancel()
+	if <-gaveUp {
+		t.Fatal("the first waiter gave up but holds a slot")
+	}
+	g.mu.Lock()
+	g.give(time.Millisecond, 1)
+	running := g.running
+	g.mu.Unlock()
+	if !<-served {
+		t.Fatal("the second waiter was not handed the freed slot")
+	}
+	if running != 1 {
+		t.Fatalf("running %d after the hand-over, want 1", running)
+	}
+	if g.wait(context.Background(), 1, 0, admit) {
+		t.Fatal("took a slot beyond the limit")
+	}
+}
+
+func waitQueued(t *testing.T, g *gate, n int) {
+	t.Helper()
+	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(time.Millisecond) {
+		g.mu.Lock()
+		q := len(g.queue)
+		g.mu.Unlock()
+		if q == n {
+			return
+		}
+	}
+	t.Fatalf("waiters never reached %d", n)
 }

@@ -107,8 +107,11 @@ type Sender struct {
 	maxBody   int64
 }
 
-// IdlePerHost is how many idle connections the sender keeps per host.
-const IdlePerHost = 10
+// IdlePerHost is how many idle connections the sender keeps per host: as
+// many as the attempts a worker may run at once to one endpoint, whose
+// window grows up to its merchant's slots (WEBHOOK_MERCHANT_SLOTS, 25 by
+// default).
+const IdlePerHost = 25
 
 // New returns a Sender configured by o.
 func New(o Options) *Sender { return newSender(o, nil) }
@@ -136,8 +139,8 @@ func newSender(o Options, resolver *net.Resolver) *Sender {
 		ResponseHeaderTimeout:  o.Timeout,
 		MaxResponseHeaderBytes: maxHeaderBytes,
 		// A host keeps as many idle connections as the attempts a worker
-		// runs at once to one endpoint (webhooks.PerEndpointDefault), so a
-		// busy endpoint's attempts reuse connections rather than open (and,
+		// may run at once to one endpoint (IdlePerHost), so a busy
+		// endpoint's attempts reuse connections rather than open (and,
 		// over HTTPS, handshake) a new one for most of them.
 		MaxIdleConns:        512,
 		MaxIdleConnsPerHost: IdlePerHost,
