@@ -39,6 +39,7 @@ type pathStep struct {
 	// CPU per charge over the step and its tail, until every delivery came.
 	API, Worker, PG, Redis time.Duration
 	Tail                   time.Duration // from the end of the step to the last delivery
+	PGKinds                string        // Postgres CPU per charge by process
 	Statements             string        // top Postgres statements, when pg_stat_statements is loaded
 }
 
@@ -209,6 +210,7 @@ func (e *environment) pathStep(ctx context.Context, rc *receiver, events float64
 		all := cpuBetween(c0, c2, n)
 		st.PG, st.Redis = all.Postgres, all.Redis
 		st.API, st.Worker = (a2-a0)/time.Duration(n), (w2-w0)/time.Duration(n)
+		st.PGKinds = kindsText(pgByKind(c0, c2), n)
 	}
 	first := map[string]receipt{}
 	for _, g := range got {
@@ -346,8 +348,9 @@ func (p *pathResult) text() string {
 	b.WriteString(p.table().text("  "))
 	b.WriteString("  " + p.verdict() + "\n")
 	for _, s := range p.Steps {
+		fmt.Fprintf(&b, "  Postgres CPU per charge at %s events/s: %s\n", rate(s.Events), s.PGKinds)
 		if s.Statements != "" {
-			fmt.Fprintf(&b, "  Postgres at %s events/s: %s\n", rate(s.Events), s.Statements)
+			fmt.Fprintf(&b, "  Postgres statements at %s events/s: %s\n", rate(s.Events), s.Statements)
 		}
 	}
 	for _, n := range p.Notes {
@@ -364,11 +367,15 @@ func (p *pathResult) markdown() string {
 		"Rates are events/s (two per charge); CPU columns are µs per charge; *holds*: every delivery arrived and the first attempts' p99 is under 250 ms.\n\n")
 	b.WriteString(p.table().markdown())
 	b.WriteString("\n" + capitalize(p.verdict()) + ".\n")
-	var stmts []string
+	var kinds, stmts []string
 	for _, s := range p.Steps {
+		kinds = append(kinds, fmt.Sprintf("- at %s events/s: %s", rate(s.Events), s.PGKinds))
 		if s.Statements != "" {
 			stmts = append(stmts, fmt.Sprintf("- at %s events/s: %s", rate(s.Events), s.Statements))
 		}
+	}
+	if len(kinds) > 0 {
+		b.WriteString("\nPostgres CPU per charge by process:\n\n" + strings.Join(kinds, "\n") + "\n")
 	}
 	if len(stmts) > 0 {
 		b.WriteString("\nPostgres statements per charge (execution and planning time, pg_stat_statements):\n\n" + strings.Join(stmts, "\n") + "\n")
