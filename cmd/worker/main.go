@@ -198,6 +198,19 @@ func work(ctx context.Context, getenv func(string) string, stderr io.Writer) err
 	}
 
 	srv := jobs.NewServers(qrdb, log, cfg)
+	// Recovery puts back the tasks of a worker that died within seconds,
+	// instead of asynq's minute or more (see jobs.Recovery): the servers'
+	// dequeues on qrdb claim each task they take. It holds one connection for
+	// good, the one other workers look for, on a client of its own (not
+	// traced: it renews the worker's entry twice a second).
+	lrdb, err := cache.DialQueue(cfg.RedisURL.Reveal(), cfg.RedisMode)
+	if err != nil {
+		return err
+	}
+	defer lrdb.Close()
+	recovery := jobs.NewRecovery(lrdb, log, jobs.QueueNames())
+	recovery.Watch(qrdb)
+	reg.MustRegister(recovery.Collector())
 	// The scheduler owns its connection (it closes it on shutdown).
 	srdb, err := cache.DialQueue(cfg.RedisURL.Reveal(), cfg.RedisMode)
 	if err != nil {
@@ -243,11 +256,14 @@ func work(ctx context.Context, getenv func(string) string, stderr io.Writer) err
 		log.Info("queue UI (read-only) listening", "admin_addr", aln.Addr().String())
 	}
 
-	if err := srv.Start(handlers.Mux()); err != nil {
+	recovery.Start()
+	if err := srv.Start(recovery.Middleware(handlers.Mux())); err != nil {
+		recovery.Stop()
 		return err
 	}
 	if err := scheduler.Start(); err != nil {
 		srv.Shutdown()
+		recovery.Stop()
 		return fmt.Errorf("start scheduler: %w", err)
 	}
 	log.Info("worker running", "metrics_addr", ln.Addr().String())
@@ -259,6 +275,7 @@ func work(ctx context.Context, getenv func(string) string, stderr io.Writer) err
 	log.Info("shutting down", "timeout", cfg.ShutdownTimeout.String())
 	scheduler.Shutdown()
 	srv.Shutdown()
+	recovery.Stop()
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = httpSrv.Shutdown(sctx)

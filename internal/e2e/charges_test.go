@@ -738,10 +738,10 @@ func faultTest(t *testing.T, st *stack, key string) {
 		pace      = 12 * time.Millisecond // 200 charges over about 2.4 s
 		kills     = 3
 		killEvery = 700 * time.Millisecond
-		// Tasks held by a killed worker stay "active" in asynq until their
-		// 30 s lease expires; the outbox sweeper (every 10 s) then sends them
-		// again (Queue.Resend), so about 30-45 s after the last kill is
-		// expected; the bound leaves room for a loaded machine.
+		// Tasks held by a killed worker are back in their queue about 3 s
+		// after the kill (jobs.Recovery); a task recovery cannot see waits
+		// for its 30 s asynq lease and the outbox sweeper (every 10 s,
+		// Queue.Resend). The bound leaves room for that on a loaded machine.
 		drainMax = 75 * time.Second
 	)
 	c := newClient(t, "127.0.0.24")

@@ -63,9 +63,10 @@ func (q *Queue) EnqueueAt(ctx context.Context, t outbox.Task, at time.Time) erro
 // still queued, scheduled or retrying is left alone. One archived (it used up
 // its retries while, say, Postgres was down) is deleted and enqueued afresh.
 // One left active by a worker that died (its lease expired: asynq calls it
-// orphaned) is enqueued again under a derived id rather than waiting for
-// asynq's own recovery, which runs once a minute; the handlers are
-// idempotent, so the late original changes nothing.
+// orphaned; Recovery puts back most such tasks long before) is enqueued
+// again under a derived id rather than waiting for asynq's own recovery,
+// which runs once a minute; the handlers are idempotent, so the late
+// original changes nothing.
 func (q *Queue) Resend(ctx context.Context, tasks []outbox.Task) error {
 	if len(tasks) == 0 {
 		return nil

@@ -1,0 +1,711 @@
+// Recovery of the tasks a dead worker held.
+//
+// asynq (v0.26.0) leases a task to the worker that takes it for 30 s, and
+// the worker's heartbeat extends the lease every 5 s. When a worker dies
+// (SIGKILL, a crash, the OOM killer) its tasks stay active in Redis until a
+// recoverer finds their lease expired for 30 s more; the recoverer runs once
+// a minute, so the tasks come back 60 to 90 s after the death, with a failed
+// attempt counted. None of this is configurable. Recovery brings them back
+// within about 3 s:
+//
+//   - Every worker keeps an entry in Redis (workersKey), renewed every
+//     recoveryBeat on a connection it holds for the purpose.
+//   - Every task a worker takes is claimed for it (claimsKey) in the same
+//     Redis transaction as asynq's dequeue (dequeueHook), and the claim is
+//     released only after asynq has recorded the task's result. So at any
+//     moment, a task that is active for a worker is claimed by it.
+//   - Every worker polls the entries. A worker whose entry has expired and
+//     whose connection Redis has not had for recoveryGrace is dead: it is
+//     marked dead, and each task it claimed that is still active goes back
+//     to the head of its pending list, as asynq does with the tasks it gives
+//     back at shutdown (its retry count untouched).
+//
+// A task is never taken from a live worker: a worker that is alive but
+// stalled keeps its connection open, and a task that a live worker took
+// again carries that worker's claim. What Recovery cannot see is left to
+// asynq's lease: a worker on a node lost without its connections being
+// closed, a worker found dead long after the fact (recoveryMaxAge), a task
+// put back recoveryMaxRescues times.
+
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+)
+
+// The timings of Recovery. A worker renews its entry every recoveryBeat. It
+// is dead when its entry has not been renewed for recoveryExpiry (by Redis'
+// clock) and the connection it renews it on has been gone from Redis for
+// recoveryGrace (seen by another worker polling every recoveryPoll, without
+// a failed poll in between: after an outage the worker gets recoveryGrace to
+// come back). A dead process's connection is closed by its kernel at once, so
+// its tasks are back about max(recoveryExpiry, recoveryGrace) + recoveryPoll
+// after the death; a worker that is alive but stalled (a long pause, a
+// blocked Redis call) keeps its connection open and keeps its tasks.
+const (
+	recoveryBeat   = 500 * time.Millisecond
+	recoveryExpiry = 2 * time.Second
+	recoveryGrace  = 2 * time.Second
+	recoveryPoll   = 500 * time.Millisecond
+	// recoveryMaxAge: a worker whose last renewal is older than this when it
+	// is found dead is left to asynq's own recovery. asynq's recoverer takes
+	// a task no sooner than 55 s after its worker's last lease extension; 20 s
+	// leaves asynq's own 30 s allowance for clocks that disagree, so a task
+	// is never put back by both.
+	recoveryMaxAge = 20 * time.Second
+	// recoveryMaxRescues: a task put back this many times (within
+	// rescuedTTL) is left to asynq's recovery, which counts a failed attempt,
+	// so a task that kills every worker that runs it is not handed round
+	// every few seconds for ever.
+	recoveryMaxRescues = 3
+	rescuedTTL         = 10 * time.Minute
+	// tombstoneTTL: how long a dead worker's entry stays, marked dead.
+	tombstoneTTL = time.Hour
+	// recoveryCallTimeout bounds each Redis call of Recovery.
+	recoveryCallTimeout = time.Second
+)
+
+// workersKey is the hash of the workers: instance id -> "live <deadline ms>
+// <client id>" or "dead <deadline ms> <marked dead at ms>".
+const workersKey = "gatehouse:{workers}"
+
+// The per-queue keys share the queue's hash tag with asynq's own keys, so one
+// script can move a task on a Redis Cluster.
+func claimsKey(q string) string      { return "gatehouse:{" + q + "}:claims" }
+func rescuedPrefix(q string) string  { return "gatehouse:{" + q + "}:rescued:" }
+func asynqKey(q, name string) string { return "asynq:{" + q + "}:" + name }
+
+// Recovery keeps a worker's entry alive in Redis, records which tasks the
+// worker runs (its claims), and puts back in their queue the tasks of workers
+// found dead. Every worker runs one.
+type Recovery struct {
+	rdb      redis.UniversalClient
+	log      *slog.Logger
+	instance string
+	queues   []string
+	watched  map[string]bool
+	counter  *prometheus.CounterVec
+
+	runs atomic.Uint64 // numbers the claims
+
+	mu         sync.Mutex
+	held       map[string]*heldTask // the worker's claims, by queue and task id
+	unreleased []claim              // releases that failed, tried again at each beat
+
+	conn *redis.Conn // owned by the beat loop
+	// owned by the poll loop: when each worker's connection was first seen
+	// gone, in this process's clock
+	absent map[string]time.Time
+
+	warned atomic.Int64 // unix seconds of the last warning about Redis
+
+	stop chan struct{}
+	done sync.WaitGroup
+}
+
+type claim struct{ queue, task, holder string }
+
+// heldTask is a claim of this worker and what became of its task.
+type heldTask struct {
+	claim
+	at       time.Time // claimed
+	running  int       // runs of the handler under way
+	finished time.Time // the last run ended; zero before
+}
+
+// unstartedAfter: a claimed task whose handler has not started by then never
+// will (asynq ends a task whose deadline passed without calling it).
+const unstartedAfter = time.Minute
+
+// NewRecovery returns the Recovery of the worker's queues on rdb. rdb should
+// be a client of its own: Recovery holds one of its connections for good.
+func NewRecovery(rdb redis.UniversalClient, log *slog.Logger, queues []string) *Recovery {
+	r := &Recovery{
+		rdb: rdb, log: log, instance: uuid.NewString(), queues: queues, watched: map[string]bool{},
+		counter: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "gatehouse", Name: "jobs_recovered_total",
+			Help: "Tasks of workers found dead, by queue and outcome: requeued (put back in their queue), left (to asynq's own recovery).",
+		}, []string{"queue", "outcome"}),
+		held:   map[string]*heldTask{},
+		absent: map[string]time.Time{},
+		stop:   make(chan struct{}),
+	}
+	for _, q := range queues {
+		r.watched[q] = true
+		for _, o := range []string{"requeued", "left"} {
+			r.counter.WithLabelValues(q, o)
+		}
+	}
+	return r
+}
+
+// QueueNames are the queues of Pools.
+func QueueNames() []string {
+	var out []string
+	for _, p := range Pools {
+		for q := range p.Queues {
+			out = append(out, q)
+		}
+	}
+	return out
+}
+
+// Collector is the gatehouse_jobs_recovered_total counter.
+func (r *Recovery) Collector() prometheus.Collector { return r.counter }
+
+// Instance is the worker's id in the workers hash.
+func (r *Recovery) Instance() string { return r.instance }
+
+// Start writes the worker's entry, then renews it and polls for dead workers
+// until Stop. Start it before the servers take tasks.
+func (r *Recovery) Start() {
+	if err := r.beat(); err != nil {
+		r.warn("recovery: could not write the worker's entry", err)
+	}
+	r.done.Add(2)
+	go r.loop(recoveryBeat, func() {
+		if err := r.beat(); err != nil {
+			r.warn("recovery: could not renew the worker's entry", err)
+		}
+	})
+	go r.loop(recoveryPoll, func() {
+		if err := r.poll(); err != nil {
+			clear(r.absent) // what is seen must be seen without a gap
+			r.warn("recovery: could not look for dead workers", err)
+		}
+	})
+}
+
+// Stop ends the loops and removes the worker's entry and claims. Call it
+// after the servers have shut down.
+func (r *Recovery) Stop() {
+	close(r.stop)
+	r.done.Wait()
+	for _, q := range r.queues {
+		ctx, cancel := context.WithTimeout(context.Background(), recoveryCallTimeout)
+		_, err := r.rescue(ctx, q, r.instance, 0, false)
+		cancel()
+		if err != nil {
+			r.warn("recovery: could not remove the worker's claims", err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), recoveryCallTimeout)
+	defer cancel()
+	if err := r.rdb.HDel(ctx, workersKey, r.instance).Err(); err != nil {
+		r.warn("recovery: could not remove the worker's entry", err)
+	}
+	if r.conn != nil {
+		_ = r.conn.Close()
+		r.conn = nil
+	}
+}
+
+func (r *Recovery) loop(every time.Duration, f func()) {
+	defer r.done.Done()
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.stop:
+			return
+		case <-t.C:
+			f()
+		}
+	}
+}
+
+// Watch makes every dequeue of the asynq servers on rdb claim the task it
+// takes for this worker, in the same Redis transaction (see dequeueHook).
+// Call it before the servers start.
+func (r *Recovery) Watch(rdb redis.UniversalClient) {
+	rdb.AddHook(dequeueHook{r: r, rdb: rdb})
+}
+
+// Middleware notes when the handler of each claimed task runs, so that the
+// claim is released only once asynq is done with the task: at the first beat
+// at least recoveryBeat after the handler returned.
+func (r *Recovery) Middleware(next asynq.Handler) asynq.Handler {
+	return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+		id, _ := asynq.GetTaskID(ctx)
+		q, _ := asynq.GetQueueName(ctx)
+		r.mu.Lock()
+		h := r.held[q+"\x00"+id]
+		if h != nil {
+			h.running++
+		}
+		r.mu.Unlock()
+		if h != nil {
+			defer func() {
+				r.mu.Lock()
+				h.running--
+				h.finished = time.Now()
+				r.mu.Unlock()
+			}()
+		}
+		return next.ProcessTask(ctx, t)
+	})
+}
+
+// dequeueHook wraps asynq's dequeue of a watched queue (the script called
+// with the keys pending, paused, active and lease of one queue) in a
+// MULTI/EXEC between two scripts of ours: the first notes the length of the
+// active list, the second, if the dequeue added a task to it, claims that
+// task (the head of the list, where RPOPLPUSH put it). asynq's own script
+// runs unchanged; nothing can run in between, so no task is ever active for
+// this worker without its claim.
+type dequeueHook struct {
+	r   *Recovery
+	rdb redis.UniversalClient
+}
+
+func (h dequeueHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h dequeueHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h dequeueHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c, ok := cmd.(*redis.Cmd)
+		if !ok {
+			return next(ctx, cmd)
+		}
+		q, ok := h.r.dequeueOf(c)
+		if !ok {
+			return next(ctx, cmd)
+		}
+		return h.r.dequeue(ctx, h.rdb, q, c)
+	}
+}
+
+// dequeueOf reports whether c is asynq's dequeue of a watched queue, and
+// which.
+func (r *Recovery) dequeueOf(c *redis.Cmd) (string, bool) {
+	if name := c.Name(); name != "evalsha" && name != "eval" {
+		return "", false
+	}
+	args := c.Args()
+	if len(args) < 7 || fmt.Sprint(args[2]) != "4" {
+		return "", false
+	}
+	first, _ := args[3].(string)
+	q, ok := strings.CutPrefix(first, "asynq:{")
+	if q, ok = strings.CutSuffix(q, "}:pending"); !ok || !r.watched[q] {
+		return "", false
+	}
+	for i, name := range []string{"paused", "active", "lease"} {
+		if k, _ := args[4+i].(string); k != asynqKey(q, name) {
+			return "", false
+		}
+	}
+	return q, true
+}
+
+// The scripts around asynq's dequeue, sent with EVAL inside the
+// transaction (Redis caches them as it does EVALSHA's).
+const beforeDequeue = `
+redis.call("SET", KEYS[1], redis.call("LLEN", KEYS[2]))
+return 1`
+
+const afterDequeue = `
+local before = tonumber(redis.call("GET", KEYS[3]) or "-1")
+redis.call("DEL", KEYS[3])
+if before >= 0 and redis.call("LLEN", KEYS[2]) > before then
+	local id = redis.call("LINDEX", KEYS[2], 0)
+	redis.call("HSET", KEYS[1], id, ARGV[1])
+	return id
+end
+return false`
+
+// dequeue runs asynq's dequeue c on queue q with the claim, and gives c
+// asynq's answer.
+func (r *Recovery) dequeue(ctx context.Context, rdb redis.UniversalClient, q string, c *redis.Cmd) error {
+	holder := r.instance + " " + strconv.FormatUint(r.runs.Add(1), 10)
+	llen := "gatehouse:{" + q + "}:dequeuing"
+	var inner, after *redis.Cmd
+	_, _ = rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.Eval(ctx, beforeDequeue, []string{llen, asynqKey(q, "active")})
+		inner = p.Do(ctx, c.Args()...)
+		after = p.Eval(ctx, afterDequeue, []string{claimsKey(q), asynqKey(q, "active"), llen}, holder)
+		return nil
+	})
+	v, err := inner.Result()
+	c.SetVal(v)
+	if err != nil {
+		return err
+	}
+	if id, aerr := after.Text(); aerr == nil && id != "" {
+		r.mu.Lock()
+		r.held[q+"\x00"+id] = &heldTask{claim: claim{queue: q, task: id, holder: holder}, at: time.Now()}
+		r.mu.Unlock()
+	}
+	return nil
+}
+
+// releaseScript removes a claim if it is still the one this worker wrote.
+const releaseScript = `
+if redis.call("HGET", KEYS[1], ARGV[1]) == ARGV[2] then
+	return redis.call("HDEL", KEYS[1], ARGV[1])
+end
+return 0`
+
+// release removes the claims of the tasks asynq is done with.
+func (r *Recovery) release(ctx context.Context) {
+	now := time.Now()
+	r.mu.Lock()
+	todo := r.unreleased
+	r.unreleased = nil
+	for k, h := range r.held {
+		if h.running > 0 {
+			continue
+		}
+		if (!h.finished.IsZero() && now.Sub(h.finished) >= recoveryBeat) || (h.finished.IsZero() && now.Sub(h.at) >= unstartedAfter) {
+			todo = append(todo, h.claim)
+			delete(r.held, k)
+		}
+	}
+	r.mu.Unlock()
+	if len(todo) == 0 {
+		return
+	}
+	cmds, _ := r.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, c := range todo {
+			p.Eval(ctx, releaseScript, []string{claimsKey(c.queue)}, c.task, c.holder)
+		}
+		return nil
+	})
+	var failed []claim
+	for i, cmd := range cmds {
+		if cmd.Err() != nil && i < len(todo) {
+			failed = append(failed, todo[i])
+		}
+	}
+	if len(failed) > 0 {
+		r.mu.Lock()
+		r.unreleased = append(r.unreleased, failed...)
+		r.mu.Unlock()
+	}
+}
+
+// beatScript writes the worker's entry: alive until Redis' time plus ARGV[3]
+// ms, renewed on the connection whose CLIENT ID is ARGV[2].
+var beatScript = redis.NewScript(`
+local t = redis.call("TIME")
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call("HSET", KEYS[1], ARGV[1], "live " .. tostring(now + tonumber(ARGV[3])) .. " " .. ARGV[2])
+return 1`)
+
+// beat renews the worker's entry on the connection Recovery holds, the one
+// other workers look for, and retries the releases that failed.
+func (r *Recovery) beat() error {
+	ctx, cancel := context.WithTimeout(context.Background(), recoveryCallTimeout)
+	defer cancel()
+	if r.conn == nil {
+		conn, err := r.dedicatedConn(ctx)
+		if err != nil {
+			return err
+		}
+		r.conn = conn
+	}
+	id, err := r.conn.ClientID(ctx).Result()
+	if err == nil {
+		err = beatScript.Run(ctx, r.conn, []string{workersKey}, r.instance, id, recoveryExpiry.Milliseconds()).Err()
+	}
+	if err != nil {
+		_ = r.conn.Close()
+		r.conn = nil
+		return err
+	}
+	r.release(ctx)
+	return nil
+}
+
+// dedicatedConn is a connection of its own on the node that holds workersKey.
+func (r *Recovery) dedicatedConn(ctx context.Context) (*redis.Conn, error) {
+	switch c := r.rdb.(type) {
+	case *redis.Client:
+		return c.Conn(), nil
+	case *redis.ClusterClient:
+		node, err := c.MasterForKey(ctx, workersKey)
+		if err != nil {
+			return nil, err
+		}
+		return node.Conn(), nil
+	}
+	return nil, fmt.Errorf("recovery: unsupported Redis client %T", r.rdb)
+}
+
+// connected reports which of the client ids have a connection open on the
+// node that holds workersKey.
+func (r *Recovery) connected(ctx context.Context, ids []string) (map[string]bool, error) {
+	args := []any{"CLIENT", "LIST", "ID"}
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	var node redis.UniversalClient = r.rdb
+	if c, ok := r.rdb.(*redis.ClusterClient); ok {
+		n, err := c.MasterForKey(ctx, workersKey)
+		if err != nil {
+			return nil, err
+		}
+		node = n
+	}
+	list, err := node.Do(ctx, args...).Text()
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]bool{}
+	for _, line := range strings.Split(list, "\n") {
+		for _, f := range strings.Fields(line) {
+			if id, ok := strings.CutPrefix(f, "id="); ok {
+				out[id] = true
+			}
+		}
+	}
+	return out, nil
+}
+
+// scanScript returns Redis' time in ms and the workers hash.
+var scanScript = redis.NewScript(`
+local t = redis.call("TIME")
+local out = redis.call("HGETALL", KEYS[1])
+table.insert(out, 1, tostring(tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)))
+return out`)
+
+// markScript marks a worker dead if its entry is still the one seen.
+var markScript = redis.NewScript(`
+if redis.call("HGET", KEYS[1], ARGV[1]) ~= ARGV[2] then
+	return 0
+end
+local t = redis.call("TIME")
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call("HSET", KEYS[1], ARGV[1], "dead " .. ARGV[3] .. " " .. tostring(now))
+return 1`)
+
+type workerEntry struct {
+	live     bool
+	deadline int64  // ms, Redis' clock
+	client   string // live: the CLIENT ID it renews on
+	marked   int64  // dead: when it was marked, ms
+}
+
+func parseEntry(v string) (workerEntry, bool) {
+	f := strings.Fields(v)
+	if len(f) != 3 || (f[0] != "live" && f[0] != "dead") {
+		return workerEntry{}, false
+	}
+	deadline, err := strconv.ParseInt(f[1], 10, 64)
+	if err != nil {
+		return workerEntry{}, false
+	}
+	e := workerEntry{live: f[0] == "live", deadline: deadline}
+	if e.live {
+		if _, err := strconv.ParseUint(f[2], 10, 64); err != nil {
+			return workerEntry{}, false
+		}
+		e.client = f[2]
+	} else if e.marked, err = strconv.ParseInt(f[2], 10, 64); err != nil {
+		return workerEntry{}, false
+	}
+	return e, true
+}
+
+// poll looks for dead workers once and puts their tasks back.
+func (r *Recovery) poll() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*recoveryCallTimeout)
+	defer cancel()
+	vals, err := scanScript.Run(ctx, r.rdb, []string{workersKey}).StringSlice()
+	if err != nil {
+		return err
+	}
+	if len(vals) == 0 {
+		return errors.New("recovery: empty scan")
+	}
+	now, err := strconv.ParseInt(vals[0], 10, 64)
+	if err != nil {
+		return fmt.Errorf("recovery: Redis time %q: %w", vals[0], err)
+	}
+	seen := map[string]bool{}
+	type candidate struct {
+		instance, value string
+		e               workerEntry
+	}
+	var candidates []candidate
+	for i := 1; i+1 < len(vals); i += 2 {
+		instance, value := vals[i], vals[i+1]
+		if instance == r.instance {
+			continue
+		}
+		e, ok := parseEntry(value)
+		if !ok {
+			continue
+		}
+		seen[instance] = true
+		switch {
+		case !e.live && now-e.marked > tombstoneTTL.Milliseconds():
+			r.forget(ctx, instance, value)
+		case !e.live && now-e.marked <= recoveryMaxAge.Milliseconds():
+			// Marked dead a moment ago: finish what the worker that
+			// marked it may not have (it is idempotent).
+			r.requeue(ctx, instance, e.deadline)
+		case e.live:
+			candidates = append(candidates, candidate{instance, value, e})
+		}
+	}
+	for instance := range r.absent {
+		if !seen[instance] {
+			delete(r.absent, instance)
+		}
+	}
+	if len(candidates) == 0 {
+		return nil
+	}
+	ids := make([]string, len(candidates))
+	for i, c := range candidates {
+		ids[i] = c.e.client
+	}
+	open, err := r.connected(ctx, ids)
+	if err != nil {
+		return err
+	}
+	for _, c := range candidates {
+		if open[c.e.client] {
+			delete(r.absent, c.instance) // alive, or stalled: its tasks stay
+			continue
+		}
+		since, ok := r.absent[c.instance]
+		if !ok {
+			r.absent[c.instance] = time.Now()
+			continue
+		}
+		if time.Since(since) < recoveryGrace || c.e.deadline >= now {
+			continue
+		}
+		delete(r.absent, c.instance)
+		marked, err := markScript.Run(ctx, r.rdb, []string{workersKey}, c.instance, c.value, c.e.deadline).Int()
+		if err != nil {
+			return err
+		}
+		if marked == 1 {
+			r.requeue(ctx, c.instance, c.e.deadline)
+		}
+	}
+	return nil
+}
+
+// requeue puts back the tasks a dead worker claimed, in every queue.
+func (r *Recovery) requeue(ctx context.Context, instance string, deadline int64) {
+	var requeued, left int64
+	for _, q := range r.queues {
+		n, err := r.rescue(ctx, q, instance, deadline, true)
+		if err != nil {
+			r.warn("recovery: could not put back a dead worker's tasks", err)
+			continue
+		}
+		r.counter.WithLabelValues(q, "requeued").Add(float64(n[0]))
+		r.counter.WithLabelValues(q, "left").Add(float64(n[1]))
+		requeued += n[0]
+		left += n[1]
+	}
+	if requeued > 0 || left > 0 {
+		r.log.Warn("recovered the tasks of a worker that stopped", "worker", instance, "requeued", requeued, "left_to_asynq", left)
+	}
+}
+
+// forget drops a long-dead worker's claims and entry.
+func (r *Recovery) forget(ctx context.Context, instance, value string) {
+	for _, q := range r.queues {
+		if _, err := r.rescue(ctx, q, instance, 0, false); err != nil {
+			return
+		}
+	}
+	_ = forgetScript.Run(ctx, r.rdb, []string{workersKey}, instance, value).Err()
+}
+
+var forgetScript = redis.NewScript(`
+if redis.call("HGET", KEYS[1], ARGV[1]) == ARGV[2] then
+	return redis.call("HDEL", KEYS[1], ARGV[1])
+end
+return 0`)
+
+// rescueScript drops every claim of worker ARGV[1] in one queue and, when
+// ARGV[7] is 1 and the worker's deadline ARGV[6] is at most ARGV[5] ms ago,
+// puts each claimed task that is still active back at the head of the
+// pending list, as asynq's own requeue on shutdown does (asynq v0.26.0's
+// requeueCmd: LREM active, ZREM lease, RPUSH pending, state pending). A task
+// put back ARGV[4] times already is left active, for asynq's recovery.
+//
+// KEYS: claims, asynq active, asynq lease, asynq pending.
+// ARGV: instance, task key prefix, rescued key prefix, max rescues, max age
+// ms, deadline ms, requeue (1/0), rescued TTL s.
+var rescueScript = redis.NewScript(`
+local t = redis.call("TIME")
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local requeue = ARGV[7] == "1" and now - tonumber(ARGV[6]) <= tonumber(ARGV[5])
+local claims = redis.call("HGETALL", KEYS[1])
+local prefix = ARGV[1] .. " "
+local requeued, left = 0, 0
+for i = 1, #claims, 2 do
+	local id, holder = claims[i], claims[i + 1]
+	if string.sub(holder, 1, #prefix) == prefix then
+		redis.call("HDEL", KEYS[1], id)
+		local key = ARGV[2] .. id
+		if requeue and redis.call("HGET", key, "state") == "active" then
+			local rk = ARGV[3] .. id
+			if tonumber(redis.call("GET", rk) or "0") >= tonumber(ARGV[4]) then
+				left = left + 1
+			elseif redis.call("LREM", KEYS[2], 0, id) > 0 then
+				redis.call("ZREM", KEYS[3], id)
+				redis.call("RPUSH", KEYS[4], id)
+				redis.call("HSET", key, "state", "pending")
+				redis.call("INCR", rk)
+				redis.call("EXPIRE", rk, ARGV[8])
+				requeued = requeued + 1
+			end
+		end
+	end
+end
+return {requeued, left}`)
+
+// rescue runs rescueScript on queue q; it returns how many tasks it put back
+// and how many it left to asynq.
+func (r *Recovery) rescue(ctx context.Context, q, instance string, deadline int64, requeue bool) ([2]int64, error) {
+	flag := "0"
+	if requeue {
+		flag = "1"
+	}
+	res, err := rescueScript.Run(ctx, r.rdb,
+		[]string{claimsKey(q), asynqKey(q, "active"), asynqKey(q, "lease"), asynqKey(q, "pending")},
+		instance, asynqKey(q, "t:"), rescuedPrefix(q), recoveryMaxRescues, recoveryMaxAge.Milliseconds(),
+		deadline, flag, int64(rescuedTTL.Seconds())).Int64Slice()
+	if err != nil {
+		return [2]int64{}, err
+	}
+	if len(res) != 2 {
+		return [2]int64{}, fmt.Errorf("recovery: unexpected answer %v", res)
+	}
+	return [2]int64{res[0], res[1]}, nil
+}
+
+// warn logs at most once every 10 s.
+func (r *Recovery) warn(msg string, err error) {
+	now := time.Now().Unix()
+	last := r.warned.Load()
+	if now-last < 10 || !r.warned.CompareAndSwap(last, now) {
+		return
+	}
+	r.log.Warn(msg, "err", err)
+}

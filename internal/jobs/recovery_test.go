@@ -1,0 +1,397 @@
+package jobs_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/gatehouse-pay/gatehouse/internal/jobs"
+	"github.com/gatehouse-pay/gatehouse/internal/testenv"
+)
+
+// The worker process the recovery tests kill or stop: the test binary run
+// again with recoveryHelperEnv set.
+const recoveryHelperEnv = "GATEHOUSE_RECOVERY_HELPER"
+
+const recoveryQueue = "recovery-test"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(recoveryHelperEnv) != "" {
+		os.Exit(recoveryHelper())
+	}
+	os.Exit(m.Run())
+}
+
+// recoveryHelper is a worker on recoveryQueue with Recovery, as cmd/worker
+// runs one: it prints "running <task id>" when a task starts, holds it for
+// GATEHOUSE_RECOVERY_HOLD, prints "done <task id>" and ends it; SIGTERM
+// shuts it down as the worker does.
+func recoveryHelper() int {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	hold, err := time.ParseDuration(os.Getenv("GATEHOUSE_RECOVERY_HOLD"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "GATEHOUSE_RECOVERY_HOLD:", err)
+		return 2
+	}
+	url := os.Getenv(recoveryHelperEnv)
+	var out sync.Mutex
+	rec, srv, closeAll := startRecoveryWorker(url, func(ctx context.Context, t *asynq.Task) error {
+		id, _ := asynq.GetTaskID(ctx)
+		out.Lock()
+		fmt.Printf("running %s\n", id)
+		out.Unlock()
+		time.Sleep(hold)
+		out.Lock()
+		fmt.Printf("done %s\n", id)
+		out.Unlock()
+		return nil
+	})
+	fmt.Printf("instance %s\n", rec.Instance())
+	<-ctx.Done()
+	srv.Shutdown()
+	rec.Stop()
+	closeAll()
+	return 0
+}
+
+// startRecoveryWorker starts Recovery and an asynq server on recoveryQueue
+// with handler h behind Recovery's middleware, as cmd/worker does.
+func startRecoveryWorker(url string, h asynq.HandlerFunc) (*jobs.Recovery, *asynq.Server, func()) {
+	opts, err := redis.ParseURL(url)
+	if err != nil {
+		panic(err)
+	}
+	qrdb, lrdb := redis.NewClient(opts), redis.NewClient(opts)
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	rec := jobs.NewRecovery(lrdb, log, []string{recoveryQueue})
+	rec.Watch(qrdb)
+	rec.Start()
+	srv := asynq.NewServerFromRedisClient(qrdb, asynq.Config{
+		Queues: map[string]int{recoveryQueue: 1}, Concurrency: 4,
+		TaskCheckInterval: 50 * time.Millisecond, LogLevel: asynq.FatalLevel,
+	})
+	if err := srv.Start(rec.Middleware(h)); err != nil {
+		panic(err)
+	}
+	return rec, srv, func() { qrdb.Close(); lrdb.Close() }
+}
+
+// helperProcess is a running recoveryHelper and the lines it printed.
+type helperProcess struct {
+	cmd   *exec.Cmd
+	lines chan string
+}
+
+func startHelper(t *testing.T, hold time.Duration) *helperProcess {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "-test.run=^$")
+	cmd.Env = append(os.Environ(), recoveryHelperEnv+"="+testenv.RedisURLFor(testenv.RedisDBJobs), "GATEHOUSE_RECOVERY_HOLD="+hold.String())
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &helperProcess{cmd: cmd, lines: make(chan string, 16)}
+	go func() {
+		defer close(p.lines)
+		s := bufio.NewScanner(out)
+		for s.Scan() {
+			p.lines <- s.Text()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGCONT)
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	return p
+}
+
+// expect waits for the helper to print want.
+func (p *helperProcess) expect(t *testing.T, want string, within time.Duration) {
+	t.Helper()
+	timeout := time.After(within)
+	for {
+		select {
+		case line, ok := <-p.lines:
+			if !ok {
+				t.Fatalf("the worker process ended before printing %q", want)
+			}
+			if line == want {
+				return
+			}
+		case <-timeout:
+			t.Fatalf("the worker process did not print %q within %s", want, within)
+		}
+	}
+}
+
+// runs records when each task started in the in-process worker.
+type runs struct {
+	mu  sync.Mutex
+	at  map[string][]time.Time
+	ret map[string]int
+	new chan string
+}
+
+func newRuns() *runs {
+	return &runs{at: map[string][]time.Time{}, ret: map[string]int{}, new: make(chan string, 16)}
+}
+
+func (r *runs) handler(ctx context.Context, _ *asynq.Task) error {
+	id, _ := asynq.GetTaskID(ctx)
+	n, _ := asynq.GetRetryCount(ctx)
+	r.mu.Lock()
+	r.at[id] = append(r.at[id], time.Now())
+	r.ret[id] = n
+	r.mu.Unlock()
+	r.new <- id
+	return nil
+}
+
+func (r *runs) count(id string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.at[id])
+}
+
+func enqueueRecoveryTask(t *testing.T, id string) {
+	t.Helper()
+	redisOpt, err := asynq.ParseRedisURI(testenv.RedisURLFor(testenv.RedisDBJobs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := asynq.NewClient(redisOpt)
+	defer client.Close()
+	if _, err := client.Enqueue(asynq.NewTask("recovery:test", nil), asynq.Queue(recoveryQueue), asynq.TaskID(id), asynq.MaxRetry(5)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A worker killed with SIGKILL while it runs a task: another worker runs the
+// task again within a few seconds, at the same retry count, instead of after
+// asynq's lease (60 to 90 s).
+func TestRecoveryRequeuesAKilledWorkersTask(t *testing.T) {
+	rdb := testenv.NewRedis(t, testenv.RedisDBJobs)
+	a := startHelper(t, time.Hour)
+	enqueueRecoveryTask(t, "killed-1")
+	a.expect(t, "running killed-1", 10*time.Second)
+	claims := rdb.HGetAll(context.Background(), "gatehouse:{"+recoveryQueue+"}:claims").Val()
+	if len(claims) != 1 || claims["killed-1"] == "" {
+		t.Fatalf("claims while the task runs: %v, want killed-1's", claims)
+	}
+
+	seen := newRuns()
+	rec, srv, closeAll := startRecoveryWorker(testenv.RedisURLFor(testenv.RedisDBJobs), seen.handler)
+	t.Cleanup(func() { srv.Shutdown(); rec.Stop(); closeAll() })
+
+	if err := a.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	// Recovery's bound: the entry's expiry or the grace, then a poll.
+	const bound = 5 * time.Second
+	select {
+	case id := <-seen.new:
+		took := time.Since(killed)
+		if id != "killed-1" {
+			t.Fatalf("ran %q, want killed-1", id)
+		}
+		if took > bound {
+			t.Fatalf("the killed worker's task ran again %s after the kill, want within %s", took, bound)
+		}
+		t.Logf("the killed worker's task ran again %s after the kill", took.Round(time.Millisecond))
+	case <-time.After(bound + 5*time.Second):
+		t.Fatalf("the killed worker's task did not run again within %s of the kill", bound+5*time.Second)
+	}
+	seen.mu.Lock()
+	retried := seen.ret["killed-1"]
+	seen.mu.Unlock()
+	if retried != 0 {
+		t.Errorf("retry count after recovery: %d, want 0 (put back, not failed)", retried)
+	}
+	if n := testutil.ToFloat64(rec.Collector().(*prometheus.CounterVec).WithLabelValues(recoveryQueue, "requeued")); n != 1 {
+		t.Errorf("gatehouse_jobs_recovered_total{outcome=requeued}: %v, want 1", n)
+	}
+	waitNoClaims(t, rdb)
+}
+
+func waitNoClaims(t *testing.T, rdb redis.UniversalClient) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for rdb.HLen(context.Background(), "gatehouse:{"+recoveryQueue+"}:claims").Val() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("claims left: %v", rdb.HGetAll(context.Background(), "gatehouse:{"+recoveryQueue+"}:claims").Val())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A worker that is alive but stalled (SIGSTOP) past its entry's expiry keeps
+// its task: its connection to Redis stays open, so no other worker takes the
+// task, and it finishes the task once it runs again.
+func TestRecoveryLeavesAStalledWorkersTask(t *testing.T) {
+	rdb := testenv.NewRedis(t, testenv.RedisDBJobs)
+	ctx := context.Background()
+	const stall = 6 * time.Second // past the expiry (2 s) and grace (2 s), several polls
+	a := startHelper(t, stall+2*time.Second)
+	enqueueRecoveryTask(t, "stalled-1")
+	a.expect(t, "running stalled-1", 10*time.Second)
+	var instance string
+	for _, v := range rdb.HKeys(ctx, "gatehouse:{workers}").Val() {
+		instance = v
+	}
+
+	seen := newRuns()
+	rec, srv, closeAll := startRecoveryWorker(testenv.RedisURLFor(testenv.RedisDBJobs), seen.handler)
+	t.Cleanup(func() { srv.Shutdown(); rec.Stop(); closeAll() })
+
+	if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	time.Sleep(stall) // the fault's length, not a synchronisation
+	// The stalled worker's entry has expired by Redis' clock: only its open
+	// connection tells the other worker it is alive.
+	entry := strings.Fields(rdb.HGet(ctx, "gatehouse:{workers}", instance).Val())
+	tm := rdb.Time(ctx).Val()
+	if len(entry) != 3 || entry[0] != "live" {
+		t.Fatalf("stalled worker's entry: %v, want live", entry)
+	}
+	if deadline, _ := strconv.ParseInt(entry[1], 10, 64); deadline >= tm.UnixMilli() {
+		t.Fatalf("stalled worker's entry still valid after %s: deadline %d, Redis time %d", time.Since(stopped), deadline, tm.UnixMilli())
+	}
+	if err := a.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	a.expect(t, "done stalled-1", 10*time.Second)
+	if n := seen.count("stalled-1"); n != 0 {
+		t.Fatalf("the stalled worker's task ran %d times in the other worker, want 0", n)
+	}
+	// The stalled worker completes it: the task is gone from the queue.
+	inspector := asynq.NewInspectorFromRedisClient(rdb)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, err := inspector.GetTaskInfo(recoveryQueue, "stalled-1")
+		if err != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("task still in the queue after the stalled worker finished it")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// A clean shutdown removes the worker's entry and claims.
+	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.cmd.Wait(); err != nil {
+		t.Fatalf("worker process: %v", err)
+	}
+	if rdb.HExists(ctx, "gatehouse:{workers}", instance).Val() {
+		t.Error("the stopped worker's entry is still there")
+	}
+	waitNoClaims(t, rdb)
+	if n := seen.count("stalled-1"); n != 0 {
+		t.Fatalf("the stalled worker's task ran %d times in the other worker, want 0", n)
+	}
+}
+
+// Workers killed while they take and finish many short tasks leave none of
+// them behind: a task is claimed in the same transaction as asynq's dequeue,
+// and its claim outlives asynq's own record of the result, so a kill at any
+// moment leaves every task it held either claimed or finished. Whatever the
+// killed workers did not finish is back in the queue within seconds, not
+// after asynq's lease.
+func TestRecoveryLeavesNoTaskBehind(t *testing.T) {
+	rdb := testenv.NewRedis(t, testenv.RedisDBJobs)
+	ctx := context.Background()
+	const tasks = 3000
+	redisOpt, err := asynq.ParseRedisURI(testenv.RedisURLFor(testenv.RedisDBJobs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := asynq.NewClient(redisOpt)
+	defer client.Close()
+	for i := range tasks {
+		if _, err := client.Enqueue(asynq.NewTask("recovery:test", nil), asynq.Queue(recoveryQueue), asynq.TaskID(fmt.Sprintf("short-%04d", i)), asynq.MaxRetry(5)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var lastKill time.Time
+	for range 3 {
+		p := startHelper(t, 2*time.Millisecond)
+		for n := 0; n < 200; {
+			select {
+			case line, ok := <-p.lines:
+				if !ok {
+					t.Fatal("the worker process ended")
+				}
+				if strings.HasPrefix(line, "running ") {
+					n++
+				}
+			case <-time.After(20 * time.Second):
+				t.Fatal("the worker process took no task for 20 s")
+			}
+		}
+		if err := p.cmd.Process.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		lastKill = time.Now()
+	}
+	seen := newRuns()
+	go func() {
+		for range seen.new {
+		}
+	}()
+	rec, srv, closeAll := startRecoveryWorker(testenv.RedisURLFor(testenv.RedisDBJobs), seen.handler)
+	t.Cleanup(func() { srv.Shutdown(); rec.Stop(); closeAll() })
+	inspector := asynq.NewInspectorFromRedisClient(rdb)
+	const bound = 10 * time.Second // recovery's 2 to 3 s, then about 3,000 tasks of 2 ms or less
+	for {
+		info, err := inspector.GetQueueInfo(recoveryQueue)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Pending == 0 && info.Active == 0 && info.Retry == 0 && info.Scheduled == 0 {
+			seen.mu.Lock()
+			n := len(seen.at)
+			seen.mu.Unlock()
+			t.Logf("queue drained %s after the last kill; %d tasks run by the last worker", time.Since(lastKill).Round(time.Millisecond), n)
+			break
+		}
+		if time.Since(lastKill) > bound {
+			active, _ := inspector.ListActiveTasks(recoveryQueue)
+			ids := []string{}
+			for _, a := range active {
+				ids = append(ids, a.ID)
+			}
+			t.Fatalf("%s after the last kill: %d pending, %d active %v, %d to retry; claims %v", bound, info.Pending, info.Active, ids, info.Retry,
+				rdb.HGetAll(ctx, "gatehouse:{"+recoveryQueue+"}:claims").Val())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
