@@ -40,6 +40,7 @@ type pathStep struct {
 	API, Worker, PG, Redis time.Duration
 	Tail                   time.Duration // from the end of the step to the last delivery
 	PGKinds                string        // Postgres CPU per charge by process
+	WAL                    string        // WAL per charge and checkpoints during the step
 	Statements             string        // top Postgres statements, when pg_stat_statements is loaded
 }
 
@@ -195,6 +196,7 @@ func (e *environment) pathStep(ctx context.Context, rc *receiver, events float64
 	snap := func() (cpuSnapshot, time.Duration, time.Duration) {
 		return takeSnapshotOf([]int{api, worker}, e.redis.pid(), e.postmaster, e.dbName), cpuOf(api), cpuOf(worker)
 	}
+	w0s, werr := e.walStats(ctx)
 	m := rc.mark()
 	c0, a0, w0 := snap()
 	rec := openModel(ctx, e.api.client, events/2, st.For, e.o.maxInflight, e.o.timeout)
@@ -211,6 +213,10 @@ func (e *environment) pathStep(ctx context.Context, rc *receiver, events float64
 		st.PG, st.Redis = all.Postgres, all.Redis
 		st.API, st.Worker = (a2-a0)/time.Duration(n), (w2-w0)/time.Duration(n)
 		st.PGKinds = kindsText(pgByKind(c0, c2), n)
+		if w1s, err := e.walStats(ctx); err == nil && werr == nil {
+			st.WAL = fmt.Sprintf("WAL %.1f kB and %.2f full-page images per charge, %d checkpoints",
+				float64(w1s.bytes-w0s.bytes)/1024/float64(n), float64(w1s.fpi-w0s.fpi)/float64(n), w1s.checkpoints-w0s.checkpoints)
+		}
 	}
 	first := map[string]receipt{}
 	for _, g := range got {
@@ -276,6 +282,18 @@ func (e *environment) pathSettle(ctx context.Context, queue *asynq.Inspector) st
 	}
 	_ = e.db.exec(ctx, "DELETE FROM outbox")
 	return fmt.Sprintf("path: a step left %d tasks and created charges %s after it; they were deleted", n, time.Since(start).Round(time.Second))
+}
+
+// walCounters are the server's WAL and checkpoint counters.
+type walCounters struct{ bytes, fpi, checkpoints int64 }
+
+// walStats reads the server's WAL written, its full-page images and the
+// checkpoints done (the whole server's: other databases' writes count too).
+func (e *environment) walStats(ctx context.Context) (walCounters, error) {
+	var w walCounters
+	err := e.db.query(ctx, `SELECT wal_bytes::bigint, wal_fpi, (SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter) FROM pg_stat_wal`,
+		nil, &w.bytes, &w.fpi, &w.checkpoints)
+	return w, err
 }
 
 // statementStats reports whether pg_stat_statements can be read in the
@@ -348,7 +366,7 @@ func (p *pathResult) text() string {
 	b.WriteString(p.table().text("  "))
 	b.WriteString("  " + p.verdict() + "\n")
 	for _, s := range p.Steps {
-		fmt.Fprintf(&b, "  Postgres CPU per charge at %s events/s: %s\n", rate(s.Events), s.PGKinds)
+		fmt.Fprintf(&b, "  Postgres CPU per charge at %s events/s: %s; %s\n", rate(s.Events), s.PGKinds, s.WAL)
 		if s.Statements != "" {
 			fmt.Fprintf(&b, "  Postgres statements at %s events/s: %s\n", rate(s.Events), s.Statements)
 		}
@@ -369,7 +387,7 @@ func (p *pathResult) markdown() string {
 	b.WriteString("\n" + capitalize(p.verdict()) + ".\n")
 	var kinds, stmts []string
 	for _, s := range p.Steps {
-		kinds = append(kinds, fmt.Sprintf("- at %s events/s: %s", rate(s.Events), s.PGKinds))
+		kinds = append(kinds, fmt.Sprintf("- at %s events/s: %s; %s", rate(s.Events), s.PGKinds, s.WAL))
 		if s.Statements != "" {
 			stmts = append(stmts, fmt.Sprintf("- at %s events/s: %s", rate(s.Events), s.Statements))
 		}
