@@ -148,7 +148,21 @@ func (e *environment) runPath(ctx context.Context) *pathResult {
 			r.Best = s
 		}
 	}
+	e.afterPath(ctx, r)
 	return r
+}
+
+// afterPath vacuums the tables the steps filled and forces a checkpoint, so
+// the scenarios after this one do not meet the autovacuum of those rows or
+// a checkpoint writing their pages in the middle of a step.
+func (e *environment) afterPath(ctx context.Context, r *pathResult) {
+	start := time.Now()
+	for _, stmt := range []string{"VACUUM (ANALYZE)", "CHECKPOINT"} {
+		if err := e.db.exec(ctx, stmt); err != nil {
+			r.Notes = append(r.Notes, stmt+" after the steps: "+err.Error())
+		}
+	}
+	e.logf("path: vacuumed and checkpointed in %s", time.Since(start).Round(100*time.Millisecond))
 }
 
 // nextPathRate is the search's next rate in events/s, rounded to 50: half
@@ -254,34 +268,11 @@ func (e *environment) pathStep(ctx context.Context, rc *receiver, events float64
 // pathSettle waits, up to -path-wait, until no charge is left created and
 // the worker's queues are empty; what is left then is deleted and said.
 func (e *environment) pathSettle(ctx context.Context, queue *asynq.Inspector) string {
-	start := time.Now()
-	left := func() int {
-		n := 0
-		for _, q := range settleQueues {
-			if info, err := queue.GetQueueInfo(q); err == nil {
-				n += info.Pending + info.Active + info.Scheduled + info.Retry
-			}
-		}
-		var created int
-		if err := e.db.query(ctx, "SELECT count(*) FROM charges WHERE status = 'created'", nil, &created); err == nil {
-			n += created
-		}
-		return n
+	n, waited, ok := e.settleWithin(ctx, queue, e.o.pathWait)
+	if ok {
+		return ""
 	}
-	for time.Since(start) < e.o.pathWait && ctx.Err() == nil {
-		if left() == 0 {
-			return ""
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
-	n := left()
-	for _, q := range settleQueues {
-		_, _ = queue.DeleteAllPendingTasks(q)
-		_, _ = queue.DeleteAllScheduledTasks(q)
-		_, _ = queue.DeleteAllRetryTasks(q)
-	}
-	_ = e.db.exec(ctx, "DELETE FROM outbox")
-	return fmt.Sprintf("path: a step left %d tasks and created charges %s after it; they were deleted", n, time.Since(start).Round(time.Second))
+	return fmt.Sprintf("path: a step left %d tasks and created charges %s after it; they were deleted", n, waited.Round(time.Second))
 }
 
 // walCounters are the server's WAL and checkpoint counters.

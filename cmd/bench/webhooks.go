@@ -448,8 +448,23 @@ var settleQueues = []string{"critical", "webhooks"}
 // and the worker's queues are empty. What is left then (tasks and their
 // outbox rows) is deleted, and said in the returned note.
 func (e *environment) settle(ctx context.Context, queue *asynq.Inspector) string {
+	n, waited, ok := e.settleWithin(ctx, queue, 2*e.o.webhookWait)
+	if ok {
+		e.logf("webhooks: the steps' backlog was done %s after the last step", waited.Round(time.Second))
+		return ""
+	}
+	note := fmt.Sprintf("the steps left %d tasks and created charges %s after the last step; the tasks were deleted", n, waited.Round(time.Second))
+	e.logf("webhooks: %s", note)
+	return note
+}
+
+// settleWithin waits up to limit until no charge is left created and the
+// worker's queues are empty, and reports how long it waited. When limit
+// passes first, it deletes what is left (tasks and their outbox rows) and
+// returns how much that was and ok false.
+func (e *environment) settleWithin(ctx context.Context, queue *asynq.Inspector, limit time.Duration) (left int, waited time.Duration, ok bool) {
 	start := time.Now()
-	left := func() int {
+	count := func() int {
 		n := 0
 		for _, q := range settleQueues {
 			if info, err := queue.GetQueueInfo(q); err == nil {
@@ -462,23 +477,20 @@ func (e *environment) settle(ctx context.Context, queue *asynq.Inspector) string
 		}
 		return n
 	}
-	for end := start.Add(2 * e.o.webhookWait); time.Now().Before(end) && ctx.Err() == nil; {
-		if left() == 0 {
-			e.logf("webhooks: the steps' backlog was done %s after the last step", time.Since(start).Round(time.Second))
-			return ""
+	for time.Since(start) < limit && ctx.Err() == nil {
+		if count() == 0 {
+			return 0, time.Since(start), true
 		}
-		time.Sleep(500 * time.Millisecond)
+		time.Sleep(250 * time.Millisecond)
 	}
-	n := left()
+	left = count()
 	for _, q := range settleQueues {
 		_, _ = queue.DeleteAllPendingTasks(q)
 		_, _ = queue.DeleteAllScheduledTasks(q)
 		_, _ = queue.DeleteAllRetryTasks(q)
 	}
 	_ = e.db.exec(ctx, "DELETE FROM outbox")
-	note := fmt.Sprintf("the steps left %d tasks and created charges %s after the last step; the tasks were deleted", n, time.Since(start).Round(time.Second))
-	e.logf("webhooks: %s", note)
-	return note
+	return left, time.Since(start), false
 }
 
 // drain measures one backlog: -webhook-count charges created while no worker

@@ -160,25 +160,30 @@ func (d *Deliverer) acquire(ctx context.Context, merchantID, endpointID string) 
 		d.slots[endpointID] = e
 	}
 	d.mu.Unlock()
-	// A slow endpoint's deliveries may hold only slowShare of the
-	// merchant's slots, and when put back they return at the pace at which
-	// its slots free. A fast endpoint's delivery waits for one while its
-	// expected wait is short; others are tried again shortly.
-	now, slow, fast, limit := d.now(), e.slow(), e.fast(), d.perMerchant
+	// The endpoint's slot first: a delivery that waits for its endpoint
+	// holds none of its merchant's. A slow endpoint's deliveries may then
+	// hold only slowShare of the merchant's slots, and when put back they
+	// return at the pace at which its slots free. A fast endpoint's delivery
+	// waits for a merchant's slot while its expected wait is short; others
+	// are tried again shortly.
+	now, slow, fast := d.now(), e.slow(), e.fast()
+	if !d.acquireEndpoint(ctx, e, fast) {
+		return nil, e.back.delay(now, e.tookOr(busyRetry), e.current()), false
+	}
+	limit := d.perMerchant
 	if slow {
 		limit = slowShare(d.perMerchant)
 	}
 	if !m.tryTake(limit) {
-		if slow {
-			return nil, m.back.delay(now, e.tookOr(busyRetry), limit), false
-		}
-		if !fast || !m.wait(ctx, limit, d.slotWait, shortWait) {
+		// Slow endpoints may hold all but a fifth of the merchant's slots:
+		// the rest turn over at the fast endpoints' pace.
+		if slow || !fast || !m.wait(ctx, limit, limit-slowShare(limit), d.slotWait, shortWait) {
+			e.cancel()
+			if slow {
+				return nil, m.back.delay(now, e.tookOr(busyRetry), limit), false
+			}
 			return nil, busyJitter(busyRetry), false
 		}
-	}
-	if !d.acquireEndpoint(ctx, e, fast) {
-		m.release(0, d.perMerchant)
-		return nil, e.back.delay(now, e.tookOr(busyRetry), e.current()), false
 	}
 	return func(ok bool, took time.Duration) {
 		e.release(d.now(), ok, took, d.perMerchant)
@@ -187,12 +192,13 @@ func (d *Deliverer) acquire(ctx context.Context, merchantID, endpointID string) 
 }
 
 // shortWait admits a waiter whose expected wait is known and under waitBudget.
-func shortWait(expected time.Duration, known bool) bool { return known && expected < waitBudget }
+func shortWait(expected time.Duration, known bool, _ int) bool { return known && expected < waitBudget }
 
 // acquireEndpoint takes one of the endpoint's slots, waiting up to slotWait
-// for one to free when the endpoint is fast and the wait likely short, or,
-// for an endpoint that is not fast, while fewer than maxWaiting wait in the
-// process.
+// for one to free when the endpoint is fast and the wait likely short, when
+// the endpoint has not answered yet and fewer than perEndpoint wait for its
+// first answer, or, for an endpoint that is not fast, while fewer than
+// maxWaiting wait in the process.
 func (d *Deliverer) acquireEndpoint(ctx context.Context, e *endpointSlots, fast bool) bool {
 	e.mu.Lock()
 	slots := e.slots()
@@ -202,13 +208,16 @@ func (d *Deliverer) acquireEndpoint(ctx context.Context, e *endpointSlots, fast 
 		return true
 	}
 	if fast {
-		return e.wait(ctx, slots, d.slotWait, shortWait)
+		return e.wait(ctx, slots, slots, d.slotWait, shortWait)
+	}
+	if !e.known() {
+		return e.wait(ctx, slots, slots, d.slotWait, func(_ time.Duration, _ bool, queued int) bool { return queued < d.perEndpoint })
 	}
 	defer d.waiting.Add(-1)
 	if d.waiting.Add(1) > d.maxWaiting {
 		return false
 	}
-	return e.wait(ctx, slots, d.slotWait, func(time.Duration, bool) bool { return true })
+	return e.wait(ctx, slots, slots, d.slotWait, func(time.Duration, bool, int) bool { return true })
 }
 
 // NewDeliverer returns the delivery processor. schedule[i] is the delay

@@ -35,22 +35,23 @@ func (g *gate) tryTake(limit int) bool {
 	return g.take(limit)
 }
 
-// expectedWait is how long the next waiter can expect to wait for one of
-// limit slots: its place in the queue times the time one slot in limit
-// frees, at the recent attempts' pace. Called with g.mu held.
-func (g *gate) expectedWait(limit int) time.Duration {
-	return time.Duration(len(g.queue)+1) * g.took / time.Duration(max(limit, 1))
+// expectedWait is how long the next waiter can expect to wait for a slot
+// when pace slots turn over at the recent attempts' pace: its place in the
+// queue times the time one of them frees. Called with g.mu held.
+func (g *gate) expectedWait(pace int) time.Duration {
+	return time.Duration(len(g.queue)+1) * g.took / time.Duration(max(pace, 1))
 }
 
-// wait takes a slot, waiting up to limit for one when admit, told how long
-// the wait is likely to be, lets it queue.
-func (g *gate) wait(ctx context.Context, slots int, limit time.Duration, admit func(expected time.Duration, known bool) bool) bool {
+// wait takes one of slots, waiting up to limit for one when admit, told how
+// long the wait is likely to be (pace of the slots turning over at the
+// recent attempts' pace), lets it queue.
+func (g *gate) wait(ctx context.Context, slots, pace int, limit time.Duration, admit func(expected time.Duration, known bool, queued int) bool) bool {
 	g.mu.Lock()
 	if g.take(slots) {
 		g.mu.Unlock()
 		return true
 	}
-	if limit <= 0 || !admit(g.expectedWait(slots), g.tookSet) {
+	if limit <= 0 || !admit(g.expectedWait(pace), g.tookSet, len(g.queue)) {
 		g.mu.Unlock()
 		return false
 	}
@@ -76,17 +77,20 @@ func (g *gate) wait(ctx context.Context, slots int, limit time.Duration, admit f
 	return true // handed a slot while giving up: it is ours
 }
 
-// give frees a slot, adds the attempt's duration to the average and hands
-// free slots to waiters, first come first served, while fewer than limit
-// run. Called with g.mu held.
-func (g *gate) give(took time.Duration, limit int) {
-	g.running--
+// observe adds an attempt's duration to the moving average. Called with g.mu held.
+func (g *gate) observe(took time.Duration) {
 	took = max(took, 0)
 	if g.tookSet {
 		g.took = (3*g.took + took) / 4
 	} else {
 		g.took, g.tookSet = took, true
 	}
+}
+
+// give frees a slot and hands free slots to waiters, first come first
+// served, while fewer than limit run. Called with g.mu held.
+func (g *gate) give(limit int) {
+	g.running--
 	for g.running < limit && len(g.queue) > 0 {
 		close(g.queue[0])
 		g.queue = g.queue[1:]
@@ -104,23 +108,34 @@ type merchantSlots struct {
 	back pushBacks // for its slow endpoints' deliveries
 }
 
-// release frees one of the merchant's slots.
+// release frees one of the merchant's slots. Only fast attempts set the
+// merchant's pace: the deliveries that wait for its slots are fast
+// endpoints', and they wait for the slots its slow endpoints do not hold.
 func (m *merchantSlots) release(took time.Duration, limit int) {
 	m.mu.Lock()
-	m.give(took, limit)
+	if took < fastSend {
+		m.observe(took)
+	}
+	m.give(limit)
 	m.mu.Unlock()
 }
 
 // endpointSlots are one endpoint's attempt slots in this process. How many
 // attempts may run at once adapts to the endpoint as TCP's congestion
-// window does: it starts at PerEndpointDefault, grows while the endpoint's
+// window does. Until its first answer an endpoint runs one attempt, a probe,
+// so that endpoints of unknown pace cannot fill their merchant's slots with
+// attempts that may hang; a 2xx answer under slowSend opens the window to
+// PerEndpointDefault. From there it grows while the endpoint's
 // answers stay fast (by one per answer up to the last limit that was cut,
 // then by one per window's worth of answers) and is halved, at most once
-// per attempt duration, on an error, a non-2xx answer, a timeout or an
-// answer of slowSend or more. So a fast endpoint gets up to its merchant's
-// slots, and a slow or failing one drops to one.
+// per attempt duration, on an error, a non-2xx answer, a timeout (down to
+// one) or a 2xx answer of slowSend or more (down to slowFloor). So a fast
+// endpoint gets up to its merchant's slots, a failing one drops to one and
+// a slow one to a few.
 type endpointSlots struct {
 	gate
+	probing  bool    // no answer yet: one attempt at once
+	initial  float64 // the window after a good first answer
 	limit    float64 // attempts allowed at once, from 1 up to the merchant's slots
 	ssthresh float64 // below it the window grows by one per fast answer
 	base     time.Duration
@@ -129,8 +144,14 @@ type endpointSlots struct {
 }
 
 func newEndpointSlots(initial, most int) *endpointSlots {
-	return &endpointSlots{limit: float64(min(initial, most)), ssthresh: float64(most)}
+	return &endpointSlots{probing: true, initial: float64(max(min(initial, most), 1)), limit: 1, ssthresh: float64(most)}
 }
+
+// slowFloor is the least window of an endpoint whose answers are 2xx but
+// take slowSend or more: half the first window, so a slow endpoint that works
+// keeps delivering while a merchant's slow endpoints hold their share.
+// Called with e.mu held.
+func (e *endpointSlots) slowFloor() float64 { return max(e.initial/2, 1) }
 
 // slots is how many attempts the endpoint may run at once now. Called with e.mu held.
 func (e *endpointSlots) slots() int { return max(int(e.limit), 1) }
@@ -164,18 +185,33 @@ func (e *endpointSlots) release(now time.Time, ok bool, took time.Duration, most
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	took = max(took, 0)
-	switch a := e.judge(ok, took); a {
-	case answerFast:
+	switch a := e.judge(ok, took); {
+	case e.probing:
+		e.probing = false
+		switch {
+		case a != answerTrouble:
+			e.limit = e.initial
+		case ok: // a slow 2xx
+			e.limit = e.slowFloor()
+		}
+		if a == answerTrouble {
+			e.ssthresh, e.cutAt = max(e.limit, 1), now
+		}
+	case a == answerFast:
 		if e.limit < e.ssthresh {
 			e.limit++
 		} else {
 			e.limit += 1 / e.limit
 		}
-	case answerTrouble:
+	case a == answerTrouble:
 		// Attempts that fail together are one signal: cut once per the
 		// time an attempt takes.
 		if now.Sub(e.cutAt) >= max(took, e.took) {
-			e.ssthresh = max(e.limit/2, 1)
+			floor := 1.0
+			if ok {
+				floor = min(e.slowFloor(), e.limit) // slow, not failing: it still delivers
+			}
+			e.ssthresh = max(e.limit/2, floor)
 			e.limit, e.cutAt = e.ssthresh, now
 		}
 	}
@@ -186,7 +222,22 @@ func (e *endpointSlots) release(now time.Time, ok bool, took time.Duration, most
 	} else if ok {
 		e.base += (took - e.base) / 16
 	}
-	e.give(took, e.slots())
+	e.observe(took)
+	e.give(e.slots())
+}
+
+// cancel frees a slot taken for an attempt that was not made.
+func (e *endpointSlots) cancel() {
+	e.mu.Lock()
+	e.give(e.slots())
+	e.mu.Unlock()
+}
+
+// known reports whether the endpoint has answered an attempt of this process.
+func (e *endpointSlots) known() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.tookSet
 }
 
 // fast reports whether the endpoint's recent attempts took under fastSend.

@@ -149,7 +149,7 @@ func (d *Deliverer) endpointWindow(id string) int {
 	e := d.slots[id]
 	d.mu.Unlock()
 	if e == nil {
-		return min(d.perEndpoint, d.perMerchant)
+		return 1 // a probe until the first answer
 	}
 	return e.current()
 }
@@ -212,8 +212,9 @@ func TestJitter(t *testing.T) {
 	}
 }
 
-// TestEndpointWindowAdapts: an endpoint's window starts at
-// PerEndpointDefault, grows with fast answers up to its merchant's slots,
+// TestEndpointWindowAdapts: an endpoint's window is one attempt until its
+// first answer, PerEndpointDefault after a fast one (half that after a slow
+// one), then grows with fast answers up to its merchant's slots,
 // is halved by a failure (once for failures that come together), drops to
 // one for an endpoint answering in slowSend or more, and grows back when
 // the endpoint answers fast again.
@@ -232,8 +233,12 @@ func TestEndpointWindowAdapts(t *testing.T) {
 		now = now.Add(took)
 		e.release(now, ok, took, most)
 	}
+	if got := e.current(); got != 1 {
+		t.Fatalf("window before the first answer %d, want 1 (a probe)", got)
+	}
+	attempt(true, time.Millisecond)
 	if got := e.current(); got != PerEndpointDefault {
-		t.Fatalf("first window %d, want %d", got, PerEndpointDefault)
+		t.Fatalf("window after a fast first answer %d, want %d", got, PerEndpointDefault)
 	}
 	for range 100 {
 		attempt(true, time.Millisecond)
@@ -258,12 +263,19 @@ func TestEndpointWindowAdapts(t *testing.T) {
 	if got := e.current(); got != most/2 {
 		t.Fatalf("after a 2xx in 80 ms: window %d, want it kept at %d", got, most/2)
 	}
-	// An endpoint that answers in two seconds drops to one.
+	// An endpoint that answers in two seconds drops to half the first window;
+	// one that fails, to one.
 	for range 10 {
 		attempt(true, 2*time.Second)
 	}
+	if got := e.current(); got != PerEndpointDefault/2 {
+		t.Fatalf("after slow answers: window %d, want %d", got, PerEndpointDefault/2)
+	}
+	for range 10 {
+		attempt(false, 2*time.Second)
+	}
 	if got := e.current(); got != 1 {
-		t.Fatalf("after slow answers: window %d, want 1", got)
+		t.Fatalf("after slow failures: window %d, want 1", got)
 	}
 	// Fast again: it grows back, by about one per window's worth of answers.
 	for range 3 {
@@ -278,6 +290,16 @@ func TestEndpointWindowAdapts(t *testing.T) {
 	if got := e.current(); got != most {
 		t.Fatalf("after 400 fast answers: window %d, want %d", got, most)
 	}
+	// An endpoint whose first answer is a 2xx in two seconds gets half the
+	// first window.
+	slow := newEndpointSlots(PerEndpointDefault, most)
+	slow.mu.Lock()
+	slow.take(slow.slots())
+	slow.mu.Unlock()
+	slow.release(now, true, 2*time.Second, most)
+	if got := slow.current(); got != PerEndpointDefault/2 {
+		t.Fatalf("after a first answer in 2 s: window %d, want %d", got, PerEndpointDefault/2)
+	}
 }
 
 // TestGateHandsSlotsInOrder: a freed slot goes to the first waiter; a waiter
@@ -287,20 +309,21 @@ func TestGateHandsSlotsInOrder(t *testing.T) {
 	g.mu.Lock()
 	g.take(1)
 	g.mu.Unlock()
-	admit := func(time.Duration, bool) bool { return true }
+	admit := func(time.Duration, bool, int) bool { return true }
 	ctx, cancel := context.WithCancel(context.Background())
 	gaveUp := make(chan bool)
-	go func() { gaveUp <- g.wait(ctx, 1, time.Minute, admit) }()
+	go func() { gaveUp <- g.wait(ctx, 1, 1, time.Minute, admit) }()
 	waitQueued(t, &g, 1)
 	served := make(chan bool)
-	go func() { served <- g.wait(context.Background(), 1, time.Minute, admit) }()
+	go func() { served <- g.wait(context.Background(), 1, 1, time.Minute, admit) }()
 	waitQueued(t, &g, 2)
 	cancel()
 	if <-gaveUp {
 		t.Fatal("the first waiter gave up but holds a slot")
 	}
 	g.mu.Lock()
-	g.give(time.Millisecond, 1)
+	g.observe(time.Millisecond)
+	g.give(1)
 	running := g.running
 	g.mu.Unlock()
 	if !<-served {
@@ -309,7 +332,7 @@ func TestGateHandsSlotsInOrder(t *testing.T) {
 	if running != 1 {
 		t.Fatalf("running %d after the hand-over, want 1", running)
 	}
-	if g.wait(context.Background(), 1, 0, admit) {
+	if g.wait(context.Background(), 1, 1, 0, admit) {
 		t.Fatal("took a slot beyond the limit")
 	}
 }
