@@ -298,7 +298,7 @@ func (r *Recovery) dequeueOf(c *redis.Cmd) (string, bool) {
 		return "", false
 	}
 	args := c.Args()
-	if len(args) < 7 || fmt.Sprint(args[2]) != "4" {
+	if len(args) < 7 || !numKeys(args[2], 4) {
 		return "", false
 	}
 	first, _ := args[3].(string)
@@ -708,4 +708,18 @@ func (r *Recovery) warn(msg string, err error) {
 		return
 	}
 	r.log.Warn(msg, "err", err)
+}
+
+// numKeys reports whether an EVAL's numkeys argument, as go-redis passes it
+// (an int), is n, without formatting it on every script call.
+func numKeys(arg any, n int) bool {
+	switch v := arg.(type) {
+	case int:
+		return v == n
+	case int64:
+		return v == int64(n)
+	case string:
+		return v == strconv.Itoa(n)
+	}
+	return false
 }

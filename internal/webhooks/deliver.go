@@ -143,7 +143,7 @@ const waitBudget = 50 * time.Millisecond
 // quarter of its 100 delivery slots.
 const MerchantSlotsDefault = 25
 
-// acquire takes a slot of the merchant and one of the endpoint, in that
+// acquire takes a slot of the endpoint and one of its merchant, in that
 // order. When either is at its cap it returns ok false and how long the
 // delivery waits before it is tried again (see pushBacks). The caller passes
 // the attempt's outcome and duration to release.
@@ -166,21 +166,21 @@ func (d *Deliverer) acquire(ctx context.Context, merchantID, endpointID string) 
 	// return at the pace at which its slots free. A fast endpoint's delivery
 	// waits for a merchant's slot while its expected wait is short; others
 	// are tried again shortly.
-	now, slow, fast := d.now(), e.slow(), e.fast()
-	if !d.acquireEndpoint(ctx, e, fast) {
-		return nil, e.back.delay(now, e.tookOr(busyRetry), e.current()), false
+	now, p := d.now(), e.pace()
+	if !d.acquireEndpoint(ctx, e, p) {
+		return nil, e.back.delay(now, p.took, e.current()), false
 	}
 	limit := d.perMerchant
-	if slow {
+	if p.slow {
 		limit = slowShare(d.perMerchant)
 	}
 	if !m.tryTake(limit) {
 		// Slow endpoints may hold all but a fifth of the merchant's slots:
 		// the rest turn over at the fast endpoints' pace.
-		if slow || !fast || !m.wait(ctx, limit, limit-slowShare(limit), d.slotWait, shortWait) {
+		if p.slow || !p.fast || !m.wait(ctx, limit, limit-slowShare(limit), d.slotWait, shortWait) {
 			e.cancel()
-			if slow {
-				return nil, m.back.delay(now, e.tookOr(busyRetry), limit), false
+			if p.slow {
+				return nil, m.back.delay(now, p.took, limit), false
 			}
 			return nil, busyJitter(busyRetry), false
 		}
@@ -199,7 +199,7 @@ func shortWait(expected time.Duration, known bool, _ int) bool { return known &&
 // the endpoint has not answered yet and fewer than perEndpoint wait for its
 // first answer, or, for an endpoint that is not fast, while fewer than
 // maxWaiting wait in the process.
-func (d *Deliverer) acquireEndpoint(ctx context.Context, e *endpointSlots, fast bool) bool {
+func (d *Deliverer) acquireEndpoint(ctx context.Context, e *endpointSlots, p pace) bool {
 	e.mu.Lock()
 	slots := e.slots()
 	took := e.take(slots)
@@ -207,10 +207,10 @@ func (d *Deliverer) acquireEndpoint(ctx context.Context, e *endpointSlots, fast 
 	if took {
 		return true
 	}
-	if fast {
+	if p.fast {
 		return e.wait(ctx, slots, slots, d.slotWait, shortWait)
 	}
-	if !e.known() {
+	if !p.known {
 		return e.wait(ctx, slots, slots, d.slotWait, func(_ time.Duration, _ bool, queued int) bool { return queued < d.perEndpoint })
 	}
 	defer d.waiting.Add(-1)

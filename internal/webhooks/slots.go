@@ -233,36 +233,22 @@ func (e *endpointSlots) cancel() {
 	e.mu.Unlock()
 }
 
-// known reports whether the endpoint has answered an attempt of this process.
-func (e *endpointSlots) known() bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.tookSet
+// pace is what the endpoint's recent attempts say of it, read at once: how
+// long they took (busyRetry before the first answer), whether it has
+// answered yet, and whether it is fast (under fastSend) or slow (slowSend
+// or more). An endpoint with no answer yet is neither.
+type pace struct {
+	took              time.Duration
+	known, fast, slow bool
 }
 
-// fast reports whether the endpoint's recent attempts took under fastSend.
-func (e *endpointSlots) fast() bool {
+func (e *endpointSlots) pace() pace {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.tookSet && e.took < fastSend
-}
-
-// slow reports whether the endpoint's recent attempts took slowSend or more.
-// An endpoint with no attempt yet is not slow.
-func (e *endpointSlots) slow() bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.tookSet && e.took >= slowSend
-}
-
-// tookOr is the endpoint's recent attempt duration, or def before the first.
-func (e *endpointSlots) tookOr(def time.Duration) time.Duration {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.tookSet {
-		return e.took
+	if !e.tookSet {
+		return pace{took: busyRetry}
 	}
-	return def
+	return pace{took: e.took, known: true, fast: e.took < fastSend, slow: e.took >= slowSend}
 }
 
 // current is the endpoint's window now.
