@@ -18,6 +18,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/gatehouse-pay/gatehouse/internal/apperr"
+	"github.com/gatehouse-pay/gatehouse/internal/authz"
 	"github.com/gatehouse-pay/gatehouse/internal/ids"
 	"github.com/gatehouse-pay/gatehouse/internal/listing"
 )
@@ -67,6 +68,17 @@ type Entry struct {
 	MerchantID  string
 	Environment string
 	Revoked     bool
+	// Permissions are a restricted key's; nil for a secret key.
+	Permissions authz.Permissions
+}
+
+// Access is what the key may do: its permissions if it is restricted,
+// everything a key reaches if it is a secret key.
+func (e Entry) Access() authz.Permissions {
+	if e.Permissions != nil {
+		return e.Permissions
+	}
+	return authz.SecretKey
 }
 
 // Cache is the shared digest cache. Errors mean it is unreachable. Fill writes

@@ -44,12 +44,15 @@ const (
 	CodeMethodNotAllowed     = "method_not_allowed"
 	CodeIdempotencyInUse     = "idempotency_key_in_use"
 	CodeInvalidState         = "invalid_state"
-	CodePayloadTooLarge      = "payload_too_large"
-	CodeUnsupportedMedia     = "unsupported_media_type"
-	CodeIdempotencyReused    = "idempotency_key_reused"
-	CodeRateLimited          = "rate_limited"
-	CodeInternal             = "internal_error"
-	CodeUnavailable          = "service_unavailable"
+	// CodePermissionDenied refuses a member whose role, or a restricted
+	// key whose permissions, do not cover the action.
+	CodePermissionDenied  = "permission_denied"
+	CodePayloadTooLarge   = "payload_too_large"
+	CodeUnsupportedMedia  = "unsupported_media_type"
+	CodeIdempotencyReused = "idempotency_key_reused"
+	CodeRateLimited       = "rate_limited"
+	CodeInternal          = "internal_error"
+	CodeUnavailable       = "service_unavailable"
 	// CodeCSRF refuses a dashboard form that did not come from the
 	// dashboard's own page (a missing or wrong CSRF token, or a cross-site
 	// request); the dashboard answers in HTML, so it is not in the API's table.

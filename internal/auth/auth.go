@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gatehouse-pay/gatehouse/internal/apperr"
+	"github.com/gatehouse-pay/gatehouse/internal/authz"
 	"github.com/gatehouse-pay/gatehouse/internal/ids"
 	"github.com/gatehouse-pay/gatehouse/internal/merchants"
 )
@@ -19,10 +20,16 @@ import (
 // (SessionID set) or an API key (KeyID and Environment set): the secret key,
 // or on POST /v1/tokens the public key (PublicKey set).
 type Principal struct {
-	MerchantID  string
+	MerchantID string
+	// MemberID and Role name the signed-in member of a session.
+	MemberID    string
+	Role        string
 	SessionID   string
 	KeyID       string
 	Environment string
+	// Permissions are a key's: authz.SecretKey for a secret key, its own
+	// for a restricted key.
+	Permissions authz.Permissions
 	// PublicKey is set when the caller used the key pair's public key,
 	// which anyone can read in a checkout page.
 	PublicKey bool
@@ -30,6 +37,15 @@ type Principal struct {
 
 // IsSession reports whether the caller used a session token.
 func (p Principal) IsSession() bool { return p.SessionID != "" }
+
+// Allows reports whether the caller may do what n needs: a member by its
+// role, a key by its permissions.
+func (p Principal) Allows(n authz.Need) bool {
+	if p.IsSession() {
+		return authz.RolePermissions(p.Role).Allows(n.Resource, n.Access)
+	}
+	return p.Permissions.Allows(n.Resource, n.Access)
+}
 
 // Session is one login. RevokedAt is set by logout.
 type Session struct {
@@ -162,7 +178,7 @@ func (s *Service) Authenticate(ctx context.Context, token string) (Principal, er
 	if err != nil {
 		return Principal{}, err
 	}
-	p := Principal{MerchantID: c.MerchantID, SessionID: c.SessionID}
+	p := Principal{MerchantID: c.MerchantID, SessionID: c.SessionID, Role: authz.Owner}
 
 	cached, found, cerr := s.cache.SessionState(ctx, c.SessionID)
 	if cerr == nil && found {

@@ -345,6 +345,9 @@ func (s *server) dashSession(c *fiber.Ctx) error {
 		return s.signInAgain(c)
 	}
 	c.Locals(localPrincipal, p)
+	if err := s.authorize(c); err != nil {
+		return err
+	}
 	return c.Next()
 }
 

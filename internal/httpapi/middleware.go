@@ -286,6 +286,9 @@ func (s *server) authenticate(allowed accept) fiber.Handler {
 			return err
 		}
 		c.Locals(localPrincipal, p)
+		if err := s.authorize(c); err != nil {
+			return err
+		}
 		return c.Next()
 	}
 }
@@ -333,6 +336,9 @@ func (s *server) authenticateCounted(allowed accept, name string, l config.Limit
 			return err
 		}
 		c.Locals(localPrincipal, p)
+		if err := s.authorize(c); err != nil {
+			return err
+		}
 		if perKey != nil {
 			if err := limited(c, d); err != nil {
 				return err
@@ -418,7 +424,7 @@ func (s *server) resolveLimited(c *fiber.Ctx, allowed accept, l namedLimit) (aut
 		d, v, counted, err := s.Limiter.AllowGated(ctx, l.name, apikeys.Tag(digest), l.limit, s.KeyCache.Gate(digest))
 		if err == nil && counted {
 			if e, ok := s.KeyCache.Decode(v); ok && !e.Revoked && e.Environment == apikeys.Sandbox {
-				return auth.Principal{MerchantID: e.MerchantID, KeyID: e.KeyID, Environment: e.Environment}, d, nil
+				return keyPrincipal(e), d, nil
 			}
 		}
 	}
@@ -427,7 +433,7 @@ func (s *server) resolveLimited(c *fiber.Ctx, allowed accept, l namedLimit) (aut
 		return auth.Principal{}, ratelimit.Decision{}, err
 	}
 	d := s.Limiter.Allow(ctx, l.name, apikeys.Tag(apikeys.Digest(token)), l.limit)
-	return auth.Principal{MerchantID: e.MerchantID, KeyID: e.KeyID, Environment: e.Environment}, d, nil
+	return keyPrincipal(e), d, nil
 }
 
 // bearer is the token of the Authorization header.
@@ -463,7 +469,7 @@ func (s *server) resolve(c *fiber.Ctx, allowed accept) (auth.Principal, error) {
 		if err != nil {
 			return auth.Principal{}, err
 		}
-		return auth.Principal{MerchantID: e.MerchantID, KeyID: e.KeyID, Environment: e.Environment}, nil
+		return keyPrincipal(e), nil
 	}
 	if allowed&acceptSession == 0 {
 		if _, err := s.Auth.VerifyToken(token); err != nil {
@@ -472,4 +478,9 @@ func (s *server) resolve(c *fiber.Ctx, allowed accept) (auth.Principal, error) {
 		return auth.Principal{}, errNeedsKey
 	}
 	return s.Auth.Authenticate(ctx, token)
+}
+
+// keyPrincipal is the caller of a secret or restricted key.
+func keyPrincipal(e apikeys.Entry) auth.Principal {
+	return auth.Principal{MerchantID: e.MerchantID, KeyID: e.KeyID, Environment: e.Environment, Permissions: e.Access()}
 }

@@ -1,0 +1,142 @@
+package httpapi
+
+import (
+	"github.com/gofiber/fiber/v2"
+
+	"github.com/gatehouse-pay/gatehouse/internal/authz"
+)
+
+// needs is the one authorization table: what each authenticated route of
+// the API and each dashboard page and action needs, keyed "METHOD /path" as
+// the routes are registered. A route that authenticates but has no row is
+// refused (and TestEveryRouteHasANeed fails), so nothing is reachable by
+// being forgotten here. docs/team.md lists it for people.
+var needs = map[string]authz.Need{
+	"DELETE /v1/auth/logout": read(authz.Account),
+
+	"GET /v1/me":                                      read(authz.Account),
+	"POST /v1/me/api_keys":                            write(authz.APIKeys),
+	"GET /v1/me/api_keys":                             read(authz.APIKeys),
+	"DELETE /v1/me/api_keys/:id":                      write(authz.APIKeys),
+	"POST /v1/me/api_keys/:id/roll":                   write(authz.APIKeys),
+	"POST /v1/me/members":                             write(authz.Members),
+	"GET /v1/me/members":                              read(authz.Members),
+	"GET /v1/me/members/:id":                          read(authz.Members),
+	"PATCH /v1/me/members/:id":                        write(authz.Members),
+	"DELETE /v1/me/members/:id":                       write(authz.Members),
+	"PATCH /v1/me/settings":                           write(authz.Account),
+	"POST /v1/me/mfa/totp":                            read(authz.Account),
+	"POST /v1/me/mfa/totp/confirm":                    read(authz.Account),
+	"DELETE /v1/me/mfa/totp":                          read(authz.Account),
+	"GET /v1/audit_log":                               read(authz.AuditLog),
+	"POST /v1/charges":                                write(authz.Charges),
+	"GET /v1/charges":                                 read(authz.Charges),
+	"GET /v1/charges/:id":                             read(authz.Charges),
+	"POST /v1/charges/:id/capture":                    write(authz.Charges),
+	"POST /v1/charges/:id/void":                       write(authz.Charges),
+	"POST /v1/refunds":                                write(authz.Refunds),
+	"GET /v1/refunds":                                 read(authz.Refunds),
+	"GET /v1/refunds/:id":                             read(authz.Refunds),
+	"POST /v1/customers":                              write(authz.Customers),
+	"GET /v1/customers":                               read(authz.Customers),
+	"GET /v1/customers/:id":                           read(authz.Customers),
+	"PATCH /v1/customers/:id":                         write(authz.Customers),
+	"DELETE /v1/customers/:id":                        write(authz.Customers),
+	"POST /v1/customers/:id/payment_methods":          write(authz.Customers),
+	"GET /v1/customers/:id/payment_methods":           read(authz.Customers),
+	"DELETE /v1/customers/:id/payment_methods/:pm_id": write(authz.Customers),
+	"POST /v1/connectors":                             write(authz.Connectors),
+	"GET /v1/connectors":                              read(authz.Connectors),
+	"GET /v1/connectors/:id":                          read(authz.Connectors),
+	"PATCH /v1/connectors/:id":                        write(authz.Connectors),
+	"DELETE /v1/connectors/:id":                       write(authz.Connectors),
+	"GET /v1/routing":                                 read(authz.Connectors),
+	"PUT /v1/routing":                                 write(authz.Connectors),
+	"POST /v1/me/webhook_endpoints":                   write(authz.WebhookEndpoints),
+	"GET /v1/me/webhook_endpoints":                    read(authz.WebhookEndpoints),
+	"GET /v1/me/webhook_endpoints/:id":                read(authz.WebhookEndpoints),
+	"PATCH /v1/me/webhook_endpoints/:id":              write(authz.WebhookEndpoints),
+	"DELETE /v1/me/webhook_endpoints/:id":             write(authz.WebhookEndpoints),
+	"POST /v1/me/webhook_endpoints/:id/rotate_secret": write(authz.WebhookEndpoints),
+	"POST /v1/me/webhook_endpoints/:id/test":          write(authz.WebhookEndpoints),
+	"POST /v1/me/webhook_endpoints/:id/recover":       write(authz.WebhookEndpoints),
+	"GET /v1/me/webhook_endpoints/:id/deliveries":     read(authz.WebhookEndpoints),
+	"POST /v1/webhook_deliveries/:id/retry":           write(authz.WebhookEndpoints),
+	"GET /v1/events":                                  read(authz.Events),
+	"GET /v1/events/stream":                           read(authz.Events),
+	"GET /v1/events/:id":                              read(authz.Events),
+
+	"POST /dashboard/logout":                                      read(authz.Account),
+	"GET /dashboard":                                              read(authz.Account),
+	"GET /dashboard/keys":                                         read(authz.APIKeys),
+	"POST /dashboard/keys":                                        write(authz.APIKeys),
+	"POST /dashboard/keys/:id/revoke":                             write(authz.APIKeys),
+	"GET /dashboard/charges":                                      read(authz.Charges),
+	"GET /dashboard/charges/:id":                                  read(authz.Charges),
+	"POST /dashboard/charges/:id/capture":                         write(authz.Charges),
+	"POST /dashboard/charges/:id/void":                            write(authz.Charges),
+	"POST /dashboard/charges/:id/refund":                          write(authz.Refunds),
+	"GET /dashboard/customers":                                    read(authz.Customers),
+	"GET /dashboard/customers/:id":                                read(authz.Customers),
+	"POST /dashboard/customers/:id/delete":                        write(authz.Customers),
+	"POST /dashboard/customers/:id/payment_methods/:pm_id/delete": write(authz.Customers),
+	"GET /dashboard/connectors":                                   read(authz.Connectors),
+	"POST /dashboard/connectors":                                  write(authz.Connectors),
+	"GET /dashboard/connectors/:id":                               read(authz.Connectors),
+	"POST /dashboard/connectors/:id/enabled":                      write(authz.Connectors),
+	"POST /dashboard/connectors/:id/rehearsal":                    write(authz.Connectors),
+	"POST /dashboard/connectors/:id/delete":                       write(authz.Connectors),
+	"GET /dashboard/routing":                                      read(authz.Connectors),
+	"POST /dashboard/routing":                                     write(authz.Connectors),
+	"GET /dashboard/events":                                       read(authz.Events),
+	"GET /dashboard/events/:id":                                   read(authz.Events),
+	"GET /dashboard/webhooks":                                     read(authz.WebhookEndpoints),
+	"POST /dashboard/webhooks":                                    write(authz.WebhookEndpoints),
+	"GET /dashboard/webhooks/:id":                                 read(authz.WebhookEndpoints),
+	"POST /dashboard/webhooks/:id":                                write(authz.WebhookEndpoints),
+	"POST /dashboard/webhooks/:id/rotate":                         write(authz.WebhookEndpoints),
+	"POST /dashboard/webhooks/:id/test":                           write(authz.WebhookEndpoints),
+	"POST /dashboard/webhooks/:id/recover":                        write(authz.WebhookEndpoints),
+	"POST /dashboard/webhooks/:id/delete":                         write(authz.WebhookEndpoints),
+	"POST /dashboard/deliveries/:id/retry":                        write(authz.WebhookEndpoints),
+	"GET /dashboard/team":                                         read(authz.Members),
+	"POST /dashboard/team":                                        write(authz.Members),
+	"POST /dashboard/team/:id/role":                               write(authz.Members),
+	"POST /dashboard/team/:id/remove":                             write(authz.Members),
+	"POST /dashboard/team/settings":                               write(authz.Account),
+	"GET /dashboard/security":                                     read(authz.Account),
+	"POST /dashboard/security/totp":                               read(authz.Account),
+	"POST /dashboard/security/totp/confirm":                       read(authz.Account),
+	"GET /dashboard/audit":                                        read(authz.AuditLog),
+}
+
+// NeedOf returns what the route needs, and false for a route that has no
+// row in the table.
+func NeedOf(method, path string) (authz.Need, bool) {
+	n, ok := needs[method+" "+path]
+	return n, ok
+}
+
+// authorize checks the authenticated caller against the route's row of the
+// table: 403 permission_denied when the caller's role or key does not grant
+// it. It runs inside the authentication handlers, so every route that
+// authenticates is checked.
+func (s *server) authorize(c *fiber.Ctx) error {
+	r := c.Route()
+	method := r.Method
+	if method == fiber.MethodHead {
+		method = fiber.MethodGet
+	}
+	n, ok := needs[method+" "+r.Path]
+	if !ok {
+		return authz.Denied(authz.Need{Resource: "this route", Access: authz.Write})
+	}
+	if !principal(c).Allows(n) {
+		s.Metrics.AuthFailures.WithLabelValues("permission_denied").Inc()
+		return authz.Denied(n)
+	}
+	return nil
+}
+
+func read(r authz.Resource) authz.Need  { return authz.Need{Resource: r, Access: authz.Read} }
+func write(r authz.Resource) authz.Need { return authz.Need{Resource: r, Access: authz.Write} }
