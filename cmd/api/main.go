@@ -36,6 +36,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/jobs"
 	"github.com/gatehouse-pay/gatehouse/internal/keyring"
 	"github.com/gatehouse-pay/gatehouse/internal/logging"
+	"github.com/gatehouse-pay/gatehouse/internal/members"
 	"github.com/gatehouse-pay/gatehouse/internal/merchants"
 	"github.com/gatehouse-pay/gatehouse/internal/metrics"
 	"github.com/gatehouse-pay/gatehouse/internal/outbox"
@@ -231,6 +232,7 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer) er
 		Keys:      apikeys.NewService(db, rc, time.Now, log),
 		KeyCache:  rc,
 		Merchants: merchants.NewService(db, hasher, time.Now),
+		Members:   members.NewService(db, hasher, time.Now),
 		Charges: charges.NewService(db, relay, keys, cfg.Providers(), cfg.DefaultProvider, time.Now, onEnqueueErr).WithTokens(db).
 			WithCustomers(db).WithChallenges(db, charges.NewLinks(cfg.PublicURL, keys)).
 			WithRouter(directory, cfg.RoutingMaxAttempts),

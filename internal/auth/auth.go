@@ -13,6 +13,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/apperr"
 	"github.com/gatehouse-pay/gatehouse/internal/authz"
 	"github.com/gatehouse-pay/gatehouse/internal/ids"
+	"github.com/gatehouse-pay/gatehouse/internal/members"
 	"github.com/gatehouse-pay/gatehouse/internal/merchants"
 )
 
@@ -51,6 +52,7 @@ func (p Principal) Allows(n authz.Need) bool {
 type Session struct {
 	ID         string
 	MerchantID string
+	MemberID   string
 	CreatedAt  time.Time
 	ExpiresAt  time.Time
 	RevokedAt  *time.Time
@@ -81,14 +83,17 @@ type Cache interface {
 	SetSessionState(ctx context.Context, sessionID, state string, ttl time.Duration) error
 }
 
-// MerchantFinder finds the merchant signing in.
-type MerchantFinder interface {
-	MerchantByEmail(ctx context.Context, email string) (merchants.Merchant, error)
+// MemberFinder finds the member signing in, and the member of a session:
+// every session request reads its member, so a role change or a removal
+// holds on every replica from the next request on.
+type MemberFinder interface {
+	MemberByEmail(ctx context.Context, email string) (members.Member, error)
+	MemberByID(ctx context.Context, merchantID, id string) (members.Member, error)
 }
 
 // Service logs merchants in and out and authenticates session tokens.
 type Service struct {
-	merchants MerchantFinder
+	members   MemberFinder
 	store     Store
 	cache     Cache
 	hasher    *Hasher
@@ -98,8 +103,8 @@ type Service struct {
 }
 
 // NewService wires the session service.
-func NewService(m MerchantFinder, store Store, cache Cache, hasher *Hasher, tokens *Tokens, now func() time.Time, log *slog.Logger) *Service {
-	return &Service{merchants: m, store: store, cache: cache, hasher: hasher, tokens: tokens, now: now, log: log}
+func NewService(m MemberFinder, store Store, cache Cache, hasher *Hasher, tokens *Tokens, now func() time.Time, log *slog.Logger) *Service {
+	return &Service{members: m, store: store, cache: cache, hasher: hasher, tokens: tokens, now: now, log: log}
 }
 
 // activeCacheTTL bounds how long an "active" state may be served from the
@@ -111,7 +116,7 @@ const activeCacheTTL = 5 * time.Minute
 type Login struct {
 	Token     string
 	ExpiresAt time.Time
-	Merchant  merchants.Merchant
+	Member    members.Member
 }
 
 // ErrInvalidCredentials is the one answer to a wrong email or a wrong password.
@@ -129,7 +134,7 @@ func (s *Service) Login(ctx context.Context, email, password string) (Login, err
 	if len(password) > merchants.MaxPasswordLen {
 		return Login{}, errInvalidCredentials
 	}
-	m, err := s.merchants.MerchantByEmail(ctx, merchants.NormalizeEmail(email))
+	m, err := s.members.MemberByEmail(ctx, merchants.NormalizeEmail(email))
 	if err != nil && apperr.KindOf(err) != apperr.KindNotFound {
 		return Login{}, err
 	}
@@ -142,18 +147,18 @@ func (s *Service) Login(ctx context.Context, email, password string) (Login, err
 	}
 
 	issued := s.now().UTC().Truncate(time.Second)
-	sess := Session{ID: ids.New("ses"), MerchantID: m.ID, CreatedAt: issued, ExpiresAt: issued.Add(SessionTTL)}
+	sess := Session{ID: ids.New("ses"), MerchantID: m.MerchantID, MemberID: m.ID, CreatedAt: issued, ExpiresAt: issued.Add(SessionTTL)}
 	if err := s.store.CreateSession(ctx, sess); err != nil {
 		return Login{}, err
 	}
-	token, err := s.tokens.Issue(m.ID, sess.ID, sess.CreatedAt, sess.ExpiresAt)
+	token, err := s.tokens.Issue(m.MerchantID, m.ID, sess.ID, sess.CreatedAt, sess.ExpiresAt)
 	if err != nil {
 		return Login{}, apperr.Internal(err)
 	}
-	if err := s.cache.FillSessionState(ctx, sess.ID, cacheValue(StateActive, m.ID), activeCacheTTL); err != nil {
+	if err := s.cache.FillSessionState(ctx, sess.ID, cacheValue(StateActive, m.MerchantID), activeCacheTTL); err != nil {
 		s.log.WarnContext(ctx, "session cache unavailable", "op", "login", "err", err)
 	}
-	return Login{Token: token, ExpiresAt: sess.ExpiresAt, Merchant: m}, nil
+	return Login{Token: token, ExpiresAt: sess.ExpiresAt, Member: m}, nil
 }
 
 var (
@@ -178,7 +183,10 @@ func (s *Service) Authenticate(ctx context.Context, token string) (Principal, er
 	if err != nil {
 		return Principal{}, err
 	}
-	p := Principal{MerchantID: c.MerchantID, SessionID: c.SessionID, Role: authz.Owner}
+	p := Principal{MerchantID: c.MerchantID, MemberID: c.MemberID, SessionID: c.SessionID}
+	if p.MemberID == "" { // a token issued before teams: its merchant's first owner
+		p.MemberID = members.OwnerID(c.MerchantID)
+	}
 
 	cached, found, cerr := s.cache.SessionState(ctx, c.SessionID)
 	if cerr == nil && found {
@@ -187,7 +195,7 @@ func (s *Service) Authenticate(ctx context.Context, token string) (Principal, er
 		case merchantID != c.MerchantID:
 			return Principal{}, errBadToken
 		case state == StateActive:
-			return p, nil
+			return s.withMember(ctx, p)
 		}
 		return Principal{}, errRevokedToken
 	}
@@ -214,6 +222,22 @@ func (s *Service) Authenticate(ctx context.Context, token string) (Principal, er
 	if state == StateRevoked {
 		return Principal{}, errRevokedToken
 	}
+	return s.withMember(ctx, p)
+}
+
+// withMember completes the principal of an open session with its member's
+// current role; a removed member's sessions are revoked.
+func (s *Service) withMember(ctx context.Context, p Principal) (Principal, error) {
+	m, err := s.members.MemberByID(ctx, p.MerchantID, p.MemberID)
+	switch {
+	case apperr.KindOf(err) == apperr.KindNotFound:
+		return Principal{}, errBadToken
+	case err != nil:
+		return Principal{}, err
+	case m.RemovedAt != nil:
+		return Principal{}, errRevokedToken
+	}
+	p.Role = m.Role
 	return p, nil
 }
 

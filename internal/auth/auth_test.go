@@ -53,7 +53,7 @@ func TestHasherHonoursCancellation(t *testing.T) {
 func TestTokens(t *testing.T) {
 	now := time.Unix(1_800_000_000, 0)
 	tk := NewTokens([]byte(strings.Repeat("s", 32)), "gatehouse", "gatehouse-dashboard", func() time.Time { return now })
-	tok, err := tk.Issue("mer_1", "ses_1", now, now.Add(SessionTTL))
+	tok, err := tk.Issue("mer_1", "mem_1", "ses_1", now, now.Add(SessionTTL))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +66,7 @@ func TestTokens(t *testing.T) {
 		t.Fatalf("expired token: %v, want ErrBadToken", err)
 	}
 	other := NewTokens([]byte(strings.Repeat("s", 32)), "gatehouse", "another-audience", func() time.Time { return now })
-	tok2, _ := other.Issue("mer_1", "ses_1", now, now.Add(time.Hour))
+	tok2, _ := other.Issue("mer_1", "mem_1", "ses_1", now, now.Add(time.Hour))
 	if _, err := tk.Verify(tok2); err != ErrBadToken {
 		t.Fatalf("token for another audience: %v", err)
 	}

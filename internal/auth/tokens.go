@@ -42,22 +42,33 @@ func NewTokens(secret []byte, issuer, audience string, now func() time.Time) *To
 // Claims are the verified contents of a session token.
 type Claims struct {
 	MerchantID string
-	SessionID  string
+	// MemberID is the member signed in ("" in tokens made before teams).
+	MemberID  string
+	SessionID string
 	IssuedAt   time.Time
 	ExpiresAt  time.Time
 }
 
 // Issue signs a token for the session; the times are whole seconds as JWT requires.
-func (t *Tokens) Issue(merchantID, sessionID string, issuedAt, expiresAt time.Time) (string, error) {
-	claims := jwt.RegisteredClaims{
-		Issuer:    t.issuer,
-		Audience:  jwt.ClaimStrings{t.audience},
-		Subject:   merchantID,
-		ID:        sessionID,
-		IssuedAt:  jwt.NewNumericDate(issuedAt),
-		ExpiresAt: jwt.NewNumericDate(expiresAt),
+func (t *Tokens) Issue(merchantID, memberID, sessionID string, issuedAt, expiresAt time.Time) (string, error) {
+	claims := sessionClaims{
+		RegisteredClaims: jwt.RegisteredClaims{
+			Issuer:    t.issuer,
+			Audience:  jwt.ClaimStrings{t.audience},
+			Subject:   merchantID,
+			ID:        sessionID,
+			IssuedAt:  jwt.NewNumericDate(issuedAt),
+			ExpiresAt: jwt.NewNumericDate(expiresAt),
+		},
+		Member: memberID,
 	}
 	return jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString(t.secret)
+}
+
+// sessionClaims are the registered claims and the member ("mem").
+type sessionClaims struct {
+	jwt.RegisteredClaims
+	Member string `json:"mem,omitempty"`
 }
 
 // ErrBadToken is returned for any token that fails verification.
@@ -65,10 +76,11 @@ var ErrBadToken = errors.New("auth: invalid session token")
 
 // Verify checks the signature, algorithm and every registered claim.
 func (t *Tokens) Verify(token string) (Claims, error) {
-	var rc jwt.RegisteredClaims
-	_, err := t.parser.ParseWithClaims(token, &rc, func(*jwt.Token) (any, error) { return t.secret, nil })
+	var sc sessionClaims
+	_, err := t.parser.ParseWithClaims(token, &sc, func(*jwt.Token) (any, error) { return t.secret, nil })
+	rc := sc.RegisteredClaims
 	if err != nil || rc.Subject == "" || rc.ID == "" || rc.IssuedAt == nil {
 		return Claims{}, ErrBadToken
 	}
-	return Claims{MerchantID: rc.Subject, SessionID: rc.ID, IssuedAt: rc.IssuedAt.Time, ExpiresAt: rc.ExpiresAt.Time}, nil
+	return Claims{MerchantID: rc.Subject, MemberID: sc.Member, SessionID: rc.ID, IssuedAt: rc.IssuedAt.Time, ExpiresAt: rc.ExpiresAt.Time}, nil
 }

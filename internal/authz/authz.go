@@ -71,8 +71,9 @@ func ParseAccess(s string) (Access, bool) {
 // Permissions maps resources to access; a missing resource is None.
 type Permissions map[Resource]Access
 
-// Allows reports whether p grants at least a on r.
-func (p Permissions) Allows(r Resource, a Access) bool { return p[r] >= a }
+// Allows reports whether p grants at least a on r. Every caller has
+// Anyone's need.
+func (p Permissions) Allows(r Resource, a Access) bool { return r == "" || p[r] >= a }
 
 // Roles of a member.
 const (
@@ -126,12 +127,15 @@ var SecretKey = func() Permissions {
 	return p
 }()
 
-// Need is what a route or action requires. Public routes need nothing
-// (Resource ""); OwnerOnly actions take an owner whatever the table says.
+// Need is what a route or action requires.
 type Need struct {
 	Resource Resource
 	Access   Access
 }
+
+// Anyone is the need of what every authenticated caller may do: read its
+// own account, sign out, set up its own two-factor sign-in.
+var Anyone = Need{}
 
 // Denied is the answer to a caller without the permission.
 func Denied(n Need) error {

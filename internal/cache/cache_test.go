@@ -3,6 +3,7 @@ package cache_test
 import (
 	"context"
 	"encoding/hex"
+	"reflect"
 	"testing"
 	"time"
 
@@ -28,7 +29,7 @@ func TestFillNeverOverwritesARevocation(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, found, err := c.Key(ctx, digest)
-	if err != nil || !found || got != revoked {
+	if err != nil || !found || !reflect.DeepEqual(got, revoked) {
 		t.Fatalf("got %+v found=%v err=%v, want the revoked entry", got, found, err)
 	}
 	// A replica of the release before the hash-tagged names reads
@@ -63,7 +64,7 @@ func TestEntriesRoundTrip(t *testing.T) {
 			t.Fatal(err)
 		}
 		got, found, err := c.Key(ctx, d)
-		if err != nil || !found || got != e {
+		if err != nil || !found || !reflect.DeepEqual(got, e) {
 			t.Errorf("round trip of %+v: got %+v found=%v err=%v", e, got, found, err)
 		}
 	}

@@ -74,17 +74,18 @@ const (
 	// (see customerOfMethod).
 	kindPaymentMethod = "payment_method"
 	kindConnector     = "connector" // a sandbox connector the routing does not name
+	kindMember        = "member"    // an invited member of the team
 )
 
 // tableOf groups kinds that share ids, for the "id of another kind" cases.
 var tableOf = map[string]string{
 	kindCharge: "charges", kindAuthorized: "charges", kindRefund: "refunds", kindEvent: "events",
 	kindEndpoint: "webhook_endpoints", kindDelivery: "webhook_deliveries", kindAPIKey: "api_keys",
-	kindCustomer: "customers", kindPaymentMethod: "payment_methods", kindConnector: "connectors",
+	kindCustomer: "customers", kindPaymentMethod: "payment_methods", kindConnector: "connectors", kindMember: "members",
 }
 
 // prefixedKinds have ids like key_... rather than UUIDs.
-var prefixedKinds = map[string]bool{kindAPIKey: true, kindEndpoint: true, kindCustomer: true, kindPaymentMethod: true, kindConnector: true}
+var prefixedKinds = map[string]bool{kindAPIKey: true, kindEndpoint: true, kindCustomer: true, kindPaymentMethod: true, kindConnector: true, kindMember: true}
 
 // customerOfMethod maps the fixtures' payment method ids to their
 // customers', for the routes that name both.
@@ -124,6 +125,16 @@ var authzRoutes = map[string]authzRoute{
 		return `{"email":"` + f.email + `","password":"` + matrixPassword + `"}`
 	}},
 	"DELETE /v1/auth/logout": {auth: sessionOnly, ok: 204},
+	// The setup link's token is the credential (TestMembers); a made-up one is refused.
+	"POST /v1/auth/setup": {auth: public, ok: 400, body: fixed(`{"token":"made-up","password":"` + matrixPassword + `"}`)},
+
+	"POST /v1/me/members": {auth: sessionOnly, ok: 201, body: func(*authzFixture, string) string {
+		return `{"email":"invitee-` + uuid.NewString() + `@example.com","role":"viewer"}`
+	}},
+	"GET /v1/me/members":        {auth: sessionOnly, ok: 200, lists: kindMember},
+	"GET /v1/me/members/:id":    {auth: sessionOnly, ok: 200, idKind: kindMember},
+	"PATCH /v1/me/members/:id":  {auth: sessionOnly, ok: 200, idKind: kindMember, body: fixed(`{"role":"support"}`)},
+	"DELETE /v1/me/members/:id": {auth: sessionOnly, ok: 200, idKind: kindMember},
 
 	"GET /v1/me":                 {auth: sessionOrKey, ok: 200},
 	"POST /v1/me/api_keys":       {auth: sessionOnly, ok: 201, body: fixed(`{"name":"matrix"}`)},
@@ -364,6 +375,11 @@ func (h *harness) newAuthzFixture(t *testing.T, email string, w *worker, d *webh
 	}
 	h.customersOf(t, f, n, key)
 	h.connectorsOf(t, f, n, key)
+	for i := 0; i < n; i++ {
+		r := h.with(t).do("POST", "/v1/me/members", `{"email":"member-`+strconv.Itoa(i)+`-`+email+`","role":"developer"}`, bearer(f.token)...)
+		want(t, r, 201, "")
+		f.ids[kindMember] = append(f.ids[kindMember], obj(r.body["member"])["id"].(string))
+	}
 	return f
 }
 
@@ -481,7 +497,8 @@ func (h *harness) ownedStrings(t *testing.T, merchantID string) []string {
 		UNION ALL SELECT event_id::text FROM webhook_deliveries WHERE merchant_id = $1
 		UNION ALL SELECT id FROM customers WHERE merchant_id = $1
 		UNION ALL SELECT id FROM payment_methods WHERE merchant_id = $1
-		UNION ALL SELECT id FROM connectors WHERE merchant_id = $1`, merchantID)
+		UNION ALL SELECT id FROM connectors WHERE merchant_id = $1
+		UNION ALL SELECT id FROM members WHERE merchant_id = $1 UNION ALL SELECT email FROM members WHERE merchant_id = $1`, merchantID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -521,6 +538,7 @@ var stateTables = map[string]string{
 	"card_tokens":     `FROM card_tokens x WHERE $1 = '' OR merchant_id = $1`,
 	"connectors":      `FROM connectors x WHERE $1 = '' OR merchant_id = $1`,
 	"routing":         `FROM routing x WHERE $1 = '' OR merchant_id = $1`,
+	"members":         `FROM members x WHERE $1 = '' OR merchant_id = $1`,
 }
 
 // state digests every table (whole rows, so any column that moves shows).

@@ -20,6 +20,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/gatehouse-pay/gatehouse/internal/apperr"
+	"github.com/gatehouse-pay/gatehouse/internal/authz"
 	"github.com/gatehouse-pay/gatehouse/internal/charges"
 	"github.com/gatehouse-pay/gatehouse/internal/idempotency"
 	"github.com/gatehouse-pay/gatehouse/internal/ids"
@@ -131,7 +132,7 @@ type chargeRow struct {
 func newDashboard() *dashboard {
 	d := &dashboard{pages: map[string]*template.Template{}}
 	for _, name := range []string{"login", "error", "keys", "charges", "charge", "customers", "customer", "events", "event", "webhooks", "webhook",
-		"connectors", "connector", "routing"} {
+		"connectors", "connector", "routing", "team", "setup"} {
 		d.pages[name] = template.Must(template.New(name).Funcs(dashboardFuncs).
 			ParseFS(dashboardFiles, "dashboard/layout.html", "dashboard/"+name+".html"))
 	}
@@ -140,10 +141,12 @@ func newDashboard() *dashboard {
 
 // view is what every page gets.
 type view struct {
-	Title     string
-	Nav       string
-	Merchant  *merchantJSON
-	CSRF      string
+	Title    string
+	Nav      string
+	Merchant *merchantJSON
+	CSRF     string
+	// Role is the signed-in member's, for what a page offers (Can).
+	Role      string
 	Notice    string
 	Error     string
 	ErrorCode string
@@ -204,7 +207,15 @@ func (s *server) signedIn(c *fiber.Ctx, nav, title string) (view, error) {
 		return view{}, err
 	}
 	pm := PresentMerchant(m)
-	return view{Title: title, Nav: nav, Merchant: &pm, CSRF: s.csrfToken(p.SessionID), Notice: notices[c.Query("notice")]}, nil
+	return view{Title: title, Nav: nav, Merchant: &pm, CSRF: s.csrfToken(p.SessionID), Role: p.Role, Notice: notices[c.Query("notice")]}, nil
+}
+
+// Can reports whether the signed-in member's role grants access ("read"
+// or "write") to resource: pages offer only what the member may do (the
+// authorization table refuses the rest anyway).
+func (v view) Can(resource, access string) bool {
+	a, _ := authz.ParseAccess(access)
+	return authz.RolePermissions(v.Role).Allows(authz.Resource(resource), a)
 }
 
 // notices are the confirmations an action's redirect names.
@@ -227,6 +238,9 @@ var notices = map[string]string{
 	"rehearsal_saved":  "Rehearsal saved. The worker applies it within a second.",
 	"conn_deleted":     "Connector deleted. Charges it took keep using it for captures, voids and refunds.",
 	"routing_saved":    "Routing saved. New charges follow it on every replica.",
+	"role_changed":     "Role changed. It applies from the member's next request.",
+	"member_removed":   "Member removed. Their sessions have ended on every replica.",
+	"password_set":     "Password set. Sign in with your email and the new password.",
 }
 
 // failureTitles head a failure page by its status.
@@ -407,6 +421,8 @@ func (s *server) dashboardRoutes(app *fiber.App) {
 	app.Get(dashboardPath+"/assets/favicon.svg", dashboardAsset("favicon.svg", "image/svg+xml"))
 	app.Get(dashboardPath+"/login", perIP, s.loginPage)
 	app.Post(dashboardPath+"/login", login, s.dashLogin)
+	app.Get(dashboardPath+"/setup", perIP, s.setupPage)
+	app.Post(dashboardPath+"/setup", login, s.dashSetup)
 	post("/logout", s.dashLogout)
 	get("", func(c *fiber.Ctx) error { return c.Redirect(dashboardPath+"/charges", fiber.StatusSeeOther) })
 
@@ -446,6 +462,11 @@ func (s *server) dashboardRoutes(app *fiber.App) {
 	post("/webhooks/:id/recover", s.dashRecover)
 	post("/webhooks/:id/delete", s.dashDeleteEndpoint)
 	post("/deliveries/:id/retry", s.dashRetry)
+
+	get("/team", s.teamPage)
+	post("/team", s.dashInvite)
+	post("/team/:id/role", s.dashMemberRole)
+	post("/team/:id/remove", s.dashRemoveMember)
 }
 
 // dashboardAsset serves an embedded script or style sheet.

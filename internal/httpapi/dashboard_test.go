@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+	"github.com/google/uuid"
 
 	"github.com/gatehouse-pay/gatehouse/internal/ids"
 	"github.com/gatehouse-pay/gatehouse/internal/store"
@@ -161,6 +162,14 @@ var dashRoutes = map[string]dashRoute{
 	"GET /dashboard/assets/dashboard.js":  {public: true, ok: 200},
 	"GET /dashboard/assets/favicon.svg":   {public: true, ok: 200},
 
+	"GET /dashboard/setup":  {public: true, ok: 200},
+	"POST /dashboard/setup": {public: true},
+	"GET /dashboard/team":   {ok: 200, lists: kindMember},
+	"POST /dashboard/team": {ok: 200, formOf: func(*authzFixture) url.Values {
+		return url.Values{"email": {"dash-" + uuid.NewString() + "@example.com"}, "role": {"viewer"}}
+	}},
+	"POST /dashboard/team/:id/role":       {ok: 303, idKind: kindMember, form: url.Values{"role": {"support"}}},
+	"POST /dashboard/team/:id/remove":     {ok: 303, idKind: kindMember},
 	"GET /dashboard/keys":                 {ok: 200, lists: kindAPIKey},
 	"POST /dashboard/keys":                {ok: 200, form: url.Values{"name": {"dash"}}},
 	"POST /dashboard/keys/:id/revoke":     {ok: 303, idKind: kindAPIKey},

@@ -28,11 +28,13 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/apikeys"
 	"github.com/gatehouse-pay/gatehouse/internal/apperr"
 	"github.com/gatehouse-pay/gatehouse/internal/auth"
+	"github.com/gatehouse-pay/gatehouse/internal/authz"
 	"github.com/gatehouse-pay/gatehouse/internal/charges"
 	"github.com/gatehouse-pay/gatehouse/internal/idempotency"
 	"github.com/gatehouse-pay/gatehouse/internal/ids"
 	"github.com/gatehouse-pay/gatehouse/internal/keyring"
 	"github.com/gatehouse-pay/gatehouse/internal/listing"
+	"github.com/gatehouse-pay/gatehouse/internal/members"
 	"github.com/gatehouse-pay/gatehouse/internal/merchants"
 	"github.com/gatehouse-pay/gatehouse/internal/refunds"
 	"github.com/gatehouse-pay/gatehouse/internal/webhooks"
@@ -433,10 +435,15 @@ func (fakeSessions) DeleteSessionsExpiredBefore(context.Context, time.Time) (int
 	return 0, nil
 }
 
-type noMerchants struct{}
+// oneOwner has no one to sign in, and every session's member is an owner.
+type oneOwner struct{}
 
-func (noMerchants) MerchantByEmail(context.Context, string) (merchants.Merchant, error) {
-	return merchants.Merchant{}, apperr.NotFound("merchant")
+func (oneOwner) MemberByEmail(context.Context, string) (members.Member, error) {
+	return members.Member{}, apperr.NotFound("member")
+}
+
+func (oneOwner) MemberByID(_ context.Context, merchantID, id string) (members.Member, error) {
+	return members.Member{ID: id, MerchantID: merchantID, Role: authz.Owner}, nil
 }
 
 // FuzzAuthorization: the Authorization header yields a principal only when
@@ -451,22 +458,22 @@ func FuzzAuthorization(f *testing.F) {
 	// tokens as the one that sent it the seed corpus.
 	issued, expires := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2099, 1, 1, 0, 0, 0, 0, time.UTC)
 	tokens := auth.NewTokens([]byte("0123456789abcdef0123456789abcdef-fuzz"), "gatehouse", "gatehouse-api", time.Now)
-	jwt, err := tokens.Issue("mer_1", "ses_1", issued, expires)
+	jwt, err := tokens.Issue("mer_1", "mem_1", "ses_1", issued, expires)
 	if err != nil {
 		f.Fatal(err)
 	}
-	other, err := tokens.Issue("mer_1", "ses_2", issued, expires)
+	other, err := tokens.Issue("mer_1", "mem_1", "ses_2", issued, expires)
 	if err != nil {
 		f.Fatal(err)
 	}
-	loggedOut, err := tokens.Issue("mer_1", "ses_3", issued, expires)
+	loggedOut, err := tokens.Issue("mer_1", "mem_1", "ses_3", issued, expires)
 	if err != nil {
 		f.Fatal(err)
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	s := &server{Deps: Deps{
 		Keys: apikeys.NewService(fakeKeys{digest: apikeys.Digest(secret), revoked: apikeys.Digest(revokedSecret)}, downCache{}, time.Now, log),
-		Auth: auth.NewService(noMerchants{}, fakeSessions{}, downCache{}, auth.NewHasher(1), tokens, time.Now, log),
+		Auth: auth.NewService(oneOwner{}, fakeSessions{}, downCache{}, auth.NewHasher(1), tokens, time.Now, log),
 	}}
 	for _, h := range []string{"Bearer " + secret, "bearer " + secret, "BEARER  " + secret + " ", "Bearer " + jwt, "Bearer " + other,
 		"Bearer " + secret + "x", "Bearer " + secret[:len(secret)-1], "Bearer " + secret + "\x00", "Bearer " + secret + "\r\nX: y",

@@ -83,11 +83,16 @@ func (s *server) login(c *fiber.Ctx) error {
 		}
 		return err
 	}
+	m, err := s.Merchants.Get(c.UserContext(), l.Member.MerchantID)
+	if err != nil {
+		return err
+	}
 	return writeJSON(c, fiber.StatusOK, fiber.Map{
 		"token":      l.Token,
 		"token_type": "Bearer",
 		"expires_at": timestamp(l.ExpiresAt),
-		"merchant":   PresentMerchant(l.Merchant),
+		"merchant":   PresentMerchant(m),
+		"member":     presentMember(l.Member),
 	})
 }
 

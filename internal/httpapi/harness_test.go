@@ -28,6 +28,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/httpapi"
 	"github.com/gatehouse-pay/gatehouse/internal/jobs"
 	"github.com/gatehouse-pay/gatehouse/internal/keyring"
+	"github.com/gatehouse-pay/gatehouse/internal/members"
 	"github.com/gatehouse-pay/gatehouse/internal/merchants"
 	"github.com/gatehouse-pay/gatehouse/internal/metrics"
 	"github.com/gatehouse-pay/gatehouse/internal/ratelimit"
@@ -147,6 +148,7 @@ func newHarnessWith(t *testing.T, o harnessOptions) *harness {
 		Keys:           apikeys.NewService(keyStore, rc, time.Now, log),
 		KeyCache:       rc,
 		Merchants:      ms,
+		Members:        members.NewService(st, hasher, time.Now),
 		Charges:        chargeService,
 		Refunds:        refunds.NewService(st, queue, time.Now, nil),
 		Customers:      customers.NewService(st, keys, time.Now),

@@ -30,12 +30,19 @@ func (s *server) routes(app *fiber.App) {
 	app.Post(cardFieldActionPath, perIP, s.authenticatePublic, s.limitByKey("tokens", cfg.RateLimitPublicKey), s.cardFieldNextAction)
 
 	app.Post("/v1/auth/login", login, s.login)
+	app.Post("/v1/auth/setup", login, s.setup)
 	app.Delete("/v1/auth/logout", perIP, session, s.logout)
 
 	app.Get("/v1/me", perIP, either, s.me)
 	app.Post("/v1/me/api_keys", perIP, session, s.createKey)
 	app.Get("/v1/me/api_keys", perIP, either, s.listKeys)
 	app.Delete("/v1/me/api_keys/:id", perIP, secret, s.revokeKey)
+
+	app.Post("/v1/me/members", perIP, session, s.createMember)
+	app.Get("/v1/me/members", perIP, session, s.listMembers)
+	app.Get("/v1/me/members/:id", perIP, session, s.getMember)
+	app.Patch("/v1/me/members/:id", perIP, session, s.updateMember)
+	app.Delete("/v1/me/members/:id", perIP, session, s.deleteMember)
 
 	app.Post("/v1/charges", s.authenticateCounted(acceptKey, "default", cfg.RateLimitDefault, &namedLimit{"charges", cfg.RateLimitCharges}), s.createCharge)
 	app.Options(tokensPath, tokensPreflight)

@@ -26,6 +26,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/customers"
 	"github.com/gatehouse-pay/gatehouse/internal/events"
 	"github.com/gatehouse-pay/gatehouse/internal/keyring"
+	"github.com/gatehouse-pay/gatehouse/internal/members"
 	"github.com/gatehouse-pay/gatehouse/internal/merchants"
 	"github.com/gatehouse-pay/gatehouse/internal/metrics"
 	"github.com/gatehouse-pay/gatehouse/internal/ratelimit"
@@ -61,6 +62,7 @@ type Deps struct {
 	// count its rate limit in one Redis round trip (cache.Cache).
 	KeyCache  KeyGate
 	Merchants *merchants.Service
+	Members   *members.Service
 	Charges   *charges.Service
 	Refunds   *refunds.Service
 	Customers *customers.Service

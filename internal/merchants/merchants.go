@@ -67,7 +67,7 @@ func (s *Service) Create(ctx context.Context, email, password, name string) (Mer
 	switch {
 	case email == "":
 		return Merchant{}, apperr.Missing("email")
-	case !validEmail(email):
+	case !ValidEmail(email):
 		return Merchant{}, apperr.Invalid("email", "Invalid email address.")
 	case password == "":
 		return Merchant{}, apperr.Missing("password")
@@ -103,7 +103,8 @@ func (s *Service) Get(ctx context.Context, id string) (Merchant, error) {
 	return s.store.MerchantByID(ctx, id)
 }
 
-func validEmail(email string) bool {
+// ValidEmail reports whether email is a plain, normalized address with a dotted domain.
+func ValidEmail(email string) bool {
 	if len(email) > 254 {
 		return false
 	}

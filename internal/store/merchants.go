@@ -5,6 +5,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/gatehouse-pay/gatehouse/internal/authz"
+	"github.com/gatehouse-pay/gatehouse/internal/members"
 	"github.com/gatehouse-pay/gatehouse/internal/merchants"
 )
 
@@ -12,10 +14,17 @@ const merchantColumns = `id, email, name, password_hash, created_at`
 
 const insertMerchant = `INSERT INTO merchants (` + merchantColumns + `) VALUES ($1, $2, $3, $4, $5)`
 
-// CreateMerchant stores m; a taken email is a Conflict.
+// CreateMerchant stores m and its first member, its owner, who signs in
+// with m's email and password; an email taken by a merchant or a member is
+// a Conflict.
 func (s *Store) CreateMerchant(ctx context.Context, m merchants.Merchant) error {
-	_, err := s.pool.Exec(ctx, insertMerchant, m.ID, m.Email, m.Name, m.PasswordHash, m.CreatedAt)
-	return mapErr(err, "merchant")
+	return s.inTx(ctx, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, insertMerchant, m.ID, m.Email, m.Name, m.PasswordHash, m.CreatedAt); err != nil {
+			return mapErr(err, "merchant")
+		}
+		_, err := tx.Exec(ctx, insertMember, members.OwnerID(m.ID), m.ID, m.Email, authz.Owner, m.PasswordHash, nil, nil, m.CreatedAt)
+		return mapErr(err, "merchant")
+	})
 }
 
 const selectMerchantByID = `SELECT ` + merchantColumns + ` FROM merchants WHERE id = $1`

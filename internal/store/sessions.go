@@ -9,13 +9,13 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/auth"
 )
 
-const sessionColumns = `id, merchant_id, created_at, expires_at, revoked_at`
+const sessionColumns = `id, merchant_id, coalesce(member_id, ''), created_at, expires_at, revoked_at`
 
-const insertSession = `INSERT INTO sessions (` + sessionColumns + `) VALUES ($1, $2, $3, $4, NULL)`
+const insertSession = `INSERT INTO sessions (id, merchant_id, member_id, created_at, expires_at, revoked_at) VALUES ($1, $2, $3, $4, $5, NULL)`
 
 // CreateSession stores a new open session.
 func (s *Store) CreateSession(ctx context.Context, sess auth.Session) error {
-	_, err := s.pool.Exec(ctx, insertSession, sess.ID, sess.MerchantID, sess.CreatedAt, sess.ExpiresAt)
+	_, err := s.pool.Exec(ctx, insertSession, sess.ID, sess.MerchantID, sess.MemberID, sess.CreatedAt, sess.ExpiresAt)
 	return mapErr(err, "session")
 }
 

@@ -1,0 +1,113 @@
+package httpapi
+
+import (
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
+	"strings"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+
+	"github.com/gatehouse-pay/gatehouse/internal/apperr"
+	"github.com/gatehouse-pay/gatehouse/internal/authz"
+	"github.com/gatehouse-pay/gatehouse/internal/members"
+)
+
+type teamView struct {
+	Members []members.Member
+	Roles   []string
+	Self    string
+	Invited *invitedView
+	Pager   *pager
+}
+
+type invitedView struct {
+	Member members.Member
+	URL    string
+}
+
+func (s *server) teamPage(c *fiber.Ctx) error { return s.renderTeam(c, nil) }
+
+func (s *server) renderTeam(c *fiber.Ctx, invited *invitedView) error {
+	pg, err := newPager(c, dashboardPath+"/team", validMemberID, nil)
+	if err != nil {
+		return err
+	}
+	page, err := s.Members.List(c.UserContext(), principal(c).MerchantID, pg.params)
+	if err != nil {
+		return err
+	}
+	v, err := s.signedIn(c, "team", "Team")
+	if err != nil {
+		return err
+	}
+	v.Canonical = dashboardPath + "/team"
+	v.Data = teamView{Members: pageItems(pg, page, func(m members.Member) string { return m.ID }), Roles: authz.Roles,
+		Self: principal(c).MemberID, Invited: invited, Pager: pg}
+	return s.render(c, fiber.StatusOK, "team", v)
+}
+
+// dashInvite invites a member and shows the setup link this once.
+func (s *server) dashInvite(c *fiber.Ctx) error {
+	inv, err := s.Members.Invite(c.UserContext(), actor(c), form(c, "email"), form(c, "role"))
+	if err != nil {
+		return err
+	}
+	return s.renderTeam(c, &invitedView{Member: inv.Member, URL: s.setupURL(inv.Token)})
+}
+
+func (s *server) dashMemberRole(c *fiber.Ctx) error {
+	if _, err := s.Members.SetRole(c.UserContext(), actor(c), id(c), form(c, "role")); err != nil {
+		return err
+	}
+	return redirectNotice(c, dashboardPath+"/team", "role_changed")
+}
+
+func (s *server) dashRemoveMember(c *fiber.Ctx) error {
+	if _, err := s.Members.Remove(c.UserContext(), actor(c), id(c)); err != nil {
+		return err
+	}
+	return redirectNotice(c, dashboardPath+"/team", "member_removed")
+}
+
+type setupView struct{ Token string }
+
+// setupPage is the invitation link's page: a password form carrying the
+// link's token, with a nonce cookie for its CSRF token as the sign-in page.
+func (s *server) setupPage(c *fiber.Ctx) error {
+	return s.renderSetup(c, fiber.StatusOK, strings.Clone(c.Query("token")), "")
+}
+
+func (s *server) renderSetup(c *fiber.Ctx, status int, token, failure string) error {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return apperr.Internal(err)
+	}
+	nonce := hex.EncodeToString(b[:])
+	s.setCookie(c, loginCookie, nonce, dashboardPath+"/setup", time.Now().Add(time.Hour))
+	v := view{Title: "Set your password", CSRF: s.loginToken(nonce), Error: failure, Data: setupView{Token: token}}
+	return s.render(c, status, "setup", v)
+}
+
+// dashSetup sets the invited member's password, as POST /v1/auth/setup,
+// and sends the browser to sign in.
+func (s *server) dashSetup(c *fiber.Ctx) error {
+	if crossSite(c) {
+		return errCrossSite
+	}
+	nonce := c.Cookies(loginCookie)
+	if nonce == "" || subtle.ConstantTimeCompare([]byte(c.FormValue(csrfField)), []byte(s.loginToken(nonce))) != 1 {
+		return errCSRF
+	}
+	token := form(c, "token")
+	if _, err := s.Members.Setup(c.UserContext(), token, strings.Clone(c.FormValue("password"))); err != nil {
+		ae, ok := apperr.As(err)
+		if !ok || ae.Kind != apperr.KindInvalid {
+			return err
+		}
+		return s.renderSetup(c, statusOf[ae.Kind], token, ae.Message)
+	}
+	s.clearCookie(c, loginCookie, dashboardPath+"/setup")
+	return redirectNotice(c, dashboardPath+"/login", "password_set")
+}

@@ -1,0 +1,122 @@
+package httpapi
+
+import (
+	"net/url"
+	"strings"
+
+	"github.com/gofiber/fiber/v2"
+
+	"github.com/gatehouse-pay/gatehouse/internal/apperr"
+	"github.com/gatehouse-pay/gatehouse/internal/ids"
+	"github.com/gatehouse-pay/gatehouse/internal/members"
+)
+
+type memberJSON struct {
+	ID         string `json:"id"`
+	Object     string `json:"object"`
+	Email      string `json:"email"`
+	Role       string `json:"role"`
+	MFAEnabled bool   `json:"mfa_enabled"`
+	CreatedAt  string `json:"created_at"`
+}
+
+func presentMember(m members.Member) memberJSON {
+	return memberJSON{ID: m.ID, Object: "member", Email: m.Email, Role: m.Role, MFAEnabled: m.MFAEnabled, CreatedAt: timestamp(m.CreatedAt)}
+}
+
+// actor is the signed-in member making a change to the team.
+func actor(c *fiber.Ctx) members.Actor {
+	p := principal(c)
+	return members.Actor{MerchantID: p.MerchantID, MemberID: p.MemberID, Role: p.Role}
+}
+
+// setupURL is the page where an invited member sets a password.
+func (s *server) setupURL(token string) string {
+	return s.Config.PublicURL + dashboardPath + "/setup?token=" + url.QueryEscape(token)
+}
+
+type inviteRequest struct {
+	Email string `json:"email"`
+	Role  string `json:"role"`
+}
+
+func (s *server) createMember(c *fiber.Ctx) error {
+	var req inviteRequest
+	if err := decodeJSON(c, &req); err != nil {
+		return err
+	}
+	inv, err := s.Members.Invite(c.UserContext(), actor(c), req.Email, req.Role)
+	if err != nil {
+		return err
+	}
+	return writeJSON(c, fiber.StatusCreated, fiber.Map{"member": presentMember(inv.Member), "setup_url": s.setupURL(inv.Token)})
+}
+
+func (s *server) listMembers(c *fiber.Ctx) error {
+	p, err := listParams(c, validMemberID)
+	if err != nil {
+		return err
+	}
+	page, err := s.Members.List(c.UserContext(), principal(c).MerchantID, p)
+	if err != nil {
+		return err
+	}
+	return writeJSON(c, fiber.StatusOK, newList(page, presentMember))
+}
+
+func (s *server) getMember(c *fiber.Ctx) error {
+	m, err := s.Members.Get(c.UserContext(), principal(c).MerchantID, strings.Clone(c.Params("id")))
+	if err != nil {
+		return err
+	}
+	if m.RemovedAt != nil {
+		return errNoMember
+	}
+	return writeJSON(c, fiber.StatusOK, presentMember(m))
+}
+
+type roleRequest struct {
+	Role string `json:"role"`
+}
+
+func (s *server) updateMember(c *fiber.Ctx) error {
+	var req roleRequest
+	if err := decodeJSON(c, &req); err != nil {
+		return err
+	}
+	m, err := s.Members.SetRole(c.UserContext(), actor(c), strings.Clone(c.Params("id")), req.Role)
+	if err != nil {
+		return err
+	}
+	return writeJSON(c, fiber.StatusOK, presentMember(m))
+}
+
+func (s *server) deleteMember(c *fiber.Ctx) error {
+	m, err := s.Members.Remove(c.UserContext(), actor(c), strings.Clone(c.Params("id")))
+	if err != nil {
+		return err
+	}
+	return writeJSON(c, fiber.StatusOK, fiber.Map{"id": m.ID, "object": "member", "deleted": true})
+}
+
+type setupRequest struct {
+	Token    string `json:"token"`
+	Password string `json:"password"`
+}
+
+// setup sets an invited member's password with the setup link's token.
+func (s *server) setup(c *fiber.Ctx) error {
+	var req setupRequest
+	if err := decodeJSON(c, &req); err != nil {
+		return err
+	}
+	m, err := s.Members.Setup(c.UserContext(), req.Token, req.Password)
+	if err != nil {
+		return err
+	}
+	return writeJSON(c, fiber.StatusOK, presentMember(m))
+}
+
+var errNoMember = apperr.NotFound("member")
+
+func validMemberID(id string) bool { return ids.Valid("mem", id) }
