@@ -281,8 +281,18 @@ func TestAbusiveBodies(t *testing.T) {
 	want(t, r, 201, "")
 	connector := r.body["id"].(string)
 
+	r = h.do("POST", "/v1/me/members", `{"email":"teammate@example.com","role":"viewer"}`, bearer(a.token)...)
+	want(t, r, 201, "")
+	member := obj(r.body["member"])["id"].(string)
+
 	card := `{"number":"4242424242424242","exp_month":12,"exp_year":` + fmt.Sprint(expYear) + `,"cvc":"123"}`
 	routes := map[string]bodyRoute{
+		"POST /v1/auth/setup": {path: "/v1/auth/setup",
+			base: []field{{"token", `"made-up-token"`}, {"password", `"correct horse battery"`}}, str: "token"},
+		"POST /v1/me/members": {path: "/v1/me/members", auth: bearer(a.token),
+			base: []field{{"email", `"someone@example.com"`}, {"role", `"developer"`}}, str: "email"},
+		"PATCH /v1/me/members/:id": {path: "/v1/me/members/" + member, auth: bearer(a.token),
+			base: []field{{"role", `"support"`}}, str: "role"},
 		"POST /v1/auth/login": {path: "/v1/auth/login",
 			base: []field{{"email", `"abuse@example.com"`}, {"password", `"correct horse battery"`}}, str: "email"},
 		"POST /v1/me/api_keys": {path: "/v1/me/api_keys", auth: bearer(a.token),

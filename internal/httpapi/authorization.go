@@ -18,13 +18,11 @@ var needs = map[string]authz.Need{
 	"POST /v1/me/api_keys":                            write(authz.APIKeys),
 	"GET /v1/me/api_keys":                             read(authz.APIKeys),
 	"DELETE /v1/me/api_keys/:id":                      write(authz.APIKeys),
-	"POST /v1/me/api_keys/:id/roll":                   write(authz.APIKeys),
 	"POST /v1/me/members":                             write(authz.Members),
 	"GET /v1/me/members":                              read(authz.Members),
 	"GET /v1/me/members/:id":                          read(authz.Members),
 	"PATCH /v1/me/members/:id":                        write(authz.Members),
 	"DELETE /v1/me/members/:id":                       write(authz.Members),
-	"GET /v1/audit_log":                               read(authz.AuditLog),
 	"POST /v1/charges":                                write(authz.Charges),
 	"GET /v1/charges":                                 read(authz.Charges),
 	"GET /v1/charges/:id":                             read(authz.Charges),
@@ -99,7 +97,6 @@ var needs = map[string]authz.Need{
 	"POST /dashboard/team":                                        write(authz.Members),
 	"POST /dashboard/team/:id/role":                               write(authz.Members),
 	"POST /dashboard/team/:id/remove":                             write(authz.Members),
-	"GET /dashboard/audit":                                        read(authz.AuditLog),
 }
 
 // Needs returns a copy of the authorization table, for tests and docs.

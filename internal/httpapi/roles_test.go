@@ -1,0 +1,144 @@
+package httpapi_test
+
+import (
+	"net/url"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/google/uuid"
+
+	"github.com/gatehouse-pay/gatehouse/internal/authz"
+	"github.com/gatehouse-pay/gatehouse/internal/httpapi"
+)
+
+// TestEveryRouteHasANeed: the authorization table has a row for every
+// route that authenticates a member or a key, and no row for a route the
+// app does not serve. A route without a row is refused to everyone.
+func TestEveryRouteHasANeed(t *testing.T) {
+	h := newHarness(t, authzEnv)
+	needs := httpapi.Needs()
+	seen := map[string]bool{}
+	for _, key := range append(served(h), dashboardServed(h)...) {
+		seen[key] = true
+		if _, ok := needs[key]; ok {
+			continue
+		}
+		if r, ok := authzRoutes[key]; ok && (r.auth == public || r.auth == publicKeyOnly) {
+			continue
+		}
+		if r, ok := dashRoutes[key]; ok && r.public {
+			continue
+		}
+		t.Errorf("%s authenticates but has no row in the authorization table (internal/httpapi/authorization.go)", key)
+	}
+	for key := range needs {
+		if !seen[key] {
+			t.Errorf("the authorization table has a row for %s, which the app does not serve", key)
+		}
+	}
+}
+
+// TestRoleMatrix is the role axis of the authorization matrix, generated
+// from the authorization table: every route and dashboard action, called by
+// a member of every role, answers 403 permission_denied exactly when the
+// role does not grant what the table says the route needs. Calls name ids
+// that exist nowhere (or send bodies that are refused), so an allowed call
+// reaches the handler and answers 404 or 400 without changing anything; a
+// route that takes only secret keys refuses every member's session alike.
+func TestRoleMatrix(t *testing.T) {
+	h := newHarness(t, authzEnv)
+	owner := h.newAuthzFixture(t, "owner@example.com", h.worker(t, &fakeProvider{}), h.deliverer(t, &recordingSender{status: 500}), 1)
+	// A member of every role, signed in through the invitation's setup link.
+	emails := map[string]string{authz.Owner: owner.email}
+	for _, role := range authz.Roles[1:] {
+		email := role + "@example.com"
+		r := h.do("POST", "/v1/me/members", `{"email":"`+email+`","role":"`+role+`"}`, bearer(owner.token)...)
+		want(t, r, 201, "")
+		setup, err := url.Parse(r.body["setup_url"].(string))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r = h.do("POST", "/v1/auth/setup", `{"token":"`+setup.Query().Get("token")+`","password":"`+matrixPassword+`"}`)
+		want(t, r, 200, "")
+		if got := r.body["role"]; got != role {
+			t.Fatalf("set up %s: role %v", email, got)
+		}
+		emails[role] = email
+	}
+	unknownID := func(kind string) string {
+		if !prefixedKinds[kind] {
+			return uuid.Must(uuid.NewV7()).String()
+		}
+		id := owner.ids[kind][0]
+		return id[:len(id)-6] + "000000"
+	}
+
+	needs := httpapi.Needs()
+	keys := make([]string, 0, len(needs))
+	for k := range needs {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var allowed, denied, keyOnlyRefused int
+	for _, key := range keys {
+		need := needs[key]
+		for _, role := range authz.Roles {
+			may := authz.RolePermissions(role).Allows(need.Resource, need.Access)
+			if strings.HasPrefix(key, "POST /dashboard/logout") || key == "DELETE /v1/auth/logout" {
+				may = true // signing out: checked below with a session of its own
+			}
+			var status int
+			var code, body string
+			if route, ok := dashRoutes[key]; ok {
+				d := h.dashClientSignedIn(t, emails[role])
+				id := ""
+				if route.idKind != "" {
+					id = unknownID(route.idKind)
+				}
+				m, p := dashRoutePath(key, id)
+				var page dashPage
+				if m == "GET" {
+					page = d.get(p)
+				} else {
+					page = d.post(p, url.Values{})
+				}
+				status, body = page.status, page.body
+				if strings.Contains(body, "permission_denied") {
+					code = "permission_denied"
+				}
+			} else {
+				route, ok := authzRoutes[key]
+				if !ok {
+					t.Fatalf("%s: in the authorization table but not in authzRoutes", key)
+				}
+				session := h.login(emails[role], matrixPassword)
+				id := ""
+				if route.idKind != "" {
+					id = unknownID(route.idKind)
+				}
+				m, p, b := route.request(key, owner, id)
+				r := h.with(t).do(m, p, b, bearer(session)...)
+				status, code, body = r.status, r.errCode(), string(r.raw)
+				if !route.auth.session() {
+					if status != 401 || code != "invalid_token_type" {
+						t.Errorf("%s as %s: %d %s, want 401 invalid_token_type (the route takes secret keys only)", key, role, status, body)
+					}
+					keyOnlyRefused++
+					continue
+				}
+			}
+			switch {
+			case !may && (status != 403 || code != "permission_denied"):
+				t.Errorf("%s as %s (needs %s %s): %d, want 403 permission_denied\n%.300s", key, role, need.Access, need.Resource, status, body)
+			case may && (code == "permission_denied" || status == 401):
+				t.Errorf("%s as %s (needs %s %s): %d %s, want it allowed\n%.300s", key, role, need.Access, need.Resource, status, code, body)
+			case may:
+				allowed++
+			default:
+				denied++
+			}
+		}
+	}
+	t.Logf("role matrix: %d routes x %d roles: %d allowed, %d denied permission_denied, %d refused as key-only", len(keys), len(authz.Roles), allowed, denied, keyOnlyRefused)
+}
