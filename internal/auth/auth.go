@@ -93,13 +93,13 @@ type MemberFinder interface {
 
 // Service logs merchants in and out and authenticates session tokens.
 type Service struct {
-	members   MemberFinder
-	store     Store
-	cache     Cache
-	hasher    *Hasher
-	tokens    *Tokens
-	now       func() time.Time
-	log       *slog.Logger
+	members MemberFinder
+	store   Store
+	cache   Cache
+	hasher  *Hasher
+	tokens  *Tokens
+	now     func() time.Time
+	log     *slog.Logger
 }
 
 // NewService wires the session service.

@@ -45,8 +45,8 @@ type Claims struct {
 	// MemberID is the member signed in ("" in tokens made before teams).
 	MemberID  string
 	SessionID string
-	IssuedAt   time.Time
-	ExpiresAt  time.Time
+	IssuedAt  time.Time
+	ExpiresAt time.Time
 }
 
 // Issue signs a token for the session; the times are whole seconds as JWT requires.
