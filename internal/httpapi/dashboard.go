@@ -422,7 +422,7 @@ func (s *server) dashboardRoutes(app *fiber.App) {
 	app.Get(dashboardPath+"/login", perIP, s.loginPage)
 	app.Post(dashboardPath+"/login", login, s.dashLogin)
 	app.Get(dashboardPath+"/setup", perIP, s.setupPage)
-	app.Post(dashboardPath+"/setup", login, s.dashSetup)
+	app.Post(dashboardPath+"/setup", s.limitByIP("setup", cfg.RateLimitLogin), s.dashSetup)
 	post("/logout", s.dashLogout)
 	get("", func(c *fiber.Ctx) error { return c.Redirect(dashboardPath+"/charges", fiber.StatusSeeOther) })
 

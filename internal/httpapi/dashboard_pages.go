@@ -13,6 +13,7 @@ import (
 
 	"github.com/gatehouse-pay/gatehouse/internal/apikeys"
 	"github.com/gatehouse-pay/gatehouse/internal/apperr"
+	"github.com/gatehouse-pay/gatehouse/internal/authz"
 	"github.com/gatehouse-pay/gatehouse/internal/charges"
 	"github.com/gatehouse-pay/gatehouse/internal/customers"
 	"github.com/gatehouse-pay/gatehouse/internal/events"
@@ -176,10 +177,13 @@ func (s *server) chargePage(c *fiber.Ctx) error {
 	idle := ch.PendingAction == nil
 	// The cardholder's answer, once recorded, is the worker's to settle.
 	waiting := ch.Status == charges.StatusRequiresAction && ch.Authentication.Answer == nil
+	// What the charge's state allows, and the member's role too.
+	role := authz.RolePermissions(principal(c).Role)
+	manage, refund := role.Allows(authz.Charges, authz.Write), role.Allows(authz.Refunds, authz.Write)
 	v := chargeView{Charge: ch, Refunds: rs.Items, Events: evs.Items, MoreEvents: evs.HasMore, Reasons: refunds.Reasons,
-		CanCapture: idle && ch.Status == charges.StatusAuthorized,
-		CanVoid:    idle && (ch.Status == charges.StatusAuthorized || waiting),
-		CanRefund:  ch.Status == charges.StatusCaptured && ch.Refundable() > 0,
+		CanCapture: manage && idle && ch.Status == charges.StatusAuthorized,
+		CanVoid:    manage && idle && (ch.Status == charges.StatusAuthorized || waiting),
+		CanRefund:  refund && ch.Status == charges.StatusCaptured && ch.Refundable() > 0,
 		Refundable: ch.Refundable(),
 	}
 	if v.Customer, v.CustomerGone, err = s.chargeCustomer(c, ch); err != nil {

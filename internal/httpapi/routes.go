@@ -30,7 +30,7 @@ func (s *server) routes(app *fiber.App) {
 	app.Post(cardFieldActionPath, perIP, s.authenticatePublic, s.limitByKey("tokens", cfg.RateLimitPublicKey), s.cardFieldNextAction)
 
 	app.Post("/v1/auth/login", login, s.login)
-	app.Post("/v1/auth/setup", login, s.setup)
+	app.Post("/v1/auth/setup", s.limitByIP("setup", cfg.RateLimitLogin), s.setup)
 	app.Delete("/v1/auth/logout", perIP, session, s.logout)
 
 	app.Get("/v1/me", perIP, either, s.me)
