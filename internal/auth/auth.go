@@ -44,6 +44,9 @@ func (p Principal) Allows(n authz.Need) bool {
 	if p.IsSession() {
 		return authz.RolePermissions(p.Role).Allows(n.Resource, n.Access)
 	}
+	if n == (authz.Need{Resource: authz.Account, Access: authz.Read}) {
+		return true // every key reads the account it belongs to (GET /v1/me)
+	}
 	return p.Permissions.Allows(n.Resource, n.Access)
 }
 

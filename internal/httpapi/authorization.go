@@ -71,6 +71,7 @@ var needs = map[string]authz.Need{
 	"GET /dashboard/keys":                                         read(authz.APIKeys),
 	"POST /dashboard/keys":                                        write(authz.APIKeys),
 	"POST /dashboard/keys/:id/revoke":                             write(authz.APIKeys),
+	"POST /dashboard/keys/:id/roll":                               write(authz.APIKeys),
 	"GET /dashboard/charges":                                      read(authz.Charges),
 	"GET /dashboard/charges/:id":                                  read(authz.Charges),
 	"POST /dashboard/charges/:id/capture":                         write(authz.Charges),
