@@ -125,10 +125,11 @@ var authzRoutes = map[string]authzRoute{
 	}},
 	"DELETE /v1/auth/logout": {auth: sessionOnly, ok: 204},
 
-	"GET /v1/me":                 {auth: sessionOrKey, ok: 200},
-	"POST /v1/me/api_keys":       {auth: sessionOnly, ok: 201, body: fixed(`{"name":"matrix"}`)},
-	"GET /v1/me/api_keys":        {auth: sessionOrKey, ok: 200, lists: kindAPIKey},
-	"DELETE /v1/me/api_keys/:id": {auth: keyOnly, ok: 200, idKind: kindAPIKey},
+	"GET /v1/me":                    {auth: sessionOrKey, ok: 200},
+	"POST /v1/me/api_keys":          {auth: sessionOnly, ok: 201, body: fixed(`{"name":"matrix"}`)},
+	"GET /v1/me/api_keys":           {auth: sessionOrKey, ok: 200, lists: kindAPIKey},
+	"DELETE /v1/me/api_keys/:id":    {auth: keyOnly, ok: 200, idKind: kindAPIKey},
+	"POST /v1/me/api_keys/:id/roll": {auth: sessionOnly, ok: 201, idKind: kindAPIKey, body: fixed(`{"expires_in":60}`)},
 
 	"POST /v1/charges":          {auth: keyOnly, ok: 201, body: fixed(chargeJSON(set("amount", 700)))},
 	"OPTIONS /v1/tokens":        {auth: public, ok: 204},

@@ -128,7 +128,7 @@ func (s *Store) KeyByID(ctx context.Context, merchantID, id string) (apikeys.Key
 
 // expireKey sets the expiry of a key that has none and is not revoked, and
 // its revocation too when $4 is set.
-const expireKey = `UPDATE api_keys SET expires_at = $3, revoked_at = CASE WHEN $4 THEN $3 END
+const expireKey = `UPDATE api_keys SET expires_at = $3::timestamptz, revoked_at = CASE WHEN $4::boolean THEN $3::timestamptz END
 WHERE id = $1 AND merchant_id = $2 AND revoked_at IS NULL AND expires_at IS NULL RETURNING ` + keyColumns
 
 // RollKey implements apikeys.Store: next and the old key's expiry commit
