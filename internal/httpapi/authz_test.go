@@ -672,7 +672,11 @@ func TestAuthzMatrix(t *testing.T) {
 				unknownID = uuid.Must(uuid.NewV7()).String()
 			}
 			m, p, body := route.request(key, b, unknownID)
-			unknown := h.with(t).do(m, p, body, bearer(b.secret)...)
+			cred := bearer(b.secret)
+			if !route.auth.key() { // POST /v1/me/api_keys/:id/roll
+				cred = bearer(b.token)
+			}
+			unknown := h.with(t).do(m, p, body, cred...)
 			want(t, unknown, 404, "not_found")
 			for name, cred := range b.creds(h, route.auth) {
 				// With A's Idempotency-Keys too: keys are scoped per merchant.
@@ -906,7 +910,11 @@ func TestAuthzMatrix(t *testing.T) {
 			for _, id := range bad {
 				m, p, body := route.request(key, a, id)
 				requests++
-				r := h.with(t).do(m, p, body, a.ownCred(h, route.auth)...)
+				cred := bearer(a.token) // one session for all: signing in adds sessions
+				if route.auth != sessionOnly {
+					cred = a.ownCred(h, route.auth)
+				}
+				r := h.with(t).do(m, p, body, cred...)
 				if r.status != 404 || r.errCode() != "not_found" {
 					t.Errorf("%s with id %q: %d %s, want 404 not_found", key, id, r.status, r.raw)
 				}

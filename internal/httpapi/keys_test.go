@@ -70,7 +70,7 @@ func TestRestrictedKeys(t *testing.T) {
 		`{"type":"admin"}`: "type",
 		`{"type":"restricted","permissions":{"payouts":"read"}}`:  "permissions.payouts",
 		`{"type":"restricted","permissions":{"charges":"admin"}}`: "permissions.charges",
-		`{"type":"restricted","permissions":{"charges":2}}`:       "permissions.charges",
+		`{"type":"restricted","permissions":{"charges":2}}`:       "permissions",
 		`{"type":"restricted","permissions":["charges"]}`:         "permissions",
 		`{"permissions":{"charges":"read"}}`:                      "permissions",
 		`{"type":"secret","permissions":{}}`:                      "permissions",
@@ -87,7 +87,9 @@ func TestRollKeys(t *testing.T) {
 	h := newHarness(t, nil)
 	a := h.account("ada@example.com")
 	b := h.account("bob@example.com")
-	roll := func(token, id, body string) response { return h.do("POST", "/v1/me/api_keys/"+id+"/roll", body, bearer(token)...) }
+	roll := func(token, id, body string) response {
+		return h.do("POST", "/v1/me/api_keys/"+id+"/roll", body, bearer(token)...)
+	}
 
 	for _, body := range []string{`{"expires_in":-1}`, `{"expires_in":604801}`, `{"expires_in":1.5}`, `{"expires_in":"60"}`, `{"expires_in":60,"x":1}`} {
 		r := roll(a.token, a.keyID, body)
