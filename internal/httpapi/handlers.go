@@ -180,8 +180,13 @@ func (s *server) createKey(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
+	return revealKey(c, created)
+}
+
+// revealKey answers a new key with its secret: the one time it is shown.
+func revealKey(c *fiber.Ctx, created apikeys.Created) error {
 	out := presentKey(created.Key)
-	out.SecretKey = created.Secret // the one time it is shown
+	out.SecretKey = created.Secret
 	c.Set(fiber.HeaderCacheControl, "no-store")
 	return writeJSON(c, fiber.StatusCreated, out)
 }
@@ -228,8 +233,5 @@ func (s *server) rollKey(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	out := presentKey(r.Key)
-	out.SecretKey = r.Secret // the one time it is shown
-	c.Set(fiber.HeaderCacheControl, "no-store")
-	return writeJSON(c, fiber.StatusCreated, out)
+	return revealKey(c, r.Created)
 }
