@@ -37,6 +37,12 @@ const (
 	PublicPrefix     = "pk_"
 )
 
+// Types of key.
+const (
+	TypeSecret     = "secret"
+	TypeRestricted = "restricted"
+)
+
 // Key is the stored half of a key pair; the secret itself is never kept.
 type Key struct {
 	ID           string
@@ -48,12 +54,45 @@ type Key struct {
 	SecretLast4  string
 	CreatedAt    time.Time
 	RevokedAt    *time.Time
+	// Permissions are a restricted key's (empty when it may do nothing);
+	// nil for a secret key.
+	Permissions authz.Permissions
+	// ExpiresAt is set when the key was rolled: it is refused from then on,
+	// as if revoked.
+	ExpiresAt *time.Time
+}
+
+// Type is TypeSecret or TypeRestricted.
+func (k Key) Type() string {
+	if k.Permissions != nil {
+		return TypeRestricted
+	}
+	return TypeSecret
+}
+
+// Access is what the key may do (Entry.Access).
+func (k Key) Access() authz.Permissions { return entryOf(k).Access() }
+
+// Expired reports whether the key is past its expiry at now.
+func (k Key) Expired(now time.Time) bool { return k.ExpiresAt != nil && !now.Before(*k.ExpiresAt) }
+
+// entryOf is what the cache knows of k.
+func entryOf(k Key) Entry {
+	e := Entry{KeyID: k.ID, MerchantID: k.MerchantID, Environment: k.Environment, Revoked: k.RevokedAt != nil, Permissions: k.Permissions}
+	if k.ExpiresAt != nil {
+		e.ExpiresAt = *k.ExpiresAt
+	}
+	return e
 }
 
 // Store persists keys. KeyByDigest, KeyByID and RevokeKey return
 // KindNotFound when there is no such key (for that merchant). RevokeKey is
-// idempotent and keeps the first revocation time.
+// idempotent and keeps the first revocation time. RollKey stores next and
+// sets old's expiry (and, when revoke is set, its revocation) to expiresAt
+// in one transaction; an old key that is revoked or has an expiry already
+// is a KindConflict invalid_state, and nothing is stored.
 type Store interface {
+	RollKey(ctx context.Context, merchantID, oldID string, next Key, expiresAt time.Time, revoke bool) (Key, error)
 	CreateKey(ctx context.Context, k Key) error
 	ListKeys(ctx context.Context, merchantID string, p listing.Params) (listing.Page[Key], error)
 	KeyByDigest(ctx context.Context, digest []byte) (Key, error)
@@ -70,7 +109,12 @@ type Entry struct {
 	Revoked     bool
 	// Permissions are a restricted key's; nil for a secret key.
 	Permissions authz.Permissions
+	// ExpiresAt is a rolled key's expiry; zero when it has none.
+	ExpiresAt time.Time
 }
+
+// Expired reports whether the key is past its expiry at now.
+func (e Entry) Expired(now time.Time) bool { return !e.ExpiresAt.IsZero() && !now.Before(e.ExpiresAt) }
 
 // Access is what the key may do: its permissions if it is restricted,
 // everything a key reaches if it is a secret key.
@@ -143,10 +187,21 @@ type Created struct {
 	Secret string
 }
 
-// Create issues a key pair for the merchant. environment "" means sandbox;
-// "live" is refused with live_mode_disabled.
-func (s *Service) Create(ctx context.Context, merchantID, environment, name string) (Created, error) {
-	c, err := s.newKey(merchantID, environment, name)
+// Params are what a new key is made of. Environment "" means sandbox; Type
+// "" means a secret key. A restricted key does what Permissions grant and
+// nothing else (nothing at all when they are empty); a secret key takes no
+// permissions.
+type Params struct {
+	Environment string
+	Name        string
+	Type        string
+	Permissions authz.Permissions
+}
+
+// Create issues a key pair for the merchant. Environment "live" is refused
+// with live_mode_disabled.
+func (s *Service) Create(ctx context.Context, merchantID string, p Params) (Created, error) {
+	c, err := s.newKey(merchantID, p)
 	if err != nil {
 		return Created{}, err
 	}
@@ -157,8 +212,9 @@ func (s *Service) Create(ctx context.Context, merchantID, environment, name stri
 }
 
 // newKey checks the parameters and makes a key pair.
-func (s *Service) newKey(merchantID, environment, name string) (Created, error) {
-	switch environment {
+func (s *Service) newKey(merchantID string, p Params) (Created, error) {
+	name := p.Name
+	switch p.Environment {
 	case "", Sandbox:
 	case Live:
 		return Created{}, apperr.LiveMode()
@@ -169,8 +225,25 @@ func (s *Service) newKey(merchantID, environment, name string) (Created, error) 
 	if utf8.RuneCountInString(name) > 100 {
 		return Created{}, apperr.Invalid("name", "name must be at most 100 characters.")
 	}
-	secret := SecretTestPrefix + randomToken(32)
+	prefix, perms := SecretTestPrefix, authz.Permissions(nil)
+	switch p.Type {
+	case "", TypeSecret:
+		if p.Permissions != nil {
+			return Created{}, apperr.Invalid("permissions", "permissions are for restricted keys: send \"type\": \"restricted\" with them.")
+		}
+	case TypeRestricted:
+		prefix, perms = RestrictedTestPrefix, authz.Permissions{}
+		for r, a := range p.Permissions {
+			if a > authz.None {
+				perms[r] = a
+			}
+		}
+	default:
+		return Created{}, apperr.Invalid("type", "type must be secret or restricted.")
+	}
+	secret := newSecret(prefix)
 	k := Key{
+		Permissions:  perms,
 		ID:           ids.New("key"),
 		MerchantID:   merchantID,
 		Name:         name,
@@ -200,7 +273,7 @@ var (
 // for an unknown key, token_revoked for a revoked one and live_mode_disabled
 // for a live key.
 func (s *Service) Authenticate(ctx context.Context, secret string) (Entry, error) {
-	if strings.HasPrefix(secret, SecretLivePrefix) {
+	if strings.HasPrefix(secret, SecretLivePrefix) || strings.HasPrefix(secret, RestrictedLivePrefix) {
 		return Entry{}, apperr.LiveMode()
 	}
 	if !Lookable(secret) {
@@ -212,25 +285,31 @@ func (s *Service) Authenticate(ctx context.Context, secret string) (Entry, error
 		k, err := s.store.KeyByDigest(ctx, digest)
 		switch {
 		case err == nil:
-			e = Entry{KeyID: k.ID, MerchantID: k.MerchantID, Environment: k.Environment, Revoked: k.RevokedAt != nil}
+			e = entryOf(k)
 		case apperr.KindOf(err) == apperr.KindNotFound:
 			return Entry{}, errUnknownKey // not cached: see the package comment
 		default:
 			return Entry{}, err
 		}
 		if cerr == nil {
-			if err := s.cache.FillKey(ctx, digest, e, ttlOf(e)); err != nil {
+			if err := s.cache.FillKey(ctx, digest, e, s.ttlOf(e)); err != nil {
 				s.log.WarnContext(ctx, "key cache unavailable", "op", "fill", "err", err)
 			}
 		}
 	}
 	switch {
-	case e.Revoked:
+	case e.Revoked, e.Expired(s.now()):
 		return Entry{}, errRevokedKey
 	case e.Environment == Live:
 		return Entry{}, apperr.LiveMode()
 	}
 	return e, nil
+}
+
+// Usable reports whether a cached entry lets its key in now: not revoked,
+// not expired, a sandbox key.
+func (s *Service) Usable(e Entry) bool {
+	return !e.Revoked && !e.Expired(s.now()) && e.Environment == Sandbox
 }
 
 // PublicLivePrefix is a live public key's prefix.
@@ -255,7 +334,7 @@ func (s *Service) AuthenticatePublic(ctx context.Context, publicKey string) (Ent
 		return Entry{}, errUnknownKey
 	case err != nil:
 		return Entry{}, err
-	case k.RevokedAt != nil:
+	case k.RevokedAt != nil, k.Expired(s.now()):
 		return Entry{}, errRevokedKey
 	case k.Environment == Live:
 		return Entry{}, apperr.LiveMode()
@@ -263,8 +342,8 @@ func (s *Service) AuthenticatePublic(ctx context.Context, publicKey string) (Ent
 	return Entry{KeyID: k.ID, MerchantID: k.MerchantID, Environment: k.Environment}, nil
 }
 
-func ttlOf(e Entry) time.Duration {
-	if e.Revoked {
+func (s *Service) ttlOf(e Entry) time.Duration {
+	if e.Revoked || e.Expired(s.now()) {
 		return revokedTTL
 	}
 	return activeTTL
@@ -287,7 +366,8 @@ func (s *Service) Revoke(ctx context.Context, merchantID, id string) (Key, error
 	if err != nil {
 		return Key{}, err
 	}
-	e := Entry{KeyID: k.ID, MerchantID: k.MerchantID, Environment: k.Environment, Revoked: true}
+	e := entryOf(k)
+	e.Revoked = true
 	if err := s.cache.SetKey(ctx, k.SecretDigest, e, revokedTTL); err != nil {
 		s.log.ErrorContext(ctx, "key not revoked: the key cache cannot be updated", "key_id", k.ID, "err", err)
 		return Key{}, apperr.Unavailable(err)

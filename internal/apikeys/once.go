@@ -24,12 +24,12 @@ type OnceStore interface {
 // no secret) with replay set, and creates nothing. Another request under the
 // key gets idempotency_key_reused, one while the first still runs
 // idempotency_key_in_use.
-func (s *Service) CreateOnce(ctx context.Context, merchantID, environment, name string, idem *idempotency.Request, render func(Key) (idempotency.Response, error)) (created Created, replay *idempotency.Response, err error) {
+func (s *Service) CreateOnce(ctx context.Context, merchantID string, p Params, idem *idempotency.Request, render func(Key) (idempotency.Response, error)) (created Created, replay *idempotency.Response, err error) {
 	st, ok := s.store.(OnceStore)
 	if !ok {
 		return Created{}, nil, apperr.Internal(errors.New("apikeys: the store cannot record idempotency keys"))
 	}
-	c, err := s.newKey(merchantID, environment, name)
+	c, err := s.newKey(merchantID, p)
 	if err != nil {
 		return Created{}, nil, err
 	}

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/gatehouse-pay/gatehouse/internal/apikeys"
+	"github.com/gatehouse-pay/gatehouse/internal/authz"
 	"github.com/gatehouse-pay/gatehouse/internal/ratelimit"
 )
 
@@ -196,8 +198,39 @@ func (c *Cache) SetSessionState(ctx context.Context, id, state string, ttl time.
 // the key's rate limits share its slot.
 func keyKey(digest []byte) string { return "gh:key:" + apikeys.Tag(digest) }
 
-// Entries are stored as "merchant|key|environment|state".
+// Entries are stored as "merchant|key|environment|permissions|expires|state":
+// permissions "*" for a secret key, else a restricted key's
+// "resource=level,..." (empty when it may do nothing); expires a rolled
+// key's expiry in Unix milliseconds, else empty. The state comes last, so the
+// rate limiter's gate (which checks the value's end) reads it. Entries of the
+// releases before restricted keys, "merchant|key|environment|state", are
+// still read: secret keys without an expiry.
 func encodeEntry(e apikeys.Entry) string {
+	state := stateActive
+	if e.Revoked {
+		state = "revoked"
+	}
+	perms := "*"
+	if e.Permissions != nil {
+		parts := make([]string, 0, len(e.Permissions))
+		for _, r := range authz.KeyResources {
+			if a := e.Permissions[r]; a > authz.None {
+				parts = append(parts, string(r)+"="+a.String())
+			}
+		}
+		perms = strings.Join(parts, ",")
+	}
+	expires := ""
+	if !e.ExpiresAt.IsZero() {
+		expires = strconv.FormatInt(e.ExpiresAt.UnixMilli(), 10)
+	}
+	return e.MerchantID + "|" + e.KeyID + "|" + e.Environment + "|" + perms + "|" + expires + "|" + state
+}
+
+// encodeLegacy is e as the releases before restricted keys read it, for
+// their name of the entry (legacyKeyKey). They know neither permissions nor
+// expiry.
+func encodeLegacy(e apikeys.Entry) string {
 	state := stateActive
 	if e.Revoked {
 		state = "revoked"
@@ -221,11 +254,34 @@ func (c *Cache) Decode(value string) (apikeys.Entry, bool) {
 
 func decodeEntry(v string) (apikeys.Entry, error) {
 	p := strings.Split(v, "|")
-	if len(p) != 4 {
+	if len(p) == 4 { // a release before restricted keys: a secret key
+		p = []string{p[0], p[1], p[2], "*", "", p[3]}
+	}
+	if len(p) != 6 {
 		return apikeys.Entry{}, fmt.Errorf("cache: malformed key entry")
 	}
 	e := apikeys.Entry{MerchantID: p[0], KeyID: p[1], Environment: p[2]}
-	switch p[3] {
+	if p[3] != "*" {
+		e.Permissions = authz.Permissions{}
+		if p[3] != "" {
+			for _, part := range strings.Split(p[3], ",") {
+				r, level, _ := strings.Cut(part, "=")
+				a, ok := authz.ParseAccess(level)
+				if !ok {
+					return apikeys.Entry{}, fmt.Errorf("cache: malformed key entry permissions")
+				}
+				e.Permissions[authz.Resource(r)] = a
+			}
+		}
+	}
+	if p[4] != "" {
+		ms, err := strconv.ParseInt(p[4], 10, 64)
+		if err != nil {
+			return apikeys.Entry{}, fmt.Errorf("cache: malformed key entry expiry")
+		}
+		e.ExpiresAt = time.UnixMilli(ms).UTC()
+	}
+	switch p[5] {
 	case stateActive:
 	case "revoked":
 		e.Revoked = true
@@ -262,10 +318,9 @@ func (c *Cache) FillKey(ctx context.Context, digest []byte, e apikeys.Entry, ttl
 // a rolling upgrade a replica of the older release refuses a key revoked
 // through a newer one at once; drop it once no such replica can run.
 func (c *Cache) SetKey(ctx context.Context, digest []byte, e apikeys.Entry, ttl time.Duration) error {
-	v := encodeEntry(e)
 	_, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.Set(ctx, keyKey(digest), v, ttl)
-		p.Set(ctx, legacyKeyKey(digest), v, ttl)
+		p.Set(ctx, keyKey(digest), encodeEntry(e), ttl)
+		p.Set(ctx, legacyKeyKey(digest), encodeLegacy(e), ttl)
 		return nil
 	})
 	return err

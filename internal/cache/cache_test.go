@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/hex"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/gatehouse-pay/gatehouse/internal/apikeys"
+	"github.com/gatehouse-pay/gatehouse/internal/authz"
 	"github.com/gatehouse-pay/gatehouse/internal/cache"
 	"github.com/gatehouse-pay/gatehouse/internal/testenv"
 )
@@ -55,9 +57,14 @@ func TestEntriesRoundTrip(t *testing.T) {
 	rdb := testenv.NewRedis(t, testenv.RedisDBCache)
 	c := cache.New(rdb)
 	ctx := context.Background()
+	expires := time.Date(2026, 11, 27, 9, 30, 0, 123e6, time.UTC)
 	for i, e := range []apikeys.Entry{
 		{KeyID: "key_1", MerchantID: "mer_1", Environment: "sandbox"},
 		{KeyID: "key_2", MerchantID: "mer_2", Environment: "sandbox", Revoked: true},
+		{KeyID: "key_3", MerchantID: "mer_3", Environment: "sandbox", ExpiresAt: expires},
+		{KeyID: "key_4", MerchantID: "mer_4", Environment: "sandbox",
+			Permissions: authz.Permissions{authz.Charges: authz.Write, authz.Refunds: authz.Read}, ExpiresAt: expires},
+		{KeyID: "key_5", MerchantID: "mer_5", Environment: "sandbox", Permissions: authz.Permissions{}, Revoked: true},
 	} {
 		d := apikeys.Digest(string(rune('a' + i)))
 		if err := c.FillKey(ctx, d, e, time.Minute); err != nil {
@@ -67,6 +74,32 @@ func TestEntriesRoundTrip(t *testing.T) {
 		if err != nil || !found || !reflect.DeepEqual(got, e) {
 			t.Errorf("round trip of %+v: got %+v found=%v err=%v", e, got, found, err)
 		}
+		// The charge route's fast path decodes what the limiter's gate read;
+		// an active entry keeps the gate open, whatever it carries.
+		v, _ := rdb.Get(ctx, "gh:key:"+apikeys.Tag(d)).Result()
+		if got, ok := c.Decode(v); !ok || !reflect.DeepEqual(got, e) {
+			t.Errorf("Decode(%q) = %+v, %v; want %+v", v, got, ok, e)
+		}
+		if open := strings.HasSuffix(v, c.Gate(d).Open); open == e.Revoked {
+			t.Errorf("entry %q: gate open %v for revoked=%v", v, open, e.Revoked)
+		}
+	}
+	// An entry of the release before restricted keys is a secret key
+	// without an expiry.
+	prev := apikeys.Digest("prev")
+	if err := rdb.Set(ctx, "gh:key:"+apikeys.Tag(prev), "mer_9|key_9|sandbox|active", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got, found, err := c.Key(ctx, prev); err != nil || !found || got.Permissions != nil || !got.ExpiresAt.IsZero() || got.KeyID != "key_9" || got.Revoked {
+		t.Fatalf("entry of the previous release: got %+v found=%v err=%v", got, found, err)
+	}
+	// A restricted key's legacy entry (for replicas before the hash-tagged
+	// names) keeps their 4-field form.
+	if err := c.SetKey(ctx, prev, apikeys.Entry{KeyID: "key_9", MerchantID: "mer_9", Environment: "sandbox", Permissions: authz.Permissions{}, Revoked: true}, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if legacy, _ := rdb.Get(ctx, "gh:key:"+hex.EncodeToString(prev)).Result(); legacy != "mer_9|key_9|sandbox|revoked" {
+		t.Fatalf("legacy entry %q", legacy)
 	}
 	if _, found, err := c.Key(ctx, apikeys.Digest("never")); found || err != nil {
 		t.Fatalf("miss: found=%v err=%v", found, err)

@@ -34,6 +34,7 @@ func TestAuthFloodB7(t *testing.T) {
 	keyScans := func() int64 { return tableScans(t, st, "api_keys") }
 	merchantScans := func() int64 { return tableScans(t, st, "merchants") }
 	settle(t, keyScans)
+	checksumFlood(t, st, pid, keyScans)
 	keysBefore, merchantsBefore := keyScans(), merchantScans()
 	dbsizeBefore, memBefore := redisKeys(t, st), redisMemory(t, st)
 	rssBefore, cpuBefore := procRSS(t, pid), procCPU(t, pid)
@@ -130,6 +131,51 @@ func TestAuthFloodB7(t *testing.T) {
 	// and known addresses, the victim's sessions: never one key per request.
 	if grew := dbsizeAfter - dbsizeBefore; grew > 33+8 {
 		t.Errorf("Redis grew by %d keys during the floods from 33 addresses, want at most one per address and a few more (41)", grew)
+	}
+}
+
+// checksumFlood sends 1,000 made-up secret keys of the checksummed format
+// (docs/keys.md) from one address to POST /v1/charges: their checksum is
+// wrong, so each is refused 401 invalid_token before any lookup. It logs
+// what they cost the API (api_keys lookups in Postgres, the API's Redis
+// commands, its CPU time) and fails unless that is nothing: no lookup and
+// no Redis command. Each refusal costs one CRC32 of 30 bytes.
+func checksumFlood(t *testing.T, st *stack, pid int, keyScans func() int64) {
+	t.Helper()
+	const n = 1000
+	api := st.replicas[0]
+	mc := newClient(t, "127.0.0.1")
+	redisCommands := func() float64 {
+		text := string(st.do(t, mc, http.MethodGet, api+"/metrics", "", "").body)
+		hits, _ := metricSum(text, "gatehouse_redis_pool_hits_total")
+		misses, _ := metricSum(text, "gatehouse_redis_pool_misses_total")
+		return hits + misses
+	}
+	lookupsBefore, redisBefore, cpuBefore := keyScans(), redisCommands(), procCPU(t, pid)
+	c := newClient(t, "127.0.0.25")
+	got := map[int]int{}
+	var took answerTimes
+	for range n {
+		e := st.do(t, c, http.MethodPost, api+"/v1/charges", "sk_test_"+randomHex(t, 18), `{"amount":100,"currency":"usd","source":"tok_visa"}`)
+		got[e.status()]++
+		took.add(e)
+		if e.status() == http.StatusUnauthorized && e.code() != "invalid_token" {
+			t.Errorf("a made-up key with a bad checksum: %s", e.describe())
+		}
+	}
+	redisUsed, cpu := redisCommands()-redisBefore, procCPU(t, pid)-cpuBefore
+	settle(t, keyScans)
+	lookups := keyScans() - lookupsBefore
+	t.Logf("B7 checksum flood: %d made-up checksummed keys on POST /v1/charges from one address: %v; time to answer %s", n, got, took)
+	t.Logf("B7 checksum figures: api_keys lookups %d, api-1 Redis commands %.0f (%.2f per request), api-1 CPU %s (%s per request)",
+		lookups, redisUsed, redisUsed/n, cpu, cpu/n)
+	if got[http.StatusUnauthorized] != n {
+		t.Errorf("made-up checksummed keys: %v, want %d x 401 invalid_token", got, n)
+	}
+	// The metrics scrape itself and the API's own background work may use
+	// Redis a few times; a lookup per key would be 1,000 or more.
+	if lookups != 0 || redisUsed > 20 {
+		t.Errorf("made-up checksummed keys cost %d api_keys lookups and %.0f Redis commands, want none", lookups, redisUsed)
 	}
 }
 

@@ -297,6 +297,8 @@ func TestAbusiveBodies(t *testing.T) {
 			base: []field{{"email", `"abuse@example.com"`}, {"password", `"correct horse battery"`}}, str: "email"},
 		"POST /v1/me/api_keys": {path: "/v1/me/api_keys", auth: bearer(a.token),
 			base: []field{{"environment", `"sandbox"`}, {"name", `"ci"`}}, str: "name", emptyIsValid: true},
+		"POST /v1/me/api_keys/:id/roll": {path: "/v1/me/api_keys/" + a.keyID + "/roll", auth: bearer(a.token),
+			base: []field{{"expires_in", "60"}}, emptyIsValid: true}, // 0 is valid: no amount-like cases
 		"POST /v1/charges": {path: "/v1/charges", auth: bearer(a.secret),
 			base: []field{{"amount", "2000"}, {"currency", `"usd"`}, {"payment_method", `"card"`}, {"card", card}, {"description", `"order 1"`}},
 			str:  "description", num: "amount"},

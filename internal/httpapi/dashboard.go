@@ -19,6 +19,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 	"github.com/valyala/fasthttp"
 
+	"github.com/gatehouse-pay/gatehouse/internal/apikeys"
 	"github.com/gatehouse-pay/gatehouse/internal/apperr"
 	"github.com/gatehouse-pay/gatehouse/internal/authz"
 	"github.com/gatehouse-pay/gatehouse/internal/charges"
@@ -78,7 +79,12 @@ var dashboardFuncs = template.FuncMap{
 		return v
 	},
 	"newKey": ids.NewUUID,
-	"when":   func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05 UTC") },
+	// Keys: their permissions for people, whether a rolled key's time is
+	// up, and the choices of how long a rolled key keeps working.
+	"keyPerms":     keyPermissions,
+	"keyExpired":   func(k apikeys.Key) bool { return k.Expired(time.Now()) },
+	"rollOverlaps": func() any { return rollOverlaps },
+	"when":         func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05 UTC") },
 	"whenp": func(t *time.Time) string {
 		if t == nil {
 			return ""
@@ -429,6 +435,7 @@ func (s *server) dashboardRoutes(app *fiber.App) {
 	get("/keys", s.keysPage)
 	post("/keys", s.dashCreateKey)
 	post("/keys/:id/revoke", s.dashRevokeKey)
+	post("/keys/:id/roll", s.dashRollKey)
 
 	get("/charges", s.chargesPage)
 	get("/charges/:id", s.chargePage)

@@ -41,15 +41,43 @@ func id(c *fiber.Ctx) string { return strings.Clone(c.Params("id")) }
 type keysView struct {
 	Keys    []apikeys.Key
 	Created *apikeys.Created
-	Replay  bool
-	Pager   *pager
+	// Rolled is set when Created replaced this key.
+	Rolled    *apikeys.Key
+	Replay    bool
+	Pager     *pager
+	Resources []authz.Resource
 }
+
+// keyPermissions is a restricted key's permissions for people:
+// "charges: write, refunds: read", "none" when it may do nothing.
+func keyPermissions(k apikeys.Key) string {
+	if k.Permissions == nil {
+		return "all (secret key)"
+	}
+	var parts []string
+	for _, r := range authz.KeyResources {
+		if a := k.Permissions[r]; a > authz.None {
+			parts = append(parts, string(r)+": "+a.String())
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// rollOverlaps are the dashboard's choices of how long a rolled key keeps
+// working, in seconds.
+var rollOverlaps = []struct {
+	Seconds int
+	Label   string
+}{{0, "now"}, {3600, "in 1 hour"}, {86400, "in 24 hours"}, {604800, "in 7 days"}}
 
 func (s *server) keysPage(c *fiber.Ctx) error {
-	return s.renderKeys(c, nil, false)
+	return s.renderKeys(c, nil, nil, false)
 }
 
-func (s *server) renderKeys(c *fiber.Ctx, created *apikeys.Created, replay bool) error {
+func (s *server) renderKeys(c *fiber.Ctx, created *apikeys.Created, rolled *apikeys.Key, replay bool) error {
 	pg, err := newPager(c, dashboardPath+"/keys", func(id string) bool { return ids.Valid("key", id) }, nil)
 	if err != nil {
 		return err
@@ -63,7 +91,8 @@ func (s *server) renderKeys(c *fiber.Ctx, created *apikeys.Created, replay bool)
 	if err != nil {
 		return err
 	}
-	v.Canonical, v.Data = dashboardPath+"/keys", keysView{Keys: keys, Created: created, Replay: replay, Pager: pg}
+	v.Canonical, v.Data = dashboardPath+"/keys", keysView{Keys: keys, Created: created, Rolled: rolled, Replay: replay, Pager: pg,
+		Resources: authz.KeyResources}
 	return s.render(c, fiber.StatusOK, "keys", v)
 }
 
@@ -71,12 +100,30 @@ func (s *server) renderKeys(c *fiber.Ctx, created *apikeys.Created, replay bool)
 // page is the answer to the POST (never cached), and its script replaces the
 // history entry so that a reload shows the list without it.
 func (s *server) dashCreateKey(c *fiber.Ctx) error {
-	name := form(c, "name")
-	idem, err := s.formIdem(c, name)
+	name, typ := form(c, "name"), form(c, "type")
+	p := apikeys.Params{Environment: apikeys.Sandbox, Name: name, Type: typ}
+	fields := []string{name, typ}
+	if typ == apikeys.TypeRestricted {
+		levels := map[string]string{}
+		for _, r := range authz.KeyResources {
+			level := form(c, "permissions."+string(r))
+			if level == "" {
+				level = authz.None.String()
+			}
+			levels[string(r)] = level
+			fields = append(fields, string(r)+"="+level)
+		}
+		perms, err := authz.ParseKeyPermissions("permissions", levels)
+		if err != nil {
+			return err
+		}
+		p.Permissions = perms
+	}
+	idem, err := s.formIdem(c, fields...)
 	if err != nil {
 		return err
 	}
-	created, replay, err := s.Keys.CreateOnce(c.UserContext(), principal(c).MerchantID, apikeys.Sandbox, name, idem,
+	created, replay, err := s.Keys.CreateOnce(c.UserContext(), principal(c).MerchantID, p, idem,
 		func(k apikeys.Key) (idempotency.Response, error) {
 			return renderAs[keyJSON](fiber.StatusCreated)(presentKey(k))
 		})
@@ -84,9 +131,26 @@ func (s *server) dashCreateKey(c *fiber.Ctx) error {
 		return err
 	}
 	if replay != nil {
-		return s.renderKeys(c, nil, true)
+		return s.renderKeys(c, nil, nil, true)
 	}
-	return s.renderKeys(c, &created, false)
+	return s.renderKeys(c, &created, nil, false)
+}
+
+// dashRollKey rolls a key and shows the new key's secret this once, like
+// dashCreateKey; the old key keeps working for the chosen overlap.
+func (s *server) dashRollKey(c *fiber.Ctx) error {
+	secs, err := strconv.Atoi(form(c, "expires_in"))
+	if err != nil {
+		return apperr.Invalid("expires_in", "Choose when the old key stops working.")
+	}
+	if secs < 0 || secs > int(apikeys.MaxRollOverlap/time.Second) {
+		return apperr.Invalid("expires_in", "expires_in must be 0 to %d seconds.", int(apikeys.MaxRollOverlap/time.Second))
+	}
+	r, err := s.Keys.Roll(c.UserContext(), principal(c).MerchantID, id(c), time.Duration(secs)*time.Second)
+	if err != nil {
+		return err
+	}
+	return s.renderKeys(c, &r.Created, &r.Old, false)
 }
 
 func (s *server) dashRevokeKey(c *fiber.Ctx) error {

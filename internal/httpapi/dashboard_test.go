@@ -173,6 +173,7 @@ var dashRoutes = map[string]dashRoute{
 	"GET /dashboard/keys":                 {ok: 200, lists: kindAPIKey},
 	"POST /dashboard/keys":                {ok: 200, form: url.Values{"name": {"dash"}}},
 	"POST /dashboard/keys/:id/revoke":     {ok: 303, idKind: kindAPIKey},
+	"POST /dashboard/keys/:id/roll":       {ok: 200, idKind: kindAPIKey, form: url.Values{"expires_in": {"60"}}},
 	"GET /dashboard/charges":              {ok: 200, lists: kindCharge},
 	"GET /dashboard/charges/:id":          {ok: 200, idKind: kindCharge},
 	"POST /dashboard/charges/:id/capture": {ok: 303, idKind: kindAuthorized, form: url.Values{"amount": {"1.00"}}},

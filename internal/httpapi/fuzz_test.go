@@ -389,6 +389,10 @@ func (f fakeKeys) RevokeKey(context.Context, string, string) (apikeys.Key, error
 	return apikeys.Key{}, nil
 }
 
+func (f fakeKeys) RollKey(context.Context, string, string, apikeys.Key, time.Time, bool) (apikeys.Key, error) {
+	return apikeys.Key{}, apperr.NotFound("api_key")
+}
+
 // downCache is a cache that is unreachable, so every lookup reaches the store.
 type downCache struct{}
 
@@ -452,8 +456,10 @@ func (oneOwner) MemberByID(_ context.Context, merchantID, id string) (members.Me
 // spelling of a revoked key or a logged-out session's token gets in. Every
 // refusal is a 401 (or the 403 of live mode), never another kind of error.
 func FuzzAuthorization(f *testing.F) {
-	const secret = "sk_test_0123456789ABCDEFGHIJabcdefghij"
-	const revokedSecret = "sk_test_REVOKED789ABCDEFGHIJabcdefghij"
+	// Keys of the checksummed format (docs/keys.md): 30 characters and the
+	// CRC-32 of them in base62.
+	const secret = "sk_test_0123456789ABCDEFGHIJabcdefghij4Us3aw"
+	const revokedSecret = "sk_test_REVOKED789ABCDEFGHIJabcdefghij4aYtPo"
 	// Fixed times, so that every fuzzing worker process issues the same
 	// tokens as the one that sent it the seed corpus.
 	issued, expires := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2099, 1, 1, 0, 0, 0, 0, time.UTC)

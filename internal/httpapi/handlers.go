@@ -2,11 +2,13 @@ package httpapi
 
 import (
 	"strings"
+	"time"
 
 	"github.com/gofiber/fiber/v2"
 
 	"github.com/gatehouse-pay/gatehouse/internal/apikeys"
 	"github.com/gatehouse-pay/gatehouse/internal/apperr"
+	"github.com/gatehouse-pay/gatehouse/internal/authz"
 	"github.com/gatehouse-pay/gatehouse/internal/health"
 	"github.com/gatehouse-pay/gatehouse/internal/idempotency"
 	"github.com/gatehouse-pay/gatehouse/internal/ids"
@@ -112,27 +114,46 @@ func (s *server) me(c *fiber.Ctx) error {
 }
 
 type keyJSON struct {
-	ID          string  `json:"id"`
-	Object      string  `json:"object"`
-	Name        string  `json:"name"`
-	Environment string  `json:"environment"`
-	PublicKey   string  `json:"public_key"`
-	SecretKey   string  `json:"secret_key,omitempty"`
-	SecretLast4 string  `json:"secret_key_last4"`
-	CreatedAt   string  `json:"created_at"`
-	RevokedAt   *string `json:"revoked_at"`
+	ID          string            `json:"id"`
+	Object      string            `json:"object"`
+	Name        string            `json:"name"`
+	Environment string            `json:"environment"`
+	Type        string            `json:"type"`
+	Permissions map[string]string `json:"permissions"`
+	PublicKey   string            `json:"public_key"`
+	SecretKey   string            `json:"secret_key,omitempty"`
+	SecretLast4 string            `json:"secret_key_last4"`
+	CreatedAt   string            `json:"created_at"`
+	ExpiresAt   *string           `json:"expires_at"`
+	RevokedAt   *string           `json:"revoked_at"`
 }
 
 func presentKey(k apikeys.Key) keyJSON {
 	return keyJSON{
-		ID: k.ID, Object: "api_key", Name: k.Name, Environment: k.Environment, PublicKey: k.PublicKey,
-		SecretLast4: k.SecretLast4, CreatedAt: timestamp(k.CreatedAt), RevokedAt: timestampOrNil(k.RevokedAt),
+		ID: k.ID, Object: "api_key", Name: k.Name, Environment: k.Environment, Type: k.Type(),
+		Permissions: k.Access().Strings(), PublicKey: k.PublicKey, SecretLast4: k.SecretLast4,
+		CreatedAt: timestamp(k.CreatedAt), ExpiresAt: timestampOrNil(k.ExpiresAt), RevokedAt: timestampOrNil(k.RevokedAt),
 	}
 }
 
 type createKeyRequest struct {
-	Environment string `json:"environment"`
-	Name        string `json:"name"`
+	Environment string            `json:"environment"`
+	Name        string            `json:"name"`
+	Type        string            `json:"type"`
+	Permissions map[string]string `json:"permissions"`
+}
+
+// params reads the request's type and permissions (docs/keys.md).
+func (r createKeyRequest) params() (apikeys.Params, error) {
+	p := apikeys.Params{Environment: r.Environment, Name: r.Name, Type: r.Type}
+	if r.Permissions != nil {
+		perms, err := authz.ParseKeyPermissions("permissions", r.Permissions)
+		if err != nil {
+			return apikeys.Params{}, err
+		}
+		p.Permissions = perms
+	}
+	return p, nil
 }
 
 func (s *server) createKey(c *fiber.Ctx) error {
@@ -141,14 +162,18 @@ func (s *server) createKey(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
+	params, err := req.params()
+	if err != nil {
+		return err
+	}
 	var created apikeys.Created
 	if idem == nil {
-		created, err = s.Keys.Create(c.UserContext(), principal(c).MerchantID, req.Environment, req.Name)
+		created, err = s.Keys.Create(c.UserContext(), principal(c).MerchantID, params)
 	} else {
 		// The record holds the key without its secret (kept only as a
 		// digest): a repeat gets the same key object, no secret_key.
 		var replay *idempotency.Response
-		created, replay, err = s.Keys.CreateOnce(c.UserContext(), principal(c).MerchantID, req.Environment, req.Name, idem,
+		created, replay, err = s.Keys.CreateOnce(c.UserContext(), principal(c).MerchantID, params, idem,
 			func(k apikeys.Key) (idempotency.Response, error) {
 				return renderAs[keyJSON](fiber.StatusCreated)(presentKey(k))
 			})
@@ -160,8 +185,13 @@ func (s *server) createKey(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
+	return revealKey(c, created)
+}
+
+// revealKey answers a new key with its secret: the one time it is shown.
+func revealKey(c *fiber.Ctx, created apikeys.Created) error {
 	out := presentKey(created.Key)
-	out.SecretKey = created.Secret // the one time it is shown
+	out.SecretKey = created.Secret
 	c.Set(fiber.HeaderCacheControl, "no-store")
 	return writeJSON(c, fiber.StatusCreated, out)
 }
@@ -184,4 +214,29 @@ func (s *server) revokeKey(c *fiber.Ctx) error {
 		return err
 	}
 	return writeJSON(c, fiber.StatusOK, presentKey(k))
+}
+
+type rollKeyRequest struct {
+	ExpiresIn *int64 `json:"expires_in"`
+}
+
+// rollKey replaces a key with a new one of the same kind; the old one keeps
+// working for expires_in seconds (0, the default, refuses it at once).
+func (s *server) rollKey(c *fiber.Ctx) error {
+	var req rollKeyRequest
+	if err := decodeJSON(c, &req); err != nil {
+		return err
+	}
+	var overlap time.Duration
+	if req.ExpiresIn != nil {
+		if *req.ExpiresIn < 0 || *req.ExpiresIn > int64(apikeys.MaxRollOverlap/time.Second) {
+			return apperr.Invalid("expires_in", "expires_in must be 0 to %d seconds.", int64(apikeys.MaxRollOverlap/time.Second))
+		}
+		overlap = time.Duration(*req.ExpiresIn) * time.Second
+	}
+	r, err := s.Keys.Roll(c.UserContext(), principal(c).MerchantID, strings.Clone(c.Params("id")), overlap)
+	if err != nil {
+		return err
+	}
+	return revealKey(c, r.Created)
 }

@@ -209,6 +209,7 @@ func TestLiveModeInEveryBody(t *testing.T) {
 		"/v1/customers/:id/payment_methods":          "cus_0000000000000000000000000",
 		"/v1/connectors/:id":                         "conn_00000000000000000000000000",
 		"/v1/me/members/:id":                         "mem_00000000000000000000000000",
+		"/v1/me/api_keys/:id/roll":                   "key_00000000000000000000000000",
 	}
 	bodies := []string{
 		`{"environment":"live"}`,

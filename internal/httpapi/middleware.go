@@ -327,6 +327,11 @@ func (s *server) authenticateCounted(allowed accept, name string, l config.Limit
 		}
 		if err != nil {
 			s.Metrics.AuthFailures.WithLabelValues(apperr.CodeOf(err)).Inc()
+			if token, _ := bearer(c); apikeys.Forged(token) {
+				// Refused by its shape or checksum, before any lookup: not
+				// counted either, so a flood of made-up keys costs no Redis.
+				return err
+			}
 			switch apperr.KindOf(err) {
 			case apperr.KindUnauthenticated, apperr.KindForbidden:
 				if lerr := limited(c, s.Limiter.Allow(c.UserContext(), name, ip, l)); lerr != nil {
@@ -411,7 +416,7 @@ func (s *server) resolveLimited(c *fiber.Ctx, allowed accept, l namedLimit) (aut
 	if err != nil {
 		return auth.Principal{}, ratelimit.Decision{}, err
 	}
-	if allowed != acceptKey || !strings.HasPrefix(token, apikeys.SecretTestPrefix) {
+	if allowed != acceptKey || !(strings.HasPrefix(token, apikeys.SecretTestPrefix) || strings.HasPrefix(token, apikeys.RestrictedTestPrefix)) {
 		p, err := s.resolve(c, allowed)
 		if err == nil {
 			err = apperr.Internal(errors.New("httpapi: a per-key limit on a route that takes other tokens"))
@@ -423,7 +428,7 @@ func (s *server) resolveLimited(c *fiber.Ctx, allowed accept, l namedLimit) (aut
 		digest := apikeys.Digest(token)
 		d, v, counted, err := s.Limiter.AllowGated(ctx, l.name, apikeys.Tag(digest), l.limit, s.KeyCache.Gate(digest))
 		if err == nil && counted {
-			if e, ok := s.KeyCache.Decode(v); ok && !e.Revoked && e.Environment == apikeys.Sandbox {
+			if e, ok := s.KeyCache.Decode(v); ok && s.Keys.Usable(e) {
 				return keyPrincipal(e), d, nil
 			}
 		}
@@ -459,9 +464,9 @@ func (s *server) resolve(c *fiber.Ctx, allowed accept) (auth.Principal, error) {
 	switch {
 	case strings.HasPrefix(token, apikeys.PublicPrefix):
 		return auth.Principal{}, errPublicKey
-	case strings.HasPrefix(token, apikeys.SecretLivePrefix):
+	case strings.HasPrefix(token, apikeys.SecretLivePrefix), strings.HasPrefix(token, apikeys.RestrictedLivePrefix):
 		return auth.Principal{}, apperr.LiveMode()
-	case strings.HasPrefix(token, "sk_"):
+	case strings.HasPrefix(token, "sk_"), strings.HasPrefix(token, "rk_"):
 		if allowed&acceptKey == 0 {
 			return auth.Principal{}, errNeedsSession
 		}

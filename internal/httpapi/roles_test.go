@@ -142,3 +142,75 @@ func TestRoleMatrix(t *testing.T) {
 	}
 	t.Logf("role matrix: %d routes x %d roles: %d allowed, %d denied permission_denied, %d refused as key-only", len(keys), len(authz.Roles), allowed, denied, keyOnlyRefused)
 }
+
+// TestRestrictedKeyMatrix is the restricted-key axis of the authorization
+// matrix, generated from the same table: every route that takes a secret
+// key, called with a restricted key granting exactly what the route needs,
+// gets past authorization; with one level less on that resource it answers
+// 403 permission_denied. As in TestRoleMatrix, ids exist nowhere, so allowed
+// calls change nothing.
+func TestRestrictedKeyMatrix(t *testing.T) {
+	h := newHarness(t, authzEnv)
+	owner := h.newAuthzFixture(t, "keys@example.com", h.worker(t, &fakeProvider{}), h.deliverer(t, &recordingSender{status: 500}), 1)
+	keyOf := map[string]string{} // "resource=level" -> rk_test_ secret
+	restricted := func(r authz.Resource, a authz.Access) string {
+		name := string(r) + "=" + a.String()
+		if k, ok := keyOf[name]; ok {
+			return k
+		}
+		perms := `{}`
+		if r != "" {
+			perms = `{"` + string(r) + `":"` + a.String() + `"}`
+		}
+		resp := h.do("POST", "/v1/me/api_keys", `{"type":"restricted","name":"`+name+`","permissions":`+perms+`}`, bearer(owner.token)...)
+		want(t, resp, 201, "")
+		keyOf[name] = resp.body["secret_key"].(string)
+		return keyOf[name]
+	}
+	unknownID := func(kind string) string {
+		if !prefixedKinds[kind] {
+			return uuid.Must(uuid.NewV7()).String()
+		}
+		id := owner.ids[kind][0]
+		return id[:len(id)-6] + "000000"
+	}
+	needs := httpapi.Needs()
+	keys := make([]string, 0, len(needs))
+	for k := range needs {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var allowed, denied int
+	for _, key := range keys {
+		route, ok := authzRoutes[key]
+		if !ok || !route.auth.key() {
+			continue
+		}
+		need := needs[key]
+		id := ""
+		if route.idKind != "" {
+			id = unknownID(route.idKind)
+		}
+		call := func(secret string) response {
+			m, p, b := route.request(key, owner, id)
+			return h.with(t).do(m, p, b, bearer(secret)...)
+		}
+		r := call(restricted(need.Resource, need.Access))
+		if r.errCode() == "permission_denied" || r.status == 401 {
+			t.Errorf("%s with a key granting %s %s: %d %s, want it allowed", key, need.Resource, need.Access, r.status, r.raw)
+		}
+		allowed++
+		if need.Resource == "" {
+			continue // every key may
+		}
+		r = call(restricted(need.Resource, need.Access-1))
+		if r.status != 403 || r.errCode() != "permission_denied" {
+			t.Errorf("%s with a key granting %s %s: %d %s, want 403 permission_denied", key, need.Resource, need.Access-1, r.status, r.raw)
+		}
+		denied++
+	}
+	if allowed < 30 || denied < 30 {
+		t.Errorf("only %d allowed and %d denied calls: the matrix lost its routes", allowed, denied)
+	}
+	t.Logf("restricted key matrix: %d routes allowed with their need, %d refused one level below", allowed, denied)
+}

@@ -37,6 +37,7 @@ func (s *server) routes(app *fiber.App) {
 	app.Post("/v1/me/api_keys", perIP, session, s.createKey)
 	app.Get("/v1/me/api_keys", perIP, either, s.listKeys)
 	app.Delete("/v1/me/api_keys/:id", perIP, secret, s.revokeKey)
+	app.Post("/v1/me/api_keys/:id/roll", perIP, session, s.rollKey)
 
 	app.Post("/v1/me/members", perIP, session, s.createMember)
 	app.Get("/v1/me/members", perIP, session, s.listMembers)

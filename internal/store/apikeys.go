@@ -2,51 +2,113 @@ package store
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/gatehouse-pay/gatehouse/internal/apikeys"
+	"github.com/gatehouse-pay/gatehouse/internal/apperr"
+	"github.com/gatehouse-pay/gatehouse/internal/authz"
 	"github.com/gatehouse-pay/gatehouse/internal/listing"
 )
 
-const keyColumns = `id, merchant_id, name, environment, public_key, secret_digest, secret_last4, created_at, revoked_at`
+const keyColumns = `id, merchant_id, name, environment, public_key, secret_digest, secret_last4, created_at, revoked_at, permissions, expires_at`
 
-const insertKey = `INSERT INTO api_keys (` + keyColumns + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, NULL)`
+const insertKey = `INSERT INTO api_keys (` + keyColumns + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, NULL, $9, NULL)`
+
+// permissionsJSON is a restricted key's permissions as stored: resource to
+// level, the resources it may not touch left out. A secret key's are NULL.
+func permissionsJSON(p authz.Permissions) ([]byte, error) {
+	if p == nil {
+		return nil, nil
+	}
+	m := map[string]string{}
+	for r, a := range p {
+		if a > authz.None {
+			m[string(r)] = a.String()
+		}
+	}
+	return json.Marshal(m)
+}
+
+func parsePermissions(b []byte) (authz.Permissions, error) {
+	if b == nil {
+		return nil, nil
+	}
+	var m map[string]string
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("store: api_keys.permissions: %w", err)
+	}
+	p := authz.Permissions{}
+	for r, level := range m {
+		a, ok := authz.ParseAccess(level)
+		if !ok {
+			return nil, fmt.Errorf("store: api_keys.permissions: level %q", level)
+		}
+		if a > authz.None {
+			p[authz.Resource(r)] = a
+		}
+	}
+	return p, nil
+}
+
+func scanKey(r pgx.Row) (apikeys.Key, error) {
+	var k apikeys.Key
+	var perms []byte
+	if err := r.Scan(&k.ID, &k.MerchantID, &k.Name, &k.Environment, &k.PublicKey, &k.SecretDigest, &k.SecretLast4,
+		&k.CreatedAt, &k.RevokedAt, &perms, &k.ExpiresAt); err != nil {
+		return apikeys.Key{}, err
+	}
+	p, err := parsePermissions(perms)
+	k.Permissions = p
+	return k, err
+}
+
+func oneKey(rows pgx.Rows, err error) (apikeys.Key, error) {
+	if err != nil {
+		return apikeys.Key{}, mapErr(err, "api_key")
+	}
+	k, err := pgx.CollectExactlyOneRow(rows, func(r pgx.CollectableRow) (apikeys.Key, error) { return scanKey(r) })
+	return k, mapErr(err, "api_key")
+}
+
+func insertKeyArgs(k apikeys.Key) ([]any, error) {
+	perms, err := permissionsJSON(k.Permissions)
+	if err != nil {
+		return nil, apperr.Internal(err)
+	}
+	return []any{k.ID, k.MerchantID, k.Name, k.Environment, k.PublicKey, k.SecretDigest, k.SecretLast4, k.CreatedAt, perms}, nil
+}
 
 // CreateKey stores a new key.
 func (s *Store) CreateKey(ctx context.Context, k apikeys.Key) error {
-	_, err := s.pool.Exec(ctx, insertKey, k.ID, k.MerchantID, k.Name, k.Environment, k.PublicKey, k.SecretDigest, k.SecretLast4, k.CreatedAt)
+	args, err := insertKeyArgs(k)
+	if err != nil {
+		return err
+	}
+	_, err = s.pool.Exec(ctx, insertKey, args...)
 	return mapErr(err, "api_key")
 }
 
-const ()
-
 // ListKeys returns one page of the merchant's keys, newest first.
 func (s *Store) ListKeys(ctx context.Context, merchantID string, p listing.Params) (listing.Page[apikeys.Key], error) {
-	return listPage(ctx, s, `SELECT `+keyColumns+` FROM api_keys WHERE merchant_id = $1`, []any{merchantID}, p,
-		func(r pgx.Row) (apikeys.Key, error) {
-			var k apikeys.Key
-			err := r.Scan(&k.ID, &k.MerchantID, &k.Name, &k.Environment, &k.PublicKey, &k.SecretDigest, &k.SecretLast4, &k.CreatedAt, &k.RevokedAt)
-			return k, err
-		}, "api_key")
+	return listPage(ctx, s, `SELECT `+keyColumns+` FROM api_keys WHERE merchant_id = $1`, []any{merchantID}, p, scanKey, "api_key")
 }
 
 const selectKeyByDigest = `SELECT ` + keyColumns + ` FROM api_keys WHERE secret_digest = $1`
 
 // KeyByDigest returns the key whose secret has this digest, or NotFound.
 func (s *Store) KeyByDigest(ctx context.Context, digest []byte) (apikeys.Key, error) {
-	rows, _ := s.pool.Query(ctx, selectKeyByDigest, digest)
-	k, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByPos[apikeys.Key])
-	return k, mapErr(err, "api_key")
+	return oneKey(s.pool.Query(ctx, selectKeyByDigest, digest))
 }
 
 const selectKeyByPublicKey = `SELECT ` + keyColumns + ` FROM api_keys WHERE public_key = $1`
 
 // KeyByPublicKey returns the key pair with this public key, or NotFound.
 func (s *Store) KeyByPublicKey(ctx context.Context, publicKey string) (apikeys.Key, error) {
-	rows, _ := s.pool.Query(ctx, selectKeyByPublicKey, publicKey)
-	k, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByPos[apikeys.Key])
-	return k, mapErr(err, "api_key")
+	return oneKey(s.pool.Query(ctx, selectKeyByPublicKey, publicKey))
 }
 
 const revokeKey = `UPDATE api_keys SET revoked_at = COALESCE(revoked_at, now())
@@ -54,16 +116,46 @@ WHERE id = $1 AND merchant_id = $2 RETURNING ` + keyColumns
 
 // RevokeKey revokes one of the merchant's keys; another merchant's key is NotFound.
 func (s *Store) RevokeKey(ctx context.Context, merchantID, id string) (apikeys.Key, error) {
-	rows, _ := s.pool.Query(ctx, revokeKey, id, merchantID)
-	k, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByPos[apikeys.Key])
-	return k, mapErr(err, "api_key")
+	return oneKey(s.pool.Query(ctx, revokeKey, id, merchantID))
 }
 
 const selectKeyByID = `SELECT ` + keyColumns + ` FROM api_keys WHERE id = $1 AND merchant_id = $2`
 
 // KeyByID returns one of the merchant's keys; another merchant's key is NotFound.
 func (s *Store) KeyByID(ctx context.Context, merchantID, id string) (apikeys.Key, error) {
-	rows, _ := s.pool.Query(ctx, selectKeyByID, id, merchantID)
-	k, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByPos[apikeys.Key])
-	return k, mapErr(err, "api_key")
+	return oneKey(s.pool.Query(ctx, selectKeyByID, id, merchantID))
+}
+
+// expireKey sets the expiry of a key that has none and is not revoked, and
+// its revocation too when $4 is set.
+const expireKey = `UPDATE api_keys SET expires_at = $3::timestamptz, revoked_at = CASE WHEN $4::boolean THEN $3::timestamptz END
+WHERE id = $1 AND merchant_id = $2 AND revoked_at IS NULL AND expires_at IS NULL RETURNING ` + keyColumns
+
+// RollKey implements apikeys.Store: next and the old key's expiry commit
+// together, or neither does.
+func (s *Store) RollKey(ctx context.Context, merchantID, oldID string, next apikeys.Key, expiresAt time.Time, revoke bool) (apikeys.Key, error) {
+	args, err := insertKeyArgs(next)
+	if err != nil {
+		return apikeys.Key{}, err
+	}
+	var old apikeys.Key
+	err = s.inTx(ctx, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, expireKey, oldID, merchantID, expiresAt, revoke)
+		old, err = oneKey(rows, err)
+		if apperr.KindOf(err) == apperr.KindNotFound {
+			// Another merchant's key is not found; one that changed since it
+			// was read was revoked or rolled meanwhile.
+			k, kerr := oneKey(tx.Query(ctx, selectKeyByID, oldID, merchantID))
+			if kerr != nil {
+				return kerr
+			}
+			return apikeys.ErrNotRollable(k)
+		}
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, insertKey, args...)
+		return mapErr(err, "api_key")
+	})
+	return old, err
 }

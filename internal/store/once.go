@@ -58,7 +58,11 @@ func (s *Store) CreateEndpoint(ctx context.Context, e webhooks.Endpoint, idem *i
 // Idempotency-Key in one transaction.
 func (s *Store) CreateKeyOnce(ctx context.Context, k apikeys.Key, idem *idempotency.Request, first idempotency.Response) (*idempotency.Response, error) {
 	return s.createOnce(ctx, k.MerchantID, idem, first, func(tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, insertKey, k.ID, k.MerchantID, k.Name, k.Environment, k.PublicKey, k.SecretDigest, k.SecretLast4, k.CreatedAt)
+		args, err := insertKeyArgs(k)
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, insertKey, args...)
 		return mapErr(err, "api_key")
 	})
 }

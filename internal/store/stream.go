@@ -18,9 +18,9 @@ import (
 const (
 	horizon     = `pg_snapshot_xmin(pg_current_snapshot())`
 	readHorizon = `SELECT ` + horizon + `::text`
-	// Whether the credential $5 is live: not revoked, and for a session not
-	// expired either.
-	liveKey     = `SELECT 1 FROM api_keys WHERE id = $5 AND merchant_id = $1 AND revoked_at IS NULL`
+	// Whether the credential $5 is live: not revoked, and not expired either
+	// (a rolled key's expiry, a session's).
+	liveKey     = `SELECT 1 FROM api_keys WHERE id = $5 AND merchant_id = $1 AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())`
 	liveSession = `SELECT 1 FROM sessions WHERE id = $5 AND merchant_id = $1 AND revoked_at IS NULL AND expires_at > now()`
 	// poll: which of the merchants $1 have events in [$2, horizon), and
 	// which of the keys $3 and sessions $4 are no longer live.
@@ -28,7 +28,7 @@ const (
 SELECT (SELECT x::text FROM h), coalesce(array(SELECT DISTINCT merchant_id FROM events, h
 	WHERE merchant_id = ANY($1::text[]) AND txid >= $2::xid8 AND txid < h.x), '{}'),
 	coalesce(array(SELECT k FROM unnest($3::text[]) k
-	WHERE NOT EXISTS (SELECT 1 FROM api_keys WHERE id = k AND revoked_at IS NULL)), '{}'),
+	WHERE NOT EXISTS (SELECT 1 FROM api_keys WHERE id = k AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now()))), '{}'),
 	coalesce(array(SELECT s FROM unnest($4::text[]) s
 	WHERE NOT EXISTS (SELECT 1 FROM sessions WHERE id = s AND revoked_at IS NULL AND expires_at > now())), '{}')`
 )
