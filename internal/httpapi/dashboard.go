@@ -131,7 +131,7 @@ type chargeRow struct {
 func newDashboard() *dashboard {
 	d := &dashboard{pages: map[string]*template.Template{}}
 	for _, name := range []string{"login", "error", "keys", "charges", "charge", "customers", "customer", "events", "event", "webhooks", "webhook",
-		"connectors", "connector", "routing"} {
+		"connectors", "connector", "routing", "audit"} {
 		d.pages[name] = template.Must(template.New(name).Funcs(dashboardFuncs).
 			ParseFS(dashboardFiles, "dashboard/layout.html", "dashboard/"+name+".html"))
 	}
@@ -156,7 +156,9 @@ type view struct {
 	// Canonical is the page's own address when it answers a form posted to
 	// another one; the script puts it in the history.
 	Canonical string
-	Data      any
+	// CanAudit shows the audit log in the menu, to the roles that read it.
+	CanAudit bool
+	Data     any
 }
 
 // dashboardHeaders are the headers of every dashboard page.
@@ -204,7 +206,8 @@ func (s *server) signedIn(c *fiber.Ctx, nav, title string) (view, error) {
 		return view{}, err
 	}
 	pm := PresentMerchant(m)
-	return view{Title: title, Nav: nav, Merchant: &pm, CSRF: s.csrfToken(p.SessionID), Notice: notices[c.Query("notice")]}, nil
+	return view{Title: title, Nav: nav, Merchant: &pm, CSRF: s.csrfToken(p.SessionID), Notice: notices[c.Query("notice")],
+		CanAudit: s.AuditLog != nil && p.Allows(needs["GET /dashboard/audit"])}, nil
 }
 
 // notices are the confirmations an action's redirect names.
@@ -348,7 +351,7 @@ func (s *server) dashSession(c *fiber.Ctx) error {
 	if err := s.authorize(c); err != nil {
 		return err
 	}
-	return c.Next()
+	return s.audited(c)
 }
 
 func (s *server) signInAgain(c *fiber.Ctx) error {
@@ -446,6 +449,8 @@ func (s *server) dashboardRoutes(app *fiber.App) {
 	post("/webhooks/:id/recover", s.dashRecover)
 	post("/webhooks/:id/delete", s.dashDeleteEndpoint)
 	post("/deliveries/:id/retry", s.dashRetry)
+
+	get("/audit", s.auditPage)
 }
 
 // dashboardAsset serves an embedded script or style sheet.

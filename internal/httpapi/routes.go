@@ -36,6 +36,7 @@ func (s *server) routes(app *fiber.App) {
 	app.Post("/v1/me/api_keys", perIP, session, s.createKey)
 	app.Get("/v1/me/api_keys", perIP, either, s.listKeys)
 	app.Delete("/v1/me/api_keys/:id", perIP, secret, s.revokeKey)
+	app.Get("/v1/audit_log", perIP, session, s.listAuditLog)
 
 	app.Post("/v1/charges", s.authenticateCounted(acceptKey, "default", cfg.RateLimitDefault, &namedLimit{"charges", cfg.RateLimitCharges}), s.createCharge)
 	app.Options(tokensPath, tokensPreflight)

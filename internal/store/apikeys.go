@@ -6,6 +6,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/gatehouse-pay/gatehouse/internal/apikeys"
+	"github.com/gatehouse-pay/gatehouse/internal/audit"
 	"github.com/gatehouse-pay/gatehouse/internal/listing"
 )
 
@@ -15,8 +16,11 @@ const insertKey = `INSERT INTO api_keys (` + keyColumns + `) VALUES ($1, $2, $3,
 
 // CreateKey stores a new key.
 func (s *Store) CreateKey(ctx context.Context, k apikeys.Key) error {
-	_, err := s.pool.Exec(ctx, insertKey, k.ID, k.MerchantID, k.Name, k.Environment, k.PublicKey, k.SecretDigest, k.SecretLast4, k.CreatedAt)
-	return mapErr(err, "api_key")
+	audit.SetObject(ctx, "api_key", k.ID)
+	return s.audited(ctx, func(q dbtx) error {
+		_, err := q.Exec(ctx, insertKey, k.ID, k.MerchantID, k.Name, k.Environment, k.PublicKey, k.SecretDigest, k.SecretLast4, k.CreatedAt)
+		return mapErr(err, "api_key")
+	})
 }
 
 const ()
@@ -53,10 +57,13 @@ const revokeKey = `UPDATE api_keys SET revoked_at = COALESCE(revoked_at, now())
 WHERE id = $1 AND merchant_id = $2 RETURNING ` + keyColumns
 
 // RevokeKey revokes one of the merchant's keys; another merchant's key is NotFound.
-func (s *Store) RevokeKey(ctx context.Context, merchantID, id string) (apikeys.Key, error) {
-	rows, _ := s.pool.Query(ctx, revokeKey, id, merchantID)
-	k, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByPos[apikeys.Key])
-	return k, mapErr(err, "api_key")
+func (s *Store) RevokeKey(ctx context.Context, merchantID, id string) (k apikeys.Key, err error) {
+	err = s.audited(ctx, func(q dbtx) error {
+		rows, _ := q.Query(ctx, revokeKey, id, merchantID)
+		k, err = pgx.CollectExactlyOneRow(rows, pgx.RowToStructByPos[apikeys.Key])
+		return mapErr(err, "api_key")
+	})
+	return k, err
 }
 
 const selectKeyByID = `SELECT ` + keyColumns + ` FROM api_keys WHERE id = $1 AND merchant_id = $2`

@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -114,10 +115,15 @@ func buildTemplate(ctx context.Context) (string, error) {
 		return "", err
 	}
 	if exists {
-		return name, nil
+		_, err := admin.Exec(ctx, "COMMENT ON DATABASE "+pgx.Identifier{name}.Sanitize()+" IS '"+strconv.FormatInt(time.Now().Unix(), 10)+"'")
+		return name, err
 	}
-	// Templates of older migrations are dropped; a half-built one is rebuilt.
-	rows, err := admin.Query(ctx, "SELECT datname FROM pg_database WHERE datname LIKE 'gatehouse_tmpl_%'")
+	// Templates of other migrations are dropped once unused for a day (test
+	// runs of other checkouts may be using them now); a half-built one is
+	// rebuilt. A template's comment is when it was last wanted.
+	rows, err := admin.Query(ctx, `SELECT datname FROM pg_database WHERE datname LIKE 'gatehouse_tmpl_%'
+		AND (datname LIKE '%_building' OR coalesce(shobj_description(oid, 'pg_database'), '') !~ '^[0-9]+$'
+			OR shobj_description(oid, 'pg_database')::bigint < extract(epoch FROM now() - interval '1 day'))`)
 	if err != nil {
 		return "", err
 	}
@@ -146,7 +152,8 @@ func buildTemplate(ctx context.Context) (string, error) {
 	if _, err := admin.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{building}.Sanitize()+" RENAME TO "+pgx.Identifier{name}.Sanitize()); err != nil {
 		return "", err
 	}
-	return name, nil
+	_, err = admin.Exec(ctx, "COMMENT ON DATABASE "+pgx.Identifier{name}.Sanitize()+" IS '"+strconv.FormatInt(time.Now().Unix(), 10)+"'")
+	return name, err
 }
 
 // DB is a fresh, migrated database for one test.
