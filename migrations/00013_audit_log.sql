@@ -68,14 +68,18 @@ BEGIN
 END
 $$;
 -- +goose StatementEnd
+-- Row triggers are cloned to every partition; statement triggers refuse a
+-- statement on the table even when it matches no row.
 CREATE TRIGGER audit_log_append_only BEFORE UPDATE OR DELETE ON audit_log
     FOR EACH ROW EXECUTE FUNCTION audit_refuse();
+CREATE TRIGGER audit_log_append_only_statement BEFORE UPDATE OR DELETE ON audit_log
+    FOR EACH STATEMENT EXECUTE FUNCTION audit_refuse();
 CREATE TRIGGER audit_log_no_truncate BEFORE TRUNCATE ON audit_log
     FOR EACH STATEMENT EXECUTE FUNCTION audit_refuse();
 CREATE TRIGGER audit_log_no_truncate BEFORE TRUNCATE ON audit_log_default
     FOR EACH STATEMENT EXECUTE FUNCTION audit_refuse();
 CREATE TRIGGER audit_anchors_append_only BEFORE UPDATE OR DELETE ON audit_anchors
-    FOR EACH ROW EXECUTE FUNCTION audit_refuse();
+    FOR EACH STATEMENT EXECUTE FUNCTION audit_refuse();
 CREATE TRIGGER audit_anchors_no_truncate BEFORE TRUNCATE ON audit_anchors
     FOR EACH STATEMENT EXECUTE FUNCTION audit_refuse();
 
