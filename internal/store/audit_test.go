@@ -51,7 +51,7 @@ func mustVerify(t *testing.T, s *store.Store) audit.Summary {
 	return sum
 }
 
-func newCharge(t *testing.T, merchantID string) charges.NewCharge {
+func newCharge(t testing.TB, merchantID string) charges.NewCharge {
 	t.Helper()
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	c := charges.Charge{ID: ids.NewUUID(), MerchantID: merchantID, Environment: "sandbox", Amount: 2000, Currency: "USD",
