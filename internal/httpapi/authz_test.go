@@ -141,6 +141,7 @@ var authzRoutes = map[string]authzRoute{
 	"GET /v1/me/api_keys":           {auth: sessionOrKey, ok: 200, lists: kindAPIKey},
 	"DELETE /v1/me/api_keys/:id":    {auth: keyOnly, ok: 200, idKind: kindAPIKey},
 	"POST /v1/me/api_keys/:id/roll": {auth: sessionOnly, ok: 201, idKind: kindAPIKey, body: fixed(`{"expires_in":60}`)},
+	"GET /v1/audit_log":             {auth: sessionOnly, ok: 200},
 
 	"POST /v1/charges":          {auth: keyOnly, ok: 201, body: fixed(chargeJSON(set("amount", 700)))},
 	"OPTIONS /v1/tokens":        {auth: public, ok: 204},
@@ -536,6 +537,7 @@ var stateTables = map[string]string{
 	"sandbox_ledger":  `FROM sandbox_ledger x WHERE $1 = ''`,
 	"customers":       `FROM customers x WHERE $1 = '' OR merchant_id = $1`,
 	"payment_methods": `FROM payment_methods x WHERE $1 = '' OR merchant_id = $1`,
+	"audit_log":       `FROM audit_log x WHERE $1 = '' OR merchant_id = $1`,
 	"card_tokens":     `FROM card_tokens x WHERE $1 = '' OR merchant_id = $1`,
 	"connectors":      `FROM connectors x WHERE $1 = '' OR merchant_id = $1`,
 	"routing":         `FROM routing x WHERE $1 = '' OR merchant_id = $1`,

@@ -297,9 +297,14 @@ func TestCustomersOfAnotherMerchant(t *testing.T) {
 			}
 		}
 	}
-	delete(before, "customers") // A's second customer
 	after := h.state(t, a.merchantID)
-	delete(after, "customers")
+	for _, table := range []string{"customers", "audit_log"} { // A's second customer and its entry
+		delete(before, table)
+		delete(after, table)
+	}
+	if n := h.count(t, "SELECT count(*) FROM audit_log WHERE merchant_id = $1 AND action = 'customer.create'", a.merchantID); n != 2 {
+		t.Errorf("A's audit log has %d customer creations, want 2 (B's requests wrote to it?)", n)
+	}
 	if diff := stateDiff(before, after); diff != "" {
 		t.Errorf("B's requests changed what A owns: %s", diff)
 	}

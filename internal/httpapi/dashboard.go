@@ -138,7 +138,7 @@ type chargeRow struct {
 func newDashboard() *dashboard {
 	d := &dashboard{pages: map[string]*template.Template{}}
 	for _, name := range []string{"login", "error", "keys", "charges", "charge", "customers", "customer", "events", "event", "webhooks", "webhook",
-		"connectors", "connector", "routing", "team", "setup"} {
+		"connectors", "connector", "routing", "team", "setup", "audit"} {
 		d.pages[name] = template.Must(template.New(name).Funcs(dashboardFuncs).
 			ParseFS(dashboardFiles, "dashboard/layout.html", "dashboard/"+name+".html"))
 	}
@@ -165,7 +165,7 @@ type view struct {
 	// Canonical is the page's own address when it answers a form posted to
 	// another one; the script puts it in the history.
 	Canonical string
-	Data      any
+	Data     any
 }
 
 // dashboardHeaders are the headers of every dashboard page.
@@ -368,7 +368,7 @@ func (s *server) dashSession(c *fiber.Ctx) error {
 	if err := s.authorize(c); err != nil {
 		return err
 	}
-	return c.Next()
+	return s.audited(c)
 }
 
 func (s *server) signInAgain(c *fiber.Ctx) error {
@@ -474,6 +474,7 @@ func (s *server) dashboardRoutes(app *fiber.App) {
 	post("/team", s.dashInvite)
 	post("/team/:id/role", s.dashMemberRole)
 	post("/team/:id/remove", s.dashRemoveMember)
+	get("/audit", s.auditPage)
 }
 
 // dashboardAsset serves an embedded script or style sheet.

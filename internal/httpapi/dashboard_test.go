@@ -206,6 +206,7 @@ var dashRoutes = map[string]dashRoute{
 	"POST /dashboard/connectors/:id/rehearsal": {ok: 303, idKind: kindConnector, form: url.Values{"latency_ms": {"5"}}},
 	"POST /dashboard/connectors/:id/delete":    {ok: 303, idKind: kindConnector},
 	"GET /dashboard/routing":                   {ok: 200},
+	"GET /dashboard/audit":                     {ok: 200},
 	"POST /dashboard/routing": {ok: 303, formOf: func(a *authzFixture) url.Values {
 		return url.Values{"form": {"ordered"}, "connector": {a.ids[kindConnector][0]}}
 	}},

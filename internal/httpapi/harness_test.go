@@ -155,6 +155,7 @@ func newHarnessWith(t *testing.T, o harnessOptions) *harness {
 		Connectors:     connectors.NewService(st, keys, directory, cfg.Providers(), time.Now),
 		Events:         events.NewService(st, time.Now),
 		Webhooks:       webhooks.NewService(st, queue, keys, cfg.WebhookAllowPrivateNetworks, time.Now, nil),
+		AuditLog:       st,
 		Stream:         hub,
 		Keyring:        keys,
 		Limiter:        ratelimit.New(rdb, ratelimit.NewMetrics(reg), log),

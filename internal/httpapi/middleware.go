@@ -289,7 +289,7 @@ func (s *server) authenticate(allowed accept) fiber.Handler {
 		if err := s.authorize(c); err != nil {
 			return err
 		}
-		return c.Next()
+		return s.audited(c)
 	}
 }
 
@@ -349,7 +349,7 @@ func (s *server) authenticateCounted(allowed accept, name string, l config.Limit
 				return err
 			}
 		}
-		return c.Next()
+		return s.audited(c)
 	}
 }
 

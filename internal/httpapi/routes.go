@@ -44,6 +44,7 @@ func (s *server) routes(app *fiber.App) {
 	app.Get("/v1/me/members/:id", perIP, session, s.getMember)
 	app.Patch("/v1/me/members/:id", perIP, session, s.updateMember)
 	app.Delete("/v1/me/members/:id", perIP, session, s.deleteMember)
+	app.Get("/v1/audit_log", perIP, session, s.listAuditLog)
 
 	app.Post("/v1/charges", s.authenticateCounted(acceptKey, "default", cfg.RateLimitDefault, &namedLimit{"charges", cfg.RateLimitCharges}), s.createCharge)
 	app.Options(tokensPath, tokensPreflight)

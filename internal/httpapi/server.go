@@ -70,6 +70,9 @@ type Deps struct {
 	Connectors *connectors.Service
 	Events     *events.Service
 	Webhooks   *webhooks.Service
+	// AuditLog records every state-changing request and lists the records
+	// (docs/audit.md); nil records nothing.
+	AuditLog AuditLog
 	// Stream serves GET /v1/events/stream; nil answers 503.
 	Stream  *events.Hub
 	Keyring *keyring.Keyring

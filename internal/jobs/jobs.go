@@ -73,6 +73,9 @@ type Maintenance interface {
 	// FillEventCharges sets the charge of events written without it (by an
 	// earlier release) and returns how many.
 	FillEventCharges(ctx context.Context) (int64, error)
+	// MaintainAuditLog creates the audit log's partitions ahead and drops
+	// those past its retention (docs/audit.md).
+	MaintainAuditLog(ctx context.Context, now time.Time) (created, dropped int, err error)
 }
 
 // observe runs a task with its log id, metrics and, when tracing is on, a

@@ -236,8 +236,9 @@ func (h *Handlers) HandleOutboxSweep(ctx context.Context, _ *asynq.Task) error {
 
 // HandleRetentionPrune deletes idempotency keys older than 24 h and events
 // older than 30 days, clears the sealed cards of card tokens that expired
-// unused, deletes tokens 30 days after they expired, and sets the charge of
-// events an earlier release wrote without it.
+// unused, deletes tokens 30 days after they expired, sets the charge of
+// events an earlier release wrote without it, and keeps the audit log's
+// monthly partitions: created three months ahead, dropped after a year.
 func (h *Handlers) HandleRetentionPrune(ctx context.Context, _ *asynq.Task) error {
 	keys, err := h.Store.DeleteIdempotencyKeysBefore(ctx, time.Now().Add(-idempotency.Retention))
 	if err != nil {
@@ -255,7 +256,12 @@ func (h *Handlers) HandleRetentionPrune(ctx context.Context, _ *asynq.Task) erro
 	if err != nil {
 		return err
 	}
+	created, dropped, err := h.Store.MaintainAuditLog(ctx, time.Now())
+	if err != nil {
+		return err
+	}
 	h.Log.InfoContext(ctx, "pruned expired records", "idempotency_keys", keys, "events", evs,
-		"token_cards_cleared", cleared, "tokens", tokens, "event_charges_filled", filled)
+		"token_cards_cleared", cleared, "tokens", tokens, "event_charges_filled", filled,
+		"audit_partitions_created", created, "audit_partitions_dropped", dropped)
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/apikeys"
 	"github.com/gatehouse-pay/gatehouse/internal/apperr"
 	"github.com/gatehouse-pay/gatehouse/internal/authz"
+	"github.com/gatehouse-pay/gatehouse/internal/audit"
 	"github.com/gatehouse-pay/gatehouse/internal/listing"
 )
 
@@ -88,8 +89,11 @@ func (s *Store) CreateKey(ctx context.Context, k apikeys.Key) error {
 	if err != nil {
 		return err
 	}
-	_, err = s.pool.Exec(ctx, insertKey, args...)
-	return mapErr(err, "api_key")
+	audit.SetObject(ctx, "api_key", k.ID)
+	return s.audited(ctx, func(q dbtx) error {
+		_, err := q.Exec(ctx, insertKey, args...)
+		return mapErr(err, "api_key")
+	})
 }
 
 // ListKeys returns one page of the merchant's keys, newest first.
@@ -115,8 +119,12 @@ const revokeKey = `UPDATE api_keys SET revoked_at = COALESCE(revoked_at, now())
 WHERE id = $1 AND merchant_id = $2 RETURNING ` + keyColumns
 
 // RevokeKey revokes one of the merchant's keys; another merchant's key is NotFound.
-func (s *Store) RevokeKey(ctx context.Context, merchantID, id string) (apikeys.Key, error) {
-	return oneKey(s.pool.Query(ctx, revokeKey, id, merchantID))
+func (s *Store) RevokeKey(ctx context.Context, merchantID, id string) (k apikeys.Key, err error) {
+	err = s.audited(ctx, func(q dbtx) error {
+		k, err = oneKey(q.Query(ctx, revokeKey, id, merchantID))
+		return err
+	})
+	return k, err
 }
 
 const selectKeyByID = `SELECT ` + keyColumns + ` FROM api_keys WHERE id = $1 AND merchant_id = $2`

@@ -6,11 +6,13 @@ import (
 	"encoding/json"
 	"errors"
 	"strconv"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/gatehouse-pay/gatehouse/internal/apperr"
+	"github.com/gatehouse-pay/gatehouse/internal/audit"
 	"github.com/gatehouse-pay/gatehouse/internal/charges"
 	"github.com/gatehouse-pay/gatehouse/internal/idempotency"
 	"github.com/gatehouse-pay/gatehouse/internal/listing"
@@ -69,6 +71,18 @@ WITH idem AS (
 )` + fanout + `
 SELECT count(*), ` + deliveriesOf + ` FROM ch`
 
+// createChargeAudited is createCharge that also appends the request's audit
+// entry ($35 to $43: appendAudit's arguments but the merchant and the
+// object) when it creates the charge, still in one statement and one round
+// trip: the chain's head is locked from the append to the commit. A CTE
+// that only reads runs when the query reads it: the result reads it.
+var createChargeAudited = strings.Replace(createCharge, `
+SELECT count(*), `, `
+, au AS (
+	SELECT audit_append($35, $2::text, $36, $37, $38, $39, $40, ch.id::text, $41, $42, $43) FROM ch
+)
+SELECT least(count(*), (SELECT count(*) FROM au)), `, 1)
+
 // CreateCharge implements charges.Store.
 func (s *Store) CreateCharge(ctx context.Context, n charges.NewCharge) (*idempotency.Response, []outbox.Task, error) {
 	c := n.Charge
@@ -90,13 +104,17 @@ func (s *Store) CreateCharge(ctx context.Context, n charges.NewCharge) (*idempot
 		key, fp, status, resp,
 		c.CustomerID, c.PaymentMethodID, c.OffSession, c.ReturnURL, c.ConnectorID, routeJSON(c.Route)}
 	var err error
+	audit.SetObject(ctx, "charge", c.ID)
 	if n.TokenID == "" {
-		err = s.pool.QueryRow(ctx, createCharge, args...).Scan(&created, &deliveries)
+		err = s.createChargeAlone(ctx, args, &created, &deliveries)
 	} else {
 		// The charge and the use of its card token commit together: a
 		// token another charge used meanwhile rolls this one back.
 		err = s.inTx(ctx, func(tx pgx.Tx) error {
 			if err := tx.QueryRow(ctx, createCharge, args...).Scan(&created, &deliveries); err != nil || created == 0 {
+				if err == nil {
+					audit.Skip(ctx) // a replay
+				}
 				return err
 			}
 			tag, err := tx.Exec(ctx, useToken, n.TokenID, c.MerchantID, c.Environment, c.CreatedAt, c.ID)
@@ -125,6 +143,20 @@ func (s *Store) CreateCharge(ctx context.Context, n charges.NewCharge) (*idempot
 	return replay, nil, err
 }
 
+// createChargeAlone runs createCharge on the pool, with the request's audit
+// entry when ctx carries one still to be written.
+func (s *Store) createChargeAlone(ctx context.Context, args []any, created *int, deliveries *[]string) error {
+	e, ok := audit.Claim(ctx)
+	if !ok {
+		return s.pool.QueryRow(ctx, createCharge, args...).Scan(created, deliveries)
+	}
+	a := auditArgs(e)
+	args = append(args, a[0], a[2], a[3], a[4], a[5], a[6], a[8], a[9], a[10])
+	err := s.pool.QueryRow(ctx, createChargeAudited, args...).Scan(created, deliveries)
+	audit.Release(ctx, err == nil && *created == 1)
+	return err
+}
+
 type querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
@@ -134,6 +166,7 @@ const selectIdempotency = `SELECT fingerprint, status, response FROM idempotency
 // storedResponse returns the first response to a used key, or ErrReused if
 // it answered another request.
 func (s *Store) storedResponse(ctx context.Context, q querier, merchantID string, idem *idempotency.Request) (*idempotency.Response, error) {
+	audit.Skip(ctx) // a replay changes nothing: no audit entry
 	var fp []byte
 	var r idempotency.Response
 	if err := q.QueryRow(ctx, selectIdempotency, merchantID, idem.Key).Scan(&fp, &r.Status, &r.Body); err != nil {
@@ -255,7 +288,9 @@ func (s *Store) claimKey(ctx context.Context, tx pgx.Tx, merchantID string, idem
 	return tag.RowsAffected() == 1, nil
 }
 
-// inTx runs fn in a transaction, committing if it returns nil.
+// inTx runs fn in a transaction, committing if it returns nil, with the
+// request's audit entry when ctx carries one still to be written (see
+// commitAudited).
 func (s *Store) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
@@ -265,7 +300,7 @@ func (s *Store) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
 	if err := fn(tx); err != nil {
 		return err
 	}
-	return mapErr(tx.Commit(ctx), "transaction")
+	return commitAudited(ctx, tx)
 }
 
 const selectChargeForWork = `SELECT ` + chargeColumns + `, card_sealed,

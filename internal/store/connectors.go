@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/gatehouse-pay/gatehouse/internal/apperr"
+	"github.com/gatehouse-pay/gatehouse/internal/audit"
 	"github.com/gatehouse-pay/gatehouse/internal/connectors"
 	"github.com/gatehouse-pay/gatehouse/internal/idempotency"
 	"github.com/gatehouse-pay/gatehouse/internal/ids"
@@ -30,6 +31,7 @@ VALUES ($1, $2, $3, $4, $5, false, $6, $7, $8, $8)`
 
 // CreateConnector implements connectors.Store.
 func (s *Store) CreateConnector(ctx context.Context, c connectors.Connector, idem *idempotency.Request, first idempotency.Response) (*idempotency.Response, error) {
+	audit.SetObject(ctx, "connector", c.ID)
 	return s.createOnce(ctx, c.MerchantID, idem, first, func(tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, insertConnector, c.ID, c.MerchantID, c.Provider, c.Name, c.Enabled, c.Sealed, c.Sandbox, c.CreatedAt)
 		return mapErr(err, "connector")
@@ -56,9 +58,12 @@ WHERE id = $1 AND merchant_id = $2 AND deleted_at IS NULL
 RETURNING ` + connectorColumns
 
 // UpdateConnector implements connectors.Store.
-func (s *Store) UpdateConnector(ctx context.Context, merchantID, id string, p connectors.Patch) (connectors.Connector, error) {
-	c, err := scanConnector(s.pool.QueryRow(ctx, updateConnector, id, merchantID, p.Name, p.Enabled, p.Sealed, p.Sandbox, p.At))
-	return c, mapErr(err, "connector")
+func (s *Store) UpdateConnector(ctx context.Context, merchantID, id string, p connectors.Patch) (c connectors.Connector, err error) {
+	err = s.audited(ctx, func(q dbtx) error {
+		c, err = scanConnector(q.QueryRow(ctx, updateConnector, id, merchantID, p.Name, p.Enabled, p.Sealed, p.Sandbox, p.At))
+		return mapErr(err, "connector")
+	})
+	return c, err
 }
 
 // deleteConnector marks a connector deleted unless it is a server account
@@ -79,19 +84,21 @@ SELECT server_account, routed, EXISTS (SELECT 1 FROM del) FROM target`
 
 // DeleteConnector implements connectors.Store.
 func (s *Store) DeleteConnector(ctx context.Context, merchantID, id string, at time.Time) error {
-	var server, routed, deleted bool
-	err := s.pool.QueryRow(ctx, deleteConnector, id, merchantID, at).Scan(&server, &routed, &deleted)
-	switch {
-	case err != nil:
-		return mapErr(err, "connector")
-	case server:
-		return apperr.New(apperr.KindConflict, apperr.CodeInvalidState, "This connector is the server's own account and cannot be deleted; disable it instead.")
-	case routed:
-		return apperr.New(apperr.KindConflict, apperr.CodeInvalidState, "Your routing names this connector; change the routing before deleting it.")
-	case !deleted:
-		return apperr.NotFound("connector")
-	}
-	return nil
+	return s.audited(ctx, func(q dbtx) error {
+		var server, routed, deleted bool
+		err := q.QueryRow(ctx, deleteConnector, id, merchantID, at).Scan(&server, &routed, &deleted)
+		switch {
+		case err != nil:
+			return mapErr(err, "connector")
+		case server:
+			return apperr.New(apperr.KindConflict, apperr.CodeInvalidState, "This connector is the server's own account and cannot be deleted; disable it instead.")
+		case routed:
+			return apperr.New(apperr.KindConflict, apperr.CodeInvalidState, "Your routing names this connector; change the routing before deleting it.")
+		case !deleted:
+			return apperr.NotFound("connector")
+		}
+		return nil
+	})
 }
 
 // ensureServerAccounts creates the merchant's server-account connectors
@@ -167,8 +174,10 @@ func (s *Store) PutRouting(ctx context.Context, merchantID string, r connectors.
 		return r, apperr.Internal(err)
 	}
 	var updated time.Time
-	if err := s.pool.QueryRow(ctx, putRouting, merchantID, config, at).Scan(&r.Version, &updated); err != nil {
-		return r, mapErr(err, "routing")
+	if err := s.audited(ctx, func(q dbtx) error {
+		return mapErr(q.QueryRow(ctx, putRouting, merchantID, config, at).Scan(&r.Version, &updated), "routing")
+	}); err != nil {
+		return r, err
 	}
 	r.UpdatedAt = &updated
 	return r, nil

@@ -6,6 +6,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/gatehouse-pay/gatehouse/internal/apperr"
+	"github.com/gatehouse-pay/gatehouse/internal/audit"
 	"github.com/gatehouse-pay/gatehouse/internal/charges"
 	"github.com/gatehouse-pay/gatehouse/internal/customers"
 	"github.com/gatehouse-pay/gatehouse/internal/idempotency"
@@ -25,6 +26,7 @@ const insertCustomer = `INSERT INTO customers (` + customerColumns + `) VALUES (
 
 // CreateCustomer implements customers.Store.
 func (s *Store) CreateCustomer(ctx context.Context, c customers.Customer, idem *idempotency.Request, first idempotency.Response) (*idempotency.Response, error) {
+	audit.SetObject(ctx, "customer", c.ID)
 	return s.createOnce(ctx, c.MerchantID, idem, first, func(tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, insertCustomer, c.ID, c.MerchantID, c.Environment, c.Email, c.Name, c.Description,
 			c.Metadata, c.CreatedAt, c.UpdatedAt)
@@ -64,13 +66,16 @@ WHERE id = $1 AND merchant_id = $2
 RETURNING ` + customerColumns
 
 // UpdateCustomer implements customers.Store.
-func (s *Store) UpdateCustomer(ctx context.Context, merchantID, id string, p customers.Patch) (customers.Customer, error) {
+func (s *Store) UpdateCustomer(ctx context.Context, merchantID, id string, p customers.Patch) (c customers.Customer, err error) {
 	email, setEmail := p.Email.Get()
 	name, setName := p.Name.Get()
 	desc, setDesc := p.Description.Get()
-	c, err := scanCustomer(s.pool.QueryRow(ctx, updateCustomer, id, merchantID, setEmail, email, setName, name,
-		setDesc, desc, p.Metadata, p.At))
-	return c, mapErr(err, "customer")
+	err = s.audited(ctx, func(q dbtx) error {
+		c, err = scanCustomer(q.QueryRow(ctx, updateCustomer, id, merchantID, setEmail, email, setName, name,
+			setDesc, desc, p.Metadata, p.At))
+		return mapErr(err, "customer")
+	})
+	return c, err
 }
 
 const (
@@ -129,6 +134,7 @@ WHERE id = $1 AND merchant_id = $2 AND environment = $3 AND used_at IS NULL AND 
 // CreatePaymentMethod implements customers.Store.
 func (s *Store) CreatePaymentMethod(ctx context.Context, n customers.NewPaymentMethod) (*idempotency.Response, error) {
 	m := n.Method
+	audit.SetObject(ctx, "payment_method", m.ID)
 	return s.createOnce(ctx, m.MerchantID, n.Idem, n.Response, func(tx pgx.Tx) error {
 		var one int
 		if err := tx.QueryRow(ctx, shareCustomer, m.CustomerID, m.MerchantID).Scan(&one); err != nil {
@@ -170,7 +176,11 @@ const deletePaymentMethod = `DELETE FROM payment_methods WHERE id = $1 AND custo
 // DeletePaymentMethod deletes a customer's payment method, its sealed card
 // with it: NotFound unless the method is the merchant's customer's.
 func (s *Store) DeletePaymentMethod(ctx context.Context, merchantID, customerID, id string) error {
-	tag, err := s.pool.Exec(ctx, deletePaymentMethod, id, customerID, merchantID)
+	return s.audited(ctx, func(q dbtx) error { return deletePaymentMethodOn(ctx, q, merchantID, customerID, id) })
+}
+
+func deletePaymentMethodOn(ctx context.Context, q dbtx, merchantID, customerID, id string) error {
+	tag, err := q.Exec(ctx, deletePaymentMethod, id, customerID, merchantID)
 	if err != nil {
 		return mapErr(err, "payment_method")
 	}

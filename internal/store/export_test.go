@@ -32,3 +32,11 @@ func ExplainArgs(name string) string {
 
 // MapErr is mapErr, for the deadline property.
 var MapErr = mapErr
+
+// SetAuditChains spreads audit entries over n chains until the returned
+// function restores the default.
+func SetAuditChains(n int) (restore func()) {
+	old := auditChains
+	auditChains = n
+	return func() { auditChains = old }
+}

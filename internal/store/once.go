@@ -6,6 +6,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/gatehouse-pay/gatehouse/internal/apikeys"
+	"github.com/gatehouse-pay/gatehouse/internal/audit"
 	"github.com/gatehouse-pay/gatehouse/internal/idempotency"
 	"github.com/gatehouse-pay/gatehouse/internal/webhooks"
 )
@@ -48,6 +49,7 @@ func (s *Store) createOnce(ctx context.Context, merchantID string, idem *idempot
 // CreateEndpoint implements webhooks.Store: the endpoint and the record of
 // its Idempotency-Key (if any) in one transaction.
 func (s *Store) CreateEndpoint(ctx context.Context, e webhooks.Endpoint, idem *idempotency.Request, first idempotency.Response) (*idempotency.Response, error) {
+	audit.SetObject(ctx, "webhook_endpoint", e.ID)
 	return s.createOnce(ctx, e.MerchantID, idem, first, func(tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, insertEndpoint, e.ID, e.MerchantID, e.Environment, e.URL, e.Events, e.Active, e.Description, e.SecretSealed, e.CreatedAt, e.Ordered)
 		return mapErr(err, "webhook_endpoint")
@@ -57,6 +59,7 @@ func (s *Store) CreateEndpoint(ctx context.Context, e webhooks.Endpoint, idem *i
 // CreateKeyOnce implements apikeys.OnceStore: the key and the record of its
 // Idempotency-Key in one transaction.
 func (s *Store) CreateKeyOnce(ctx context.Context, k apikeys.Key, idem *idempotency.Request, first idempotency.Response) (*idempotency.Response, error) {
+	audit.SetObject(ctx, "api_key", k.ID)
 	return s.createOnce(ctx, k.MerchantID, idem, first, func(tx pgx.Tx) error {
 		args, err := insertKeyArgs(k)
 		if err != nil {

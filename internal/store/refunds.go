@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/gatehouse-pay/gatehouse/internal/apperr"
+	"github.com/gatehouse-pay/gatehouse/internal/audit"
 	"github.com/gatehouse-pay/gatehouse/internal/charges"
 	"github.com/gatehouse-pay/gatehouse/internal/events"
 	"github.com/gatehouse-pay/gatehouse/internal/idempotency"
@@ -56,6 +57,7 @@ func (s *Store) CreateRefund(ctx context.Context, merchantID, chargeID string, i
 			return err
 		}
 		r := p.Refund
+		audit.SetObject(ctx, "refund", r.ID)
 		b := &pgx.Batch{}
 		b.Queue(holdRefund, c.ID, r.Amount)
 		b.Queue(insertRefund, r.ID, r.MerchantID, r.ChargeID, r.Amount, r.Currency, r.Status, r.Reason, r.Metadata, r.CreatedAt)

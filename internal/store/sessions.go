@@ -32,10 +32,13 @@ const revokeSession = `UPDATE sessions SET revoked_at = COALESCE(revoked_at, now
 WHERE id = $1 RETURNING ` + sessionColumns
 
 // RevokeSession marks the session revoked, keeping the first revocation time.
-func (s *Store) RevokeSession(ctx context.Context, id string) (auth.Session, error) {
-	rows, _ := s.pool.Query(ctx, revokeSession, id)
-	sess, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByPos[auth.Session])
-	return sess, mapErr(err, "session")
+func (s *Store) RevokeSession(ctx context.Context, id string) (sess auth.Session, err error) {
+	err = s.audited(ctx, func(q dbtx) error {
+		rows, _ := q.Query(ctx, revokeSession, id)
+		sess, err = pgx.CollectExactlyOneRow(rows, pgx.RowToStructByPos[auth.Session])
+		return mapErr(err, "session")
+	})
+	return sess, err
 }
 
 const deleteExpiredSessions = `DELETE FROM sessions WHERE expires_at < $1`

@@ -21,7 +21,7 @@ func newStore(t *testing.T) *store.Store {
 	return store.New(testenv.NewDB(t).Pool)
 }
 
-func newMerchant(t *testing.T, s *store.Store, email string) merchants.Merchant {
+func newMerchant(t testing.TB, s *store.Store, email string) merchants.Merchant {
 	t.Helper()
 	m := merchants.Merchant{ID: ids.New("mer"), Email: email, Name: "n", PasswordHash: "h", CreatedAt: time.Now().UTC().Truncate(time.Millisecond)}
 	if err := s.CreateMerchant(context.Background(), m); err != nil {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/gatehouse-pay/gatehouse/internal/audit"
 	"github.com/gatehouse-pay/gatehouse/internal/charges"
 	"github.com/gatehouse-pay/gatehouse/internal/idempotency"
 )
@@ -62,6 +63,7 @@ func (s *Store) StoredResponse(ctx context.Context, merchantID string, idem *ide
 	case !bytes.Equal(fp, idem.Fingerprint):
 		return nil, idempotency.ErrReused()
 	}
+	audit.Skip(ctx) // a replay changes nothing: no audit entry
 	return &r, nil
 }
 

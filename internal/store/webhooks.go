@@ -2,12 +2,14 @@ package store
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/gatehouse-pay/gatehouse/internal/apperr"
+	"github.com/gatehouse-pay/gatehouse/internal/audit"
 	"github.com/gatehouse-pay/gatehouse/internal/events"
 	"github.com/gatehouse-pay/gatehouse/internal/listing"
 	"github.com/gatehouse-pay/gatehouse/internal/outbox"
@@ -201,8 +203,12 @@ func (s *Store) UpdateEndpoint(ctx context.Context, merchantID, id string, p web
 	if p.Events != nil {
 		evs = p.Events
 	}
-	e, err := scanEndpoint(s.pool.QueryRow(ctx, updateEndpoint, id, merchantID, p.URL, evs, p.Active, p.Description, p.At, p.Ordered))
-	return e, mapErr(err, "webhook_endpoint")
+	var e webhooks.Endpoint
+	err := s.audited(ctx, func(q dbtx) (err error) {
+		e, err = scanEndpoint(q.QueryRow(ctx, updateEndpoint, id, merchantID, p.URL, evs, p.Active, p.Description, p.At, p.Ordered))
+		return mapErr(err, "webhook_endpoint")
+	})
+	return e, err
 }
 
 const deleteEndpoint = `UPDATE webhook_endpoints SET deleted_at = $3, active = false, updated_at = $3
@@ -210,14 +216,16 @@ WHERE id = $1 AND merchant_id = $2 AND deleted_at IS NULL`
 
 // DeleteEndpoint removes an endpoint (kept for its delivery log).
 func (s *Store) DeleteEndpoint(ctx context.Context, merchantID, id string, at time.Time) error {
-	tag, err := s.pool.Exec(ctx, deleteEndpoint, id, merchantID, at)
-	if err != nil {
-		return mapErr(err, "webhook_endpoint")
-	}
-	if tag.RowsAffected() == 0 {
-		return apperr.NotFound("webhook_endpoint")
-	}
-	return nil
+	return s.audited(ctx, func(q dbtx) error {
+		tag, err := q.Exec(ctx, deleteEndpoint, id, merchantID, at)
+		if err != nil {
+			return mapErr(err, "webhook_endpoint")
+		}
+		if tag.RowsAffected() == 0 {
+			return apperr.NotFound("webhook_endpoint")
+		}
+		return nil
+	})
 }
 
 const rotateSecret = `UPDATE webhook_endpoints SET secret_sealed = $3, previous_secret_sealed = $4,
@@ -226,8 +234,12 @@ RETURNING ` + endpointColumns
 
 // RotateSecret replaces the secret, keeping the previous one until until.
 func (s *Store) RotateSecret(ctx context.Context, merchantID, id string, sealed, previous []byte, until, at time.Time) (webhooks.Endpoint, error) {
-	e, err := scanEndpoint(s.pool.QueryRow(ctx, rotateSecret, id, merchantID, sealed, previous, until, at))
-	return e, mapErr(err, "webhook_endpoint")
+	var e webhooks.Endpoint
+	err := s.audited(ctx, func(q dbtx) (err error) {
+		e, err = scanEndpoint(q.QueryRow(ctx, rotateSecret, id, merchantID, sealed, previous, until, at))
+		return mapErr(err, "webhook_endpoint")
+	})
+	return e, err
 }
 
 const deliveryColumns = `id, endpoint_id, merchant_id, event_id, event_type, test_body IS NOT NULL, status, attempts,
@@ -249,8 +261,11 @@ WITH d AS (
 
 // CreateTestDelivery stores a test delivery with its own body and its task.
 func (s *Store) CreateTestDelivery(ctx context.Context, d webhooks.Delivery, body []byte) (outbox.Task, error) {
-	_, err := s.pool.Exec(ctx, insertTestDelivery, d.ID, d.EndpointID, d.MerchantID, d.EventID, d.EventType, body, d.CreatedAt)
-	return webhooks.Task(d.ID), mapErr(err, "webhook_delivery")
+	err := s.audited(ctx, func(q dbtx) error {
+		_, err := q.Exec(ctx, insertTestDelivery, d.ID, d.EndpointID, d.MerchantID, d.EventID, d.EventType, body, d.CreatedAt)
+		return mapErr(err, "webhook_delivery")
+	})
+	return webhooks.Task(d.ID), err
 }
 
 const attemptColumns = `attempt, started_at, duration_ms, status_code, error, response_body`
@@ -322,8 +337,17 @@ SELECT count(*) FROM d`
 // RetryDelivery starts a new attempt chain for a failed delivery.
 func (s *Store) RetryDelivery(ctx context.Context, merchantID, id string, at time.Time) (webhooks.Delivery, outbox.Task, error) {
 	var n int
-	if err := s.pool.QueryRow(ctx, retryDelivery, id, merchantID, at).Scan(&n); err != nil {
-		return webhooks.Delivery{}, outbox.Task{}, mapErr(err, "webhook_delivery")
+	err := s.audited(ctx, func(q dbtx) error {
+		if err := q.QueryRow(ctx, retryDelivery, id, merchantID, at).Scan(&n); err != nil {
+			return mapErr(err, "webhook_delivery")
+		}
+		if n == 0 {
+			return errNothingDone // nothing retried: no audit entry either
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, errNothingDone) {
+		return webhooks.Delivery{}, outbox.Task{}, err
 	}
 	d, err := s.DeliveryByID(ctx, merchantID, id)
 	if err != nil {
@@ -353,13 +377,16 @@ SELECT coalesce(array_agg(id::text), '{}') FROM d`
 // RecoverDeliveries re-sends (or, dry, counts) an endpoint's failed deliveries created since since.
 func (s *Store) RecoverDeliveries(ctx context.Context, merchantID, endpointID string, since time.Time, dryRun bool, at time.Time) (int64, []outbox.Task, error) {
 	if dryRun {
+		audit.Skip(ctx) // a count changes nothing
 		var n int64
 		err := s.pool.QueryRow(ctx, countFailed, endpointID, merchantID, since).Scan(&n)
 		return n, nil, mapErr(err, "webhook_delivery")
 	}
 	var ids []string
-	if err := s.pool.QueryRow(ctx, recoverDeliveries, endpointID, merchantID, since, at).Scan(&ids); err != nil {
-		return 0, nil, mapErr(err, "webhook_delivery")
+	if err := s.audited(ctx, func(q dbtx) error {
+		return mapErr(q.QueryRow(ctx, recoverDeliveries, endpointID, merchantID, since, at).Scan(&ids), "webhook_delivery")
+	}); err != nil {
+		return 0, nil, err
 	}
 	return int64(len(ids)), deliveryTasks(ids), nil
 }
