@@ -54,6 +54,17 @@ func SetObject(ctx context.Context, objectType, id string) {
 	}
 }
 
+// SetActor names the account and the actor of a request that was not
+// authenticated when its record was made (a sign-in, a password setup):
+// the service calls it once it knows who, before the write commits.
+func SetActor(ctx context.Context, merchantID, actorType, actorID string) {
+	if r := FromContext(ctx); r != nil {
+		r.mu.Lock()
+		r.entry.MerchantID, r.entry.ActorType, r.entry.ActorID = merchantID, actorType, actorID
+		r.mu.Unlock()
+	}
+}
+
 // Skip marks the request as changing nothing (a replay of an earlier
 // request, a dry run): no entry is written for it.
 func Skip(ctx context.Context) {

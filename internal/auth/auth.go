@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gatehouse-pay/gatehouse/internal/apperr"
+	"github.com/gatehouse-pay/gatehouse/internal/audit"
 	"github.com/gatehouse-pay/gatehouse/internal/authz"
 	"github.com/gatehouse-pay/gatehouse/internal/ids"
 	"github.com/gatehouse-pay/gatehouse/internal/members"
@@ -148,6 +149,8 @@ func (s *Service) Login(ctx context.Context, email, password string) (Login, err
 
 	issued := s.now().UTC().Truncate(time.Second)
 	sess := Session{ID: ids.New("ses"), MerchantID: m.MerchantID, MemberID: m.ID, CreatedAt: issued, ExpiresAt: issued.Add(SessionTTL)}
+	audit.SetActor(ctx, m.MerchantID, audit.ActorMember, m.ID)
+	audit.SetObject(ctx, "session", sess.ID)
 	if err := s.store.CreateSession(ctx, sess); err != nil {
 		return Login{}, err
 	}

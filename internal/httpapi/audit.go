@@ -173,6 +173,22 @@ func (s *server) audited(c *fiber.Ctx) error {
 	return err
 }
 
+// auditedSignIn runs a request that signs someone in or sets a password:
+// it is not authenticated, so its record names the account and the member
+// only once the service knows them (audit.SetActor); a request that fails
+// leaves no entry.
+func (s *server) auditedSignIn(c *fiber.Ctx, action string) context.Context {
+	ctx := c.UserContext()
+	if s.AuditLog == nil {
+		return ctx
+	}
+	e := audit.Entry{ID: ids.New(auditIDPrefix), Action: action, ObjectType: strings.SplitN(action, ".", 2)[0],
+		IP: s.clientIP(c).String(), UserAgent: clip(c.Get(fiber.HeaderUserAgent), userAgentMax), RequestID: requestID(c)}
+	ctx = audit.WithRecord(ctx, audit.NewRecord(e))
+	c.SetUserContext(ctx)
+	return ctx
+}
+
 // clip copies s, cut to at most n bytes on a character boundary.
 func clip(s string, n int) string {
 	if len(s) > n {

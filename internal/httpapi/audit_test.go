@@ -27,9 +27,9 @@ func TestAuditLogRecordsEveryChange(t *testing.T) {
 	a := h.account("audit@example.com")
 	w := h.worker(t, &fakeProvider{})
 	entries := func() int { return h.count(t, "SELECT count(*) FROM audit_log WHERE merchant_id = $1", a.merchantID) }
-	// The key the account signed in with was made by its session.
-	if n := entries(); n != 1 {
-		t.Fatalf("%d entries after the key's creation, want 1", n)
+	// The account signed in (session.create), and made its key with the session.
+	if n := entries(); n != 2 {
+		t.Fatalf("%d entries after the sign-in and the key's creation, want 2", n)
 	}
 
 	ua := []string{"User-Agent", "audit-test/1.0"}
@@ -50,8 +50,8 @@ func TestAuditLogRecordsEveryChange(t *testing.T) {
 	otherKey, _ := h.newKey(a.token)
 	revoke := h.with(t).do("DELETE", "/v1/me/api_keys/"+otherKey, "", with("req-revoke")...)
 	want(t, revoke, 200, "")
-	if n := entries(); n != 6 {
-		t.Fatalf("%d entries, want 6", n)
+	if n := entries(); n != 7 { // and the charge, refund, endpoint, key and revoke
+		t.Fatalf("%d entries, want 7", n)
 	}
 
 	// Failed requests leave nothing.
@@ -63,13 +63,13 @@ func TestAuditLogRecordsEveryChange(t *testing.T) {
 	idem := []string{"Idempotency-Key", "audit-replay"}
 	want(t, h.with(t).do("POST", "/v1/charges", chargeJSON(), with("req-idem", idem...)...), 201, "")
 	want(t, h.with(t).do("POST", "/v1/charges", chargeJSON(), with("req-idem-2", idem...)...), 201, "")
-	if n := entries(); n != 7 {
-		t.Fatalf("%d entries after failures and a replay, want 7", n)
+	if n := entries(); n != 8 {
+		t.Fatalf("%d entries after failures and a replay, want 8", n)
 	}
 
 	log := h.auditLog(t, a.token, "")
-	if len(log) != 7 {
-		t.Fatalf("listed %d entries, want 7", len(log))
+	if len(log) != 8 {
+		t.Fatalf("listed %d entries, want 8", len(log))
 	}
 	byRequest := map[string]map[string]any{}
 	for _, e := range log {
@@ -116,7 +116,7 @@ func TestAuditLogRecordsEveryChange(t *testing.T) {
 		if got := h.auditLog(t, a.token, "created[gte]="+future); len(got) != 0 {
 			t.Errorf("created after an hour from now: %d", len(got))
 		}
-		if got := h.auditLog(t, a.token, "created[gte]="+past+"&created[lte]="+future); len(got) != 7 {
+		if got := h.auditLog(t, a.token, "created[gte]="+past+"&created[lte]="+future); len(got) != 8 {
 			t.Errorf("created within the last hour: %d", len(got))
 		}
 		page := h.with(t).do("GET", "/v1/audit_log?limit=2", "", bearer(a.token)...)
@@ -126,8 +126,8 @@ func TestAuditLogRecordsEveryChange(t *testing.T) {
 		}
 		last := obj(page.body["data"].([]any)[1])["id"].(string)
 		next := h.with(t).do("GET", "/v1/audit_log?limit=100&starting_after="+last, "", bearer(a.token)...)
-		if n := len(next.body["data"].([]any)); n != 5 {
-			t.Errorf("after the first page: %d entries, want 5", n)
+		if n := len(next.body["data"].([]any)); n != 6 {
+			t.Errorf("after the first page: %d entries, want 6", n)
 		}
 		for _, q := range []string{"created[gte]=yesterday", "starting_after=ch_1", "limit=0", "actor=" + strings.Repeat("x", 256)} {
 			want(t, h.with(t).do("GET", "/v1/audit_log?"+q, "", bearer(a.token)...), 400, "parameter_invalid")

@@ -165,7 +165,7 @@ type view struct {
 	// Canonical is the page's own address when it answers a form posted to
 	// another one; the script puts it in the history.
 	Canonical string
-	Data     any
+	Data      any
 }
 
 // dashboardHeaders are the headers of every dashboard page.
@@ -527,7 +527,7 @@ func (s *server) dashLogin(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	l, err := s.Auth.Login(c.UserContext(), email, password)
+	l, err := s.Auth.Login(s.auditedSignIn(c, "session.create"), email, password)
 	attempted(err)
 	if err != nil {
 		ae, ok := apperr.As(err)

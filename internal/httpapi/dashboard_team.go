@@ -101,7 +101,7 @@ func (s *server) dashSetup(c *fiber.Ctx) error {
 		return errCSRF
 	}
 	token := form(c, "token")
-	if _, err := s.Members.Setup(c.UserContext(), token, strings.Clone(c.FormValue("password"))); err != nil {
+	if _, err := s.Members.Setup(s.auditedSignIn(c, "member.setup"), token, strings.Clone(c.FormValue("password"))); err != nil {
 		ae, ok := apperr.As(err)
 		if !ok || ae.Kind != apperr.KindInvalid {
 			return err

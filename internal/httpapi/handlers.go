@@ -77,7 +77,7 @@ func (s *server) login(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	l, err := s.Auth.Login(c.UserContext(), req.Email, req.Password)
+	l, err := s.Auth.Login(s.auditedSignIn(c, "session.create"), req.Email, req.Password)
 	attempted(err)
 	if err != nil {
 		if apperr.KindOf(err) == apperr.KindUnauthenticated {

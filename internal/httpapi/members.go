@@ -110,7 +110,7 @@ func (s *server) setup(c *fiber.Ctx) error {
 	if err := decodeJSON(c, &req); err != nil {
 		return err
 	}
-	m, err := s.Members.Setup(c.UserContext(), req.Token, req.Password)
+	m, err := s.Members.Setup(s.auditedSignIn(c, "member.setup"), req.Token, req.Password)
 	if err != nil {
 		return err
 	}

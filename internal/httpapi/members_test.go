@@ -104,6 +104,21 @@ func TestMembers(t *testing.T) {
 	}
 	want(t, h.do("POST", "/v1/auth/setup", `{"token":"`+setupToken(t, r)+`","password":"`+matrixPassword+`"}`), 400, "parameter_invalid")
 
+	// Sign-ins and password setups are in the audit log, by the member.
+	for action, actor := range map[string]string{"session.create": id, "member.setup": id, "member.remove": ownerID} {
+		r := h.do("GET", "/v1/audit_log?limit=100&action="+action, "", bearer(owner.token)...)
+		want(t, r, 200, "")
+		found := false
+		for _, e := range r.body["data"].([]any) {
+			if a := obj(obj(e)["actor"]); a["type"] == "member" && a["id"] == actor {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("no %s entry by %s in %s", action, actor, r.raw)
+		}
+	}
+
 	// Another merchant's member is not found.
 	other := h.account("other@example.com")
 	want(t, h.do("GET", "/v1/me/members/"+id, "", bearer(other.token)...), 404, "not_found")

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/gatehouse-pay/gatehouse/internal/apperr"
+	"github.com/gatehouse-pay/gatehouse/internal/audit"
 	"github.com/gatehouse-pay/gatehouse/internal/authz"
 	"github.com/gatehouse-pay/gatehouse/internal/listing"
 	"github.com/gatehouse-pay/gatehouse/internal/members"
@@ -26,8 +27,11 @@ VALUES ($1, $2, $3, $4, NULLIF($5, ''), $6, $7, $8, $8)`
 
 // CreateMember stores an invited member; a taken email is a Conflict.
 func (s *Store) CreateMember(ctx context.Context, m members.Member, setupDigest []byte, setupExpires time.Time) error {
-	_, err := s.pool.Exec(ctx, insertMember, m.ID, m.MerchantID, m.Email, m.Role, m.PasswordHash, setupDigest, setupExpires, m.CreatedAt)
-	return mapErr(err, "member")
+	audit.SetObject(ctx, "member", m.ID)
+	return s.audited(ctx, func(q dbtx) error {
+		_, err := q.Exec(ctx, insertMember, m.ID, m.MerchantID, m.Email, m.Role, m.PasswordHash, setupDigest, setupExpires, m.CreatedAt)
+		return mapErr(err, "member")
+	})
 }
 
 // ListMembers returns a page of the merchant's current members, newest first.
@@ -58,9 +62,19 @@ RETURNING ` + memberColumns
 
 // CompleteSetup sets the password of the member the unexpired digest
 // belongs to and clears the digest, so the link works once.
+// The member is the actor of the audit entry the request carries, if any.
 func (s *Store) CompleteSetup(ctx context.Context, digest []byte, passwordHash string, now time.Time) (members.Member, error) {
-	m, err := scanMember(s.pool.QueryRow(ctx, completeSetup, digest, passwordHash, now))
-	return m, mapErr(err, "member")
+	var m members.Member
+	err := s.audited(ctx, func(q dbtx) error {
+		var err error
+		if m, err = scanMember(q.QueryRow(ctx, completeSetup, digest, passwordHash, now)); err != nil {
+			return mapErr(err, "member")
+		}
+		audit.SetActor(ctx, m.MerchantID, audit.ActorMember, m.ID)
+		audit.SetObject(ctx, "member", m.ID)
+		return nil
+	})
+	return m, err
 }
 
 // lockOwners locks the merchant's current owners (so that two changes

@@ -15,8 +15,10 @@ const insertSession = `INSERT INTO sessions (id, merchant_id, member_id, created
 
 // CreateSession stores a new open session.
 func (s *Store) CreateSession(ctx context.Context, sess auth.Session) error {
-	_, err := s.pool.Exec(ctx, insertSession, sess.ID, sess.MerchantID, sess.MemberID, sess.CreatedAt, sess.ExpiresAt)
-	return mapErr(err, "session")
+	return s.audited(ctx, func(q dbtx) error {
+		_, err := q.Exec(ctx, insertSession, sess.ID, sess.MerchantID, sess.MemberID, sess.CreatedAt, sess.ExpiresAt)
+		return mapErr(err, "session")
+	})
 }
 
 const selectSession = `SELECT ` + sessionColumns + ` FROM sessions WHERE id = $1`
