@@ -20,6 +20,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/gatehouse-pay/gatehouse/internal/apperr"
+	"github.com/gatehouse-pay/gatehouse/internal/auth"
 	"github.com/gatehouse-pay/gatehouse/internal/authz"
 	"github.com/gatehouse-pay/gatehouse/internal/charges"
 	"github.com/gatehouse-pay/gatehouse/internal/idempotency"
@@ -55,7 +56,9 @@ const (
 
 // dashboardCSP allows the dashboard's own script and style and nothing else:
 // no inline script or style, no framing by anyone, forms only to itself.
-const dashboardCSP = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; " +
+// Images may be data: URIs (the Security page's QR code, drawn on the
+// server).
+const dashboardCSP = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; " +
 	"form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 
 var (
@@ -132,7 +135,7 @@ type chargeRow struct {
 func newDashboard() *dashboard {
 	d := &dashboard{pages: map[string]*template.Template{}}
 	for _, name := range []string{"login", "error", "keys", "charges", "charge", "customers", "customer", "events", "event", "webhooks", "webhook",
-		"connectors", "connector", "routing", "team", "setup"} {
+		"connectors", "connector", "routing", "team", "setup", "security", "login_mfa"} {
 		d.pages[name] = template.Must(template.New(name).Funcs(dashboardFuncs).
 			ParseFS(dashboardFiles, "dashboard/layout.html", "dashboard/"+name+".html"))
 	}
@@ -241,6 +244,9 @@ var notices = map[string]string{
 	"role_changed":     "Role changed. It applies from the member's next request.",
 	"member_removed":   "Member removed. Their sessions have ended on every replica.",
 	"password_set":     "Password set. Sign in with your email and the new password.",
+	"mfa_required":     "Your account requires two-factor sign-in. Set it up here to continue.",
+	"mfa_policy_on":    "Two-factor sign-in is now required: members without it can only set it up until they do.",
+	"mfa_policy_off":   "Two-factor sign-in is no longer required of every member.",
 }
 
 // failureTitles head a failure page by its status.
@@ -360,6 +366,10 @@ func (s *server) dashSession(c *fiber.Ctx) error {
 	}
 	c.Locals(localPrincipal, p)
 	if err := s.authorize(c); err != nil {
+		if p.MFAPending && (c.Method() == fiber.MethodGet || c.Method() == fiber.MethodHead) {
+			// A member who must set up two-factor sign-in is led to it.
+			return redirectNotice(c, dashboardPath+"/security", "mfa_required")
+		}
 		return err
 	}
 	return c.Next()
@@ -421,6 +431,7 @@ func (s *server) dashboardRoutes(app *fiber.App) {
 	app.Get(dashboardPath+"/assets/favicon.svg", dashboardAsset("favicon.svg", "image/svg+xml"))
 	app.Get(dashboardPath+"/login", perIP, s.loginPage)
 	app.Post(dashboardPath+"/login", login, s.dashLogin)
+	app.Post(dashboardPath+"/login/mfa", login, s.dashLoginMFA)
 	app.Get(dashboardPath+"/setup", perIP, s.setupPage)
 	app.Post(dashboardPath+"/setup", login, s.dashSetup)
 	post("/logout", s.dashLogout)
@@ -467,6 +478,11 @@ func (s *server) dashboardRoutes(app *fiber.App) {
 	post("/team", s.dashInvite)
 	post("/team/:id/role", s.dashMemberRole)
 	post("/team/:id/remove", s.dashRemoveMember)
+	post("/team/settings", s.dashTeamSettings)
+
+	get("/security", s.securityPage)
+	post("/security/totp", s.dashEnrollTOTP)
+	post("/security/totp/confirm", s.dashConfirmTOTP)
 }
 
 // dashboardAsset serves an embedded script or style sheet.
@@ -520,7 +536,9 @@ func (s *server) dashLogin(c *fiber.Ctx) error {
 		return err
 	}
 	l, err := s.Auth.Login(c.UserContext(), email, password)
-	attempted(err)
+	if err != nil || !l.SecondFactor {
+		attempted(err) // as login: a password step alone is no sign-in
+	}
 	if err != nil {
 		ae, ok := apperr.As(err)
 		if !ok || ae.Kind != apperr.KindUnauthenticated && ae.Kind != apperr.KindInvalid {
@@ -531,8 +549,25 @@ func (s *server) dashLogin(c *fiber.Ctx) error {
 		}
 		return s.renderLogin(c, statusOf[ae.Kind], email, ae.Message)
 	}
+	if l.SecondFactor {
+		challenge, err := s.challenge(c, l.Member)
+		if err != nil {
+			return err
+		}
+		return s.renderLoginMFA(c, fiber.StatusOK, nonce, challenge, "")
+	}
+	return s.signedInTo(c, l)
+}
+
+// signedInTo sets the session cookie of a completed sign-in and opens the
+// dashboard: the Security page for a member who must set up two-factor
+// sign-in first.
+func (s *server) signedInTo(c *fiber.Ctx, l auth.Login) error {
 	s.setCookie(c, sessionCookie, l.Token, dashboardPath, l.ExpiresAt)
 	s.clearCookie(c, loginCookie, dashboardPath+"/login")
+	if l.Member.MFARequired && !l.Member.MFAEnabled {
+		return redirectNotice(c, dashboardPath+"/security", "mfa_required")
+	}
 	dashboardHeaders(c)
 	return c.Redirect(dashboardPath+"/charges", fiber.StatusSeeOther)
 }
