@@ -285,6 +285,12 @@ func TestAbusiveBodies(t *testing.T) {
 	routes := map[string]bodyRoute{
 		"POST /v1/auth/login": {path: "/v1/auth/login",
 			base: []field{{"email", `"abuse@example.com"`}, {"password", `"correct horse battery"`}}, str: "email"},
+		"POST /v1/auth/mfa": {path: "/v1/auth/mfa",
+			base: []field{{"challenge", `"mfa_made-up"`}, {"code", `"123456"`}}, str: "code"},
+		"POST /v1/me/mfa/totp": {path: "/v1/me/mfa/totp", auth: bearer(a.token), base: []field{}, emptyIsValid: true},
+		"POST /v1/me/mfa/totp/confirm": {path: "/v1/me/mfa/totp/confirm", auth: bearer(a.token),
+			base: []field{{"code", `"123456"`}}, str: "code"},
+		"PATCH /v1/me/settings": {path: "/v1/me/settings", auth: bearer(a.token), base: []field{{"mfa_required", "false"}}},
 		"POST /v1/me/api_keys": {path: "/v1/me/api_keys", auth: bearer(a.token),
 			base: []field{{"environment", `"sandbox"`}, {"name", `"ci"`}}, str: "name", emptyIsValid: true},
 		"POST /v1/charges": {path: "/v1/charges", auth: bearer(a.secret),

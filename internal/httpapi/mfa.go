@@ -127,6 +127,10 @@ func (s *server) enrollTOTP(c *fiber.Ctx) error {
 	if s.MFA == nil {
 		return errNoMFA
 	}
+	// No parameters: a body, when sent, must be an empty object.
+	if err := decodeJSON(c, &struct{}{}); err != nil {
+		return err
+	}
 	m, err := s.self(c)
 	if err != nil {
 		return err

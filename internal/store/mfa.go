@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -119,8 +120,15 @@ func (s *Store) MFAChallenge(ctx context.Context, digest []byte, now time.Time) 
 // FailMFAChallenge counts a wrong code against the challenge and deletes
 // it once it has seen max.
 func (s *Store) FailMFAChallenge(ctx context.Context, digest []byte, max int) error {
-	_, err := s.pool.Exec(ctx, `WITH f AS (UPDATE mfa_challenges SET failures = failures + 1 WHERE digest = $1 RETURNING failures)
-DELETE FROM mfa_challenges WHERE digest = $1 AND (SELECT failures FROM f) >= $2`, digest, max)
+	var failures int
+	err := s.pool.QueryRow(ctx, `UPDATE mfa_challenges SET failures = failures + 1 WHERE digest = $1 RETURNING failures`, digest).Scan(&failures)
+	if errors.Is(err, pgx.ErrNoRows) || err == nil && failures < max {
+		return nil
+	}
+	if err != nil {
+		return mapErr(err, "challenge")
+	}
+	_, err = s.pool.Exec(ctx, `DELETE FROM mfa_challenges WHERE digest = $1`, digest)
 	return mapErr(err, "challenge")
 }
 
