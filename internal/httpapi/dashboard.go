@@ -520,15 +520,26 @@ func (s *server) renderLogin(c *fiber.Ctx, status int, email, failure string) er
 	return s.render(c, status, "login", v)
 }
 
-// dashLogin signs in with the same limits and the same session as
-// POST /v1/auth/login.
-func (s *server) dashLogin(c *fiber.Ctx) error {
+// signedOutForm checks a form of the signed-out pages (sign-in and its
+// second step, setup): not cross-site, and carrying the token bound to the
+// page's nonce cookie, which it returns.
+func (s *server) signedOutForm(c *fiber.Ctx) (string, error) {
 	if crossSite(c) {
-		return errCrossSite
+		return "", errCrossSite
 	}
 	nonce := c.Cookies(loginCookie)
 	if nonce == "" || subtle.ConstantTimeCompare([]byte(c.FormValue(csrfField)), []byte(s.loginToken(nonce))) != 1 {
-		return errCSRF
+		return "", errCSRF
+	}
+	return strings.Clone(nonce), nil
+}
+
+// dashLogin signs in with the same limits and the same session as
+// POST /v1/auth/login.
+func (s *server) dashLogin(c *fiber.Ctx) error {
+	nonce, err := s.signedOutForm(c)
+	if err != nil {
+		return err
 	}
 	email, password := form(c, "email"), strings.Clone(c.FormValue("password"))
 	attempted, err := s.guardLogin(c, email, password)

@@ -1,10 +1,8 @@
 package httpapi
 
 import (
-	"crypto/subtle"
 	"encoding/base64"
 	"html/template"
-	"strings"
 
 	"github.com/gofiber/fiber/v2"
 	qrcode "github.com/skip2/go-qrcode"
@@ -152,14 +150,10 @@ func (s *server) renderLoginMFA(c *fiber.Ctx, status int, nonce, challenge, fail
 // dashLoginMFA completes a sign-in with a code, with the same limits and
 // the same session as POST /v1/auth/mfa.
 func (s *server) dashLoginMFA(c *fiber.Ctx) error {
-	if crossSite(c) {
-		return errCrossSite
+	nonce, err := s.signedOutForm(c)
+	if err != nil {
+		return err
 	}
-	nonce := c.Cookies(loginCookie)
-	if nonce == "" || subtle.ConstantTimeCompare([]byte(c.FormValue(csrfField)), []byte(s.loginToken(nonce))) != 1 {
-		return errCSRF
-	}
-	nonce = strings.Clone(nonce)
 	challenge, code := form(c, "challenge"), form(c, "code")
 	if code == "" {
 		return s.renderLoginMFA(c, fiber.StatusBadRequest, nonce, challenge, "Enter the code your authenticator app shows, or a recovery code.")

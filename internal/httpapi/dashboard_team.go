@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"crypto/rand"
-	"crypto/subtle"
 	"encoding/hex"
 	"strings"
 	"time"
@@ -106,12 +105,8 @@ func (s *server) renderSetup(c *fiber.Ctx, status int, token, failure string) er
 // dashSetup sets the invited member's password, as POST /v1/auth/setup,
 // and sends the browser to sign in.
 func (s *server) dashSetup(c *fiber.Ctx) error {
-	if crossSite(c) {
-		return errCrossSite
-	}
-	nonce := c.Cookies(loginCookie)
-	if nonce == "" || subtle.ConstantTimeCompare([]byte(c.FormValue(csrfField)), []byte(s.loginToken(nonce))) != 1 {
-		return errCSRF
+	if _, err := s.signedOutForm(c); err != nil {
+		return err
 	}
 	token := form(c, "token")
 	if _, err := s.Members.Setup(c.UserContext(), token, strings.Clone(c.FormValue("password"))); err != nil {
