@@ -40,6 +40,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/members"
 	"github.com/gatehouse-pay/gatehouse/internal/merchants"
 	"github.com/gatehouse-pay/gatehouse/internal/metrics"
+	"github.com/gatehouse-pay/gatehouse/internal/mfa"
 	"github.com/gatehouse-pay/gatehouse/internal/outbox"
 	"github.com/gatehouse-pay/gatehouse/internal/ratelimit"
 	"github.com/gatehouse-pay/gatehouse/internal/refunds"
@@ -269,6 +270,7 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer) er
 		KeyCache:  rc,
 		Merchants: merchants.NewService(db, hasher, time.Now),
 		Members:   members.NewService(db, hasher, time.Now),
+		MFA:       mfa.NewService(db, keys, time.Now),
 		Charges: charges.NewService(db, relay, keys, cfg.Providers(), cfg.DefaultProvider, time.Now, onEnqueueErr).WithTokens(db).
 			WithCustomers(db).WithChallenges(db, charges.NewLinks(cfg.PublicURL, keys)).
 			WithRouter(directory, cfg.RoutingMaxAttempts),

@@ -35,6 +35,11 @@ type Principal struct {
 	// PublicKey is set when the caller used the key pair's public key,
 	// which anyone can read in a checkout page.
 	PublicKey bool
+	// MFAPending marks a member whose account requires two-factor sign-in
+	// and who has not set it up: the session may do only what
+	// authz.Anyone needs (read its account, sign out, set up two-factor
+	// sign-in) until it is on.
+	MFAPending bool
 }
 
 // IsSession reports whether the caller used a session token.
@@ -44,6 +49,9 @@ func (p Principal) IsSession() bool { return p.SessionID != "" }
 // role, a key by its permissions.
 func (p Principal) Allows(n authz.Need) bool {
 	if p.IsSession() {
+		if p.MFAPending {
+			return n == authz.Anyone
+		}
 		return authz.RolePermissions(p.Role).Allows(n.Resource, n.Access)
 	}
 	return p.Permissions.Allows(n.Resource, n.Access)
@@ -113,18 +121,23 @@ func NewService(m MemberFinder, store Store, cache Cache, hasher *Hasher, tokens
 // commits (see Logout).
 const activeCacheTTL = 5 * time.Minute
 
-// Login is the result of a successful sign-in.
+// Login is the result of a successful sign-in: a session, or, for a member
+// with two-factor sign-in on, SecondFactor and no session yet (the caller
+// opens one with OpenSession once the member's code is checked).
 type Login struct {
-	Token     string
-	ExpiresAt time.Time
-	Member    members.Member
+	Token        string
+	ExpiresAt    time.Time
+	Member       members.Member
+	SecondFactor bool
 }
 
 // ErrInvalidCredentials is the one answer to a wrong email or a wrong password.
 var errInvalidCredentials = apperr.Unauthenticated(apperr.CodeInvalidCredentials, "Invalid email or password.")
 
-// Login checks the credentials and opens a 24-hour session. A wrong email and
-// a wrong password give the same error after the same amount of hashing.
+// Login checks the credentials and opens a 24-hour session, unless the
+// member has two-factor sign-in on: then it answers SecondFactor without a
+// session. A wrong email and a wrong password give the same error after the
+// same amount of hashing.
 func (s *Service) Login(ctx context.Context, email, password string) (Login, error) {
 	if email == "" {
 		return Login{}, apperr.Missing("email")
@@ -146,7 +159,15 @@ func (s *Service) Login(ctx context.Context, email, password string) (Login, err
 	if err != nil || !ok {
 		return Login{}, errInvalidCredentials
 	}
+	if m.MFAEnabled {
+		return Login{Member: m, SecondFactor: true}, nil
+	}
+	return s.OpenSession(ctx, m)
+}
 
+// OpenSession opens a 24-hour session for m, whose credentials (and second
+// factor, when it has one) the caller has checked.
+func (s *Service) OpenSession(ctx context.Context, m members.Member) (Login, error) {
 	issued := s.now().UTC().Truncate(time.Second)
 	sess := Session{ID: ids.New("ses"), MerchantID: m.MerchantID, MemberID: m.ID, CreatedAt: issued, ExpiresAt: issued.Add(SessionTTL)}
 	audit.SetActor(ctx, m.MerchantID, audit.ActorMember, m.ID)
@@ -241,6 +262,7 @@ func (s *Service) withMember(ctx context.Context, p Principal) (Principal, error
 		return Principal{}, errRevokedToken
 	}
 	p.Role = m.Role
+	p.MFAPending = m.MFARequired && !m.MFAEnabled
 	return p, nil
 }
 

@@ -15,6 +15,10 @@ var needs = map[string]authz.Need{
 	"DELETE /v1/auth/logout": authz.Anyone,
 
 	"GET /v1/me":                                      authz.Anyone,
+	"POST /v1/me/mfa/totp":                            authz.Anyone,
+	"POST /v1/me/mfa/totp/confirm":                    authz.Anyone,
+	"GET /v1/me/settings":                             read(authz.Account),
+	"PATCH /v1/me/settings":                           write(authz.Account),
 	"POST /v1/me/api_keys":                            write(authz.APIKeys),
 	"GET /v1/me/api_keys":                             read(authz.APIKeys),
 	"POST /v1/me/api_keys/:id/roll":                   write(authz.APIKeys),
@@ -64,6 +68,9 @@ var needs = map[string]authz.Need{
 
 	"POST /dashboard/logout":                                      authz.Anyone,
 	"GET /dashboard":                                              authz.Anyone,
+	"GET /dashboard/security":                                     authz.Anyone,
+	"POST /dashboard/security/totp":                               authz.Anyone,
+	"POST /dashboard/security/totp/confirm":                       authz.Anyone,
 	"GET /dashboard/keys":                                         read(authz.APIKeys),
 	"POST /dashboard/keys":                                        write(authz.APIKeys),
 	"POST /dashboard/keys/:id/revoke":                             write(authz.APIKeys),
@@ -101,6 +108,7 @@ var needs = map[string]authz.Need{
 	"POST /dashboard/team":                                        write(authz.Members),
 	"POST /dashboard/team/:id/role":                               write(authz.Members),
 	"POST /dashboard/team/:id/remove":                             write(authz.Members),
+	"POST /dashboard/team/settings":                               write(authz.Account),
 }
 
 // Needs returns a copy of the authorization table, for tests and docs.
@@ -126,8 +134,11 @@ func (s *server) authorize(c *fiber.Ctx) error {
 	if !ok {
 		return authz.Denied(authz.Need{Resource: "this route", Access: authz.Write})
 	}
-	if !principal(c).Allows(n) {
+	if p := principal(c); !p.Allows(n) {
 		s.Metrics.AuthFailures.WithLabelValues("permission_denied").Inc()
+		if p.MFAPending {
+			return errMFAFirst
+		}
 		return authz.Denied(n)
 	}
 	return nil

@@ -136,6 +136,13 @@ var authzRoutes = map[string]authzRoute{
 	"PATCH /v1/me/members/:id":  {auth: sessionOnly, ok: 200, idKind: kindMember, body: fixed(`{"role":"support"}`)},
 	"DELETE /v1/me/members/:id": {auth: sessionOnly, ok: 200, idKind: kindMember},
 
+	// The challenge is the credential (TestTwoFactor); a made-up one is refused.
+	"POST /v1/auth/mfa":    {auth: public, ok: 401, body: fixed(`{"challenge":"mfa_made-up","code":"123456"}`)},
+	"POST /v1/me/mfa/totp": {auth: sessionOnly, ok: 200},
+	// A malformed code is refused before anything is looked up (TestTwoFactor confirms).
+	"POST /v1/me/mfa/totp/confirm":  {auth: sessionOnly, ok: 400, body: fixed(`{"code":"x"}`)},
+	"GET /v1/me/settings":           {auth: sessionOnly, ok: 200},
+	"PATCH /v1/me/settings":         {auth: sessionOnly, ok: 200, body: fixed(`{"mfa_required":false}`)},
 	"GET /v1/me":                    {auth: sessionOrKey, ok: 200},
 	"POST /v1/me/api_keys":          {auth: sessionOnly, ok: 201, body: fixed(`{"name":"matrix"}`)},
 	"GET /v1/me/api_keys":           {auth: sessionOrKey, ok: 200, lists: kindAPIKey},

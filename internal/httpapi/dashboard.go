@@ -21,6 +21,7 @@ import (
 
 	"github.com/gatehouse-pay/gatehouse/internal/apikeys"
 	"github.com/gatehouse-pay/gatehouse/internal/apperr"
+	"github.com/gatehouse-pay/gatehouse/internal/auth"
 	"github.com/gatehouse-pay/gatehouse/internal/authz"
 	"github.com/gatehouse-pay/gatehouse/internal/charges"
 	"github.com/gatehouse-pay/gatehouse/internal/idempotency"
@@ -56,7 +57,9 @@ const (
 
 // dashboardCSP allows the dashboard's own script and style and nothing else:
 // no inline script or style, no framing by anyone, forms only to itself.
-const dashboardCSP = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; " +
+// Images may be data: URIs (the Security page's QR code, drawn on the
+// server).
+const dashboardCSP = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; " +
 	"form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 
 var (
@@ -138,7 +141,7 @@ type chargeRow struct {
 func newDashboard() *dashboard {
 	d := &dashboard{pages: map[string]*template.Template{}}
 	for _, name := range []string{"login", "error", "keys", "charges", "charge", "customers", "customer", "events", "event", "webhooks", "webhook",
-		"connectors", "connector", "routing", "team", "setup", "audit"} {
+		"connectors", "connector", "routing", "team", "setup", "audit", "security", "login_mfa"} {
 		d.pages[name] = template.Must(template.New(name).Funcs(dashboardFuncs).
 			ParseFS(dashboardFiles, "dashboard/layout.html", "dashboard/"+name+".html"))
 	}
@@ -247,6 +250,9 @@ var notices = map[string]string{
 	"role_changed":     "Role changed. It applies from the member's next request.",
 	"member_removed":   "Member removed. Their sessions have ended on every replica.",
 	"password_set":     "Password set. Sign in with your email and the new password.",
+	"mfa_required":     "Your account requires two-factor sign-in. Set it up here to continue.",
+	"mfa_policy_on":    "Two-factor sign-in is now required: members without it can only set it up until they do.",
+	"mfa_policy_off":   "Two-factor sign-in is no longer required of every member.",
 }
 
 // failureTitles head a failure page by its status.
@@ -366,6 +372,10 @@ func (s *server) dashSession(c *fiber.Ctx) error {
 	}
 	c.Locals(localPrincipal, p)
 	if err := s.authorize(c); err != nil {
+		if p.MFAPending && (c.Method() == fiber.MethodGet || c.Method() == fiber.MethodHead) {
+			// A member who must set up two-factor sign-in is led to it.
+			return redirectNotice(c, dashboardPath+"/security", "mfa_required")
+		}
 		return err
 	}
 	return s.audited(c)
@@ -427,6 +437,7 @@ func (s *server) dashboardRoutes(app *fiber.App) {
 	app.Get(dashboardPath+"/assets/favicon.svg", dashboardAsset("favicon.svg", "image/svg+xml"))
 	app.Get(dashboardPath+"/login", perIP, s.loginPage)
 	app.Post(dashboardPath+"/login", login, s.dashLogin)
+	app.Post(dashboardPath+"/login/mfa", login, s.dashLoginMFA)
 	app.Get(dashboardPath+"/setup", perIP, s.setupPage)
 	app.Post(dashboardPath+"/setup", s.limitByIP("setup", cfg.RateLimitLogin), s.dashSetup)
 	post("/logout", s.dashLogout)
@@ -475,6 +486,12 @@ func (s *server) dashboardRoutes(app *fiber.App) {
 	post("/team/:id/role", s.dashMemberRole)
 	post("/team/:id/remove", s.dashRemoveMember)
 	get("/audit", s.auditPage)
+
+	post("/team/settings", s.dashTeamSettings)
+
+	get("/security", s.securityPage)
+	post("/security/totp", s.dashEnrollTOTP)
+	post("/security/totp/confirm", s.dashConfirmTOTP)
 }
 
 // dashboardAsset serves an embedded script or style sheet.
@@ -512,15 +529,26 @@ func (s *server) renderLogin(c *fiber.Ctx, status int, email, failure string) er
 	return s.render(c, status, "login", v)
 }
 
-// dashLogin signs in with the same limits and the same session as
-// POST /v1/auth/login.
-func (s *server) dashLogin(c *fiber.Ctx) error {
+// signedOutForm checks a form of the signed-out pages (sign-in and its
+// second step, setup): not cross-site, and carrying the token bound to the
+// page's nonce cookie, which it returns.
+func (s *server) signedOutForm(c *fiber.Ctx) (string, error) {
 	if crossSite(c) {
-		return errCrossSite
+		return "", errCrossSite
 	}
 	nonce := c.Cookies(loginCookie)
 	if nonce == "" || subtle.ConstantTimeCompare([]byte(c.FormValue(csrfField)), []byte(s.loginToken(nonce))) != 1 {
-		return errCSRF
+		return "", errCSRF
+	}
+	return strings.Clone(nonce), nil
+}
+
+// dashLogin signs in with the same limits and the same session as
+// POST /v1/auth/login.
+func (s *server) dashLogin(c *fiber.Ctx) error {
+	nonce, err := s.signedOutForm(c)
+	if err != nil {
+		return err
 	}
 	email, password := form(c, "email"), strings.Clone(c.FormValue("password"))
 	attempted, err := s.guardLogin(c, email, password)
@@ -528,7 +556,9 @@ func (s *server) dashLogin(c *fiber.Ctx) error {
 		return err
 	}
 	l, err := s.Auth.Login(s.auditedSignIn(c, "session.create"), email, password)
-	attempted(err)
+	if err != nil || !l.SecondFactor {
+		attempted(err) // as login: a password step alone is no sign-in
+	}
 	if err != nil {
 		ae, ok := apperr.As(err)
 		if !ok || ae.Kind != apperr.KindUnauthenticated && ae.Kind != apperr.KindInvalid {
@@ -539,8 +569,25 @@ func (s *server) dashLogin(c *fiber.Ctx) error {
 		}
 		return s.renderLogin(c, statusOf[ae.Kind], email, ae.Message)
 	}
+	if l.SecondFactor {
+		challenge, err := s.challenge(c, l.Member)
+		if err != nil {
+			return err
+		}
+		return s.renderLoginMFA(c, fiber.StatusOK, nonce, challenge, "")
+	}
+	return s.signedInTo(c, l)
+}
+
+// signedInTo sets the session cookie of a completed sign-in and opens the
+// dashboard: the Security page for a member who must set up two-factor
+// sign-in first.
+func (s *server) signedInTo(c *fiber.Ctx, l auth.Login) error {
 	s.setCookie(c, sessionCookie, l.Token, dashboardPath, l.ExpiresAt)
 	s.clearCookie(c, loginCookie, dashboardPath+"/login")
+	if l.Member.MFARequired && !l.Member.MFAEnabled {
+		return redirectNotice(c, dashboardPath+"/security", "mfa_required")
+	}
 	dashboardHeaders(c)
 	return c.Redirect(dashboardPath+"/charges", fiber.StatusSeeOther)
 }

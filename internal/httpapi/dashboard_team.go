@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"crypto/rand"
-	"crypto/subtle"
 	"encoding/hex"
 	"strings"
 	"time"
@@ -20,6 +19,8 @@ type teamView struct {
 	Self    string
 	Invited *invitedView
 	Pager   *pager
+	// MFARequired is the account's two-factor policy (owners change it).
+	MFARequired bool
 }
 
 type invitedView struct {
@@ -30,6 +31,10 @@ type invitedView struct {
 func (s *server) teamPage(c *fiber.Ctx) error { return s.renderTeam(c, nil) }
 
 func (s *server) renderTeam(c *fiber.Ctx, invited *invitedView) error {
+	return s.renderTeamWith(c, fiber.StatusOK, invited, "")
+}
+
+func (s *server) renderTeamWith(c *fiber.Ctx, status int, invited *invitedView, failure string) error {
 	pg, err := newPager(c, dashboardPath+"/team", validMemberID, nil)
 	if err != nil {
 		return err
@@ -42,10 +47,17 @@ func (s *server) renderTeam(c *fiber.Ctx, invited *invitedView) error {
 	if err != nil {
 		return err
 	}
+	var required bool
+	if s.MFA != nil {
+		if required, err = s.MFA.Required(c.UserContext(), principal(c).MerchantID); err != nil {
+			return err
+		}
+	}
 	v.Canonical = dashboardPath + "/team"
+	v.Error = failure
 	v.Data = teamView{Members: pageItems(pg, page, func(m members.Member) string { return m.ID }), Roles: authz.Roles,
-		Self: principal(c).MemberID, Invited: invited, Pager: pg}
-	return s.render(c, fiber.StatusOK, "team", v)
+		Self: principal(c).MemberID, Invited: invited, Pager: pg, MFARequired: required}
+	return s.render(c, status, "team", v)
 }
 
 // dashInvite invites a member and shows the setup link this once.
@@ -93,12 +105,8 @@ func (s *server) renderSetup(c *fiber.Ctx, status int, token, failure string) er
 // dashSetup sets the invited member's password, as POST /v1/auth/setup,
 // and sends the browser to sign in.
 func (s *server) dashSetup(c *fiber.Ctx) error {
-	if crossSite(c) {
-		return errCrossSite
-	}
-	nonce := c.Cookies(loginCookie)
-	if nonce == "" || subtle.ConstantTimeCompare([]byte(c.FormValue(csrfField)), []byte(s.loginToken(nonce))) != 1 {
-		return errCSRF
+	if _, err := s.signedOutForm(c); err != nil {
+		return err
 	}
 	token := form(c, "token")
 	if _, err := s.Members.Setup(s.auditedSignIn(c, "member.setup"), token, strings.Clone(c.FormValue("password"))); err != nil {

@@ -154,13 +154,19 @@ type dashRoute struct {
 
 // dashRoutes is the matrix, keyed "METHOD /path" as dashboard.go spells it.
 var dashRoutes = map[string]dashRoute{
-	"GET /dashboard":                      {ok: 303},
-	"GET /dashboard/login":                {public: true, ok: 200},
-	"POST /dashboard/login":               {public: true},
-	"POST /dashboard/logout":              {ok: 303},
-	"GET /dashboard/assets/dashboard.css": {public: true, ok: 200},
-	"GET /dashboard/assets/dashboard.js":  {public: true, ok: 200},
-	"GET /dashboard/assets/favicon.svg":   {public: true, ok: 200},
+	"GET /dashboard":                {ok: 303},
+	"GET /dashboard/login":          {public: true, ok: 200},
+	"POST /dashboard/login":         {public: true},
+	"POST /dashboard/login/mfa":     {public: true},
+	"GET /dashboard/security":       {ok: 200},
+	"POST /dashboard/security/totp": {ok: 200},
+	// A malformed code re-renders the page (TestDashboardTwoFactor confirms).
+	"POST /dashboard/security/totp/confirm": {ok: 400, form: url.Values{"code": {"x"}}},
+	"POST /dashboard/team/settings":         {ok: 303},
+	"POST /dashboard/logout":                {ok: 303},
+	"GET /dashboard/assets/dashboard.css":   {public: true, ok: 200},
+	"GET /dashboard/assets/dashboard.js":    {public: true, ok: 200},
+	"GET /dashboard/assets/favicon.svg":     {public: true, ok: 200},
 
 	"GET /dashboard/setup":  {public: true, ok: 200},
 	"POST /dashboard/setup": {public: true},

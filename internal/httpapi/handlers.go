@@ -78,24 +78,24 @@ func (s *server) login(c *fiber.Ctx) error {
 		return err
 	}
 	l, err := s.Auth.Login(s.auditedSignIn(c, "session.create"), req.Email, req.Password)
-	attempted(err)
+	if err != nil || !l.SecondFactor {
+		// The password step of a two-factor sign-in is no sign-in yet: it
+		// does not make the address known to the account.
+		attempted(err)
+	}
 	if err != nil {
-		if apperr.KindOf(err) == apperr.KindUnauthenticated {
-			s.Metrics.AuthFailures.WithLabelValues(apperr.CodeOf(err)).Inc()
+		s.countAuthFailure(err)
+		return err
+	}
+	if l.SecondFactor {
+		challenge, err := s.challenge(c, l.Member)
+		if err != nil {
+			return err
 		}
-		return err
+		c.Set(fiber.HeaderCacheControl, "no-store")
+		return writeJSON(c, fiber.StatusOK, fiber.Map{"mfa_required": true, "challenge": challenge})
 	}
-	m, err := s.Merchants.Get(c.UserContext(), l.Member.MerchantID)
-	if err != nil {
-		return err
-	}
-	return writeJSON(c, fiber.StatusOK, fiber.Map{
-		"token":      l.Token,
-		"token_type": "Bearer",
-		"expires_at": timestamp(l.ExpiresAt),
-		"merchant":   PresentMerchant(m),
-		"member":     presentMember(l.Member),
-	})
+	return s.writeSession(c, l)
 }
 
 func (s *server) logout(c *fiber.Ctx) error {

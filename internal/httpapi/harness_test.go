@@ -31,6 +31,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/members"
 	"github.com/gatehouse-pay/gatehouse/internal/merchants"
 	"github.com/gatehouse-pay/gatehouse/internal/metrics"
+	"github.com/gatehouse-pay/gatehouse/internal/mfa"
 	"github.com/gatehouse-pay/gatehouse/internal/ratelimit"
 	"github.com/gatehouse-pay/gatehouse/internal/refunds"
 	"github.com/gatehouse-pay/gatehouse/internal/store"
@@ -149,6 +150,7 @@ func newHarnessWith(t *testing.T, o harnessOptions) *harness {
 		KeyCache:       rc,
 		Merchants:      ms,
 		Members:        members.NewService(st, hasher, time.Now),
+		MFA:            mfa.NewService(st, keys, time.Now),
 		Charges:        chargeService,
 		Refunds:        refunds.NewService(st, queue, time.Now, nil),
 		Customers:      customers.NewService(st, keys, time.Now),

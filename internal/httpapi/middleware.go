@@ -385,6 +385,12 @@ func (s *server) guardLogin(c *fiber.Ctx, email, password string) (attempted fun
 	if email == "" || password == "" {
 		return func(error) {}, nil
 	}
+	return s.guardAccount(c, email)
+}
+
+// guardAccount is guardLogin's budget for any attempt to sign in to the
+// account of email: a password, or the code of a two-factor sign-in.
+func (s *server) guardAccount(c *fiber.Ctx, email string) (attempted func(error), err error) {
 	ctx, account, ip := c.UserContext(), accountOf(email), s.clientIP(c).String()
 	limit := s.Config.RateLimitLoginAccount
 	if d := s.Limiter.Failures(ctx, loginAccount, account, limit); !d.Allowed && !s.Limiter.Known(ctx, loginAccount, account, ip) {

@@ -31,6 +31,7 @@ func (s *server) routes(app *fiber.App) {
 
 	app.Post("/v1/auth/login", login, s.login)
 	app.Post("/v1/auth/setup", s.limitByIP("setup", cfg.RateLimitLogin), s.setup)
+	app.Post("/v1/auth/mfa", login, s.loginMFA)
 	app.Delete("/v1/auth/logout", perIP, session, s.logout)
 
 	app.Get("/v1/me", perIP, either, s.me)
@@ -38,6 +39,11 @@ func (s *server) routes(app *fiber.App) {
 	app.Get("/v1/me/api_keys", perIP, either, s.listKeys)
 	app.Delete("/v1/me/api_keys/:id", perIP, secret, s.revokeKey)
 	app.Post("/v1/me/api_keys/:id/roll", perIP, session, s.rollKey)
+
+	app.Post("/v1/me/mfa/totp", perIP, session, s.enrollTOTP)
+	app.Post("/v1/me/mfa/totp/confirm", perIP, session, s.confirmTOTP)
+	app.Get("/v1/me/settings", perIP, session, s.getSettings)
+	app.Patch("/v1/me/settings", perIP, session, s.updateSettings)
 
 	app.Post("/v1/me/members", perIP, session, s.createMember)
 	app.Get("/v1/me/members", perIP, session, s.listMembers)

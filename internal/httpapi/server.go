@@ -29,6 +29,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/members"
 	"github.com/gatehouse-pay/gatehouse/internal/merchants"
 	"github.com/gatehouse-pay/gatehouse/internal/metrics"
+	"github.com/gatehouse-pay/gatehouse/internal/mfa"
 	"github.com/gatehouse-pay/gatehouse/internal/ratelimit"
 	"github.com/gatehouse-pay/gatehouse/internal/refunds"
 	"github.com/gatehouse-pay/gatehouse/internal/tracing"
@@ -63,6 +64,8 @@ type Deps struct {
 	KeyCache  KeyGate
 	Merchants *merchants.Service
 	Members   *members.Service
+	// MFA is two-factor sign-in (enrollment, the second step, the policy).
+	MFA       *mfa.Service
 	Charges   *charges.Service
 	Refunds   *refunds.Service
 	Customers *customers.Service

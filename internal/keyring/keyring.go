@@ -26,6 +26,7 @@ const (
 	PurposeCSRF        = "gatehouse dashboard csrf v1"
 	PurposeChallenge   = "gatehouse challenge link v1"
 	PurposeConnector   = "gatehouse connector credentials v1"
+	PurposeTOTP        = "gatehouse totp secrets v1"
 )
 
 // Keyring holds the master key and the keys derived from it, derived once

@@ -30,9 +30,13 @@ type Member struct {
 	Email        string
 	Role         string
 	PasswordHash string
-	MFAEnabled   bool
-	CreatedAt    time.Time
-	RemovedAt    *time.Time
+	// MFAEnabled is set once the member confirmed a TOTP authenticator
+	// (internal/mfa); MFARequired when the account requires two-factor
+	// sign-in of every member.
+	MFAEnabled  bool
+	MFARequired bool
+	CreatedAt   time.Time
+	RemovedAt   *time.Time
 }
 
 // OwnerID is the id of the member a merchant is created with (and that

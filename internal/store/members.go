@@ -14,11 +14,14 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/members"
 )
 
-const memberColumns = `id, merchant_id, email, role, coalesce(password_hash, ''), false, created_at, removed_at`
+// memberColumns include whether the member has two-factor sign-in on and
+// whether the account requires it of every member (migration 00015).
+const memberColumns = `id, merchant_id, email, role, coalesce(password_hash, ''), mfa_secret_sealed IS NOT NULL,
+coalesce((SELECT mfa_required FROM merchants WHERE merchants.id = members.merchant_id), false), created_at, removed_at`
 
 func scanMember(r pgx.Row) (members.Member, error) {
 	var m members.Member
-	err := r.Scan(&m.ID, &m.MerchantID, &m.Email, &m.Role, &m.PasswordHash, &m.MFAEnabled, &m.CreatedAt, &m.RemovedAt)
+	err := r.Scan(&m.ID, &m.MerchantID, &m.Email, &m.Role, &m.PasswordHash, &m.MFAEnabled, &m.MFARequired, &m.CreatedAt, &m.RemovedAt)
 	return m, err
 }
 
