@@ -66,20 +66,9 @@ func TestRoleMatrix(t *testing.T) {
 		}
 		emails[role] = email
 	}
-	unknownID := func(kind string) string {
-		if !prefixedKinds[kind] {
-			return uuid.Must(uuid.NewV7()).String()
-		}
-		id := owner.ids[kind][0]
-		return id[:len(id)-6] + "000000"
-	}
+	unknownID := func(kind string) string { return unknownIDOf(owner, kind) }
 
-	needs := httpapi.Needs()
-	keys := make([]string, 0, len(needs))
-	for k := range needs {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
+	needs, keys := sortedNeeds()
 	var allowed, denied, keyOnlyRefused int
 	for _, key := range keys {
 		need := needs[key]
@@ -167,19 +156,8 @@ func TestRestrictedKeyMatrix(t *testing.T) {
 		keyOf[name] = resp.body["secret_key"].(string)
 		return keyOf[name]
 	}
-	unknownID := func(kind string) string {
-		if !prefixedKinds[kind] {
-			return uuid.Must(uuid.NewV7()).String()
-		}
-		id := owner.ids[kind][0]
-		return id[:len(id)-6] + "000000"
-	}
-	needs := httpapi.Needs()
-	keys := make([]string, 0, len(needs))
-	for k := range needs {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
+	unknownID := func(kind string) string { return unknownIDOf(owner, kind) }
+	needs, keys := sortedNeeds()
 	var allowed, denied int
 	for _, key := range keys {
 		route, ok := authzRoutes[key]
@@ -215,4 +193,25 @@ func TestRestrictedKeyMatrix(t *testing.T) {
 		t.Errorf("only %d allowed and %d denied calls: the matrix lost its routes", allowed, denied)
 	}
 	t.Logf("restricted key matrix: %d routes allowed with their need, %d refused one level below", allowed, denied)
+}
+
+// unknownIDOf is an id of the kind that exists nowhere: f's first object's,
+// its end changed.
+func unknownIDOf(f *authzFixture, kind string) string {
+	if !prefixedKinds[kind] {
+		return uuid.Must(uuid.NewV7()).String()
+	}
+	id := f.ids[kind][0]
+	return id[:len(id)-6] + "000000"
+}
+
+// sortedNeeds is the authorization table and its routes in order.
+func sortedNeeds() (map[string]authz.Need, []string) {
+	needs := httpapi.Needs()
+	keys := make([]string, 0, len(needs))
+	for k := range needs {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return needs, keys
 }
