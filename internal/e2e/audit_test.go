@@ -47,7 +47,7 @@ func TestAuditVerify(t *testing.T) {
 		return out.String(), cmd.ProcessState.ExitCode()
 	}
 	out, code := verify()
-	if code != 0 || !strings.Contains(out, "23 entries") || !strings.Contains(out, "intact") {
+	if code != 0 || !strings.Contains(out, "24 entries") || !strings.Contains(out, "intact") {
 		t.Fatalf("verify on an intact log: exit %d\n%s", code, out)
 	}
 

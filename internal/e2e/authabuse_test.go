@@ -32,7 +32,8 @@ func TestAuthFloodB7(t *testing.T) {
 	pid := st.apis[0].cmd.Process.Pid
 
 	keyScans := func() int64 { return tableScans(t, st, "api_keys") }
-	merchantScans := func() int64 { return tableScans(t, st, "merchants") }
+	// Sign-ins look members up by email (and read their merchant's policy).
+	merchantScans := func() int64 { return tableScans(t, st, "members") }
 	settle(t, keyScans)
 	checksumFlood(t, st, pid, keyScans)
 	keysBefore, merchantsBefore := keyScans(), merchantScans()
@@ -118,14 +119,14 @@ func TestAuthFloodB7(t *testing.T) {
 	rssAfter, cpuAfter := procRSS(t, pid), procCPU(t, pid)
 	// The process's memory and CPU are figures, not assertions: a race build's
 	// RSS grows with any 2,100 requests, flood or not.
-	t.Logf("B7 figures: api_keys lookups %d (limit %d), merchants lookups %d; Redis keys %d -> %d, used_memory %d -> %d bytes; api-1 RSS %d kB -> %d kB; api-1 CPU %s",
+	t.Logf("B7 figures: api_keys lookups %d (limit %d), members lookups %d; Redis keys %d -> %d, used_memory %d -> %d bytes; api-1 RSS %d kB -> %d kB; api-1 CPU %s",
 		keyLookups, perIP, merchantLookups, dbsizeBefore, dbsizeAfter, memBefore, memAfter, rssBefore, rssAfter, cpuAfter-cpuBefore)
 	if keyLookups > perIP+10 {
 		t.Errorf("Postgres saw %d key lookups for %d unknown keys from one address, want at most about the limit %d", keyLookups, n, perIP)
 	}
 	// 10 from one address, at most 10 more from many, 3 sign-ins of the victim.
 	if merchantLookups > 10+10+3+2 {
-		t.Errorf("Postgres saw %d merchant lookups for wrong passwords, want at most about the login limit 10 plus the account's budget", merchantLookups)
+		t.Errorf("Postgres saw %d member lookups for wrong passwords, want at most about the login limit 10 plus the account's budget", merchantLookups)
 	}
 	// One limiter window per client address (3 + 30), the account's budget
 	// and known addresses, the victim's sessions: never one key per request.
