@@ -1,10 +1,8 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -49,19 +47,12 @@ func TestBrowserTwoFactor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	run := exec.CommandContext(ctx, "node", "mfa.mjs", string(cfg))
-	run.Dir = dir
-	run.Env = append(os.Environ(), "CHROMIUM="+chromium)
-	var stderr strings.Builder
-	run.Stderr = &stderr
-	out, err := run.Output()
-	for _, h := range append(scanSecrets("mfa.mjs output", out), scanSecrets("mfa.mjs stderr", []byte(stderr.String()))...) {
+	out, stderr, err := runJourney(dir, chromium, "mfa.mjs", cfg, 2*time.Minute)
+	for _, h := range append(scanSecrets("mfa.mjs output", out), scanSecrets("mfa.mjs stderr", []byte(stderr))...) {
 		t.Errorf("secret scan: %s", h)
 	}
 	if err != nil {
-		t.Fatalf("node mfa.mjs: %v\n%s", err, stderr.String())
+		t.Fatalf("node mfa.mjs: %v\n%s", err, stderr)
 	}
 	var got mfaJourney
 	if err := json.Unmarshal(out, &got); err != nil {

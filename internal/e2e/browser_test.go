@@ -183,26 +183,19 @@ func TestBrowserJourneys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
 	started := time.Now()
-	run := exec.CommandContext(ctx, "node", "journeys.mjs", string(cfg))
-	run.Dir = dir
-	run.Env = append(os.Environ(), "CHROMIUM="+chromium)
-	var stderr strings.Builder
-	run.Stderr = &stderr
-	out, err := run.Output()
+	out, stderr, err := runJourney(dir, chromium, "journeys.mjs", cfg, 4*time.Minute)
 	took := time.Since(started)
 	// The browser's side of B5: what the script printed (the browser's
 	// console included), its errors and the checkout's log hold no secret,
 	// and no card number or secret key (the shown-once secret is read from
 	// the page but never printed).
-	for _, h := range append(append(scanSecrets("journeys.mjs output", out), scanSecrets("journeys.mjs stderr", []byte(stderr.String()))...),
+	for _, h := range append(append(scanSecrets("journeys.mjs output", out), scanSecrets("journeys.mjs stderr", []byte(stderr))...),
 		scanSecrets("example checkout log", []byte(checkoutLog.tail(1<<20)))...) {
 		t.Errorf("secret scan: %s", h)
 	}
 	if err != nil {
-		t.Fatalf("node journeys.mjs: %v\n%s\ncheckout log:\n%s", err, stderr.String(), checkoutLog.tail(1<<20))
+		t.Fatalf("node journeys.mjs: %v\n%s\ncheckout log:\n%s", err, stderr, checkoutLog.tail(1<<20))
 	}
 	var got journeys
 	if err := json.Unmarshal(out, &got); err != nil {
@@ -335,4 +328,19 @@ func startCheckout(t *testing.T, st *stack, key apiKey) (string, *syncBuffer) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// runJourney runs a journey script of internal/e2e/browser in dir with cfg
+// as its argument and Debian's chromium at the given path, for at most
+// timeout, and returns what it printed on stdout and stderr.
+func runJourney(dir, chromium, script string, cfg []byte, timeout time.Duration) (out []byte, stderr string, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	run := exec.CommandContext(ctx, "node", script, string(cfg))
+	run.Dir = dir
+	run.Env = append(os.Environ(), "CHROMIUM="+chromium)
+	var errOut strings.Builder
+	run.Stderr = &errOut
+	out, err = run.Output()
+	return out, errOut.String(), err
 }

@@ -96,8 +96,11 @@ func lockOwners(ctx context.Context, tx pgx.Tx, merchantID, id string) (members.
 	return m, owners, mapErr(err, "member")
 }
 
-// UpdateRole changes a current member's role when check allows it.
-func (s *Store) UpdateRole(ctx context.Context, merchantID, id, role string, now time.Time, check func(members.Member, int) error) (members.Member, error) {
+// changeMember runs change on a current member of the merchant in one
+// transaction, once check allowed it with the member and the account's
+// owners locked (lockOwners); change returns the member as it leaves it.
+func (s *Store) changeMember(ctx context.Context, merchantID, id string, check func(members.Member, int) error,
+	change func(tx pgx.Tx) (members.Member, error)) (members.Member, error) {
 	var out members.Member
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		m, owners, err := lockOwners(ctx, tx, merchantID, id)
@@ -107,32 +110,31 @@ func (s *Store) UpdateRole(ctx context.Context, merchantID, id, role string, now
 		if err := check(m, owners); err != nil {
 			return err
 		}
-		out, err = scanMember(tx.QueryRow(ctx, `UPDATE members SET role = $3, updated_at = $4 WHERE id = $1 AND merchant_id = $2 RETURNING `+memberColumns,
-			id, merchantID, role, now))
-		return mapErr(err, "member")
+		out, err = change(tx)
+		return err
 	})
 	return out, err
+}
+
+// UpdateRole changes a current member's role when check allows it.
+func (s *Store) UpdateRole(ctx context.Context, merchantID, id, role string, now time.Time, check func(members.Member, int) error) (members.Member, error) {
+	return s.changeMember(ctx, merchantID, id, check, func(tx pgx.Tx) (members.Member, error) {
+		m, err := scanMember(tx.QueryRow(ctx, `UPDATE members SET role = $3, updated_at = $4 WHERE id = $1 AND merchant_id = $2 RETURNING `+memberColumns,
+			id, merchantID, role, now))
+		return m, mapErr(err, "member")
+	})
 }
 
 // RemoveMember marks a current member removed when check allows it, and
 // revokes its open sessions in the same transaction.
 func (s *Store) RemoveMember(ctx context.Context, merchantID, id string, now time.Time, check func(members.Member, int) error) (members.Member, error) {
-	var out members.Member
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		m, owners, err := lockOwners(ctx, tx, merchantID, id)
-		if err != nil {
-			return err
-		}
-		if err := check(m, owners); err != nil {
-			return err
-		}
-		out, err = scanMember(tx.QueryRow(ctx, `UPDATE members SET removed_at = $3, updated_at = $3, setup_digest = NULL WHERE id = $1 AND merchant_id = $2 RETURNING `+memberColumns,
+	return s.changeMember(ctx, merchantID, id, check, func(tx pgx.Tx) (members.Member, error) {
+		m, err := scanMember(tx.QueryRow(ctx, `UPDATE members SET removed_at = $3, updated_at = $3, setup_digest = NULL WHERE id = $1 AND merchant_id = $2 RETURNING `+memberColumns,
 			id, merchantID, now))
 		if err != nil {
-			return mapErr(err, "member")
+			return m, mapErr(err, "member")
 		}
 		_, err = tx.Exec(ctx, `UPDATE sessions SET revoked_at = $2 WHERE member_id = $1 AND revoked_at IS NULL`, id, now)
-		return mapErr(err, "session")
+		return m, mapErr(err, "session")
 	})
-	return out, err
 }

@@ -36,29 +36,14 @@
 //      one, the server's sandbox rehearsing a soft decline so that charges
 //      move on, a refused routing shown with its message, and the
 //      connectors' pages with their last 24 hours.
-import { chromium } from 'playwright-core';
+import { launch, steps } from './harness.mjs';
 
 const cfg = JSON.parse(process.argv[2]);
 const card = '4242424242424242';
 const out = { steps: {}, cardSentBy: [], pageErrors: [], consoleErrors: [], console: [] };
-const started = Date.now();
-let stepStarted = started;
-let current = 'start';
+const { step, check, done } = steps(out);
 
-function step(name) {
-  out.steps[current] = Date.now() - stepStarted;
-  current = name;
-  stepStarted = Date.now();
-}
-
-function check(ok, message) {
-  if (!ok) { throw new Error(`${current}: ${message}`); }
-}
-
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
-  args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update'],
-});
+const browser = await launch();
 
 // expectedError is one console error a journey is about to cause on
 // purpose (a form refused with 400): it is not counted, once.
@@ -540,5 +525,5 @@ try {
 } finally {
   await browser.close();
 }
-out.took_ms = Date.now() - started;
+done();
 console.log(JSON.stringify(out));

@@ -12,23 +12,11 @@
 // see the ten recovery codes, sign out, sign in again with the password and
 // a code, land on the dashboard.
 import { createHmac } from 'node:crypto';
-import { chromium } from 'playwright-core';
+import { launch, steps } from './harness.mjs';
 
 const cfg = JSON.parse(process.argv[2]);
 const out = { steps: {}, pageErrors: [], consoleErrors: [] };
-const started = Date.now();
-let stepStarted = started;
-let current = 'start';
-
-function step(name) {
-  out.steps[current] = Date.now() - stepStarted;
-  current = name;
-  stepStarted = Date.now();
-}
-
-function check(ok, message) {
-  if (!ok) { throw new Error(`${current}: ${message}`); }
-}
+const { step, check, done } = steps(out);
 
 function base32(s) {
   const alphabet = 'ABCDEFGHIJKLMNOPQRSTUVWXYZ234567';
@@ -54,10 +42,7 @@ function totp(secret, stepNumber) {
 
 const nowStep = () => Math.floor(Date.now() / 1000 / 30);
 
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
-  args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update'],
-});
+const browser = await launch();
 const shot = (page, name) => page.screenshot({ path: `${cfg.shots}/${name}.png`, fullPage: true });
 const context = await browser.newContext({ viewport: { width: 1100, height: 760 } });
 const page = await context.newPage();
@@ -136,6 +121,6 @@ try {
   out.failedAt = page.url();
   await shot(page, 'mfa-failure').catch(() => {});
 }
-out.took_ms = Date.now() - started;
+done();
 await browser.close();
 console.log(JSON.stringify(out));
