@@ -112,6 +112,7 @@ type upCall struct {
 	status   int
 	code     string
 	body     string // the first bytes of the answer, for the failure message
+	reqID    string // X-Request-Id of the answer, which the replica's log lines carry
 	err      error
 	rerouted int  // sends moved off a replica being replaced
 	bad      bool // not the answer the flow expected
@@ -204,7 +205,7 @@ func (l *upgradeLoad) send(m *whMerchant, op, key, method, path, body string, wa
 		}
 		c.bad = c.status != want
 		if c.bad {
-			c.body = string(e.body[:min(len(e.body), 300)])
+			c.body, c.reqID = string(e.body[:min(len(e.body), 300)]), e.header("X-Request-Id")
 		}
 		l.record(c)
 		return c, e
@@ -467,7 +468,7 @@ func TestChaosRollingUpgrade(t *testing.T) {
 		if c.bad {
 			bad++
 			if bad <= 40 {
-				t.Errorf("F13 request failed: %s", c)
+				t.Errorf("F13 request failed: %s%s", c, st.logLinesOf(c.reqID))
 			}
 		}
 	}
@@ -520,8 +521,9 @@ func TestChaosRollingUpgrade(t *testing.T) {
 			case n == 0:
 				lost++
 				if lost <= 20 {
-					t.Errorf("F13 event lost: %s %s of charge %s (created %s) never reached endpoint %s (%s); its deliveries: %s",
-						ev.typ, ev.id, ev.charge, ev.created.Format("15:04:05.000"), s.endpoint, s.r.name, deliveryRows(t, st.db, ev.id, s.endpoint))
+					t.Errorf("F13 event lost: %s %s of charge %s (created %s) never reached endpoint %s (%s); its deliveries: %s%s",
+						ev.typ, ev.id, ev.charge, ev.created.Format("15:04:05.000"), s.endpoint, s.r.name, deliveryRows(t, st.db, ev.id, s.endpoint),
+						st.logLinesOf(append(deliveryIDs(t, st.db, ev.id, s.endpoint), ev.id)...))
 				}
 			case n > 1:
 				dupPairs++
@@ -693,6 +695,19 @@ func deliveryRows(t *testing.T, db testenv.DB, event, endpoint string) string {
 	return jsonRows(t, db, `SELECT to_jsonb(d) - 'test_body' FROM webhook_deliveries d WHERE d.event_id::text = $1 AND d.endpoint_id::text = $2`, event, endpoint)
 }
 
+// deliveryIDs lists the ids of an event's deliveries to an endpoint.
+func deliveryIDs(t *testing.T, db testenv.DB, event, endpoint string) []string {
+	t.Helper()
+	ctx, cancel := dbCtx()
+	defer cancel()
+	rows, err := db.Pool.Query(ctx, `SELECT id::text FROM webhook_deliveries WHERE event_id::text = $1 AND endpoint_id::text = $2`, event, endpoint)
+	if err != nil {
+		return nil
+	}
+	ids, _ := pgx.CollectRows(rows, pgx.RowTo[string])
+	return ids
+}
+
 // jsonRows runs a query of one jsonb column and joins its rows; a failing
 // query is described, not fatal, since it only explains another failure.
 func jsonRows(t *testing.T, db testenv.DB, sql string, args ...any) string {
@@ -723,21 +738,28 @@ func percentile(ds []time.Duration, q float64) time.Duration {
 	return s[min(int(q*float64(len(s))), len(s)-1)]
 }
 
-// logProblems fails the test for every line of the stack's processes that
-// reports a problem: an ERROR, a task that failed, a panic, a data race. It
-// returns how many there were.
+// logProblems fails the test for the lines of the stack's processes that
+// report a problem (an ERROR, a task that failed, a panic, a data race),
+// one failure per process and kind of problem with its count and first
+// line; it returns how many lines there were.
 func (s *stack) logProblems(t *testing.T) int {
 	t.Helper()
-	n := 0
+	type kind struct{ process, what string }
+	count := map[kind]int{}
+	first := map[kind]string{}
+	var order []kind
 	scan := func(name, out string) {
 		for _, line := range strings.Split(out, "\n") {
-			if !logProblem(line) {
+			what, ok := logProblem(line)
+			if !ok {
 				continue
 			}
-			n++
-			if n <= 30 {
-				t.Errorf("%s logged: %s", name, line)
+			k := kind{name, what}
+			if count[k] == 0 {
+				order = append(order, k)
+				first[k] = line
 			}
+			count[k]++
 		}
 	}
 	for _, w := range s.workers {
@@ -746,15 +768,54 @@ func (s *stack) logProblems(t *testing.T) int {
 	for _, p := range s.apis {
 		scan(p.name, p.out.tail(1<<62))
 	}
-	if n > 30 {
-		t.Errorf("%d more such log lines", n-30)
+	n := 0
+	for _, k := range order {
+		n += count[k]
+		t.Errorf("%s logged %d time(s) %s; first: %.1500s", k.process, count[k], k.what, first[k])
 	}
 	return n
 }
 
-func logProblem(line string) bool {
-	return strings.Contains(line, `"level":"ERROR"`) || strings.Contains(line, `"msg":"task failed"`) ||
-		strings.HasPrefix(line, "panic:") || strings.HasPrefix(line, "fatal error:") || strings.Contains(line, "WARNING: DATA RACE")
+// logProblem reports whether a log line tells of a problem, and which: the
+// level, message, task type and error of a JSON line (ids left out, so that
+// one cause is counted once), or the line's start.
+func logProblem(line string) (string, bool) {
+	switch {
+	case strings.HasPrefix(line, "panic:"), strings.HasPrefix(line, "fatal error:"), strings.Contains(line, "WARNING: DATA RACE"):
+		return fmt.Sprintf("%.80q", line), true
+	case !strings.Contains(line, `"level":"ERROR"`) && !strings.Contains(line, `"msg":"task failed"`):
+		return "", false
+	}
+	var l struct {
+		Level, Msg, Type, Err, Error string
+	}
+	if json.Unmarshal([]byte(line), &l) != nil {
+		return fmt.Sprintf("%.80q", line), true
+	}
+	return fmt.Sprintf("%s %q (type %q): %s", l.Level, l.Msg, l.Type, uuids.ReplaceAllString(l.Err+l.Error, "<id>")), true
+}
+
+var uuids = regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`)
+
+// logLinesOf returns the stack's log lines that name any of ids (a request
+// id, a delivery or event id), at most five, for a failure message.
+func (s *stack) logLinesOf(ids ...string) string {
+	var out []string
+	for _, line := range strings.Split(s.logs(), "\n") {
+		for _, id := range ids {
+			if id != "" && strings.Contains(line, id) {
+				out = append(out, line)
+				break
+			}
+		}
+	}
+	if len(out) == 0 {
+		return ""
+	}
+	if len(out) > 5 {
+		out = append(out[:2], out[len(out)-3:]...)
+	}
+	return "\n\tlog lines: " + strings.Join(out, "\n\t")
 }
 
 // TestPreviousReleaseOnNewSchema runs the previous release's binaries on a
