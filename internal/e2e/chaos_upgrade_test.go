@@ -147,6 +147,7 @@ type upgradeLoad struct {
 	calls []upCall
 	flows []*upFlow
 	stop  chan struct{}
+	once  sync.Once
 	wg    sync.WaitGroup
 	n     atomic.Int64
 }
@@ -252,7 +253,8 @@ func (l *upgradeLoad) run(f *upFlow) {
 		if !l.waitStatus(f, "authorized", 30*time.Second) {
 			return
 		}
-		if c, _ := l.send(f.m, "capture", f.charge, http.MethodPost, "/v1/charges/"+f.charge+"/capture", "{}", http.StatusOK); c.bad {
+		if c, _ := l.send(f.m, "capture", f.charge, http.MethodPost, "/v1/charges/"+f.charge+"/capture", "{}", http.StatusOK,
+			"Idempotency-Key", f.key+"-capture"); c.bad {
 			return
 		}
 	case "refund":
@@ -330,8 +332,11 @@ func (l *upgradeLoad) read(m *whMerchant) {
 	}
 }
 
+// end stops the load and returns what it did; it may be called again (the
+// test's cleanup does, so that a fatal failure stops the load before the
+// processes).
 func (l *upgradeLoad) end() ([]upCall, []*upFlow) {
-	close(l.stop)
+	l.once.Do(func() { close(l.stop) })
 	l.wg.Wait()
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -397,6 +402,7 @@ func TestChaosRollingUpgrade(t *testing.T) {
 
 	lb := &upgradeLB{st: st, in: [2]bool{true, true}, version: [2]*release{&prev, &prev}}
 	load := &upgradeLoad{t: t, lb: lb, stop: make(chan struct{})}
+	t.Cleanup(func() { load.end() })
 	var phases []upPhase
 	phase := func(name string) {
 		now := time.Now()
@@ -606,7 +612,9 @@ func TestChaosRollingUpgrade(t *testing.T) {
 			}
 			lat = append(lat, c.end.Sub(c.start))
 		}
-		if created == 0 {
+		// The migration's phase lasts as long as the migration, which may
+		// be less than a request on a loaded machine.
+		if created == 0 && p.name != "migrating" {
 			t.Errorf("F13 phase %q (%s): no charge created; the phase was not under load", p.name, p.end.Sub(p.start).Round(time.Millisecond))
 		}
 		perPhase = append(perPhase, fmt.Sprintf("%s %s: %d requests, %d charges, p99 %s",
