@@ -436,6 +436,7 @@ func TestChaosRollingUpgrade(t *testing.T) {
 			t.Fatalf("%s: SIGTERM: %v", w.name, err)
 		}
 		exited := sdWaitExit(t, p, sent, exitTimeout)
+		upgradeSlowExit(t, p, exited.Sub(sent))
 		fmt.Fprintf(w.out, "\n==== test: %s of the previous release stopped; this release's starts ====\n", w.name)
 		ready := st.restartWorker(t, i, rc)
 		workerTook = append(workerTook, fmt.Sprintf("%s: exit %s, new ready %s", w.name,
@@ -454,6 +455,7 @@ func TestChaosRollingUpgrade(t *testing.T) {
 			t.Fatalf("%s: SIGTERM: %v", p.name, err)
 		}
 		exited := sdWaitExit(t, p, sent, exitTimeout)
+		upgradeSlowExit(t, p, exited.Sub(sent))
 		ready := sdReplaceReplica(t, st, i, nil, rc)
 		lb.putBack(i, &next)
 		apiTook = append(apiTook, fmt.Sprintf("api-%d: out of service %s, exit %s after SIGTERM, new ready %s", i+1,
@@ -617,8 +619,9 @@ func TestChaosRollingUpgrade(t *testing.T) {
 		if created == 0 && p.name != "migrating" {
 			t.Errorf("F13 phase %q (%s): no charge created; the phase was not under load", p.name, p.end.Sub(p.start).Round(time.Millisecond))
 		}
-		perPhase = append(perPhase, fmt.Sprintf("%s %s: %d requests, %d charges, p99 %s",
-			p.name, p.end.Sub(p.start).Round(100*time.Millisecond), len(cs), created, percentile(lat, 0.99).Round(time.Millisecond)))
+		perPhase = append(perPhase, fmt.Sprintf("%s %s: %d requests, %d charges, p99 %s, max %s",
+			p.name, p.end.Sub(p.start).Round(100*time.Millisecond), len(cs), created,
+			percentile(lat, 0.99).Round(time.Millisecond), percentile(lat, 1).Round(time.Millisecond)))
 	}
 	if versions["previous"] == 0 || versions["new"] == 0 {
 		t.Errorf("F13: requests answered by release: %v; want both", versions)
@@ -634,6 +637,16 @@ func TestChaosRollingUpgrade(t *testing.T) {
 		len(flows), kinds["captured"], kinds["capture"], kinds["refund"], refunds,
 		events, lost, deliveries, pairs, dupPairs, double, unbooked, repeatedCalls, orphans,
 		migrated.Round(time.Millisecond), strings.Join(workerTook, "; "), strings.Join(apiTook, "; "), drained.Round(time.Millisecond), logErrors)
+}
+
+// upgradeSlowExit logs the last lines of a process that took longer than
+// its SHUTDOWN_DELAY and a few seconds to exit after SIGTERM: it waited for
+// something (a request, a task, a connection) that the lines may name.
+func upgradeSlowExit(t *testing.T, p *process, took time.Duration) {
+	t.Helper()
+	if took > 4*time.Second {
+		t.Logf("%s took %s to exit after SIGTERM; its last lines:\n%s", p.name, took.Round(time.Millisecond), p.out.tail(6<<10))
+	}
 }
 
 // upgradeDrain waits until every charge of the merchants is captured with no
