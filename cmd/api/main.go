@@ -115,16 +115,25 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 }
 
 // openDB connects to DATABASE_URL for the subcommands, which need nothing else.
-func openDB(ctx context.Context, getenv func(string) string) (*pgxpool.Pool, error) {
+func openDB(ctx context.Context, getenv func(string) string, opts ...store.OpenOption) (*pgxpool.Pool, error) {
 	cfg, err := config.Load(getenv, config.Needs{Database: true})
 	if err != nil {
 		return nil, err
 	}
-	return store.Open(ctx, cfg.DatabaseURL.Reveal(), store.ConnectTimeout(cfg.DatabaseConnectTimeout))
+	opts = append([]store.OpenOption{store.ConnectTimeout(cfg.DatabaseConnectTimeout), store.PoolMode(cfg.DatabasePoolMode)}, opts...)
+	return store.Open(ctx, cfg.DatabaseURL.Reveal(), opts...)
 }
 
+// errMigrateThroughPooler: the migrations hold a session-level advisory
+// lock, which a pooler in transaction mode would leave on whichever server
+// connection took it.
+var errMigrateThroughPooler = errors.New("migrate needs a session of its own: run it with DATABASE_URL naming PostgreSQL itself, not PgBouncer in transaction mode, and DATABASE_POOL_MODE unset (docs/operations.md)")
+
 func migrate(ctx context.Context, getenv func(string) string) error {
-	pool, err := openDB(ctx, getenv)
+	if cfg, err := config.Load(getenv, config.Needs{Database: true}); err == nil && cfg.DatabasePoolMode == "transaction" {
+		return errMigrateThroughPooler
+	}
+	pool, err := openDB(ctx, getenv, store.NoStatementTimeout())
 	if err != nil {
 		return err
 	}
@@ -201,11 +210,26 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer) er
 	}
 	defer flushTraces(stopTracing, log)
 
-	pool, err := store.Open(ctx, cfg.DatabaseURL.Reveal(), store.Deadlines(cfg.DatabaseStatementTimeout, cfg.DatabaseConnectTimeout))
+	dbOpts := []store.OpenOption{store.Deadlines(cfg.DatabaseStatementTimeout, cfg.DatabaseConnectTimeout), store.PoolMode(cfg.DatabasePoolMode)}
+	pool, err := store.Open(ctx, cfg.DatabaseURL.Reveal(), dbOpts...)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
+	store.WarnServerTimeouts(ctx, pool, cfg.DatabasePoolMode, log)
+	// DATABASE_READ_URL: the lists read a hot standby while it is fresh.
+	// It is not pinged at start: a dead standby must not keep the replica
+	// from serving, the primary reads for it.
+	var standby *store.Standby
+	if cfg.DatabaseReadURL != "" {
+		readPool, err := store.OpenLazy(ctx, cfg.DatabaseReadURL.Reveal(), dbOpts...)
+		if err != nil {
+			return fmt.Errorf("DATABASE_READ_URL: %w", err)
+		}
+		defer readPool.Close()
+		standby = store.NewStandby(readPool, pool, cfg.DatabaseReadMaxLag, log)
+		go standby.Run(ctx)
+	}
 	cache.SetLogger(log)
 	rdb, err := cache.Dial(cfg.RedisURL.Reveal(), cfg.RedisMode)
 	if err != nil {
@@ -219,6 +243,10 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer) er
 	reg := metrics.NewRegistry()
 	reg.MustRegister(store.PoolCollector(pool), cache.PoolCollector(rdb, "cache"))
 	db := store.New(pool)
+	if standby != nil {
+		reg.MustRegister(standby.Collectors()...)
+		db.WithStandby(standby)
+	}
 	rc := cache.New(rdb)
 	hasher := auth.NewHasher(cfg.MaxConcurrentHashes)
 	tokens := auth.NewTokens([]byte(cfg.JWTSecret.Reveal()), cfg.JWTIssuer, cfg.JWTAudience, time.Now)

@@ -81,14 +81,17 @@ func work(ctx context.Context, getenv func(string) string, stderr io.Writer) err
 	defer flushTraces(stopTracing, log)
 
 	deadlines := store.Deadlines(cfg.DatabaseStatementTimeout, cfg.DatabaseConnectTimeout)
-	pool, err := store.Open(ctx, cfg.DatabaseURL.Reveal(), deadlines)
+	mode := store.PoolMode(cfg.DatabasePoolMode)
+	pool, err := store.Open(ctx, cfg.DatabaseURL.Reveal(), deadlines, mode)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
+	store.WarnServerTimeouts(ctx, pool, cfg.DatabasePoolMode, log)
 	// The delivery batches run on a pool of their own, with generic plans
-	// (see store.GenericPlans); two statements of each kind at once at most.
-	batchPool, err := store.Open(ctx, cfg.DatabaseURL.Reveal(), deadlines, store.GenericPlans(), store.MaxConns(4))
+	// (see store.GenericPlans; not under DATABASE_POOL_MODE=transaction);
+	// two statements of each kind at once at most.
+	batchPool, err := store.Open(ctx, cfg.DatabaseURL.Reveal(), deadlines, store.GenericPlans(), store.MaxConns(4), mode)
 	if err != nil {
 		return err
 	}

@@ -19,6 +19,7 @@
 # | oapi-codegen (Go client) | v2.8.2, the `tool` of examples/go/go.mod | go tool (built once into Go's cache) |
 # | openapi-typescript, openapi-fetch, tsc | examples/typescript/package-lock.json | npm ci      |
 # | chromium              | Debian's package (/usr/bin/chromium; never a downloaded browser) | apt-get |
+# | pgbouncer             | Debian's package (1.18 in bookworm), in front of PostgreSQL in the end-to-end tests | apt-get |
 #
 # Each tool is built once per machine into $GATEHOUSE_TOOLS_DIR (default
 # ~/.cache/gatehouse/tools) under NAME@VERSION, so clones share it, and linked
@@ -44,6 +45,7 @@ BROWSER_DIR=$ROOT/internal/e2e/browser
 SDK_GO_DIR=$ROOT/examples/go
 SDK_TS_DIR=$ROOT/examples/typescript
 CHROMIUM=${CHROMIUM:-/usr/bin/chromium}
+PGBOUNCER=${PGBOUNCER:-/usr/sbin/pgbouncer}
 
 log() { printf '[tools] %s\n' "$*" >&2; }
 fail() {
@@ -172,6 +174,20 @@ browser_install() {
 		fail "npm ci in $BROWSER_DIR failed"
 }
 
+# pgbouncer_install: Debian's pgbouncer (when missing, with apt-get, as root
+# or through sudo -n); the end-to-end tests start their own, in transaction
+# mode, in front of PostgreSQL (GATEHOUSE_E2E_PGBOUNCER=0 skips it).
+pgbouncer_install() {
+	[ -x "$PGBOUNCER" ] && return 0
+	local sudo=()
+	[ "$(id -u)" -eq 0 ] || sudo=(sudo -n)
+	command -v apt-get >/dev/null 2>&1 ||
+		fail "the end-to-end tests need pgbouncer at $PGBOUNCER (or set PGBOUNCER to its path, or GATEHOUSE_E2E_PGBOUNCER=0)"
+	log "installing pgbouncer (apt-get; the end-to-end tests run PostgreSQL behind it)"
+	{ "${sudo[@]}" apt-get update -qq && DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends pgbouncer </dev/null; } >/dev/null ||
+		fail "apt-get install pgbouncer failed: install it, or set PGBOUNCER to its path"
+}
+
 # sdk_go_install: the Go generator pinned as a tool in examples/go/go.mod,
 # built into Go's build cache so that `go tool oapi-codegen` starts at once.
 sdk_go_install() {
@@ -203,6 +219,7 @@ install_all() {
 	redocly_install
 	verifiers_install
 	browser_install
+	pgbouncer_install
 	sdk_go_install
 	sdk_ts_install
 
@@ -211,7 +228,8 @@ install_all() {
 	link "$TOOLS_DIR/kustomize@$KUSTOMIZE_VERSION/kustomize" kustomize
 	link "$TOOLS_DIR/stripe-mock@$STRIPE_MOCK_VERSION/stripe-mock" stripe-mock
 	link "$TOOLS_DIR/redocly@$REDOCLY_VERSION/node_modules/.bin/redocly" redocly
-	log "ready in bin/tools: promtool and prometheus $PROMETHEUS_RELEASE, kustomize $KUSTOMIZE_VERSION, stripe-mock $STRIPE_MOCK_VERSION, redocly $REDOCLY_VERSION; signature verifiers; chromium and playwright-core; oapi-codegen, openapi-typescript and openapi-fetch"
+	link "$PGBOUNCER" pgbouncer
+	log "ready in bin/tools: promtool and prometheus $PROMETHEUS_RELEASE, kustomize $KUSTOMIZE_VERSION, stripe-mock $STRIPE_MOCK_VERSION, redocly $REDOCLY_VERSION; signature verifiers; chromium and playwright-core; pgbouncer; oapi-codegen, openapi-typescript and openapi-fetch"
 }
 
 check_all() {
@@ -221,6 +239,7 @@ check_all() {
 	done
 	verifiers_installed || missing+=("signature verifiers")
 	[ -x "$CHROMIUM" ] || missing+=("chromium")
+	[ -x "$PGBOUNCER" ] || missing+=("pgbouncer")
 	pinned_installed "$BROWSER_DIR" || missing+=("playwright-core")
 	pinned_installed "$SDK_TS_DIR" || missing+=("openapi-typescript and openapi-fetch")
 	if [ "${#missing[@]}" -gt 0 ]; then

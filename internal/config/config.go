@@ -67,7 +67,16 @@ func ParseLimit(s string) (Limit, error) {
 // Config holds every setting of both binaries.
 type Config struct {
 	DatabaseURL Secret // may carry a password
-	RedisURL    Secret // may carry a password
+	// DatabaseReadURL, when set, is a hot standby of DatabaseURL that
+	// serves the API's list reads while it is at most DatabaseReadMaxLag
+	// behind the primary (store.Standby); empty: every read on the primary.
+	DatabaseReadURL    Secret
+	DatabaseReadMaxLag time.Duration
+	// DatabasePoolMode is "session" (DATABASE_URL reaches PostgreSQL, or a
+	// pooler that gives each client a session) or "transaction" (PgBouncer
+	// in transaction mode: see store.TransactionPooling).
+	DatabasePoolMode string
+	RedisURL         Secret // may carry a password
 	// RedisMode says how RedisURL is read: "single" (one server), "sentinel"
 	// (the sentinels' addresses and master_name) or "cluster" (seed nodes).
 	RedisMode     string
@@ -229,21 +238,23 @@ func Load(getenv func(string) string, needs Needs) (Config, error) {
 	}
 
 	c := Config{
-		DatabaseURL:     Secret(get("DATABASE_URL", "")),
-		RedisURL:        Secret(get("REDIS_URL", "")),
-		RedisMode:       get("REDIS_MODE", "single"),
-		AdminAddr:       get("ADMIN_ADDR", ""),
-		AdminToken:      Secret(get("ADMIN_TOKEN", "")),
-		JWTSecret:       Secret(getenv("JWT_SECRET")),
-		HTTPAddr:        get("HTTP_ADDR", ":8080"),
-		MetricsAddr:     get("METRICS_ADDR", ":9091"),
-		APIMetricsAddr:  get("API_METRICS_ADDR", ""),
-		ProbeAddr:       get("PROBE_ADDR", ""),
-		DefaultProvider: get("DEFAULT_PROVIDER", "sandbox"),
-		StripeSecretKey: Secret(get("STRIPE_SECRET_KEY", "")),
-		StripeAPIBase:   get("STRIPE_API_BASE", "https://api.stripe.com"),
-		JWTIssuer:       get("JWT_ISSUER", "gatehouse"),
-		JWTAudience:     get("JWT_AUDIENCE", "gatehouse-dashboard"),
+		DatabaseURL:      Secret(get("DATABASE_URL", "")),
+		DatabaseReadURL:  Secret(get("DATABASE_READ_URL", "")),
+		DatabasePoolMode: get("DATABASE_POOL_MODE", "session"),
+		RedisURL:         Secret(get("REDIS_URL", "")),
+		RedisMode:        get("REDIS_MODE", "single"),
+		AdminAddr:        get("ADMIN_ADDR", ""),
+		AdminToken:       Secret(get("ADMIN_TOKEN", "")),
+		JWTSecret:        Secret(getenv("JWT_SECRET")),
+		HTTPAddr:         get("HTTP_ADDR", ":8080"),
+		MetricsAddr:      get("METRICS_ADDR", ":9091"),
+		APIMetricsAddr:   get("API_METRICS_ADDR", ""),
+		ProbeAddr:        get("PROBE_ADDR", ""),
+		DefaultProvider:  get("DEFAULT_PROVIDER", "sandbox"),
+		StripeSecretKey:  Secret(get("STRIPE_SECRET_KEY", "")),
+		StripeAPIBase:    get("STRIPE_API_BASE", "https://api.stripe.com"),
+		JWTIssuer:        get("JWT_ISSUER", "gatehouse"),
+		JWTAudience:      get("JWT_AUDIENCE", "gatehouse-dashboard"),
 	}
 
 	if c.DatabaseURL == "" {
@@ -252,6 +263,14 @@ func Load(getenv func(string) string, needs Needs) (Config, error) {
 		}
 	} else if u, err := url.Parse(c.DatabaseURL.Reveal()); err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
 		bad("DATABASE_URL", "must be a postgres:// URL")
+	}
+	if c.DatabaseReadURL != "" {
+		if u, err := url.Parse(c.DatabaseReadURL.Reveal()); err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+			bad("DATABASE_READ_URL", "must be a postgres:// URL")
+		}
+	}
+	if c.DatabasePoolMode != "session" && c.DatabasePoolMode != "transaction" {
+		bad("DATABASE_POOL_MODE", "must be session or transaction, got %q", c.DatabasePoolMode)
 	}
 	if c.RedisURL == "" {
 		if needs.Redis {
@@ -338,6 +357,7 @@ func Load(getenv func(string) string, needs Needs) (Config, error) {
 	c.ShutdownTimeout = duration("SHUTDOWN_TIMEOUT", "25s", time.Second)
 	c.DatabaseStatementTimeout = duration("DATABASE_STATEMENT_TIMEOUT", "5s", 100*time.Millisecond)
 	c.DatabaseConnectTimeout = duration("DATABASE_CONNECT_TIMEOUT", "5s", 100*time.Millisecond)
+	c.DatabaseReadMaxLag = duration("DATABASE_READ_MAX_LAG", "5s", time.Second)
 	c.ShutdownDelay = duration("SHUTDOWN_DELAY", "0s", 0)
 	c.HTTPReadTimeout = duration("HTTP_READ_TIMEOUT", "15s", 100*time.Millisecond)
 	c.HTTPWriteTimeout = duration("HTTP_WRITE_TIMEOUT", "15s", 100*time.Millisecond)

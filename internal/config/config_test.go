@@ -32,6 +32,10 @@ func TestLoadDefaults(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Fatalf("defaults (-want +got):\n%s", diff)
 	}
+	// No standby: every read on the primary; a session per connection.
+	if c.DatabaseReadURL != "" || c.DatabaseReadMaxLag != 5*time.Second || c.DatabasePoolMode != "session" {
+		t.Fatalf("database defaults: read URL %q, max lag %s, pool mode %q", c.DatabaseReadURL.Reveal(), c.DatabaseReadMaxLag, c.DatabasePoolMode)
+	}
 }
 
 func TestLoadReportsEveryProblemOnceWithoutSecrets(t *testing.T) {
@@ -47,18 +51,22 @@ func TestLoadReportsEveryProblemOnceWithoutSecrets(t *testing.T) {
 		"REDIS_MODE":             "ring",
 		"ADMIN_ADDR":             ":9092",
 		"ADMIN_TOKEN":            "short-admin-token",
+		"DATABASE_READ_URL":      "mysql://root:readsecretpw@standby/y",
+		"DATABASE_READ_MAX_LAG":  "10ms",
+		"DATABASE_POOL_MODE":     "statement",
 	}
 	_, err := Load(envOf(env), Needs{Database: true, Redis: true, JWT: true, Encryption: true})
 	if err == nil {
 		t.Fatal("want an error")
 	}
 	msg := err.Error()
-	for _, name := range []string{"DATABASE_URL", "REDIS_URL", "JWT_SECRET", "ENCRYPTION_KEY", "RATE_LIMIT_CHARGES", "WEBHOOK_RETRY_SCHEDULE", "LOG_LEVEL", "TRUSTED_PROXIES", "DEFAULT_PROVIDER", "REDIS_MODE", "ADMIN_TOKEN"} {
+	for _, name := range []string{"DATABASE_URL", "REDIS_URL", "JWT_SECRET", "ENCRYPTION_KEY", "RATE_LIMIT_CHARGES", "WEBHOOK_RETRY_SCHEDULE", "LOG_LEVEL", "TRUSTED_PROXIES", "DEFAULT_PROVIDER", "REDIS_MODE", "ADMIN_TOKEN",
+		"DATABASE_READ_URL", "DATABASE_READ_MAX_LAG", "DATABASE_POOL_MODE"} {
 		if !strings.Contains(msg, name) {
 			t.Errorf("error does not name %s: %s", name, msg)
 		}
 	}
-	for _, secret := range []string{"topsecretpw", "short-secret-value", "short-admin-token"} {
+	for _, secret := range []string{"topsecretpw", "readsecretpw", "short-secret-value", "short-admin-token"} {
 		if strings.Contains(msg, secret) {
 			t.Errorf("error leaks %q: %s", secret, msg)
 		}

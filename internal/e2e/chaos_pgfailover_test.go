@@ -79,6 +79,14 @@ func (p *pgServer) allowReplication(t *testing.T) {
 // ends.
 func startStandby(t *testing.T, primary *pgServer) *pgServer {
 	t.Helper()
+	s := copyStandby(t, primary)
+	primary.waitSyncStandby(t, 30*time.Second)
+	return s
+}
+
+// copyStandby is startStandby without waiting for the primary to stream.
+func copyStandby(t *testing.T, primary *pgServer) *pgServer {
+	t.Helper()
 	dir, err := os.MkdirTemp("", "gatehouse-pg-standby-")
 	if err != nil {
 		t.Fatal(err)
@@ -97,7 +105,6 @@ func startStandby(t *testing.T, primary *pgServer) *pgServer {
 	}
 	s.cleanup(t, "standby postgres")
 	s.start(t)
-	primary.waitSyncStandby(t, 30*time.Second)
 	return s
 }
 

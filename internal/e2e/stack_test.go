@@ -400,6 +400,7 @@ func newClient(t *testing.T, ip string) *http.Client {
 type stack struct {
 	bins     binaries
 	db       testenv.DB
+	dbEnv    []string // DATABASE_URL, and DATABASE_POOL_MODE through PgBouncer
 	redis    *redisDeploy
 	env      []string
 	spec     *testenv.Spec // nil when api/openapi.yaml could not be loaded
@@ -412,16 +413,22 @@ type stack struct {
 
 // stackOptions tune a stack started by startStackWith.
 type stackOptions struct {
-	env       []string // extra settings of every process, api and worker
-	apiEnv    []string // extra settings of the API replicas only
-	workerEnv []string // extra settings of the workers only
-	workers   int      // how many workers; 1 when 0
-	probes    bool     // each API replica serves its probes on a PROBE_ADDR of its own too
+	env    []string // extra settings of every process, api and worker
+	apiEnv []string // extra settings of the API replicas only
+	// replicaEnv are extra settings of API replica 1 and of replica 2.
+	replicaEnv [2][]string
+	workerEnv  []string // extra settings of the workers only
+	workers    int      // how many workers; 1 when 0
+	probes     bool     // each API replica serves its probes on a PROBE_ADDR of its own too
 	// redisMode is how Redis runs: single (one server), cluster (three
 	// primaries) or sentinel (a primary, its replica and three sentinels).
 	// When empty, the mode registered for the test's root (runInRedisMode),
 	// or single.
 	redisMode string
+	// direct connects the binaries to PostgreSQL itself, never through
+	// PgBouncer (see pgbouncerWanted): for binaries that need a session,
+	// such as a previous release's.
+	direct bool
 }
 
 // workerSlot is one worker position of the stack: its address and settings
@@ -472,15 +479,15 @@ func startStackWith(t *testing.T, bins binaries, db testenv.DB, redisPath string
 	// Registered after Redis and before the binaries, so it runs once they
 	// have stopped and before Redis stops and the database is dropped.
 	t.Cleanup(func() { s.scanStack(t) })
-	s.env = []string{
-		"PATH=" + os.Getenv("PATH"),
-		"DATABASE_URL=" + s.db.URL,
+	s.dbEnv = databaseEnv(t, db, opts.direct)
+	s.env = append([]string{"PATH=" + os.Getenv("PATH")}, s.dbEnv...)
+	s.env = append(s.env, []string{
 		"REDIS_URL=" + s.redis.url(),
 		"REDIS_MODE=" + s.redis.mode,
 		"JWT_SECRET=" + randomHex(t, 32),
 		"ENCRYPTION_KEY=" + randomHex(t, 32),
 		"LOG_LEVEL=debug",
-	}
+	}...)
 	for _, k := range []string{"TMPDIR", "GORACE"} {
 		if v, ok := os.LookupEnv(k); ok {
 			s.env = append(s.env, k+"="+v)
@@ -514,7 +521,7 @@ func startStackWith(t *testing.T, bins binaries, db testenv.DB, redisPath string
 	}
 	s.worker = s.workers[0].base
 	for i, addr := range addrs {
-		env := append(append(slices.Clone(s.env), opts.apiEnv...), "HTTP_ADDR="+addr)
+		env := append(append(append(slices.Clone(s.env), opts.apiEnv...), opts.replicaEnv[i]...), "HTTP_ADDR="+addr)
 		if opts.probes {
 			probeAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 			env = append(env, "PROBE_ADDR="+probeAddr)
@@ -693,7 +700,7 @@ func (s *stack) newKey(t *testing.T, c *http.Client, token, name string) apiKey 
 func (s *stack) createMerchant(t *testing.T, email, password, name string) string {
 	t.Helper()
 	cmd := exec.Command(s.bins.api, "merchant", "create", "--email", email, "--password", password, "--name", name)
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "DATABASE_URL=" + s.db.URL}
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, s.dbEnv...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

@@ -205,8 +205,11 @@ func listParams(c *fiber.Ctx, valid func(string) bool) (listing.Params, error) {
 	return cursors(c, p, valid)
 }
 
-// cursors reads starting_after and ending_before into p.
+// cursors reads starting_after and ending_before into p. A page asked for
+// with GET may lag the primary (it may come from the standby): a list
+// rendered in the answer to a write is read from the primary.
 func cursors(c *fiber.Ctx, p listing.Params, valid func(string) bool) (listing.Params, error) {
+	p.MayLag = c.Method() == fiber.MethodGet
 	p.StartingAfter = strings.Clone(c.Query("starting_after"))
 	p.EndingBefore = strings.Clone(c.Query("ending_before"))
 	switch {

@@ -14,6 +14,10 @@ type Params struct {
 	Limit         int
 	StartingAfter string // items older than this id
 	EndingBefore  string // items newer than this id
+	// MayLag lets the page be read from a standby, which may lag the
+	// primary by the replication delay: for a list asked for as such,
+	// never for one read right after a write or as part of one object.
+	MayLag bool
 }
 
 // Page is one page of items, newest first.

@@ -26,7 +26,7 @@ import (
 // statement slow on a healthy network is cancelled by the server and its
 // connection kept.
 func Deadlines(statement, connect time.Duration) OpenOption {
-	return func(c *pgxpool.Config) {
+	return func(c *openConfig) {
 		ConnectTimeout(connect)(c)
 		c.PingTimeout = statement
 		c.ConnConfig.RuntimeParams["statement_timeout"] = formatMillis(statement)
@@ -44,7 +44,7 @@ func Deadlines(statement, connect time.Duration) OpenOption {
 // authentication included: for the pools that run migrations, whose
 // statements take the time they need.
 func ConnectTimeout(d time.Duration) OpenOption {
-	return func(c *pgxpool.Config) { c.ConnConfig.ConnectTimeout = d }
+	return func(c *openConfig) { c.ConnConfig.ConnectTimeout = d }
 }
 
 func formatMillis(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) + "ms" }

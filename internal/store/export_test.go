@@ -40,3 +40,6 @@ func SetAuditChains(n int) (restore func()) {
 	auditChains = n
 	return func() { auditChains = old }
 }
+
+// Check measures the standby's lag once, as Run does every interval.
+func (sb *Standby) Check(ctx context.Context) { sb.check(ctx) }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"strconv"
 	"time"
@@ -30,6 +31,7 @@ import (
 // Store is the PostgreSQL implementation of the domain stores.
 type Store struct {
 	pool    *pgxpool.Pool
+	standby *Standby // nil: every read on the primary
 	batches batches
 }
 
@@ -68,6 +70,13 @@ func (s *Store) WithBatchPool(pool *pgxpool.Pool) *Store {
 	return s
 }
 
+// WithStandby serves from sb the list reads that may lag the primary (see
+// Standby).
+func (s *Store) WithStandby(sb *Standby) *Store {
+	s.standby = sb
+	return s
+}
+
 // ObserveBatches calls f with the kind ("read" or "record") and the number
 // of calls of every delivery batch the store runs.
 func (s *Store) ObserveBatches(f func(kind string, size int)) {
@@ -76,19 +85,58 @@ func (s *Store) ObserveBatches(f func(kind string, size int)) {
 }
 
 // An OpenOption adjusts a pool before it connects.
-type OpenOption func(*pgxpool.Config)
+type OpenOption func(*openConfig)
+
+// openConfig is a pool's configuration while the options apply.
+type openConfig struct {
+	*pgxpool.Config
+	transactionPooling bool
+}
+
+// TransactionPooling makes the pool work through a pooler in transaction
+// mode (PgBouncer's pool_mode=transaction, DATABASE_POOL_MODE=transaction),
+// which hands each transaction, or each statement outside one, to any of
+// its server connections:
+//
+//   - no named prepared statements, which would stay behind on a server
+//     connection the next statement may not get: statements run with the
+//     unnamed one, in one round trip, their descriptions cached
+//     (cache_describe) unless DATABASE_URL chose another
+//     default_query_exec_mode;
+//   - no session settings in the startup packet, which PgBouncer refuses
+//     (all but application_name and a few others) and could not keep per
+//     client anyway: lock_timeout and statement_timeout then come from the
+//     server (ALTER ROLE ... SET, see docs/operations.md), and the delivery
+//     batches' generic plans are not asked for.
+//
+// Whatever else needs a session (advisory locks of the migrations, LISTEN)
+// must not go through such a pooler; nothing on the serving pools does.
+func TransactionPooling() OpenOption {
+	return func(c *openConfig) { c.transactionPooling = true }
+}
+
+// sessionParams are the settings Open and its options send in the startup
+// packet; under TransactionPooling none is.
+var sessionParams = []string{"lock_timeout", "statement_timeout", "plan_cache_mode"}
 
 // GenericPlans makes the pool's sessions plan each prepared statement once,
 // for any parameters (plan_cache_mode = force_generic_plan), rather than
 // plan it afresh each time. Only for statements whose best plan does not
 // depend on their parameters: lookups and updates by primary key.
 func GenericPlans() OpenOption {
-	return func(c *pgxpool.Config) { c.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan" }
+	return func(c *openConfig) { c.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan" }
+}
+
+// NoStatementTimeout lifts any statement_timeout the server sets for the
+// role (see TransactionPooling): for the migrations, whose statements take
+// the time they need.
+func NoStatementTimeout() OpenOption {
+	return func(c *openConfig) { c.ConnConfig.RuntimeParams["statement_timeout"] = "0" }
 }
 
 // MaxConns bounds the pool's connections.
 func MaxConns(n int32) OpenOption {
-	return func(c *pgxpool.Config) { c.MaxConns = n }
+	return func(c *openConfig) { c.MaxConns = n }
 }
 
 // Open connects a pool to url and checks that the server answers. When
@@ -96,6 +144,24 @@ func MaxConns(n int32) OpenOption {
 // serving pools pass Deadlines; without it a connection gets 5 s to open and
 // statements have no deadline (migrations).
 func Open(ctx context.Context, url string, opts ...OpenOption) (*pgxpool.Pool, error) {
+	pool, err := OpenLazy(ctx, url, opts...)
+	if err != nil {
+		return nil, err
+	}
+	cfg := pool.Config()
+	pctx, cancel := context.WithTimeout(ctx, cfg.ConnConfig.ConnectTimeout+max(cfg.PingTimeout, 5*time.Second))
+	defer cancel()
+	if err := pool.Ping(pctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("store: ping: %w", redact(err))
+	}
+	return pool, nil
+}
+
+// OpenLazy is Open without the check that the server answers: the pool
+// connects when first used. For a standby, whose absence must not keep a
+// replica from starting.
+func OpenLazy(ctx context.Context, url string, opts ...OpenOption) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("store: parse DATABASE_URL: %w", redact(err))
@@ -114,20 +180,51 @@ func Open(ctx context.Context, url string, opts ...OpenOption) (*pgxpool.Pool, e
 		// the arguments.
 		cfg.ConnConfig.Tracer = otelpgx.NewTracer()
 	}
+	oc := &openConfig{Config: cfg}
 	for _, o := range opts {
-		o(cfg)
+		o(oc)
+	}
+	if oc.transactionPooling {
+		for _, p := range sessionParams {
+			delete(cfg.ConnConfig.RuntimeParams, p)
+		}
+		if cfg.ConnConfig.DefaultQueryExecMode == pgx.QueryExecModeCacheStatement {
+			cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
+		}
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("store: connect: %w", redact(err))
 	}
-	pctx, cancel := context.WithTimeout(ctx, cfg.ConnConfig.ConnectTimeout+max(cfg.PingTimeout, 5*time.Second))
-	defer cancel()
-	if err := pool.Ping(pctx); err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("store: ping: %w", redact(err))
-	}
 	return pool, nil
+}
+
+// PoolMode is TransactionPooling for DATABASE_POOL_MODE=transaction, and
+// nothing for session.
+func PoolMode(mode string) OpenOption {
+	return func(c *openConfig) { c.transactionPooling = c.transactionPooling || mode == "transaction" }
+}
+
+// WarnServerTimeouts logs a warning, under DATABASE_POOL_MODE=transaction,
+// when the server gives the pool's sessions no lock_timeout: the pool
+// cannot set it itself (TransactionPooling), and without it a repeat of an
+// idempotent request still running waits for the first instead of
+// answering 409.
+func WarnServerTimeouts(ctx context.Context, pool *pgxpool.Pool, mode string, log *slog.Logger) {
+	if mode != "transaction" {
+		return
+	}
+	var lock, statement string
+	err := pool.QueryRow(ctx, `SELECT current_setting('lock_timeout'), current_setting('statement_timeout')`).Scan(&lock, &statement)
+	switch {
+	case err != nil:
+		log.Warn("could not read the server's lock_timeout", "err", err)
+	case lock == "0":
+		log.Warn("DATABASE_POOL_MODE=transaction and the server sets no lock_timeout for this role: set it (ALTER ROLE ... SET lock_timeout = '3s', see docs/operations.md)",
+			"lock_timeout", lock, "statement_timeout", statement)
+	default:
+		log.Info("server session settings", "lock_timeout", lock, "statement_timeout", statement)
+	}
 }
 
 // redact drops the parse error's text, which can quote the URL and its password.

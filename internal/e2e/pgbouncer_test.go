@@ -1,0 +1,224 @@
+package e2e
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/gatehouse-pay/gatehouse/internal/testenv"
+)
+
+// The stacks of the end-to-end tests reach PostgreSQL through PgBouncer in
+// transaction mode, the pooler docs/operations.md recommends, with
+// DATABASE_POOL_MODE=transaction, unless GATEHOUSE_E2E_PGBOUNCER=0. Stacks
+// on a project-local server of their own (F4, F8, the standby reads), or
+// started with stackOptions.direct, connect directly; so does everything
+// the tests themselves run on the database (testenv.DB's pool, migrate).
+
+// pgbouncerWanted reports whether stacks go through PgBouncer.
+func pgbouncerWanted() bool { return os.Getenv("GATEHOUSE_E2E_PGBOUNCER") != "0" }
+
+// pgbouncerPath finds pgbouncer on PATH or where Debian's package puts it.
+// Without it the stack connects directly, or the test fails under
+// GATEHOUSE_REQUIRE_SERVICES=1.
+func pgbouncerPath(t *testing.T) string {
+	t.Helper()
+	if p, err := exec.LookPath("pgbouncer"); err == nil {
+		return p
+	}
+	if _, err := os.Stat("/usr/sbin/pgbouncer"); err == nil {
+		return "/usr/sbin/pgbouncer"
+	}
+	if chaosServicesRequired() {
+		t.Fatalf("pgbouncer is not installed (deploy/local/tools.sh installs it; GATEHOUSE_E2E_PGBOUNCER=0 runs the stack on PostgreSQL directly)")
+	}
+	t.Logf("pgbouncer is not installed: the stack connects to PostgreSQL directly")
+	return ""
+}
+
+// pgBouncer is a private PgBouncer in transaction mode in front of one
+// PostgreSQL server, for one test.
+type pgBouncer struct {
+	port int
+	out  *syncBuffer
+	proc *process
+}
+
+// onSharedServer reports whether db lives on the server testenv clones
+// databases on (not on a project-local one of the test's own).
+func onSharedServer(db testenv.DB) bool {
+	a, err1 := url.Parse(db.URL)
+	b, err2 := url.Parse(testenv.PostgresURL())
+	return err1 == nil && err2 == nil && a.Host == b.Host
+}
+
+// startPgBouncer starts PgBouncer on a free loopback port in front of the
+// server of db, in transaction mode, and gives db's sessions the
+// lock_timeout the binaries cannot set through it (docs/operations.md). It
+// returns the URL of db through it; the process is stopped when the test
+// ends (after the binaries, which are registered later).
+func startPgBouncer(t *testing.T, path string, db testenv.DB) string {
+	t.Helper()
+	server, err := url.Parse(db.URL)
+	if err != nil {
+		t.Fatalf("database URL: %v", err)
+	}
+	host, port := server.Hostname(), cmp.Or(server.Port(), "5432")
+	userName := server.User.Username()
+	password, _ := server.User.Password()
+
+	ctx, cancel := dbCtx()
+	defer cancel()
+	if _, err := db.Pool.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{db.Name}.Sanitize()+" SET lock_timeout = '3s'"); err != nil {
+		t.Fatalf("set the database's lock_timeout: %v", err)
+	}
+
+	dir, err := os.MkdirTemp("", "gatehouse-pgbouncer-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	b := &pgBouncer{port: freePort(t), out: new(syncBuffer)}
+	ini := fmt.Sprintf(`[databases]
+* = host=%s port=%s
+
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = %d
+unix_socket_dir =
+auth_type = trust
+auth_file = %s
+pool_mode = transaction
+max_client_conn = 1000
+default_pool_size = 40
+server_lifetime = 600
+server_idle_timeout = 60
+logfile =
+pidfile =
+log_connections = 0
+log_disconnections = 0
+`, host, port, b.port, filepath.Join(dir, "users.txt"))
+	files := map[string]string{
+		"pgbouncer.ini": ini,
+		"users.txt":     fmt.Sprintf("%q %q\n", userName, password),
+	}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command(path, filepath.Join(dir, "pgbouncer.ini"))
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+	// PgBouncer refuses to run as root: as root it runs as postgres.
+	if os.Geteuid() == 0 {
+		u, err := user.Lookup("postgres")
+		if err != nil {
+			t.Fatalf("running as root and no postgres user to run pgbouncer as: %v", err)
+		}
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		for _, p := range []string{dir, filepath.Join(dir, "pgbouncer.ini"), filepath.Join(dir, "users.txt")} {
+			if err := os.Chown(p, uid, gid); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
+	}
+	cmd.Stdout, cmd.Stderr = b.out, b.out
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start pgbouncer: %v", err)
+	}
+	b.proc = &process{name: "pgbouncer", cmd: cmd, out: b.out, done: make(chan struct{})}
+	go func() {
+		_ = cmd.Wait()
+		close(b.proc.done)
+	}()
+	t.Cleanup(func() {
+		b.stop()
+		if t.Failed() {
+			t.Logf("---- pgbouncer output (tail) ----\n%s\n---- end of pgbouncer output ----", b.out.tail(16<<10))
+		}
+	})
+
+	through := *server
+	through.Host = fmt.Sprintf("127.0.0.1:%d", b.port)
+	q := through.Query()
+	q.Set("sslmode", "disable")
+	through.RawQuery = q.Encode()
+	b.waitReady(t, through.String())
+	return through.String()
+}
+
+// waitReady connects through PgBouncer until a query answers.
+func (b *pgBouncer) waitReady(t *testing.T, dbURL string) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err := func() error {
+			cfg, err := pgx.ParseConfig(dbURL)
+			if err != nil {
+				return err
+			}
+			cfg.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
+			c, err := pgx.ConnectConfig(ctx, cfg)
+			if err != nil {
+				return err
+			}
+			defer c.Close(ctx)
+			_, err = c.Exec(ctx, "SELECT 1")
+			return err
+		}()
+		cancel()
+		switch {
+		case err == nil:
+			return
+		case b.proc.exited():
+			t.Fatalf("pgbouncer exited at start: %v\n%s", b.proc.cmd.ProcessState, b.out.tail(4<<10))
+		case time.Now().After(deadline):
+			t.Fatalf("pgbouncer on port %d does not answer after 15s: %v\n%s", b.port, err, b.out.tail(4<<10))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// stop ends PgBouncer (SIGTERM: at once) and waits for it.
+func (b *pgBouncer) stop() {
+	if b.proc == nil || b.proc.exited() {
+		return
+	}
+	_ = b.proc.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-b.proc.done:
+	case <-time.After(10 * time.Second):
+		_ = b.proc.cmd.Process.Kill()
+		<-b.proc.done
+	}
+}
+
+// databaseEnv is the stack's database settings: db directly, or through a
+// PgBouncer of the test's own in transaction mode.
+func databaseEnv(t *testing.T, db testenv.DB, direct bool) []string {
+	t.Helper()
+	if direct || !pgbouncerWanted() || !onSharedServer(db) {
+		return []string{"DATABASE_URL=" + db.URL}
+	}
+	path := pgbouncerPath(t)
+	if path == "" {
+		return []string{"DATABASE_URL=" + db.URL}
+	}
+	through := startPgBouncer(t, path, db)
+	t.Logf("the stack reaches PostgreSQL through PgBouncer (transaction mode); GATEHOUSE_E2E_PGBOUNCER=0 connects directly")
+	return []string{"DATABASE_URL=" + through, "DATABASE_POOL_MODE=transaction"}
+}
