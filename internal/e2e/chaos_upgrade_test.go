@@ -382,8 +382,11 @@ func TestChaosRollingUpgrade(t *testing.T) {
 	db := testenv.NewEmptyDB(t)
 	migrateWith(t, prev.bins.api, db)
 	fromSchema := schemaVersion(t, db)
+	// Directly on PostgreSQL: the previous release cannot connect through
+	// PgBouncer in transaction mode (docs/operations.md, "PgBouncer"); the
+	// switch to it comes after the upgrade.
 	st := startStackWith(t, prev.bins, db, redisPath, prev.spec,
-		stackOptions{env: upgradeStackEnv, workerEnv: chaosWorkerEnv, workers: 2})
+		stackOptions{env: upgradeStackEnv, workerEnv: chaosWorkerEnv, workers: 2, direct: true})
 	bag := &secretBag{}
 	ms := []*whMerchant{newWebhookMerchant(t, st, bag, "127.0.0.130", "f13-a"), newWebhookMerchant(t, st, bag, "127.0.0.131", "f13-b")}
 	type sub struct {
@@ -860,7 +863,8 @@ func TestPreviousReleaseOnNewSchema(t *testing.T) {
 	if got := schemaVersion(t, db); got != schema {
 		t.Errorf("the previous release's api migrate moved the schema from %d to %d; want it left alone", schema, got)
 	}
-	st := startStackWith(t, prev.bins, db, redisPath, prev.spec, stackOptions{env: chaosStackEnv, workerEnv: chaosWorkerEnv})
+	// Directly, as in F13.
+	st := startStackWith(t, prev.bins, db, redisPath, prev.spec, stackOptions{env: chaosStackEnv, workerEnv: chaosWorkerEnv, direct: true})
 	c := newClient(t, "127.0.0.135")
 	m := newWebhookMerchant(t, st, &secretBag{}, "127.0.0.136", "prev")
 	rcv := newReceiver(t, "prev", always(http.StatusOK))
