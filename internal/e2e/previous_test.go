@@ -214,3 +214,26 @@ func schemaVersion(t *testing.T, db testenv.DB) int64 {
 	t.Helper()
 	return queryInt(t, db, `SELECT coalesce(max(version_id), 0) FROM goose_db_version WHERE is_applied`)
 }
+
+// TestPreviousReleaseAbsent: a commit the clone does not have (a shallow
+// clone's) is reported as absent, with the command that fetches it, and not
+// as a failed build; previousRelease then skips or fails as for a missing
+// service.
+func TestPreviousReleaseAbsent(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("git is not on PATH")
+	}
+	root, err := moduleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	commit := strings.Repeat("0", 39) + "1"
+	parent := t.TempDir()
+	absent, err := buildRelease(root, parent, commit)
+	if err != nil || !strings.Contains(absent, "is not in this clone") || !strings.Contains(absent, "git fetch origin "+commit) {
+		t.Errorf("build of a commit not in the clone: absent %q, error %v; want it absent with the fetch command", absent, err)
+	}
+	if releaseBuilt(filepath.Join(parent, commit)) {
+		t.Errorf("a build of a missing commit was left in %s", parent)
+	}
+}
