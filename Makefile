@@ -83,12 +83,12 @@ bench: build ## Load-test POST /v1/charges next to a floor program (writes docs/
 	$(BIN_DIR)/bench -api $(BIN_DIR)/api $(BENCH_FLAGS)
 	@$(MAKE) --no-print-directory bench-micro
 
-# Fault tests F1-F12 (docs/reliability.md) at full scale against the real binaries, with
+# Fault tests F1-F13 (docs/reliability.md) at full scale against the real binaries, with
 # Redis Sentinel, Redis Cluster and a PostgreSQL standby started from Debian's
 # packages on loopback; `make test` runs the same tests at smoke scale.
 # docs/reliability.md has the method.
 .PHONY: chaos
-chaos: ## Fault tests at full scale: kill -9, Redis/PostgreSQL outages and failovers (Sentinel, Cluster, standby), provider faults
+chaos: ## Fault tests at full scale: kill -9, Redis/PostgreSQL outages and failovers (Sentinel, Cluster, standby), provider faults, a rolling upgrade
 	@$(TESTENV) env GATEHOUSE_REQUIRE_SERVICES=1 GATEHOUSE_CHAOS=full $(GO) test -count=1 -run '^TestChaos' -timeout 45m -v ./internal/e2e
 
 # FUZZTIME bounds each fuzz target's run, e.g. make fuzz FUZZTIME=5m.

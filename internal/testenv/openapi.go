@@ -28,38 +28,43 @@ var (
 	specOnce sync.Once
 	spec     *Spec
 	specErr  error
+	// decodersOnce guards openapi3filter's registry, which is global.
+	decodersOnce sync.Once
 )
 
 // LoadSpec parses and validates api/openapi.yaml once per test binary.
 func LoadSpec(t testing.TB) *Spec {
 	t.Helper()
-	specOnce.Do(func() {
-		// The card field's script, page and style are text, checked as such.
-		for _, ct := range []string{"text/javascript", "text/html", "text/css"} {
-			openapi3filter.RegisterBodyDecoder(ct, openapi3filter.PlainBodyDecoder)
-		}
-		loader := openapi3.NewLoader()
-		doc, err := loader.LoadFromData(api.Spec)
-		if err != nil {
-			specErr = err
-			return
-		}
-		if err = doc.Validate(loader.Context); err != nil {
-			specErr = err
-			return
-		}
-		doc.Servers = nil // match any host the tests listen on
-		r, err := gorillamux.NewRouter(doc)
-		if err != nil {
-			specErr = err
-			return
-		}
-		spec = &Spec{doc: doc, router: r}
-	})
+	specOnce.Do(func() { spec, specErr = ParseSpec(api.Spec) })
 	if specErr != nil {
 		t.Fatalf("testenv: api/openapi.yaml: %v", specErr)
 	}
 	return spec
+}
+
+// ParseSpec parses and validates an OpenAPI description: this release's, or
+// an earlier release's that its binaries answer by.
+func ParseSpec(data []byte) (*Spec, error) {
+	decodersOnce.Do(func() {
+		// The card field's script, page and style are text, checked as such.
+		for _, ct := range []string{"text/javascript", "text/html", "text/css"} {
+			openapi3filter.RegisterBodyDecoder(ct, openapi3filter.PlainBodyDecoder)
+		}
+	})
+	loader := openapi3.NewLoader()
+	doc, err := loader.LoadFromData(data)
+	if err != nil {
+		return nil, err
+	}
+	if err = doc.Validate(loader.Context); err != nil {
+		return nil, err
+	}
+	doc.Servers = nil // match any host the tests listen on
+	r, err := gorillamux.NewRouter(doc)
+	if err != nil {
+		return nil, err
+	}
+	return &Spec{doc: doc, router: r}, nil
 }
 
 // Doc is the parsed and validated description, without its servers.

@@ -173,6 +173,22 @@ func NewDB(t testing.TB) DB {
 	if templateErr != nil {
 		unavailable(t, "testenv: PostgreSQL at %s: %v", redactURL(PostgresURL()), templateErr)
 	}
+	return createDB(ctx, t, templateName)
+}
+
+// NewEmptyDB creates a database without any table, dropped when the test
+// ends: for a test that migrates it itself (with another release's binary).
+func NewEmptyDB(t testing.TB) DB {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	return createDB(ctx, t, "")
+}
+
+// createDB creates a database from template ("" for the server's default)
+// and opens it; it is dropped when the test ends.
+func createDB(ctx context.Context, t testing.TB, template string) DB {
+	t.Helper()
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	name := "gatehouse_test_" + hex.EncodeToString(b[:])
@@ -181,9 +197,12 @@ func NewDB(t testing.TB) DB {
 		unavailable(t, "testenv: PostgreSQL: %v", err)
 	}
 	defer admin.Close(ctx)
-	if _, err := admin.Exec(ctx, fmt.Sprintf("CREATE DATABASE %s TEMPLATE %s",
-		pgx.Identifier{name}.Sanitize(), pgx.Identifier{templateName}.Sanitize())); err != nil {
-		t.Fatalf("testenv: clone template: %v", err)
+	create := "CREATE DATABASE " + pgx.Identifier{name}.Sanitize()
+	if template != "" {
+		create += " TEMPLATE " + pgx.Identifier{template}.Sanitize()
+	}
+	if _, err := admin.Exec(ctx, create); err != nil {
+		t.Fatalf("testenv: %s: %v", create, err)
 	}
 	dbURL := withDatabase(PostgresURL(), name)
 	pool, err := store.Open(ctx, dbURL)
