@@ -124,7 +124,11 @@ func openDB(ctx context.Context, getenv func(string) string) (*pgxpool.Pool, err
 }
 
 func migrate(ctx context.Context, getenv func(string) string) error {
-	pool, err := openDB(ctx, getenv)
+	cfg, err := config.Load(getenv, config.Needs{Database: true})
+	if err != nil {
+		return err
+	}
+	pool, err := store.Open(ctx, cfg.DatabaseURL.Reveal(), store.ConnectTimeout(cfg.DatabaseConnectTimeout))
 	if err != nil {
 		return err
 	}
@@ -132,11 +136,23 @@ func migrate(ctx context.Context, getenv func(string) string) error {
 	if err := store.Migrate(ctx, pool); err != nil {
 		return err
 	}
+	db := store.New(pool).WithRetention(retention(cfg))
+	// The partitions of events and webhook deliveries for the retention
+	// configured, so the first rows written find theirs (the worker keeps
+	// them from then on).
+	if _, err := db.MaintainPartitions(ctx, time.Now()); err != nil {
+		return err
+	}
 	// Data the schema now expects of rows written before it: the charge of
 	// each event (migration 00005). The retention prune fills what replicas
 	// of the previous release write during the rollout.
-	_, err = store.New(pool).FillEventCharges(ctx)
+	_, err = db.FillEventCharges(ctx)
 	return err
+}
+
+// retention is how long the configuration keeps events and the delivery log.
+func retention(cfg config.Config) store.Retention {
+	return store.Retention{Events: cfg.EventRetention, WebhookLog: cfg.WebhookLogRetention}
 }
 
 // verifyAudit checks the audit log's chains and prints what it found: a
@@ -218,7 +234,7 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer) er
 
 	reg := metrics.NewRegistry()
 	reg.MustRegister(store.PoolCollector(pool), cache.PoolCollector(rdb, "cache"))
-	db := store.New(pool)
+	db := store.New(pool).WithRetention(retention(cfg))
 	rc := cache.New(rdb)
 	hasher := auth.NewHasher(cfg.MaxConcurrentHashes)
 	tokens := auth.NewTokens([]byte(cfg.JWTSecret.Reveal()), cfg.JWTIssuer, cfg.JWTAudience, time.Now)
