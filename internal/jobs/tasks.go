@@ -139,12 +139,15 @@ func PrunePeriod(c config.Config) time.Duration {
 // Register adds the periodic tasks to the scheduler; the retention prune
 // runs every prunePeriod.
 func Register(s *asynq.Scheduler, prunePeriod time.Duration) error {
-	for spec, t := range map[string]*asynq.Task{
-		"@hourly":                        NewSessionsPruneTask(),
-		"@every 10s":                     NewOutboxSweepTask(),
-		"@every " + prunePeriod.String(): NewRetentionPruneTask(prunePeriod),
+	for _, p := range []struct {
+		spec string
+		task *asynq.Task
+	}{
+		{"@hourly", NewSessionsPruneTask()},
+		{"@every 10s", NewOutboxSweepTask()},
+		{"@every " + prunePeriod.String(), NewRetentionPruneTask(prunePeriod)},
 	} {
-		if _, err := s.Register(spec, t); err != nil {
+		if _, err := s.Register(p.spec, p.task); err != nil {
 			return err
 		}
 	}
