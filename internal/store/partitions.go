@@ -28,8 +28,8 @@ var DefaultRetention = Retention{Events: 720 * time.Hour, WebhookLog: 720 * time
 // with the same bounds as webhook_deliveries, each partition's attempts
 // referencing its deliveries. The partitions' bounds are UUIDs of instants
 // (gh_uuid_floor), their width a thirtieth of the table's retention
-// (PartitionWidth), and the worker keeps them created from now to a third
-// of the retention ahead (PartitionsAhead) and drops each once its upper
+// (PartitionWidth), and the worker keeps them created from now to half
+// the retention ahead (PartitionsAhead) and drops each once its upper
 // bound is past retention. The DEFAULT partition takes what no partition
 // covers (when the worker was stopped for longer than the partitions
 // ahead); it should stay empty, and the maintenance moves its rows into
@@ -50,9 +50,10 @@ func PartitionWidth(r time.Duration) time.Duration {
 }
 
 // PartitionsAhead is how far past now the partitions of a table kept r
-// are created: a third of r (10 days for 30 days), so the worker may be
-// stopped that long before rows go to the DEFAULT partition.
-func PartitionsAhead(r time.Duration) time.Duration { return r / 3 }
+// are created: half of r (15 days for 30 days, three prune periods), so
+// the worker may be stopped that long, or its prune run late under load,
+// before rows go to the DEFAULT partition.
+func PartitionsAhead(r time.Duration) time.Duration { return r / 2 }
 
 // partitionLockTimeout bounds the wait for each step's locks: creating a
 // partition locks the DEFAULT partition, dropping one the whole table,

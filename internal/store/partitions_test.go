@@ -76,8 +76,8 @@ func (f outboxFixture) eventAt(t *testing.T, at time.Time) (string, string) {
 	return ev, dl
 }
 
-// TestMaintainPartitions: the partitions are created from now to a third
-// of the retention ahead, with the same bounds for deliveries and their
+// TestMaintainPartitions: the partitions are created from now to half the
+// retention ahead, with the same bounds for deliveries and their
 // attempts; a second run does nothing; rows the DEFAULT partitions took
 // (the worker stopped) are moved into the partitions made for them; a
 // partition past retention is dropped whole, its attempts with it.
@@ -99,12 +99,12 @@ func TestMaintainPartitions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// events: 1-minute partitions 10 minutes ahead; deliveries: 30 s, 5 minutes.
+	// events: 1-minute partitions 15 minutes ahead; deliveries: 30 s, 7.5 minutes.
 	if w := store.PartitionWidth(r.Events); w != time.Minute {
 		t.Fatalf("events width %s", w)
 	}
 	ev, dl, at := partitionsOf(t, db.Pool, "events"), partitionsOf(t, db.Pool, "webhook_deliveries"), partitionsOf(t, db.Pool, "webhook_attempts")
-	if len(ev) < 11 || len(ev) > 12 || len(dl) < 11 || len(dl) > 12 {
+	if len(ev) < 16 || len(ev) > 17 || len(dl) < 16 || len(dl) > 17 {
 		t.Fatalf("partitions: %d of events, %d of deliveries", len(ev), len(dl))
 	}
 	if rep.Created != len(ev)-1+len(dl)-1 || rep.Moved != 3 {
@@ -168,7 +168,7 @@ func TestMaintainPartitions(t *testing.T) {
 		t.Errorf("the late delivery: %+v, %v", d, err)
 	}
 	// The partitions of the retention and those ahead, no more.
-	if ev = partitionsOf(t, db.Pool, "events"); len(ev) > 1+30+10+1 {
+	if ev = partitionsOf(t, db.Pool, "events"); len(ev) > 1+30+15+1 {
 		t.Errorf("events has %d partitions", len(ev))
 	}
 	page, err := s.ListEvents(ctx, f.merchantID, events.Filter{}, listing.Params{Limit: 10})
