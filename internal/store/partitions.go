@@ -273,6 +273,15 @@ func (f family) create(ctx context.Context, conn *pgxpool.Conn, lo, hi time.Time
 		if f.follower != "" {
 			tables = append(tables, table{f.follower, f.followerKey, partitionName(f.follower, lo)})
 		}
+		// The DEFAULT partitions first, which ATTACH locks anyway: no row of
+		// the range can reach them between the move and the attach.
+		defaults := f.parent + "_default"
+		if f.follower != "" {
+			defaults += ", " + f.follower + "_default"
+		}
+		if _, err := tx.Exec(ctx, `LOCK TABLE `+defaults+` IN ACCESS EXCLUSIVE MODE`); err != nil {
+			return err
+		}
 		for _, t := range tables {
 			// LIKE copies the columns, defaults and checks; ATTACH adds the
 			// table's indexes. The CHECK lets ATTACH skip reading the rows
