@@ -329,8 +329,10 @@ ALTER TABLE %[1]s DROP CONSTRAINT %[1]s_bound`, t.name, t.parent, from, to)); er
 }
 
 // drop drops a partition (and its follower's) in one transaction, which
-// locks the tables ACCESS EXCLUSIVE for the catalog change only: the
-// deliveries before their attempts, the order writers lock them in.
+// locks the tables ACCESS EXCLUSIVE for the catalog change only (the
+// deliveries before their attempts, the order writers lock them in):
+// PostgreSQL deletes the files after the commit has released the locks
+// (on a scratch database, 6.5 s for 4.5 GB, writes going on meanwhile).
 func (f family) drop(ctx context.Context, conn *pgxpool.Conn, p partition, rep *PartitionReport) error {
 	err := f.step(ctx, conn, rep, func(tx pgx.Tx) error {
 		tables := f.parent
