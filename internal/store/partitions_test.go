@@ -322,3 +322,40 @@ func TestPartitionMigration(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestMaintainPartitionsGivesWayToLocks: while a transaction holds a lock
+// on the DEFAULT partition (a long read of the whole table holds one too),
+// creating a partition waits at most its lock timeout, then is left to the
+// next run: the run ends without error, and writes are never queued behind
+// it for longer.
+func TestMaintainPartitionsGivesWayToLocks(t *testing.T) {
+	ctx := context.Background()
+	db := testenv.NewDB(t)
+	s := store.New(db.Pool)
+	tx, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `LOCK TABLE events_default IN ACCESS SHARE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	rep, err := s.MaintainPartitions(ctx, time.Now())
+	if err != nil || rep.Postponed == 0 || len(partitionsOf(t, db.Pool, "events")) != 1 {
+		t.Fatalf("while events_default is locked: %+v, %v", rep, err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("the run took %s", took)
+	}
+	// The deliveries were not held up by the events' lock.
+	if n := len(partitionsOf(t, db.Pool, "webhook_deliveries")); n < 2 {
+		t.Errorf("webhook_deliveries has %d partitions", n)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rep, err = s.MaintainPartitions(ctx, time.Now())
+	if err != nil || rep.Created == 0 || rep.Postponed != 0 {
+		t.Fatalf("after: %+v, %v", rep, err)
+	}
+}
