@@ -96,8 +96,8 @@ type Filter struct {
 }
 
 // Store reads events; those past their retention (EVENT_RETENTION) are
-// gone, as the worker drops them by partition. EventByID returns KindNotFound for an unknown id or an
-// event of another merchant.
+// gone, as the worker drops them by partition. EventByID returns
+// KindNotFound for an unknown id or an event of another merchant.
 type Store interface {
 	EventByID(ctx context.Context, merchantID, id string) (Event, error)
 	ListEvents(ctx context.Context, merchantID string, f Filter, p listing.Params) (listing.Page[Event], error)
