@@ -61,8 +61,8 @@ func PartitionsAhead(r time.Duration) time.Duration { return r / 2 }
 // that cannot have its locks in time is left to the next run.
 const partitionLockTimeout = "1s"
 
-// partitionMaintenanceLock is the advisory lock that makes one worker at a
-// time maintain the partitions.
+// partitionMaintenanceLock is the advisory lock each step of the
+// maintenance holds, so that one worker at a time changes the partitions.
 const partitionMaintenanceLock = 0x67685f7061727473 // "gh_parts"
 
 // family is a partitioned table and, for deliveries, the table whose
@@ -89,17 +89,18 @@ type PartitionReport struct {
 	// created for them; Strays the rows of a DEFAULT partition past
 	// retention, deleted.
 	Moved, Strays int64
-	// Postponed counts the steps whose locks were not had in time: the
-	// next run does them.
+	// Postponed counts the steps whose locks were not had in time, or that
+	// another worker was running: the next run does them.
 	Postponed int
-	// Skipped is true when another worker was maintaining the partitions.
-	Skipped bool
 }
 
 // MaintainPartitions creates the partitions of events, webhook_deliveries
 // and webhook_attempts up to their PartitionsAhead past now and drops those
 // past retention. Each partition created or dropped is its own short
-// transaction. It is idempotent, and runs in one worker at a time.
+// transaction, which holds the maintenance's advisory lock (transaction
+// level, so it holds through PgBouncer's transaction pooling too): one
+// worker at a time changes the partitions, and a step another worker is
+// running is left to the next run. It is idempotent.
 func (s *Store) MaintainPartitions(ctx context.Context, now time.Time) (PartitionReport, error) {
 	var rep PartitionReport
 	conn, err := s.pool.Acquire(ctx)
@@ -107,23 +108,6 @@ func (s *Store) MaintainPartitions(ctx context.Context, now time.Time) (Partitio
 		return rep, mapErr(err, "partitions")
 	}
 	defer conn.Release()
-	var locked bool
-	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, int64(partitionMaintenanceLock)).Scan(&locked); err != nil {
-		return rep, mapErr(err, "partitions")
-	}
-	if !locked {
-		rep.Skipped = true
-		return rep, nil
-	}
-	defer func() {
-		// A fresh context: the caller's may be done, and the lock must not
-		// stay with the pooled connection.
-		c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if _, err := conn.Exec(c, `SELECT pg_advisory_unlock($1)`, int64(partitionMaintenanceLock)); err != nil {
-			conn.Conn().Close(c)
-		}
-	}()
 	for _, f := range s.families() {
 		if err := f.maintain(ctx, conn, now.UTC(), &rep); err != nil {
 			return rep, err
@@ -245,11 +229,15 @@ func (f family) maintain(ctx context.Context, conn *pgxpool.Conn, now time.Time,
 	}
 	// Rows of the DEFAULT partition past retention: none, unless an id was
 	// not a UUIDv7 of its time. Deleted, which is cheap on an empty table.
-	return f.step(ctx, conn, rep, func(tx pgx.Tx) error {
+	err = f.step(ctx, conn, rep, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `DELETE FROM `+f.parent+`_default WHERE `+f.key+` < $1::uuid`, uuidFloor(cutoff))
 		rep.Strays += tag.RowsAffected()
 		return err
 	})
+	if errors.Is(err, errLockTimeout) {
+		return nil
+	}
+	return err
 }
 
 // partitionName is a partition's name: its table's and its lower bound's
@@ -281,6 +269,13 @@ func (f family) create(ctx context.Context, conn *pgxpool.Conn, lo, hi time.Time
 		}
 		if _, err := tx.Exec(ctx, `LOCK TABLE `+defaults+` IN ACCESS EXCLUSIVE MODE`); err != nil {
 			return err
+		}
+		var exists bool
+		if err := tx.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, tables[0].name).Scan(&exists); err != nil {
+			return err
+		}
+		if exists {
+			return errDone // another worker made it since the partitions were listed
 		}
 		for _, t := range tables {
 			// LIKE copies the columns, defaults and checks; ATTACH adds the
@@ -320,6 +315,9 @@ ALTER TABLE %[1]s DROP CONSTRAINT %[1]s_bound`, t.name, t.parent, from, to)); er
 	if errors.Is(err, errLockTimeout) {
 		return false, nil
 	}
+	if errors.Is(err, errDone) {
+		return true, nil
+	}
 	if err != nil {
 		return false, err
 	}
@@ -356,7 +354,7 @@ WHERE i.inhparent = $1::regclass AND pg_get_expr(c.relpartbound, c.oid) = (SELEC
 			return err
 		}
 		for _, name := range drops {
-			if _, err := tx.Exec(ctx, `DROP TABLE `+pgx.Identifier{name}.Sanitize()); err != nil {
+			if _, err := tx.Exec(ctx, `DROP TABLE IF EXISTS `+pgx.Identifier{name}.Sanitize()); err != nil {
 				return err
 			}
 		}
@@ -371,7 +369,10 @@ WHERE i.inhparent = $1::regclass AND pg_get_expr(c.relpartbound, c.oid) = (SELEC
 	return err
 }
 
-var errLockTimeout = errors.New("store: lock not had in time")
+var (
+	errLockTimeout = errors.New("store: lock not had in time")
+	errDone        = errors.New("store: already done")
+)
 
 // step runs fn in a transaction whose locks are waited for at most
 // partitionLockTimeout; a lock not had in time is errLockTimeout, counted
@@ -382,8 +383,15 @@ func (f family) step(ctx context.Context, conn *pgxpool.Conn, rep *PartitionRepo
 		return mapErr(err, "partitions")
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // after Commit, a no-op
-	if _, err := tx.Exec(ctx, `SELECT set_config('lock_timeout', '`+partitionLockTimeout+`', true)`); err != nil {
+	var mine bool
+	err = tx.QueryRow(ctx, `SELECT set_config('lock_timeout', '`+partitionLockTimeout+`', true), pg_try_advisory_xact_lock($1)`,
+		int64(partitionMaintenanceLock)).Scan(new(string), &mine)
+	if err != nil {
 		return mapErr(err, "partitions")
+	}
+	if !mine {
+		rep.Postponed++
+		return errLockTimeout
 	}
 	err = fn(tx)
 	if err == nil {
