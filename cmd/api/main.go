@@ -130,7 +130,11 @@ func openDB(ctx context.Context, getenv func(string) string, opts ...store.OpenO
 var errMigrateThroughPooler = errors.New("migrate needs a session of its own: run it with DATABASE_URL naming PostgreSQL itself, not PgBouncer in transaction mode, and DATABASE_POOL_MODE unset (docs/operations.md)")
 
 func migrate(ctx context.Context, getenv func(string) string) error {
-	if cfg, err := config.Load(getenv, config.Needs{Database: true}); err == nil && cfg.DatabasePoolMode == "transaction" {
+	cfg, err := config.Load(getenv, config.Needs{Database: true})
+	if err != nil {
+		return err
+	}
+	if cfg.DatabasePoolMode == "transaction" {
 		return errMigrateThroughPooler
 	}
 	pool, err := openDB(ctx, getenv, store.NoStatementTimeout())
@@ -141,11 +145,23 @@ func migrate(ctx context.Context, getenv func(string) string) error {
 	if err := store.Migrate(ctx, pool); err != nil {
 		return err
 	}
+	db := store.New(pool).WithRetention(retention(cfg))
+	// The partitions of events and webhook deliveries for the retention
+	// configured, so the first rows written find theirs (the worker keeps
+	// them from then on).
+	if _, err := db.MaintainPartitions(ctx, time.Now()); err != nil {
+		return err
+	}
 	// Data the schema now expects of rows written before it: the charge of
 	// each event (migration 00005). The retention prune fills what replicas
 	// of the previous release write during the rollout.
-	_, err = store.New(pool).FillEventCharges(ctx)
+	_, err = db.FillEventCharges(ctx)
 	return err
+}
+
+// retention is how long the configuration keeps events and the delivery log.
+func retention(cfg config.Config) store.Retention {
+	return store.Retention{Events: cfg.EventRetention, WebhookLog: cfg.WebhookLogRetention}
 }
 
 // verifyAudit checks the audit log's chains and prints what it found: a
@@ -242,7 +258,7 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer) er
 
 	reg := metrics.NewRegistry()
 	reg.MustRegister(store.PoolCollector(pool), cache.PoolCollector(rdb, "cache"))
-	db := store.New(pool)
+	db := store.New(pool).WithRetention(retention(cfg))
 	if standby != nil {
 		reg.MustRegister(standby.Collectors()...)
 		db.WithStandby(standby)

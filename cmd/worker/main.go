@@ -30,7 +30,6 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/charges"
 	"github.com/gatehouse-pay/gatehouse/internal/config"
 	"github.com/gatehouse-pay/gatehouse/internal/connectors"
-	"github.com/gatehouse-pay/gatehouse/internal/events"
 	"github.com/gatehouse-pay/gatehouse/internal/health"
 	"github.com/gatehouse-pay/gatehouse/internal/jobs"
 	"github.com/gatehouse-pay/gatehouse/internal/keyring"
@@ -117,7 +116,7 @@ func work(ctx context.Context, getenv func(string) string, stderr io.Writer) err
 	reg := metrics.NewRegistry()
 	reg.MustRegister(store.PoolCollector(pool), cache.PoolCollector(rdb, "cache"), cache.PoolCollector(qrdb, "queue"),
 		store.OutboxCollector(pool, 5*time.Second), store.OutcomesCollector(pool, cfg.ProviderOutcomeUnknownAfter, 5*time.Second))
-	db := store.New(pool).WithBatchPool(batchPool)
+	db := store.New(pool).WithBatchPool(batchPool).WithRetention(store.Retention{Events: cfg.EventRetention, WebhookLog: cfg.WebhookLogRetention})
 	keys, err := keyring.New(cfg.EncryptionKey)
 	if err != nil {
 		return err
@@ -192,7 +191,6 @@ func work(ctx context.Context, getenv func(string) string, stderr io.Writer) err
 		Refunds: refunds.NewProcessor(db, registry, cfg.ProviderTimeout, time.Now, log, observe).WithQueue(queue).WithOutcomes(refundOutcome).
 			WithWindows(cfg.ProviderIdempotencyWindow, cfg.ProviderOutcomeUnknownAfter),
 		Webhooks: deliverer,
-		Events:   events.NewService(db, time.Now),
 		Store:    db,
 		Queue:    queue,
 		Config:   cfg,
@@ -220,9 +218,20 @@ func work(ctx context.Context, getenv func(string) string, stderr io.Writer) err
 		return err
 	}
 	scheduler := asynq.NewScheduler(sharedRedis{srdb}, &asynq.SchedulerOpts{Logger: handlers.Logger(), LogLevel: asynq.WarnLevel})
-	if err := jobs.Register(scheduler); err != nil {
+	if err := jobs.Register(scheduler, jobs.PrunePeriod(cfg)); err != nil {
 		return err
 	}
+	// The partitions are kept at start too, not only a period later: after
+	// a long stop, rows may be waiting in the DEFAULT partitions.
+	go func() {
+		rep, err := db.MaintainPartitions(ctx, time.Now())
+		if err != nil {
+			log.Warn("partition maintenance failed; the retention prune tries again", "err", err)
+			return
+		}
+		log.Info("partitions kept", "created", rep.Created, "dropped", rep.Dropped, "postponed", rep.Postponed,
+			"default_partition_rows_moved", rep.Moved)
+	}()
 
 	draining := new(atomic.Bool)
 	ln, err := net.Listen("tcp", cfg.MetricsAddr)

@@ -125,6 +125,11 @@ type Config struct {
 
 	WebhookRetrySchedule []time.Duration
 	WebhookTimeout       time.Duration
+	// EventRetention is how long events are kept, WebhookLogRetention how
+	// long webhook deliveries and their attempts are: the worker drops
+	// them by partition once past it (docs/operations.md).
+	EventRetention      time.Duration
+	WebhookLogRetention time.Duration
 	// EventStreamMax bounds the open event streams of one API replica,
 	// EventStreamMaxPerMerchant those of one merchant on it and
 	// EventStreamMaxPerKey those of one API key on it.
@@ -422,6 +427,18 @@ func Load(getenv func(string) string, needs Needs) (Config, error) {
 			break
 		}
 		c.WebhookRetrySchedule = append(c.WebhookRetrySchedule, d)
+	}
+
+	c.EventRetention = duration("EVENT_RETENTION", "720h", time.Minute)
+	c.WebhookLogRetention = duration("WEBHOOK_LOG_RETENTION", "720h", time.Minute)
+	// A delivery is kept at least as long as its retries can go on: one
+	// dropped while pending would leave its task behind.
+	var retrying time.Duration
+	for _, d := range c.WebhookRetrySchedule {
+		retrying += d
+	}
+	if c.WebhookLogRetention > 0 && c.WebhookLogRetention < retrying {
+		bad("WEBHOOK_LOG_RETENTION", "must be at least the sum of WEBHOOK_RETRY_SCHEDULE (%s)", retrying)
 	}
 
 	if v := get("WEBHOOK_ALLOW_PRIVATE_NETWORKS", "false"); v != "" {

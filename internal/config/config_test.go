@@ -219,3 +219,38 @@ func TestWebhookMerchantSlots(t *testing.T) {
 		}
 	}
 }
+
+// TestRetention: events and the delivery log are kept 30 days by default;
+// a retention under a minute, or a delivery log shorter than the retry
+// schedule (a delivery dropped while retried), stops the program at start.
+func TestRetention(t *testing.T) {
+	c, err := Load(envOf(valid), Needs{Database: true})
+	if err != nil || c.EventRetention != 720*time.Hour || c.WebhookLogRetention != 720*time.Hour {
+		t.Fatalf("defaults: %s, %s, %v", c.EventRetention, c.WebhookLogRetention, err)
+	}
+	cases := []struct {
+		env map[string]string
+		bad string
+	}{
+		{map[string]string{"EVENT_RETENTION": "3m", "WEBHOOK_LOG_RETENTION": "3m", "WEBHOOK_RETRY_SCHEDULE": "0s,10s,20s"}, ""},
+		{map[string]string{"EVENT_RETENTION": "30s"}, "EVENT_RETENTION"},
+		{map[string]string{"WEBHOOK_LOG_RETENTION": "forever"}, "WEBHOOK_LOG_RETENTION"},
+		{map[string]string{"WEBHOOK_LOG_RETENTION": "24h"}, "WEBHOOK_LOG_RETENTION must be at least the sum of WEBHOOK_RETRY_SCHEDULE (26h35m0s)"},
+	}
+	for _, tc := range cases {
+		env := map[string]string{}
+		for k, v := range valid {
+			env[k] = v
+		}
+		for k, v := range tc.env {
+			env[k] = v
+		}
+		_, err := Load(envOf(env), Needs{Database: true})
+		switch {
+		case tc.bad == "" && err != nil:
+			t.Errorf("%v: %v", tc.env, err)
+		case tc.bad != "" && (err == nil || !strings.Contains(err.Error(), tc.bad)):
+			t.Errorf("%v: %v, want an error naming %s", tc.env, err, tc.bad)
+		}
+	}
+}

@@ -39,9 +39,6 @@ func Known(t string) bool {
 	return false
 }
 
-// Retention is how long events are kept.
-const Retention = 30 * 24 * time.Hour
-
 // Event is one stored event. Body is the JSON of the webhook body, rendered
 // once when the event is written, so every reader and every delivery attempt
 // sees the same bytes.
@@ -98,12 +95,12 @@ type Filter struct {
 	ChargeID string
 }
 
-// Store reads events. EventByID returns KindNotFound for an unknown id or an
-// event of another merchant.
+// Store reads events; those past their retention (EVENT_RETENTION) are
+// gone, as the worker drops them by partition. EventByID returns
+// KindNotFound for an unknown id or an event of another merchant.
 type Store interface {
 	EventByID(ctx context.Context, merchantID, id string) (Event, error)
 	ListEvents(ctx context.Context, merchantID string, f Filter, p listing.Params) (listing.Page[Event], error)
-	DeleteEventsBefore(ctx context.Context, t time.Time) (int64, error)
 }
 
 // Service reads events.
@@ -123,9 +120,4 @@ func (s *Service) Get(ctx context.Context, merchantID, id string) (Event, error)
 // List returns a page of the merchant's events, newest first.
 func (s *Service) List(ctx context.Context, merchantID string, f Filter, p listing.Params) (listing.Page[Event], error) {
 	return s.store.ListEvents(ctx, merchantID, f, p)
-}
-
-// Prune deletes events older than the retention period.
-func (s *Service) Prune(ctx context.Context) (int64, error) {
-	return s.store.DeleteEventsBefore(ctx, s.now().Add(-Retention))
 }

@@ -885,7 +885,8 @@ func TestWebhookDeliveryOperations(t *testing.T) {
 			t.Fatalf("deliveries: %d", len(dl))
 		}
 		deliver(t, d, dl[0].ID)
-		if _, err := store.New(h.db.Pool).DeleteEventsBefore(context.Background(), time.Now().Add(time.Hour)); err != nil {
+		// Its event past retention: gone, as when its partition is dropped.
+		if _, err := h.db.Pool.Exec(context.Background(), `DELETE FROM events`); err != nil {
 			t.Fatal(err)
 		}
 		r := h.with(t).do("POST", "/v1/webhook_deliveries/"+dl[0].ID+"/retry", "", bearer(a.secret)...)

@@ -20,11 +20,11 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/auth"
 	"github.com/gatehouse-pay/gatehouse/internal/charges"
 	"github.com/gatehouse-pay/gatehouse/internal/config"
-	"github.com/gatehouse-pay/gatehouse/internal/events"
 	"github.com/gatehouse-pay/gatehouse/internal/logging"
 	"github.com/gatehouse-pay/gatehouse/internal/metrics"
 	"github.com/gatehouse-pay/gatehouse/internal/outbox"
 	"github.com/gatehouse-pay/gatehouse/internal/refunds"
+	"github.com/gatehouse-pay/gatehouse/internal/store"
 	"github.com/gatehouse-pay/gatehouse/internal/tracing"
 	"github.com/gatehouse-pay/gatehouse/internal/webhooks"
 )
@@ -54,7 +54,6 @@ type Handlers struct {
 	Charges  *charges.Processor
 	Refunds  *refunds.Processor
 	Webhooks *webhooks.Deliverer
-	Events   *events.Service
 	Store    Maintenance
 	Queue    *Queue
 	Config   config.Config
@@ -73,6 +72,9 @@ type Maintenance interface {
 	// FillEventCharges sets the charge of events written without it (by an
 	// earlier release) and returns how many.
 	FillEventCharges(ctx context.Context) (int64, error)
+	// MaintainPartitions creates the partitions of events and of webhook
+	// deliveries and attempts ahead and drops those past retention.
+	MaintainPartitions(ctx context.Context, now time.Time) (store.PartitionReport, error)
 	// MaintainAuditLog creates the audit log's partitions ahead and drops
 	// those past its retention (docs/audit.md).
 	MaintainAuditLog(ctx context.Context, now time.Time) (created, dropped int, err error)

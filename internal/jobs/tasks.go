@@ -16,6 +16,7 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/gatehouse-pay/gatehouse/internal/charges"
+	"github.com/gatehouse-pay/gatehouse/internal/config"
 	"github.com/gatehouse-pay/gatehouse/internal/idempotency"
 	"github.com/gatehouse-pay/gatehouse/internal/outbox"
 )
@@ -40,8 +41,9 @@ const (
 	// TypeOutboxSweep enqueues outbox tasks that went missing and re-creates
 	// the tasks of charges and refunds waiting too long.
 	TypeOutboxSweep = "outbox:sweep"
-	// TypeRetentionPrune deletes idempotency keys after 24 h and events after
-	// 30 days, and purges expired card tokens.
+	// TypeRetentionPrune deletes idempotency keys after 24 h, purges expired
+	// card tokens, and keeps the partitions of events, webhook deliveries
+	// and the audit log: created ahead, dropped after their retention.
 	TypeRetentionPrune = "retention:prune"
 )
 
@@ -117,20 +119,35 @@ func NewOutboxSweepTask() *asynq.Task {
 	return asynq.NewTask(TypeOutboxSweep, nil, asynq.Queue("maintenance"), asynq.MaxRetry(0), asynq.Unique(9*time.Second), asynq.Timeout(time.Minute))
 }
 
-// NewRetentionPruneTask returns the hourly prune of expired idempotency keys
-// and events.
-func NewRetentionPruneTask() *asynq.Task {
-	return asynq.NewTask(TypeRetentionPrune, nil, asynq.Queue("maintenance"), asynq.MaxRetry(3), asynq.Unique(50*time.Minute), asynq.Timeout(10*time.Minute))
+// NewRetentionPruneTask returns the retention prune run every period (see
+// PrunePeriod): one per period however many workers schedule it.
+func NewRetentionPruneTask(period time.Duration) *asynq.Task {
+	return asynq.NewTask(TypeRetentionPrune, nil, asynq.Queue("maintenance"), asynq.MaxRetry(3),
+		asynq.Unique(period*5/6), asynq.Timeout(10*time.Minute))
 }
 
-// Register adds the periodic tasks to the scheduler.
-func Register(s *asynq.Scheduler) error {
-	for spec, t := range map[string]*asynq.Task{
-		"@hourly":    NewSessionsPruneTask(),
-		"@every 10s": NewOutboxSweepTask(),
-		"@every 1h":  NewRetentionPruneTask(),
+// PrunePeriod is how often the retention prune runs: hourly, or a sixth of
+// the shorter of the events' and the delivery log's retention when that is
+// less (30 s for 3 minutes), so partitions are dropped about a width after
+// they are due and created well before they are needed (their width is a
+// thirtieth of the retention and they are made half of it ahead, see
+// store.PartitionWidth).
+func PrunePeriod(c config.Config) time.Duration {
+	return min(time.Hour, min(c.EventRetention, c.WebhookLogRetention)/6).Truncate(time.Second)
+}
+
+// Register adds the periodic tasks to the scheduler; the retention prune
+// runs every prunePeriod.
+func Register(s *asynq.Scheduler, prunePeriod time.Duration) error {
+	for _, p := range []struct {
+		spec string
+		task *asynq.Task
+	}{
+		{"@hourly", NewSessionsPruneTask()},
+		{"@every 10s", NewOutboxSweepTask()},
+		{"@every " + prunePeriod.String(), NewRetentionPruneTask(prunePeriod)},
 	} {
-		if _, err := s.Register(spec, t); err != nil {
+		if _, err := s.Register(p.spec, p.task); err != nil {
 			return err
 		}
 	}
@@ -234,17 +251,19 @@ func (h *Handlers) HandleOutboxSweep(ctx context.Context, _ *asynq.Task) error {
 	return h.Queue.Resend(ctx, tasks)
 }
 
-// HandleRetentionPrune deletes idempotency keys older than 24 h and events
-// older than 30 days, clears the sealed cards of card tokens that expired
-// unused, deletes tokens 30 days after they expired, sets the charge of
-// events an earlier release wrote without it, and keeps the audit log's
-// monthly partitions: created three months ahead, dropped after a year.
+// HandleRetentionPrune deletes idempotency keys older than 24 h, keeps the
+// partitions of events and of webhook deliveries and attempts (created
+// ahead, dropped whole after EVENT_RETENTION and WEBHOOK_LOG_RETENTION),
+// clears the sealed cards of card tokens that expired unused, deletes
+// tokens 30 days after they expired, sets the charge of events an earlier
+// release wrote without it, and keeps the audit log's monthly partitions:
+// created three months ahead, dropped after a year.
 func (h *Handlers) HandleRetentionPrune(ctx context.Context, _ *asynq.Task) error {
 	keys, err := h.Store.DeleteIdempotencyKeysBefore(ctx, time.Now().Add(-idempotency.Retention))
 	if err != nil {
 		return err
 	}
-	evs, err := h.Events.Prune(ctx)
+	parts, err := h.Store.MaintainPartitions(ctx, time.Now())
 	if err != nil {
 		return err
 	}
@@ -260,7 +279,9 @@ func (h *Handlers) HandleRetentionPrune(ctx context.Context, _ *asynq.Task) erro
 	if err != nil {
 		return err
 	}
-	h.Log.InfoContext(ctx, "pruned expired records", "idempotency_keys", keys, "events", evs,
+	h.Log.InfoContext(ctx, "pruned expired records", "idempotency_keys", keys,
+		"partitions_created", parts.Created, "partitions_dropped", parts.Dropped, "partition_steps_postponed", parts.Postponed,
+		"default_partition_rows_moved", parts.Moved, "default_partition_strays", parts.Strays,
 		"token_cards_cleared", cleared, "tokens", tokens, "event_charges_filled", filled,
 		"audit_partitions_created", created, "audit_partitions_dropped", dropped)
 	return nil

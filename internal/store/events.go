@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"strconv"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -19,20 +18,32 @@ func scanEvent(row pgx.Row) (events.Event, error) {
 	return e, err
 }
 
-// Events older than the retention period are never served, pruned or not.
-var retained = ` AND created_at > ` + cutoff(events.Retention)
+// retainedQueries are the reads of events, which never serve an event
+// older than the retention, dropped or not yet.
+type retainedQueries struct {
+	selectEvent, listEvents, streamAfterKey, streamAfterSession, cursorOf string
+}
 
-var selectEvent = `SELECT ` + eventColumns + ` FROM events WHERE id = $1 AND merchant_id = $2` + retained
+func newRetainedQueries(r Retention) retainedQueries {
+	retained := ` AND created_at > ` + cutoff(r.Events)
+	return retainedQueries{
+		selectEvent:        `SELECT ` + eventColumns + ` FROM events WHERE id = $1 AND merchant_id = $2` + retained,
+		listEvents:         `SELECT ` + eventColumns + ` FROM events WHERE merchant_id = $1` + retained,
+		streamAfterKey:     streamAfter(liveKey, retained),
+		streamAfterSession: streamAfter(liveSession, retained),
+		cursorOf:           `SELECT txid::text FROM events WHERE id = $1 AND merchant_id = $2 AND txid IS NOT NULL` + retained,
+	}
+}
 
 // EventByID returns the merchant's event or NotFound.
 func (s *Store) EventByID(ctx context.Context, merchantID, id string) (events.Event, error) {
-	e, err := scanEvent(s.pool.QueryRow(ctx, selectEvent, id, merchantID))
+	e, err := scanEvent(s.pool.QueryRow(ctx, s.q.selectEvent, id, merchantID))
 	return e, mapErr(err, "event")
 }
 
 // ListEvents returns a page of the merchant's events, newest first.
 func (s *Store) ListEvents(ctx context.Context, merchantID string, f events.Filter, p listing.Params) (listing.Page[events.Event], error) {
-	query := `SELECT ` + eventColumns + ` FROM events WHERE merchant_id = $1` + retained
+	query := s.q.listEvents
 	args := []any{merchantID}
 	if f.Type != "" {
 		args = append(args, f.Type)
@@ -44,14 +55,6 @@ func (s *Store) ListEvents(ctx context.Context, merchantID string, f events.Filt
 		query += ` AND charge_id = $` + strconv.Itoa(len(args)) + `::uuid`
 	}
 	return listPage(ctx, s, query, args, p, scanEvent, "event")
-}
-
-const deleteEventsBefore = `DELETE FROM events WHERE created_at < $1`
-
-// DeleteEventsBefore prunes events older than t.
-func (s *Store) DeleteEventsBefore(ctx context.Context, t time.Time) (int64, error) {
-	tag, err := s.pool.Exec(ctx, deleteEventsBefore, t)
-	return tag.RowsAffected(), mapErr(err, "event")
 }
 
 // fillEventCharges sets charge_id, in batches, on events written without it

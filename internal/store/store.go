@@ -30,9 +30,11 @@ import (
 
 // Store is the PostgreSQL implementation of the domain stores.
 type Store struct {
-	pool    *pgxpool.Pool
-	standby *Standby // nil: every read on the primary
-	batches batches
+	pool      *pgxpool.Pool
+	standby   *Standby // nil: every read on the primary
+	batches   batches
+	retention Retention
+	q         retainedQueries
 }
 
 // batches are the worker's delivery reads and attempt records, each run as
@@ -56,9 +58,17 @@ const (
 // New returns a Store on pool.
 func New(pool *pgxpool.Pool) *Store {
 	s := &Store{pool: pool}
+	s.WithRetention(DefaultRetention)
 	s.batches.pool = pool
 	s.batches.work = newBatcher(batchMax, batchParallel, batchLinger, batchTimeout, s.deliveriesForWork)
 	s.batches.record = newBatcher(batchMax, batchParallel, batchLinger, batchTimeout, s.recordAttempts)
+	return s
+}
+
+// WithRetention sets how long events and the delivery log are kept: what
+// the reads serve and what MaintainPartitions drops.
+func (s *Store) WithRetention(r Retention) *Store {
+	s.retention, s.q = r, newRetainedQueries(r)
 	return s
 }
 

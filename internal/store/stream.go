@@ -37,7 +37,7 @@ SELECT (SELECT x::text FROM h), coalesce(array(SELECT DISTINCT merchant_id FROM 
 // as one statement: one row with live false when the credential is not
 // live, one row of NULLs when it is and there is nothing to read, else one
 // row per event.
-func streamAfter(live string) string {
+func streamAfter(live, retained string) string {
 	return `SELECT l.ok, e.id, e.merchant_id, e.environment, e.type, e.body, e.created_at, e.seq, e.tx
 FROM (SELECT EXISTS (` + live + `) AS ok) l LEFT JOIN LATERAL (
 	SELECT ` + eventColumns + `, coalesce(sequence, 0) AS seq, txid, txid::text AS tx FROM events
@@ -45,12 +45,6 @@ FROM (SELECT EXISTS (` + live + `) AS ok) l LEFT JOIN LATERAL (
 	ORDER BY txid, id LIMIT $4) e ON true
 ORDER BY e.txid, e.id`
 }
-
-var (
-	streamAfterKey     = streamAfter(liveKey)
-	streamAfterSession = streamAfter(liveSession)
-	cursorOf           = `SELECT txid::text FROM events WHERE id = $1 AND merchant_id = $2 AND txid IS NOT NULL` + retained
-)
 
 // zeroUUID starts a cursor at its transaction id.
 const zeroUUID = "00000000-0000-0000-0000-000000000000"
@@ -94,9 +88,9 @@ func (s *Store) After(ctx context.Context, merchantID string, cred events.Creden
 	var query string
 	switch cred.Kind {
 	case events.CredentialKey:
-		query = streamAfterKey
+		query = s.q.streamAfterKey
 	case events.CredentialSession:
-		query = streamAfterSession
+		query = s.q.streamAfterSession
 	default:
 		return nil, c, events.ErrRevoked
 	}
@@ -140,7 +134,7 @@ func (s *Store) After(ctx context.Context, merchantID string, cred events.Creden
 // CursorOf implements events.StreamStore.
 func (s *Store) CursorOf(ctx context.Context, merchantID, eventID string) (events.Cursor, error) {
 	var tx string
-	if err := s.pool.QueryRow(ctx, cursorOf, eventID, merchantID).Scan(&tx); err != nil {
+	if err := s.pool.QueryRow(ctx, s.q.cursorOf, eventID, merchantID).Scan(&tx); err != nil {
 		return events.Cursor{}, mapErr(err, "event")
 	}
 	return events.Cursor{TxID: tx, ID: eventID}, nil
