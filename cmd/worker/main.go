@@ -161,7 +161,15 @@ func work(ctx context.Context, getenv func(string) string, stderr io.Writer) err
 	inspector := asynq.NewInspectorFromRedisClient(qrdb)
 	defer inspector.Close()
 	reg.MustRegister(jobs.QueueCollector(inspector))
-	queue := jobs.NewQueue(client, inspector, cfg)
+	// The delivery pool serves WEBHOOK_QUEUES queues, the legacy one, and
+	// those of a larger WEBHOOK_QUEUES that Redis still knows, so that
+	// lowering the setting leaves no task behind.
+	known, err := inspector.Queues()
+	if err != nil {
+		log.Warn("could not list the queues in Redis; serving the configured ones", "err", err)
+	}
+	deliveryQueues := jobs.DeliveryQueues(cfg.WebhookQueues, known)
+	queue := jobs.NewQueue(client, inspector, cfg).Serving(deliveryQueues)
 	jm := metrics.NewJobs(reg)
 	wm := metrics.NewWebhooks(reg)
 	db.ObserveBatches(func(kind string, n int) { wm.BatchSize.WithLabelValues(kind).Observe(float64(n)) })
@@ -197,7 +205,7 @@ func work(ctx context.Context, getenv func(string) string, stderr io.Writer) err
 		Metrics:  jm,
 	}
 
-	srv := jobs.NewServers(qrdb, log, cfg)
+	srv := jobs.NewServers(qrdb, log, cfg, deliveryQueues)
 	// Recovery puts back the tasks of a worker that died within seconds,
 	// instead of asynq's minute or more (see jobs.Recovery): the servers'
 	// dequeues on qrdb claim each task they take. It holds one connection for
@@ -208,7 +216,7 @@ func work(ctx context.Context, getenv func(string) string, stderr io.Writer) err
 		return err
 	}
 	defer lrdb.Close()
-	recovery := jobs.NewRecovery(lrdb, log, jobs.QueueNames())
+	recovery := jobs.NewRecovery(lrdb, log, jobs.QueueNames(deliveryQueues))
 	recovery.Watch(qrdb)
 	reg.MustRegister(recovery.Collector())
 	// The scheduler owns its connection (it closes it on shutdown).

@@ -18,6 +18,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/gatehouse-pay/gatehouse/internal/events"
+	"github.com/gatehouse-pay/gatehouse/internal/jobs"
 	"github.com/gatehouse-pay/gatehouse/internal/keyring"
 	"github.com/gatehouse-pay/gatehouse/internal/store"
 	"github.com/gatehouse-pay/gatehouse/internal/webhooks"
@@ -518,9 +519,10 @@ func TestWebhookFanOut(t *testing.T) {
 	}
 	// The API enqueued each delivery after commit.
 	for _, ep := range []string{created, both} {
+		queue := jobs.WebhookQueue(ep, h.cfg.WebhookQueues)
 		for _, d := range h.deliveriesOf(t, ep) {
-			if n, err := h.rdb.Exists(context.Background(), "asynq:{webhooks}:t:webhook:deliver:"+d.ID).Result(); err != nil || n != 1 {
-				t.Errorf("delivery %s: no asynq task webhook:deliver:%s in the webhooks queue (%v)", d.ID, d.ID, err)
+			if n, err := h.rdb.Exists(context.Background(), "asynq:{"+queue+"}:t:webhook:deliver:"+d.ID).Result(); err != nil || n != 1 {
+				t.Errorf("delivery %s: no asynq task webhook:deliver:%s in its endpoint's queue %s (%v)", d.ID, d.ID, queue, err)
 			}
 		}
 	}
@@ -753,7 +755,7 @@ func TestWebhookDeliveryOperations(t *testing.T) {
 		if n := h.count(t, `SELECT count(*) FROM outbox WHERE task_id = $1`, "webhook:deliver:"+ids[0]); n != 1 {
 			t.Errorf("retry wrote %d outbox rows, want 1", n)
 		}
-		if n, _ := h.rdb.Exists(context.Background(), "asynq:{webhooks}:t:webhook:deliver:"+ids[0]).Result(); n != 1 {
+		if n, _ := h.rdb.Exists(context.Background(), "asynq:{"+jobs.WebhookQueue(ep, h.cfg.WebhookQueues)+"}:t:webhook:deliver:"+ids[0]).Result(); n != 1 {
 			t.Errorf("retry enqueued no task")
 		}
 		// A second retry while pending is refused.

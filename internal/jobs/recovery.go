@@ -152,10 +152,10 @@ func NewRecovery(rdb redis.UniversalClient, log *slog.Logger, queues []string) *
 	return r
 }
 
-// QueueNames are the queues of Pools.
-func QueueNames() []string {
+// QueueNames are the queues of Pools(deliveryQueues).
+func QueueNames(deliveryQueues []string) []string {
 	var out []string
-	for _, p := range Pools {
+	for _, p := range Pools(deliveryQueues) {
 		for q := range p.Queues {
 			out = append(out, q)
 		}

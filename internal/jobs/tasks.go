@@ -61,14 +61,6 @@ func objectID(t *asynq.Task) (string, error) {
 	return p.ID, nil
 }
 
-// queueOf is the asynq queue of an outbox task type.
-func queueOf(typ string) string {
-	if typ == TypeWebhookDeliver {
-		return "webhooks"
-	}
-	return "critical"
-}
-
 // NewTask builds the asynq task of an outbox task: payload the id, TaskID the
 // outbox id, retries per the provider settings. It carries no trace context:
 // a task resent by the sweeper starts a trace of its own.
@@ -86,19 +78,19 @@ func (q *Queue) newTask(t outbox.Task, headers map[string]string) (*asynq.Task, 
 	if t.Type == TypeWebhookDeliver {
 		// Attempts are counted in Postgres, which decides when a delivery
 		// fails; asynq's retries only carry the schedule (see RetryIn).
-		return asynq.NewTaskWithHeaders(t.Type, body, headers, asynq.TaskID(t.QueueID()), asynq.Queue(queueOf(t.Type)),
+		return asynq.NewTaskWithHeaders(t.Type, body, headers, asynq.TaskID(t.QueueID()), asynq.Queue(q.queueOf(t)),
 			asynq.MaxRetry(25), asynq.Timeout(q.cfg.WebhookTimeout+30*time.Second)), nil
 	}
 	if untilKnown(t.Type) {
 		// Two provider calls at most: the request sent again, then the
 		// release (reverse) or a lookup (a pending capture or refund).
-		return asynq.NewTaskWithHeaders(t.Type, body, headers, asynq.TaskID(t.QueueID()), asynq.Queue(queueOf(t.Type)),
+		return asynq.NewTaskWithHeaders(t.Type, body, headers, asynq.TaskID(t.QueueID()), asynq.Queue(q.queueOf(t)),
 			asynq.MaxRetry(ReverseAttempts(q.cfg.ProviderRetryBase, q.cfg.ProviderRetryMax)-1),
 			asynq.Timeout(2*q.cfg.ProviderTimeout+30*time.Second)), nil
 	}
 	return asynq.NewTaskWithHeaders(t.Type, body, headers,
 		asynq.TaskID(t.QueueID()),
-		asynq.Queue(queueOf(t.Type)),
+		asynq.Queue(q.queueOf(t)),
 		asynq.MaxRetry(q.cfg.ProviderMaxAttempts-1),
 		asynq.Timeout(q.cfg.ProviderTimeout+30*time.Second),
 	), nil

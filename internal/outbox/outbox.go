@@ -42,6 +42,10 @@ type Task struct {
 	// 0 for the first. It keeps the new task apart in the queue from the
 	// one still running, and is not part of the outbox row's id.
 	Attempt int
+	// Key, for a webhook:deliver task, is its delivery's endpoint: it
+	// picks the queue, so that an endpoint's deliveries share one. It is
+	// not part of the ids.
+	Key string
 }
 
 // ID is the task's outbox id.

@@ -34,7 +34,7 @@ const fanout = `
 		ev.sequence, CASE WHEN we.ordered THEN ev.object_id END
 	FROM ev JOIN webhook_endpoints we ON we.merchant_id = ev.merchant_id AND we.environment = ev.environment
 		AND we.deleted_at IS NULL AND ev.type = ANY (we.events)
-	RETURNING id, status
+	RETURNING id, endpoint_id, status
 ), dlob AS (
 	` + insertDeliverTasks + ` dl d WHERE d.status = 'pending'
 )`
@@ -44,13 +44,16 @@ const fanout = `
 const insertDeliverTasks = `INSERT INTO outbox (task_id, task_type, ref_id) SELECT '` + outbox.WebhookDeliver + `:' || d.id, '` +
 	outbox.WebhookDeliver + `', d.id FROM`
 
-// deliveriesOf is the select-list item naming the deliveries fanout wrote.
-const deliveriesOf = `(SELECT coalesce(array_agg(id::text), '{}') FROM dl WHERE status = 'pending')`
+// deliveriesOf is the select-list item naming the deliveries fanout wrote,
+// each as "<delivery id> <endpoint id>" (see deliveryTasks).
+const deliveriesOf = `(SELECT coalesce(array_agg(id::text || ' ' || endpoint_id::text), '{}') FROM dl WHERE status = 'pending')`
 
-func deliveryTasks(ids []string) []outbox.Task {
-	tasks := make([]outbox.Task, 0, len(ids))
-	for _, id := range ids {
-		tasks = append(tasks, webhooks.Task(id))
+// deliveryTasks are the tasks of the deliveries named by deliveriesOf.
+func deliveryTasks(refs []string) []outbox.Task {
+	tasks := make([]outbox.Task, 0, len(refs))
+	for _, ref := range refs {
+		id, endpoint, _ := strings.Cut(ref, " ")
+		tasks = append(tasks, webhooks.TaskTo(id, endpoint))
 	}
 	return tasks
 }
@@ -265,7 +268,7 @@ func (s *Store) CreateTestDelivery(ctx context.Context, d webhooks.Delivery, bod
 		_, err := q.Exec(ctx, insertTestDelivery, d.ID, d.EndpointID, d.MerchantID, d.EventID, d.EventType, body, d.CreatedAt)
 		return mapErr(err, "webhook_delivery")
 	})
-	return webhooks.Task(d.ID), err
+	return webhooks.TaskTo(d.ID, d.EndpointID), err
 }
 
 const attemptColumns = `attempt, started_at, duration_ms, status_code, error, response_body`
@@ -357,7 +360,7 @@ func (s *Store) RetryDelivery(ctx context.Context, merchantID, id string, at tim
 		return d, outbox.Task{}, &apperr.Error{Kind: apperr.KindConflict, Code: apperr.CodeInvalidState,
 			Message: "Only a failed delivery can be retried; this one is " + d.Status + "."}
 	}
-	return d, webhooks.Task(id), nil
+	return d, webhooks.TaskTo(id, d.EndpointID), nil
 }
 
 const (
@@ -388,7 +391,11 @@ func (s *Store) RecoverDeliveries(ctx context.Context, merchantID, endpointID st
 	}); err != nil {
 		return 0, nil, err
 	}
-	return int64(len(ids)), deliveryTasks(ids), nil
+	tasks := make([]outbox.Task, 0, len(ids))
+	for _, id := range ids {
+		tasks = append(tasks, webhooks.TaskTo(id, endpointID))
+	}
+	return int64(len(ids)), tasks, nil
 }
 
 // selectDeliveriesForWork reads deliveries, the body to send and their

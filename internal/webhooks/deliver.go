@@ -300,6 +300,14 @@ func Task(deliveryID string) outbox.Task {
 	return outbox.Task{Type: outbox.WebhookDeliver, RefID: deliveryID}
 }
 
+// TaskTo is the outbox task of a delivery to endpointID, which picks its
+// queue.
+func TaskTo(deliveryID, endpointID string) outbox.Task {
+	t := Task(deliveryID)
+	t.Key = endpointID
+	return t
+}
+
 // WithFirstAttemptDelay makes the deliverer report, for each delivery's first
 // attempt, the time from the delivery's commit (with its event) to the start
 // of the attempt. Test deliveries are not reported.
