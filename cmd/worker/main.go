@@ -180,7 +180,7 @@ func work(ctx context.Context, getenv func(string) string, stderr io.Writer) err
 			wm.Duration.WithLabelValues(outcome).Observe(d.Seconds())
 		}).WithFirstAttemptDelay(func(d time.Duration) { wm.FirstAttempt.Observe(d.Seconds()) }).
 		WithHealth(cfg.WebhookDisableAfter, func(reason string) { wm.EndpointsDisabled.WithLabelValues(reason).Inc() }).
-		WithMerchantSlots(cfg.WebhookMerchantSlots)
+		WithMerchantSlots(cfg.WebhookMerchantSlots).WithQueue(queue.EnqueueIn)
 	chargeOutcome := func(provider, status string) { pm.Charges.WithLabelValues(provider, status).Inc() }
 	refundOutcome := func(provider, status string) { pm.Refunds.WithLabelValues(provider, status).Inc() }
 	handlers := &jobs.Handlers{

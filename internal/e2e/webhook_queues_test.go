@@ -43,17 +43,18 @@ func deliveryQueueInfo(inspector *asynq.Inspector) (*asynq.QueueInfo, error) {
 }
 
 // TestWebhookQueuesSpreadOverCluster: on a three-primary Redis Cluster the
-// deliveries of a merchant's endpoints are queued on every primary, not on
+// delivery work of a merchant's events is queued on every primary, not on
 // the one primary that holds a single queue's hash tag, and the workers
 // serve every queue. The delivery queues are paused while the charges are
-// made, so the tasks are counted where they wait (keys per primary); then
-// they are resumed and every delivery must arrive, and the Redis commands
-// each primary ran while they were delivered are reported.
+// made, so the tasks (one per event) are counted where they wait (keys per
+// primary); then they are resumed and every delivery must arrive (the first
+// to each endpoint handed off to the endpoint's own queue), and the Redis
+// commands each primary ran while they were delivered are reported.
 //
 // With WEBHOOK_QUEUES=1 (one queue: the layout before there were several)
 // the check of keys per primary fails: every task waits on one primary.
 func TestWebhookQueuesSpreadOverCluster(t *testing.T) {
-	const charges = 20
+	const charges = 40
 	st := newStack(t, stackOptions{env: append(webhooksStackEnv, "WEBHOOK_QUEUES="+strconv.Itoa(whQueues)),
 		workerEnv: webhooksWorkerEnv, redisMode: "cluster"}, "deliveries on a Redis Cluster")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -86,8 +87,8 @@ func TestWebhookQueuesSpreadOverCluster(t *testing.T) {
 	}
 	want := charges * len(endpoints)
 
-	// Every delivery's task waits on its endpoint's queue, on that queue's
-	// primary.
+	// Every event's task (its first attempts) waits on a delivery queue
+	// picked by the event's id, on that queue's primary.
 	var perPrimary []int
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -96,10 +97,10 @@ func TestWebhookQueuesSpreadOverCluster(t *testing.T) {
 		for _, n := range perPrimary {
 			total += n
 		}
-		if total >= want || time.Now().After(deadline) {
-			t.Logf("%d deliveries to %d endpoints: tasks per primary %v", want, len(endpoints), perPrimary)
-			if total < want {
-				t.Fatalf("%d delivery tasks queued, want %d", total, want)
+		if total >= charges || time.Now().After(deadline) {
+			t.Logf("%d events, %d deliveries to %d endpoints: tasks per primary %v", charges, want, len(endpoints), perPrimary)
+			if total < charges {
+				t.Fatalf("%d tasks queued, want %d (one per event)", total, charges)
 			}
 			break
 		}
@@ -107,7 +108,7 @@ func TestWebhookQueuesSpreadOverCluster(t *testing.T) {
 	}
 	for i, n := range perPrimary {
 		if n == 0 {
-			t.Errorf("primary %d holds none of the %d delivery tasks (per primary %v): the deliveries do not spread", i, want, perPrimary)
+			t.Errorf("primary %d holds none of the %d tasks (per primary %v): the deliveries do not spread", i, charges, perPrimary)
 		}
 	}
 
@@ -163,7 +164,8 @@ func slotOwners(t *testing.T, d *redisDeploy, primaries []*redis.Client) func(qu
 }
 
 // deliveryTasksPerPrimary counts, on each primary, the asynq task hashes
-// of the delivery queues (asynq:{webhooks...}:t:<id>).
+// of the delivery queues (asynq:{webhooks...}:t:<id>): events' and
+// deliveries' tasks.
 func deliveryTasksPerPrimary(ctx context.Context, t *testing.T, primaries []*redis.Client) []int {
 	t.Helper()
 	out := make([]int, len(primaries))

@@ -69,6 +69,12 @@ func (q *Queue) EnqueueAt(ctx context.Context, t outbox.Task, at time.Time) erro
 	return err
 }
 
+// EnqueueIn schedules t to run in in (now when in is 0). A task already
+// queued or scheduled under its id is fine.
+func (q *Queue) EnqueueIn(ctx context.Context, t outbox.Task, in time.Duration) error {
+	return q.EnqueueAt(ctx, t, time.Now().Add(in))
+}
+
 // Resend enqueues again the outbox tasks the sweeper found unfinished. A task
 // still queued, scheduled or retrying is left alone. One archived (it used up
 // its retries while, say, Postgres was down) is deleted and enqueued afresh.

@@ -71,10 +71,14 @@ func DeliveryQueues(n int, existing []string) []string {
 
 // queueOf is the asynq queue of an outbox task: its endpoint's delivery
 // queue for a delivery (one whose endpoint is not known goes by its own id),
-// critical for every other.
+// a delivery queue by the event's id for an event's first attempts (so they
+// spread too), critical for every other.
 func (q *Queue) queueOf(t outbox.Task) string {
-	if t.Type != TypeWebhookDeliver {
-		return "critical"
+	switch t.Type {
+	case TypeWebhookDeliver:
+		return WebhookQueue(cmp.Or(t.Key, t.RefID), q.cfg.WebhookQueues)
+	case TypeWebhookEvent:
+		return WebhookQueue(t.RefID, q.cfg.WebhookQueues)
 	}
-	return WebhookQueue(cmp.Or(t.Key, t.RefID), q.cfg.WebhookQueues)
+	return "critical"
 }

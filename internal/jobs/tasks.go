@@ -34,6 +34,7 @@ const (
 	TypeChargeAuthenticationTimeout = outbox.ChargeAuthenticationTimeout
 	TypeRefundProcess               = outbox.RefundProcess
 	TypeWebhookDeliver              = outbox.WebhookDeliver
+	TypeWebhookEvent                = outbox.WebhookEvent
 
 	// TypeSessionsPrune deletes sessions that expired more than a day ago.
 	TypeSessionsPrune = "sessions:prune"
@@ -75,7 +76,7 @@ func (q *Queue) newTask(t outbox.Task, headers map[string]string) (*asynq.Task, 
 	if err != nil {
 		return nil, err
 	}
-	if t.Type == TypeWebhookDeliver {
+	if t.Type == TypeWebhookDeliver || t.Type == TypeWebhookEvent {
 		// Attempts are counted in Postgres, which decides when a delivery
 		// fails; asynq's retries only carry the schedule (see RetryIn).
 		return asynq.NewTaskWithHeaders(t.Type, body, headers, asynq.TaskID(t.QueueID()), asynq.Queue(q.queueOf(t)),
@@ -144,6 +145,7 @@ func (h *Handlers) Mux() *asynq.ServeMux {
 	mux.HandleFunc(TypeChargeAuthenticationTimeout, h.provider(h.Charges.Authenticate))
 	mux.HandleFunc(TypeRefundProcess, h.provider(h.Refunds.Process))
 	mux.HandleFunc(TypeWebhookDeliver, h.HandleWebhookDeliver)
+	mux.HandleFunc(TypeWebhookEvent, h.HandleWebhookEvent)
 	return mux
 }
 
@@ -204,6 +206,16 @@ func (h *Handlers) HandleWebhookDeliver(ctx context.Context, t *asynq.Task) erro
 		return err
 	}
 	return skipMissing(h.Webhooks.Deliver(ctx, id))
+}
+
+// HandleWebhookEvent makes the first attempts of an event's deliveries,
+// handing off those it cannot make at once (see webhooks.DeliverEvent).
+func (h *Handlers) HandleWebhookEvent(ctx context.Context, t *asynq.Task) error {
+	id, err := objectID(t)
+	if err != nil {
+		return err
+	}
+	return h.Webhooks.DeliverEvent(ctx, id)
 }
 
 // HandleOutboxSweep re-creates the tasks of work waiting too long and

@@ -28,10 +28,14 @@ const (
 	ChargeAuthenticationTimeout = "charge:authentication_timeout"
 	RefundProcess               = "refund:process"
 	WebhookDeliver              = "webhook:deliver"
+	// WebhookEvent makes the first attempt of every delivery of an event;
+	// WebhookDeliver then carries the retries, and the deliveries the
+	// event's task handed off.
+	WebhookEvent = "webhook:event"
 )
 
 // Types lists every task type, for metrics that report each one.
-var Types = []string{ChargeAuthorize, ChargeCapture, ChargeVoid, ChargeReverse, ChargeAuthenticate, ChargeAuthenticationTimeout, RefundProcess, WebhookDeliver}
+var Types = []string{ChargeAuthorize, ChargeCapture, ChargeVoid, ChargeReverse, ChargeAuthenticate, ChargeAuthenticationTimeout, RefundProcess, WebhookDeliver, WebhookEvent}
 
 // Task is one unit of work about one object.
 type Task struct {
