@@ -56,6 +56,10 @@ func TestWebhookQueueIsStable(t *testing.T) {
 	if got := q.queueOf(outbox.Task{Type: TypeWebhookDeliver, RefID: "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"}); got != "webhooks-4" {
 		t.Errorf("a delivery without its endpoint went to %q", got)
 	}
+	// An event's task goes by the event's id, to a delivery queue.
+	if got := q.queueOf(outbox.Task{Type: TypeWebhookEvent, RefID: "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5c"}); got != "webhooks-7" {
+		t.Errorf("an event's task went to %q", got)
+	}
 	if got := q.queueOf(outbox.Task{Type: TypeChargeAuthorize, RefID: "x", Key: "y"}); got != "critical" {
 		t.Errorf("charge:authorize went to %q", got)
 	}
