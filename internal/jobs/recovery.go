@@ -101,13 +101,9 @@ type Recovery struct {
 
 	runs atomic.Uint64 // numbers the claims
 
-	// look is the last look at the pending lists of the queues (see
-	// pendingEmpty).
-	look struct {
-		mu    sync.Mutex
-		at    time.Time
-		empty map[string]bool
-	}
+	// looks are the last looks at the pending lists of the queues, one
+	// per group of queues a server polls together (see pendingEmpty).
+	looks map[string]*pendingLook
 
 	mu         sync.Mutex
 	held       map[string]*heldTask // the worker's claims, by queue and task id
@@ -148,6 +144,7 @@ func NewRecovery(rdb redis.UniversalClient, log *slog.Logger, queues []string) *
 			Help: "Tasks of workers found dead, by queue and outcome: requeued (put back in their queue), left (to asynq's own recovery).",
 		}, []string{"queue", "outcome"}),
 		held:   map[string]*heldTask{},
+		looks:  lookGroups(queues),
 		absent: map[string]time.Time{},
 		stop:   make(chan struct{}),
 	}
@@ -371,38 +368,66 @@ func (r *Recovery) dequeue(ctx context.Context, rdb redis.UniversalClient, q str
 	return nil
 }
 
-// pendingLook is how long one look at the pending lists of the worker's
-// queues serves: the polls of one round of asynq's dequeue loop (every
-// queue of a server in turn) share it. A task pushed just after a look
-// waits this much longer at most.
-const pendingLook = 5 * time.Millisecond
+// lookFor is how long one look at the pending lists of a group of queues
+// serves: the polls of one round of asynq's dequeue loop (every queue of a
+// server in turn) share it. A task pushed just after a look waits this much
+// longer at most.
+const lookFor = 5 * time.Millisecond
+
+// pendingLook is the last look at the pending lists of a group of queues
+// one server polls: the delivery queues, or the others.
+type pendingLook struct {
+	queues []string
+	mu     sync.Mutex
+	at     time.Time
+	empty  map[string]bool
+}
+
+// lookGroups returns each queue's look: one shared by the delivery queues,
+// one by the others.
+func lookGroups(queues []string) map[string]*pendingLook {
+	deliveries, others := &pendingLook{}, &pendingLook{}
+	out := make(map[string]*pendingLook, len(queues))
+	for _, q := range queues {
+		g := others
+		if q == LegacyWebhookQueue || isWebhookQueue(q) {
+			g = deliveries
+		}
+		g.queues = append(g.queues, q)
+		out[q] = g
+	}
+	return out
+}
 
 // pendingEmpty reports whether q's pending list was empty at the last look
-// at every watched queue, one pipeline of LLENs taken when the last is
-// older than pendingLook. On an error it reports false: the dequeue itself
-// decides.
+// at its group, one pipeline of LLENs taken when the last is older than
+// lookFor. On an error it reports false: the dequeue itself decides.
 func (r *Recovery) pendingEmpty(ctx context.Context, rdb redis.UniversalClient, q string) bool {
-	r.look.mu.Lock()
-	defer r.look.mu.Unlock()
-	if time.Since(r.look.at) >= pendingLook {
-		lens := make(map[string]*redis.IntCmd, len(r.queues))
+	l := r.looks[q]
+	if l == nil {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if time.Since(l.at) >= lookFor {
+		lens := make(map[string]*redis.IntCmd, len(l.queues))
 		_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for _, name := range r.queues {
+			for _, name := range l.queues {
 				lens[name] = p.LLen(ctx, asynqKey(name, "pending"))
 			}
 			return nil
 		})
 		if err != nil {
-			r.look.at = time.Time{}
+			l.at = time.Time{}
 			return false
 		}
-		r.look.empty = make(map[string]bool, len(lens))
+		l.empty = make(map[string]bool, len(lens))
 		for name, n := range lens {
-			r.look.empty[name] = n.Val() == 0
+			l.empty[name] = n.Val() == 0
 		}
-		r.look.at = time.Now()
+		l.at = time.Now()
 	}
-	return r.look.empty[q]
+	return l.empty[q]
 }
 
 // releaseScript removes a claim if it is still the one this worker wrote.
