@@ -18,6 +18,9 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+
+	"github.com/gatehouse-pay/gatehouse/internal/config"
+	"github.com/gatehouse-pay/gatehouse/internal/jobs"
 )
 
 // The webhook section runs bin/worker next to bin/api, registers
@@ -27,7 +30,7 @@ import (
 // charge.created deliveries, one per charge and endpoint:
 //
 //   - delivery cost, isolated: a backlog of charges created while no worker
-//     runs; the worker starts with the asynq queue "webhooks" paused, so it
+//     runs; the worker starts with the delivery queues paused, so it
 //     first authorizes the charges (measured as its own row); then the queue
 //     is resumed and the deliveries are timed at the receiver, first to last
 //     receipt, with the worker's, Postgres's and Redis's CPU; once with one
@@ -441,8 +444,33 @@ func (e *environment) webhooks(ctx context.Context, w *webhookResults) error {
 	return nil
 }
 
+// deliveryQueues are the worker's delivery queues (WEBHOOK_QUEUES of the
+// bench's environment, which the API and worker inherit, or its default).
+func deliveryQueues() []string {
+	n, err := strconv.Atoi(os.Getenv("WEBHOOK_QUEUES"))
+	if err != nil || n < 1 {
+		n = config.DefaultWebhookQueues
+	}
+	return jobs.DeliveryQueues(n, nil)
+}
+
 // settleQueues are the worker's queues that the section fills.
-var settleQueues = []string{"critical", "webhooks"}
+var settleQueues = append([]string{"critical"}, deliveryQueues()...)
+
+// pauseDeliveries pauses (or, resume, resumes) every delivery queue.
+func pauseDeliveries(queue *asynq.Inspector, resume bool) error {
+	for _, q := range deliveryQueues() {
+		op := queue.PauseQueue
+		if resume {
+			op = queue.UnpauseQueue
+		}
+		if err := op(q); err != nil && !strings.Contains(err.Error(), "paused") { // already (un)paused is fine
+
+			return err
+		}
+	}
+	return nil
+}
 
 // settle waits, up to twice -webhook-wait, until no charge is left created
 // and the worker's queues are empty. What is left then (tasks and their
@@ -520,13 +548,13 @@ func (e *environment) drainNamed(ctx context.Context, rc *receiver, queue *asynq
 	}
 	e.logf("webhooks: %d charges created in %s for a backlog (%s): API %s, Postgres %s, Redis %s per charge with its %d deliveries",
 		created, create.Wall.Round(time.Millisecond), name, us(create.Worker), us(create.PG), us(create.Redis), len(rc.urls))
-	if err := queue.PauseQueue("webhooks"); err != nil {
+	if err := pauseDeliveries(queue, false); err != nil {
 		return whThroughput{}, whAuth{}, whAuth{}, fmt.Errorf("pause the webhooks queue: %w", err)
 	}
 	resumed := false
 	defer func() {
 		if !resumed {
-			_ = queue.UnpauseQueue("webhooks")
+			_ = pauseDeliveries(queue, true)
 		}
 	}()
 	var procs []*target
@@ -568,7 +596,7 @@ func (e *environment) drainNamed(ctx context.Context, rc *receiver, queue *asynq
 		auth.Wall.Round(time.Millisecond), us(auth.Worker), us(auth.PG), us(auth.Redis))
 
 	before := snap()
-	if err := queue.UnpauseQueue("webhooks"); err != nil {
+	if err := pauseDeliveries(queue, true); err != nil {
 		return whThroughput{}, create, auth, fmt.Errorf("resume the webhooks queue: %w", err)
 	}
 	resumed = true

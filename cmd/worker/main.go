@@ -163,7 +163,15 @@ func work(ctx context.Context, getenv func(string) string, stderr io.Writer) err
 	inspector := asynq.NewInspectorFromRedisClient(qrdb)
 	defer inspector.Close()
 	reg.MustRegister(jobs.QueueCollector(inspector))
-	queue := jobs.NewQueue(client, inspector, cfg)
+	// The delivery pool serves WEBHOOK_QUEUES queues, the legacy one, and
+	// those of a larger WEBHOOK_QUEUES that Redis still knows, so that
+	// lowering the setting leaves no task behind.
+	known, err := inspector.Queues()
+	if err != nil {
+		log.Warn("could not list the queues in Redis; serving the configured ones", "err", err)
+	}
+	deliveryQueues := jobs.DeliveryQueues(cfg.WebhookQueues, known)
+	queue := jobs.NewQueue(client, inspector, cfg).Serving(deliveryQueues)
 	jm := metrics.NewJobs(reg)
 	wm := metrics.NewWebhooks(reg)
 	db.ObserveBatches(func(kind string, n int) { wm.BatchSize.WithLabelValues(kind).Observe(float64(n)) })
@@ -174,7 +182,7 @@ func work(ctx context.Context, getenv func(string) string, stderr io.Writer) err
 			wm.Duration.WithLabelValues(outcome).Observe(d.Seconds())
 		}).WithFirstAttemptDelay(func(d time.Duration) { wm.FirstAttempt.Observe(d.Seconds()) }).
 		WithHealth(cfg.WebhookDisableAfter, func(reason string) { wm.EndpointsDisabled.WithLabelValues(reason).Inc() }).
-		WithMerchantSlots(cfg.WebhookMerchantSlots)
+		WithMerchantSlots(cfg.WebhookMerchantSlots).WithQueue(queue.EnqueueIn)
 	chargeOutcome := func(provider, status string) { pm.Charges.WithLabelValues(provider, status).Inc() }
 	refundOutcome := func(provider, status string) { pm.Refunds.WithLabelValues(provider, status).Inc() }
 	handlers := &jobs.Handlers{
@@ -198,7 +206,7 @@ func work(ctx context.Context, getenv func(string) string, stderr io.Writer) err
 		Metrics:  jm,
 	}
 
-	srv := jobs.NewServers(qrdb, log, cfg)
+	srv := jobs.NewServers(qrdb, log, cfg, deliveryQueues)
 	// Recovery puts back the tasks of a worker that died within seconds,
 	// instead of asynq's minute or more (see jobs.Recovery): the servers'
 	// dequeues on qrdb claim each task they take. It holds one connection for
@@ -209,7 +217,7 @@ func work(ctx context.Context, getenv func(string) string, stderr io.Writer) err
 		return err
 	}
 	defer lrdb.Close()
-	recovery := jobs.NewRecovery(lrdb, log, jobs.QueueNames())
+	recovery := jobs.NewRecovery(lrdb, log, jobs.QueueNames(deliveryQueues))
 	recovery.Watch(qrdb)
 	reg.MustRegister(recovery.Collector())
 	// The scheduler owns its connection (it closes it on shutdown).

@@ -145,6 +145,10 @@ type Config struct {
 	// WebhookMerchantSlots is how many attempts to one merchant's
 	// endpoints a worker process runs at once (of its 100 delivery slots).
 	WebhookMerchantSlots int
+	// WebhookQueues is how many asynq queues deliveries are spread over
+	// (webhooks-0 ... webhooks-N-1, an endpoint always on the same one);
+	// the API and the workers must agree on it.
+	WebhookQueues int
 
 	DefaultProvider string
 	StripeSecretKey Secret
@@ -227,6 +231,12 @@ func (c Config) Providers() []string {
 	}
 	return []string{"sandbox"}
 }
+
+// DefaultWebhookQueues is WEBHOOK_QUEUES's default: enough queues to spread
+// deliveries over the primaries of a Redis Cluster of a few, few enough that
+// an idle worker's polls of them stay cheap (asynq polls each queue of a
+// server in turn).
+const DefaultWebhookQueues = 8
 
 // Load reads the configuration through getenv and checks it against needs.
 // The error, if any, names every problem in one line and never a secret value.
@@ -406,6 +416,11 @@ func Load(getenv func(string) string, needs Needs) (Config, error) {
 		bad("WEBHOOK_MERCHANT_SLOTS", "must be an integer from 1 to 100 (the worker's delivery slots)")
 	} else {
 		c.WebhookMerchantSlots = n
+	}
+	if n, err := strconv.Atoi(get("WEBHOOK_QUEUES", strconv.Itoa(DefaultWebhookQueues))); err != nil || n < 1 || n > 64 {
+		bad("WEBHOOK_QUEUES", "must be an integer from 1 to 64")
+	} else {
+		c.WebhookQueues = n
 	}
 	c.EventStreamHeartbeat = duration("EVENT_STREAM_HEARTBEAT", "15s", 100*time.Millisecond)
 	for _, v := range []struct {

@@ -254,3 +254,22 @@ func TestRetention(t *testing.T) {
 		}
 	}
 }
+
+// TestWebhookQueues: WEBHOOK_QUEUES is 8 by default, takes 1 to 64 and
+// names itself in the error for anything else.
+func TestWebhookQueues(t *testing.T) {
+	for _, c := range []struct {
+		value string
+		want  int // 0: an error
+	}{{"", 8}, {"1", 1}, {"16", 16}, {"64", 64}, {"0", 0}, {"65", 0}, {"-1", 0}, {"eight", 0}} {
+		cfg, err := Load(envOf(map[string]string{"WEBHOOK_QUEUES": c.value}), Needs{})
+		switch {
+		case c.want == 0 && (err == nil || !strings.Contains(err.Error(), "WEBHOOK_QUEUES")):
+			t.Errorf("WEBHOOK_QUEUES=%q: error %v, want one naming the setting", c.value, err)
+		case c.want != 0 && err != nil:
+			t.Errorf("WEBHOOK_QUEUES=%q: %v", c.value, err)
+		case c.want != 0 && cfg.WebhookQueues != c.want:
+			t.Errorf("WEBHOOK_QUEUES=%q: got %d, want %d", c.value, cfg.WebhookQueues, c.want)
+		}
+	}
+}

@@ -216,10 +216,10 @@ func TestChaosF12NoisyNeighbour(t *testing.T) {
 	inspector := st.redis.inspector()
 	defer inspector.Close()
 	archived := -1
-	if info, err := inspector.GetQueueInfo("webhooks"); err != nil {
-		t.Errorf("webhooks queue: %v", err)
+	if info, err := deliveryQueueInfo(inspector); err != nil {
+		t.Errorf("delivery queues: %v", err)
 	} else if archived = info.Archived; archived > 0 {
-		t.Errorf("webhooks queue: %d tasks archived, want 0", archived)
+		t.Errorf("delivery queues: %d tasks archived, want 0", archived)
 	}
 
 	p99Alone, p99Beside := quantile(alone, 0.99), quantile(beside, 0.99)

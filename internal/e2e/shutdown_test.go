@@ -962,7 +962,7 @@ func TestGracefulShutdownWorker(t *testing.T) {
 		inspector := st.redis.inspector()
 		defer inspector.Close()
 		queued := "unknown"
-		if info, err := inspector.GetQueueInfo("webhooks"); err == nil {
+		if info, err := deliveryQueueInfo(inspector); err == nil {
 			queued = fmt.Sprintf("pending %d, active %d, scheduled %d, retry %d", info.Pending, info.Active, info.Scheduled, info.Retry)
 		}
 

@@ -851,7 +851,7 @@ func webhookFaultTest(t *testing.T, st *stack, bag *secretBag) {
 			}
 			if progress && time.Since(lastLog) >= 10*time.Second {
 				lastLog = time.Now()
-				info, _ := inspector.GetQueueInfo("webhooks")
+				info, _ := deliveryQueueInfo(inspector)
 				active := -1
 				if info != nil {
 					active = info.Active
@@ -911,7 +911,7 @@ func webhookFaultTest(t *testing.T, st *stack, bag *secretBag) {
 			}
 			st.killWorker(t, 0)
 			lastKill = time.Now()
-			info, _ := inspector.GetQueueInfo("webhooks")
+			info, _ := deliveryQueueInfo(inspector)
 			active := -1
 			if info != nil {
 				active = info.Active

@@ -18,6 +18,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/gatehouse-pay/gatehouse/internal/events"
+	"github.com/gatehouse-pay/gatehouse/internal/jobs"
 	"github.com/gatehouse-pay/gatehouse/internal/keyring"
 	"github.com/gatehouse-pay/gatehouse/internal/store"
 	"github.com/gatehouse-pay/gatehouse/internal/webhooks"
@@ -505,22 +506,32 @@ func TestWebhookFanOut(t *testing.T) {
 		WHERE d.endpoint_id = $1`, inactive).Scan(&outboxOfInactive); err != nil || outboxOfInactive != 0 {
 		t.Errorf("outbox rows for the disabled endpoint's delivery: %d, %v; want none", outboxOfInactive, err)
 	}
-	// One transaction wrote the charge, its event, the deliveries and their outbox rows.
+	// One transaction wrote the charge, its event, the deliveries and the
+	// event's one outbox row (webhook:event: the first attempts), and none
+	// per delivery.
 	var sameTx bool
 	err := h.db.Pool.QueryRow(context.Background(), `SELECT bool_and(d.xmin = e.xmin AND d.xmin = c.xmin AND o.xmin = d.xmin) AND count(*) = 2
 		FROM webhook_deliveries d JOIN events e ON e.id = d.event_id JOIN charges c ON c.id = $1
-		JOIN outbox o ON o.task_id = 'webhook:deliver:' || d.id WHERE d.event_id = $2`, charge, createdEvent).Scan(&sameTx)
+		JOIN outbox o ON o.task_id = 'webhook:event:' || d.event_id WHERE d.event_id = $2 AND d.status = 'pending'`, charge, createdEvent).Scan(&sameTx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !sameTx {
-		t.Errorf("the charge, its charge.created event, the 2 deliveries and their outbox rows were not written by one transaction")
+		t.Errorf("the charge, its charge.created event, the 2 deliveries and the event's outbox row were not written by one transaction")
 	}
-	// The API enqueued each delivery after commit.
+	if n := h.count(t, `SELECT count(*) FROM outbox o JOIN webhook_deliveries d ON o.task_id = 'webhook:deliver:' || d.id WHERE d.event_id = $1`, createdEvent); n != 0 {
+		t.Errorf("%d outbox rows of deliveries of the event, want none (the event's task makes the first attempts)", n)
+	}
+	// The API enqueued the event's one task after commit, on a delivery
+	// queue picked by the event's id, and no task per delivery.
+	queue := jobs.WebhookQueue(createdEvent, h.cfg.WebhookQueues)
+	if n, err := h.rdb.Exists(context.Background(), "asynq:{"+queue+"}:t:webhook:event:"+createdEvent).Result(); err != nil || n != 1 {
+		t.Errorf("no asynq task webhook:event:%s in queue %s (%v)", createdEvent, queue, err)
+	}
 	for _, ep := range []string{created, both} {
 		for _, d := range h.deliveriesOf(t, ep) {
-			if n, err := h.rdb.Exists(context.Background(), "asynq:{webhooks}:t:webhook:deliver:"+d.ID).Result(); err != nil || n != 1 {
-				t.Errorf("delivery %s: no asynq task webhook:deliver:%s in the webhooks queue (%v)", d.ID, d.ID, err)
+			if n, _ := h.rdb.Exists(context.Background(), "asynq:{"+jobs.WebhookQueue(ep, h.cfg.WebhookQueues)+"}:t:webhook:deliver:"+d.ID).Result(); n != 0 {
+				t.Errorf("delivery %s has a task of its own before its first attempt", d.ID)
 			}
 		}
 	}
@@ -753,7 +764,7 @@ func TestWebhookDeliveryOperations(t *testing.T) {
 		if n := h.count(t, `SELECT count(*) FROM outbox WHERE task_id = $1`, "webhook:deliver:"+ids[0]); n != 1 {
 			t.Errorf("retry wrote %d outbox rows, want 1", n)
 		}
-		if n, _ := h.rdb.Exists(context.Background(), "asynq:{webhooks}:t:webhook:deliver:"+ids[0]).Result(); n != 1 {
+		if n, _ := h.rdb.Exists(context.Background(), "asynq:{"+jobs.WebhookQueue(ep, h.cfg.WebhookQueues)+"}:t:webhook:deliver:"+ids[0]).Result(); n != 1 {
 			t.Errorf("retry enqueued no task")
 		}
 		// A second retry while pending is refused.

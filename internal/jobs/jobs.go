@@ -42,10 +42,17 @@ type Pool struct {
 }
 
 // Pools are the worker's servers. In the first, provider calls outrank
-// housekeeping.
-var Pools = []Pool{
-	{Name: "tasks", Queues: map[string]int{"critical": 6, "default": 2, "maintenance": 1}, Concurrency: 50},
-	{Name: "webhooks", Queues: map[string]int{"webhooks": 1}, Concurrency: 100},
+// housekeeping; the second serves the delivery queues (see DeliveryQueues)
+// with equal weights.
+func Pools(deliveryQueues []string) []Pool {
+	webhooks := make(map[string]int, len(deliveryQueues))
+	for _, q := range deliveryQueues {
+		webhooks[q] = 1
+	}
+	return []Pool{
+		{Name: "tasks", Queues: map[string]int{"critical": 6, "default": 2, "maintenance": 1}, Concurrency: 50},
+		{Name: "webhooks", Queues: webhooks, Concurrency: 100},
+	}
 }
 
 // Handlers holds what the task handlers need.
@@ -128,12 +135,14 @@ func (h *Handlers) observe(next asynq.Handler) asynq.Handler {
 }
 
 // ServerConfigs are the asynq server configurations of the worker, one per
-// pool. Provider tasks back off exponentially from cfg.ProviderRetryBase up
-// to cfg.ProviderRetryMax; other tasks that found Postgres or Redis
-// unavailable from 1 s up to 30 s; any other failure asynq's default.
-func ServerConfigs(log *slog.Logger, cfg config.Config) []asynq.Config {
-	out := make([]asynq.Config, len(Pools))
-	for i, p := range Pools {
+// pool, its delivery pool serving deliveryQueues. Provider tasks back off
+// exponentially from cfg.ProviderRetryBase up to cfg.ProviderRetryMax;
+// other tasks that found Postgres or Redis unavailable from 1 s up to 30 s;
+// any other failure asynq's default.
+func ServerConfigs(log *slog.Logger, cfg config.Config, deliveryQueues []string) []asynq.Config {
+	pools := Pools(deliveryQueues)
+	out := make([]asynq.Config, len(pools))
+	for i, p := range pools {
 		out[i] = serverConfig(log, cfg, p)
 	}
 	return out
@@ -184,8 +193,8 @@ func (h *Handlers) Logger() asynq.Logger { return asynqLogger{h.Log} }
 type Servers []*asynq.Server
 
 // NewServers makes the servers of ServerConfigs on rdb.
-func NewServers(rdb redis.UniversalClient, log *slog.Logger, cfg config.Config) Servers {
-	configs := ServerConfigs(log, cfg)
+func NewServers(rdb redis.UniversalClient, log *slog.Logger, cfg config.Config, deliveryQueues []string) Servers {
+	configs := ServerConfigs(log, cfg, deliveryQueues)
 	out := make(Servers, len(configs))
 	for i, c := range configs {
 		out[i] = asynq.NewServerFromRedisClient(rdb, c)
@@ -198,7 +207,7 @@ func (s Servers) Start(h asynq.Handler) error {
 	for i, srv := range s {
 		if err := srv.Start(h); err != nil {
 			s[:i].Shutdown()
-			return fmt.Errorf("start asynq server %q: %w", Pools[i].Name, err)
+			return fmt.Errorf("start asynq server %q: %w", Pools(nil)[i].Name, err)
 		}
 	}
 	return nil

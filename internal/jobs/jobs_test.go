@@ -59,7 +59,7 @@ func TestSessionsPruneRunsThroughTheQueue(t *testing.T) {
 	}
 	qrdb := redisOpt.MakeRedisClient().(redis.UniversalClient)
 	defer qrdb.Close()
-	srv := jobs.NewServers(qrdb, log, cfg)
+	srv := jobs.NewServers(qrdb, log, cfg, jobs.DeliveryQueues(cfg.WebhookQueues, nil))
 	if err := srv.Start(h.Mux()); err != nil {
 		t.Fatal(err)
 	}

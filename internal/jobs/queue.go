@@ -18,12 +18,22 @@ type Queue struct {
 	client    *asynq.Client
 	inspector *asynq.Inspector
 	cfg       config.Config
+	// deliveryQueues are the delivery queues the worker serves, whose
+	// orphaned tasks the sweeper looks for (see Resend).
+	deliveryQueues []string
 }
 
 // NewQueue returns a Queue; inspector may be nil where tasks are never revived
 // (the API), and must be set in the worker, whose sweeper revives archived ones.
 func NewQueue(client *asynq.Client, inspector *asynq.Inspector, cfg config.Config) *Queue {
-	return &Queue{client: client, inspector: inspector, cfg: cfg}
+	return &Queue{client: client, inspector: inspector, cfg: cfg, deliveryQueues: DeliveryQueues(cfg.WebhookQueues, nil)}
+}
+
+// Serving sets the delivery queues the worker serves (DeliveryQueues with
+// the queues found in Redis), when they are more than WEBHOOK_QUEUES's.
+func (q *Queue) Serving(deliveryQueues []string) *Queue {
+	q.deliveryQueues = deliveryQueues
+	return q
 }
 
 // Enqueue hands t to the queue; a task already queued under its id is fine.
@@ -59,6 +69,12 @@ func (q *Queue) EnqueueAt(ctx context.Context, t outbox.Task, at time.Time) erro
 	return err
 }
 
+// EnqueueIn schedules t to run in in (now when in is 0). A task already
+// queued or scheduled under its id is fine.
+func (q *Queue) EnqueueIn(ctx context.Context, t outbox.Task, in time.Duration) error {
+	return q.EnqueueAt(ctx, t, time.Now().Add(in))
+}
+
 // Resend enqueues again the outbox tasks the sweeper found unfinished. A task
 // still queued, scheduled or retrying is left alone. One archived (it used up
 // its retries while, say, Postgres was down) is deleted and enqueued afresh.
@@ -72,8 +88,9 @@ func (q *Queue) Resend(ctx context.Context, tasks []outbox.Task) error {
 		return nil
 	}
 	orphaned := map[string]bool{}
+	legacy := false
 	if q.inspector != nil {
-		for _, queue := range []string{"critical", "webhooks"} {
+		for _, queue := range append([]string{"critical"}, q.deliveryQueues...) {
 			active, err := q.inspector.ListActiveTasks(queue, asynq.PageSize(1000))
 			if err != nil && !errors.Is(err, asynq.ErrQueueNotFound) {
 				return err
@@ -84,8 +101,12 @@ func (q *Queue) Resend(ctx context.Context, tasks []outbox.Task) error {
 				}
 			}
 		}
+		legacy = q.legacyInUse()
 	}
 	for _, t := range tasks {
+		if legacy && t.Type == TypeWebhookDeliver && q.inLegacyQueue(t) {
+			continue
+		}
 		if err := q.resend(ctx, t, orphaned[t.QueueID()]); err != nil {
 			return err
 		}
@@ -110,11 +131,11 @@ func (q *Queue) resend(ctx context.Context, t outbox.Task, orphaned bool) error 
 	if !errors.Is(err, asynq.ErrTaskIDConflict) || q.inspector == nil {
 		return err
 	}
-	info, ierr := q.inspector.GetTaskInfo(queueOf(t.Type), t.QueueID())
+	info, ierr := q.inspector.GetTaskInfo(q.queueOf(t), t.QueueID())
 	if ierr != nil || info.State != asynq.TaskStateArchived {
 		return nil // queued, scheduled, retrying or running: it will happen
 	}
-	if err := q.inspector.DeleteTask(queueOf(t.Type), t.QueueID()); err != nil {
+	if err := q.inspector.DeleteTask(q.queueOf(t), t.QueueID()); err != nil {
 		return err
 	}
 	_, err = q.client.EnqueueContext(ctx, task)
@@ -122,4 +143,27 @@ func (q *Queue) resend(ctx context.Context, t outbox.Task, orphaned bool) error 
 		return nil
 	}
 	return err
+}
+
+// legacyInUse reports whether the legacy delivery queue holds tasks (an
+// earlier release's API enqueued there; its retries stay there), so that
+// the sweeper must look there before enqueueing a delivery on its own queue.
+func (q *Queue) legacyInUse() bool {
+	info, err := q.inspector.GetQueueInfo(LegacyWebhookQueue)
+	return err == nil && info.Size > 0
+}
+
+// inLegacyQueue reports whether delivery task t waits or runs in the legacy
+// queue, where the sweeper leaves it: enqueued on its endpoint's queue as
+// well, it could be sent twice at once. One archived there is deleted, and
+// enqueued on its endpoint's queue instead.
+func (q *Queue) inLegacyQueue(t outbox.Task) bool {
+	info, err := q.inspector.GetTaskInfo(LegacyWebhookQueue, t.QueueID())
+	if err != nil {
+		return false
+	}
+	if info.State == asynq.TaskStateArchived {
+		return q.inspector.DeleteTask(LegacyWebhookQueue, t.QueueID()) != nil
+	}
+	return true
 }

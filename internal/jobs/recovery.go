@@ -101,6 +101,10 @@ type Recovery struct {
 
 	runs atomic.Uint64 // numbers the claims
 
+	// looks are the last looks at the pending lists of the queues, one
+	// per group of queues a server polls together (see pendingEmpty).
+	looks map[string]*pendingLook
+
 	mu         sync.Mutex
 	held       map[string]*heldTask // the worker's claims, by queue and task id
 	unreleased []claim              // releases that failed, tried again at each beat
@@ -140,6 +144,7 @@ func NewRecovery(rdb redis.UniversalClient, log *slog.Logger, queues []string) *
 			Help: "Tasks of workers found dead, by queue and outcome: requeued (put back in their queue), left (to asynq's own recovery).",
 		}, []string{"queue", "outcome"}),
 		held:   map[string]*heldTask{},
+		looks:  lookGroups(queues),
 		absent: map[string]time.Time{},
 		stop:   make(chan struct{}),
 	}
@@ -152,10 +157,10 @@ func NewRecovery(rdb redis.UniversalClient, log *slog.Logger, queues []string) *
 	return r
 }
 
-// QueueNames are the queues of Pools.
-func QueueNames() []string {
+// QueueNames are the queues of Pools(deliveryQueues).
+func QueueNames(deliveryQueues []string) []string {
 	var out []string
-	for _, p := range Pools {
+	for _, p := range Pools(deliveryQueues) {
 		for q := range p.Queues {
 			out = append(out, q)
 		}
@@ -331,8 +336,16 @@ end
 return false`
 
 // dequeue runs asynq's dequeue c on queue q with the claim, and gives c
-// asynq's answer.
+// asynq's answer. A queue whose pending list was empty at the last look
+// (see pendingEmpty) is answered at once, as asynq's dequeue would answer:
+// a worker polls each of its queues in turn, the delivery pool several, so
+// most polls find one empty, and each would otherwise cost a round trip
+// and about a dozen commands.
 func (r *Recovery) dequeue(ctx context.Context, rdb redis.UniversalClient, q string, c *redis.Cmd) error {
+	if r.pendingEmpty(ctx, rdb, q) {
+		c.SetErr(redis.Nil)
+		return redis.Nil
+	}
 	holder := r.instance + " " + strconv.FormatUint(r.runs.Add(1), 10)
 	llen := "gatehouse:{" + q + "}:dequeuing"
 	var inner, after *redis.Cmd
@@ -353,6 +366,68 @@ func (r *Recovery) dequeue(ctx context.Context, rdb redis.UniversalClient, q str
 		r.mu.Unlock()
 	}
 	return nil
+}
+
+// lookFor is how long one look at the pending lists of a group of queues
+// serves: the polls of one round of asynq's dequeue loop (every queue of a
+// server in turn) share it. A task pushed just after a look waits this much
+// longer at most.
+const lookFor = 5 * time.Millisecond
+
+// pendingLook is the last look at the pending lists of a group of queues
+// one server polls: the delivery queues, or the others.
+type pendingLook struct {
+	queues []string
+	mu     sync.Mutex
+	at     time.Time
+	empty  map[string]bool
+}
+
+// lookGroups returns each queue's look: one shared by the delivery queues,
+// one by the others.
+func lookGroups(queues []string) map[string]*pendingLook {
+	deliveries, others := &pendingLook{}, &pendingLook{}
+	out := make(map[string]*pendingLook, len(queues))
+	for _, q := range queues {
+		g := others
+		if q == LegacyWebhookQueue || isWebhookQueue(q) {
+			g = deliveries
+		}
+		g.queues = append(g.queues, q)
+		out[q] = g
+	}
+	return out
+}
+
+// pendingEmpty reports whether q's pending list was empty at the last look
+// at its group, one pipeline of LLENs taken when the last is older than
+// lookFor. On an error it reports false: the dequeue itself decides.
+func (r *Recovery) pendingEmpty(ctx context.Context, rdb redis.UniversalClient, q string) bool {
+	l := r.looks[q]
+	if l == nil {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if time.Since(l.at) >= lookFor {
+		lens := make(map[string]*redis.IntCmd, len(l.queues))
+		_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, name := range l.queues {
+				lens[name] = p.LLen(ctx, asynqKey(name, "pending"))
+			}
+			return nil
+		})
+		if err != nil {
+			l.at = time.Time{}
+			return false
+		}
+		l.empty = make(map[string]bool, len(lens))
+		for name, n := range lens {
+			l.empty[name] = n.Val() == 0
+		}
+		l.at = time.Now()
+	}
+	return l.empty[q]
 }
 
 // releaseScript removes a claim if it is still the one this worker wrote.

@@ -29,7 +29,7 @@ func defaultRetryDelay(t *testing.T) (asynq.RetryDelayFunc, config.Config) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return jobs.ServerConfigs(slog.New(slog.NewTextHandler(io.Discard, nil)), cfg)[0].RetryDelayFunc, cfg
+	return jobs.ServerConfigs(slog.New(slog.NewTextHandler(io.Discard, nil)), cfg, nil)[0].RetryDelayFunc, cfg
 }
 
 func TestRetryDelay(t *testing.T) {

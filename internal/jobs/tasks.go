@@ -35,6 +35,7 @@ const (
 	TypeChargeAuthenticationTimeout = outbox.ChargeAuthenticationTimeout
 	TypeRefundProcess               = outbox.RefundProcess
 	TypeWebhookDeliver              = outbox.WebhookDeliver
+	TypeWebhookEvent                = outbox.WebhookEvent
 
 	// TypeSessionsPrune deletes sessions that expired more than a day ago.
 	TypeSessionsPrune = "sessions:prune"
@@ -63,14 +64,6 @@ func objectID(t *asynq.Task) (string, error) {
 	return p.ID, nil
 }
 
-// queueOf is the asynq queue of an outbox task type.
-func queueOf(typ string) string {
-	if typ == TypeWebhookDeliver {
-		return "webhooks"
-	}
-	return "critical"
-}
-
 // NewTask builds the asynq task of an outbox task: payload the id, TaskID the
 // outbox id, retries per the provider settings. It carries no trace context:
 // a task resent by the sweeper starts a trace of its own.
@@ -85,22 +78,22 @@ func (q *Queue) newTask(t outbox.Task, headers map[string]string) (*asynq.Task, 
 	if err != nil {
 		return nil, err
 	}
-	if t.Type == TypeWebhookDeliver {
+	if t.Type == TypeWebhookDeliver || t.Type == TypeWebhookEvent {
 		// Attempts are counted in Postgres, which decides when a delivery
 		// fails; asynq's retries only carry the schedule (see RetryIn).
-		return asynq.NewTaskWithHeaders(t.Type, body, headers, asynq.TaskID(t.QueueID()), asynq.Queue(queueOf(t.Type)),
+		return asynq.NewTaskWithHeaders(t.Type, body, headers, asynq.TaskID(t.QueueID()), asynq.Queue(q.queueOf(t)),
 			asynq.MaxRetry(25), asynq.Timeout(q.cfg.WebhookTimeout+30*time.Second)), nil
 	}
 	if untilKnown(t.Type) {
 		// Two provider calls at most: the request sent again, then the
 		// release (reverse) or a lookup (a pending capture or refund).
-		return asynq.NewTaskWithHeaders(t.Type, body, headers, asynq.TaskID(t.QueueID()), asynq.Queue(queueOf(t.Type)),
+		return asynq.NewTaskWithHeaders(t.Type, body, headers, asynq.TaskID(t.QueueID()), asynq.Queue(q.queueOf(t)),
 			asynq.MaxRetry(ReverseAttempts(q.cfg.ProviderRetryBase, q.cfg.ProviderRetryMax)-1),
 			asynq.Timeout(2*q.cfg.ProviderTimeout+30*time.Second)), nil
 	}
 	return asynq.NewTaskWithHeaders(t.Type, body, headers,
 		asynq.TaskID(t.QueueID()),
-		asynq.Queue(queueOf(t.Type)),
+		asynq.Queue(q.queueOf(t)),
 		asynq.MaxRetry(q.cfg.ProviderMaxAttempts-1),
 		asynq.Timeout(q.cfg.ProviderTimeout+30*time.Second),
 	), nil
@@ -169,6 +162,7 @@ func (h *Handlers) Mux() *asynq.ServeMux {
 	mux.HandleFunc(TypeChargeAuthenticationTimeout, h.provider(h.Charges.Authenticate))
 	mux.HandleFunc(TypeRefundProcess, h.provider(h.Refunds.Process))
 	mux.HandleFunc(TypeWebhookDeliver, h.HandleWebhookDeliver)
+	mux.HandleFunc(TypeWebhookEvent, h.HandleWebhookEvent)
 	return mux
 }
 
@@ -229,6 +223,16 @@ func (h *Handlers) HandleWebhookDeliver(ctx context.Context, t *asynq.Task) erro
 		return err
 	}
 	return skipMissing(h.Webhooks.Deliver(ctx, id))
+}
+
+// HandleWebhookEvent makes the first attempts of an event's deliveries,
+// handing off those it cannot make at once (see webhooks.DeliverEvent).
+func (h *Handlers) HandleWebhookEvent(ctx context.Context, t *asynq.Task) error {
+	id, err := objectID(t)
+	if err != nil {
+		return err
+	}
+	return h.Webhooks.DeliverEvent(ctx, id)
 }
 
 // HandleOutboxSweep re-creates the tasks of work waiting too long and

@@ -28,10 +28,14 @@ const (
 	ChargeAuthenticationTimeout = "charge:authentication_timeout"
 	RefundProcess               = "refund:process"
 	WebhookDeliver              = "webhook:deliver"
+	// WebhookEvent makes the first attempt of every delivery of an event;
+	// WebhookDeliver then carries the retries, and the deliveries the
+	// event's task handed off.
+	WebhookEvent = "webhook:event"
 )
 
 // Types lists every task type, for metrics that report each one.
-var Types = []string{ChargeAuthorize, ChargeCapture, ChargeVoid, ChargeReverse, ChargeAuthenticate, ChargeAuthenticationTimeout, RefundProcess, WebhookDeliver}
+var Types = []string{ChargeAuthorize, ChargeCapture, ChargeVoid, ChargeReverse, ChargeAuthenticate, ChargeAuthenticationTimeout, RefundProcess, WebhookDeliver, WebhookEvent}
 
 // Task is one unit of work about one object.
 type Task struct {
@@ -42,6 +46,10 @@ type Task struct {
 	// 0 for the first. It keeps the new task apart in the queue from the
 	// one still running, and is not part of the outbox row's id.
 	Attempt int
+	// Key, for a webhook:deliver task, is its delivery's endpoint: it
+	// picks the queue, so that an endpoint's deliveries share one. It is
+	// not part of the ids.
+	Key string
 }
 
 // ID is the task's outbox id.

@@ -9,7 +9,11 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/outbox"
 )
 
-const staleTasks = `SELECT task_type, ref_id::text, attempt, created_at FROM outbox WHERE created_at < $1 ORDER BY created_at LIMIT $2`
+// staleTasks reads outbox rows with, for a delivery, its endpoint (the
+// task's Key, which picks its queue).
+const staleTasks = `SELECT o.task_type, o.ref_id::text, o.attempt, o.created_at, coalesce((SELECT d.endpoint_id::text
+	FROM webhook_deliveries d WHERE o.task_type = '` + outbox.WebhookDeliver + `' AND d.id = o.ref_id), '')
+FROM outbox o WHERE o.created_at < $1 ORDER BY o.created_at LIMIT $2`
 
 // StaleTasks returns outbox rows older than before, oldest first: work whose
 // task may have been lost and must be enqueued again.
@@ -20,7 +24,7 @@ func (s *Store) StaleTasks(ctx context.Context, before time.Time, limit int) ([]
 	}
 	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (outbox.Pending, error) {
 		var p outbox.Pending
-		err := r.Scan(&p.Task.Type, &p.Task.RefID, &p.Task.Attempt, &p.CreatedAt)
+		err := r.Scan(&p.Task.Type, &p.Task.RefID, &p.Task.Attempt, &p.CreatedAt, &p.Task.Key)
 		return p, err
 	})
 	return list, mapErr(err, "task")

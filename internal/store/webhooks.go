@@ -20,11 +20,12 @@ import (
 // fanout follows a CTE named ev that inserted events (RETURNING id,
 // merchant_id, environment, type, created_at): it writes one delivery per
 // endpoint of the merchant and environment subscribed to the event's type
-// (deleted ones excepted), and the outbox task of each delivery to an
-// enabled endpoint, in the same statement and so the same transaction as
-// the event. A disabled endpoint's delivery is failed at once and never
-// sent: it waits in the log for a recover once the endpoint is enabled
-// again. The statement's result names the pending deliveries (dl).
+// (deleted ones excepted), and one outbox task per event with a delivery to
+// an enabled endpoint (webhook:event, which makes every first attempt), in
+// the same statement and so the same transaction as the event. A disabled
+// endpoint's delivery is failed at once and never sent: it waits in the log
+// for a recover once the endpoint is enabled again. The statement's result
+// names the events with pending deliveries (dl).
 const fanout = `
 , dl AS (
 	INSERT INTO webhook_deliveries (id, endpoint_id, merchant_id, event_id, event_type, status, next_attempt_at, created_at, updated_at,
@@ -34,9 +35,10 @@ const fanout = `
 		ev.sequence, CASE WHEN we.ordered THEN ev.object_id END
 	FROM ev JOIN webhook_endpoints we ON we.merchant_id = ev.merchant_id AND we.environment = ev.environment
 		AND we.deleted_at IS NULL AND ev.type = ANY (we.events)
-	RETURNING id, status
+	RETURNING id, event_id, status
 ), dlob AS (
-	` + insertDeliverTasks + ` dl d WHERE d.status = 'pending'
+	INSERT INTO outbox (task_id, task_type, ref_id)
+	SELECT DISTINCT '` + outbox.WebhookEvent + `:' || dl.event_id, '` + outbox.WebhookEvent + `', dl.event_id FROM dl WHERE dl.status = 'pending'
 )`
 
 // insertDeliverTasks, followed by a relation named d with an id column,
@@ -44,13 +46,15 @@ const fanout = `
 const insertDeliverTasks = `INSERT INTO outbox (task_id, task_type, ref_id) SELECT '` + outbox.WebhookDeliver + `:' || d.id, '` +
 	outbox.WebhookDeliver + `', d.id FROM`
 
-// deliveriesOf is the select-list item naming the deliveries fanout wrote.
-const deliveriesOf = `(SELECT coalesce(array_agg(id::text), '{}') FROM dl WHERE status = 'pending')`
+// deliveriesOf is the select-list item naming the events whose deliveries
+// fanout wrote (see deliveryTasks).
+const deliveriesOf = `(SELECT coalesce(array_agg(DISTINCT event_id::text), '{}') FROM dl WHERE status = 'pending')`
 
-func deliveryTasks(ids []string) []outbox.Task {
-	tasks := make([]outbox.Task, 0, len(ids))
-	for _, id := range ids {
-		tasks = append(tasks, webhooks.Task(id))
+// deliveryTasks are the tasks of the events named by deliveriesOf.
+func deliveryTasks(events []string) []outbox.Task {
+	tasks := make([]outbox.Task, 0, len(events))
+	for _, id := range events {
+		tasks = append(tasks, webhooks.EventTask(id))
 	}
 	return tasks
 }
@@ -265,7 +269,7 @@ func (s *Store) CreateTestDelivery(ctx context.Context, d webhooks.Delivery, bod
 		_, err := q.Exec(ctx, insertTestDelivery, d.ID, d.EndpointID, d.MerchantID, d.EventID, d.EventType, body, d.CreatedAt)
 		return mapErr(err, "webhook_delivery")
 	})
-	return webhooks.Task(d.ID), err
+	return webhooks.TaskTo(d.ID, d.EndpointID), err
 }
 
 const attemptColumns = `attempt, started_at, duration_ms, status_code, error, response_body`
@@ -357,7 +361,7 @@ func (s *Store) RetryDelivery(ctx context.Context, merchantID, id string, at tim
 		return d, outbox.Task{}, &apperr.Error{Kind: apperr.KindConflict, Code: apperr.CodeInvalidState,
 			Message: "Only a failed delivery can be retried; this one is " + d.Status + "."}
 	}
-	return d, webhooks.Task(id), nil
+	return d, webhooks.TaskTo(id, d.EndpointID), nil
 }
 
 const (
@@ -388,7 +392,11 @@ func (s *Store) RecoverDeliveries(ctx context.Context, merchantID, endpointID st
 	}); err != nil {
 		return 0, nil, err
 	}
-	return int64(len(ids)), deliveryTasks(ids), nil
+	tasks := make([]outbox.Task, 0, len(ids))
+	for _, id := range ids {
+		tasks = append(tasks, webhooks.TaskTo(id, endpointID))
+	}
+	return int64(len(ids)), tasks, nil
 }
 
 // selectDeliveriesForWork reads deliveries, the body to send and their
@@ -452,17 +460,49 @@ func (s *Store) deliveriesForWork(ctx context.Context, ids []string) ([]work, er
 	return out, nil
 }
 
+// eventFirsts names the deliveries of an event still waiting for their first
+// attempt: pending, no attempt, not handed off to a task of their own.
+const eventFirsts = `SELECT coalesce(array_agg(d.id::text ORDER BY d.id), '{}') FROM webhook_deliveries d
+WHERE d.event_id = $1 AND d.status = 'pending' AND d.attempts = 0 AND d.test_body IS NULL
+	AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.task_id = '` + outbox.WebhookDeliver + `:' || d.id)`
+
+// EventFirsts implements webhooks.Store.
+func (s *Store) EventFirsts(ctx context.Context, eventID string) ([]string, error) {
+	var ids []string
+	err := s.pool.QueryRow(ctx, eventFirsts, eventID).Scan(&ids)
+	return ids, mapErr(err, "webhook_delivery")
+}
+
+// finishEvent hands deliveries off to tasks of their own (their outbox
+// rows) and deletes the event's task, in one statement.
+const finishEvent = `
+WITH h AS (
+	` + insertDeliverTasks + ` (SELECT unnest($2::uuid[]) AS id) d
+	ON CONFLICT DO NOTHING
+)
+DELETE FROM outbox WHERE task_id = '` + outbox.WebhookEvent + `:' || $1::text`
+
+// FinishEvent implements webhooks.Store.
+func (s *Store) FinishEvent(ctx context.Context, eventID string, handOff []string) error {
+	_, err := s.pool.Exec(ctx, finishEvent, eventID, handOff)
+	return mapErr(err, "webhook_delivery")
+}
+
 // recordAttempts applies a batch of attempts: each only if its delivery is
-// still pending with attempt-1 attempts, so an attempt is recorded once. It
+// still pending with attempt-1 attempts, so an attempt is recorded once. A
+// first attempt its event's task made that calls for a retry also writes the
+// delivery's own task (new_task), which carries the retries. It
 // commits without waiting for the WAL to reach the disk (synchronous_commit
 // off, for this transaction only): a crash may lose the last fraction of a
 // second of attempts, and then those deliveries are sent again, which
 // at-least-once delivery allows. Money and events are never written this way.
+// (The event's task is deleted later by FinishEvent, with a synchronous
+// commit, which makes every earlier commit durable too: WAL is one sequence.)
 const recordAttempts = `
 WITH r AS (
 	SELECT * FROM unnest($1::uuid[], $2::int[], $3::text[], $4::int[], $5::timestamptz[], $6::timestamptz[],
-		$7::int[], $8::int[], $9::text[], $10::text[], $11::text[])
-		AS r (id, attempt, status, chain_attempts, next_attempt_at, started_at, duration_ms, status_code, error, response_body, done_task)
+		$7::int[], $8::int[], $9::text[], $10::text[], $11::text[], $12::bool[])
+		AS r (id, attempt, status, chain_attempts, next_attempt_at, started_at, duration_ms, status_code, error, response_body, done_task, new_task)
 ), d AS (
 	UPDATE webhook_deliveries w SET status = r.status, attempts = r.attempt, chain_attempts = r.chain_attempts,
 		next_attempt_at = r.next_attempt_at, updated_at = now()
@@ -473,6 +513,9 @@ WITH r AS (
 	SELECT r.id, r.attempt, r.started_at, r.duration_ms, r.status_code, r.error, r.response_body FROM r JOIN d ON d.id = r.id
 ), ob AS (
 	DELETE FROM outbox WHERE task_id = ANY (ARRAY(SELECT r.done_task FROM r JOIN d ON d.id = r.id WHERE r.done_task IS NOT NULL))
+), nt AS (
+	` + insertDeliverTasks + ` (SELECT r.id FROM r JOIN d ON d.id = r.id WHERE r.new_task) d
+	ON CONFLICT DO NOTHING
 )
 SELECT set_config('synchronous_commit', 'off', true), coalesce((SELECT array_agg(id::text) FROM d), '{}')`
 
@@ -491,6 +534,7 @@ func (s *Store) recordAttempts(ctx context.Context, rs []webhooks.AttemptRecord)
 		started                 = make([]time.Time, 0, n)
 		codes                   = make([]*int, 0, n)
 		errs, bodies, doneTasks = make([]*string, 0, n), make([]*string, 0, n), make([]*string, 0, n)
+		newTasks                = make([]bool, 0, n)
 	)
 	first := make(map[string]int, n) // a delivery's first record in the batch; a repeat is not applied
 	for i, r := range rs {
@@ -507,10 +551,11 @@ func (s *Store) recordAttempts(ctx context.Context, rs []webhooks.AttemptRecord)
 		attempts, chains, durs = append(attempts, a.Attempt), append(chains, r.ChainAttempts), append(durs, a.DurationMS)
 		next, started, codes = append(next, r.NextAttemptAt), append(started, a.StartedAt), append(codes, a.StatusCode)
 		errs, bodies, doneTasks = append(errs, a.Error), append(bodies, a.ResponseBody), append(doneTasks, done)
+		newTasks = append(newTasks, r.NewTask)
 	}
 	var applied []string
 	var ignored string
-	err := s.batches.pool.QueryRow(ctx, recordAttempts, ids, attempts, statuses, chains, next, started, durs, codes, errs, bodies, doneTasks).
+	err := s.batches.pool.QueryRow(ctx, recordAttempts, ids, attempts, statuses, chains, next, started, durs, codes, errs, bodies, doneTasks, newTasks).
 		Scan(&ignored, &applied)
 	if err != nil {
 		return nil, mapErr(err, "webhook_delivery")

@@ -54,6 +54,10 @@ type AttemptRecord struct {
 	ChainAttempts int
 	NextAttemptAt *time.Time
 	DoneTask      string // deleted from the outbox when the delivery is final
+	// NewTask writes the delivery's own task to the outbox with the
+	// attempt: a first attempt made by its event's task that calls for a
+	// retry.
+	NewTask bool
 }
 
 // ReasonFailed is the attempt log's reason for a transport error the sender
@@ -108,6 +112,10 @@ type Deliverer struct {
 	// an endpoint is disabled, with the reason.
 	disableAfter time.Duration
 	onDisable    func(reason string)
+
+	// enqueue hands a delivery's own task to the queue, to run after a
+	// delay: the event's task's hand-offs and retries (see DeliverEvent).
+	enqueue func(ctx context.Context, t outbox.Task, in time.Duration) error
 }
 
 // DefaultDisableAfter is WEBHOOK_DISABLE_AFTER's default: five days of
@@ -191,6 +199,32 @@ func (d *Deliverer) acquire(ctx context.Context, merchantID, endpointID string) 
 	}, 0, true
 }
 
+// acquireNow takes a slot of the endpoint and one of its merchant for an
+// event's task's first attempt, only if both are free now and the endpoint
+// is known to answer fast; else nil, and the delivery is handed off.
+func (d *Deliverer) acquireNow(merchantID, endpointID string) func(ok bool, took time.Duration) {
+	d.mu.Lock()
+	m, e := d.merchants[merchantID], d.slots[endpointID]
+	d.mu.Unlock()
+	if m == nil || e == nil || !e.pace().fast {
+		return nil
+	}
+	e.mu.Lock()
+	took := e.take(e.slots())
+	e.mu.Unlock()
+	if !took {
+		return nil
+	}
+	if !m.tryTake(d.perMerchant) {
+		e.cancel()
+		return nil
+	}
+	return func(ok bool, took time.Duration) {
+		e.release(d.now(), ok, took, d.perMerchant)
+		m.release(took, d.perMerchant)
+	}
+}
+
 // shortWait admits a waiter whose expected wait is known and under waitBudget.
 func shortWait(expected time.Duration, known bool, _ int) bool { return known && expected < waitBudget }
 
@@ -230,7 +264,8 @@ func NewDeliverer(store Store, sender Sender, keys *keyring.Keyring, schedule []
 	return &Deliverer{store: store, sender: sender, keys: keys, schedule: schedule, now: now, log: log, observe: observe,
 		slots: map[string]*endpointSlots{}, perEndpoint: PerEndpointDefault, slotWait: time.Second, maxWaiting: maxWaitingDefault,
 		merchants: map[string]*merchantSlots{}, perMerchant: MerchantSlotsDefault,
-		disableAfter: DefaultDisableAfter, onDisable: func(string) {}}
+		disableAfter: DefaultDisableAfter, onDisable: func(string) {},
+		enqueue: func(context.Context, outbox.Task, time.Duration) error { return errors.New("webhooks: no queue") }}
 }
 
 // WithMerchantSlots sets how many attempts to one merchant's endpoints the
@@ -300,6 +335,14 @@ func Task(deliveryID string) outbox.Task {
 	return outbox.Task{Type: outbox.WebhookDeliver, RefID: deliveryID}
 }
 
+// TaskTo is the outbox task of a delivery to endpointID, which picks its
+// queue.
+func TaskTo(deliveryID, endpointID string) outbox.Task {
+	t := Task(deliveryID)
+	t.Key = endpointID
+	return t
+}
+
 // WithFirstAttemptDelay makes the deliverer report, for each delivery's first
 // attempt, the time from the delivery's commit (with its event) to the start
 // of the attempt. Test deliveries are not reported.
@@ -308,19 +351,108 @@ func (d *Deliverer) WithFirstAttemptDelay(f func(delay time.Duration)) *Delivere
 	return d
 }
 
+// WithQueue sets how the deliverer enqueues a delivery's own task (see
+// DeliverEvent).
+func (d *Deliverer) WithQueue(enqueue func(ctx context.Context, t outbox.Task, in time.Duration) error) *Deliverer {
+	d.enqueue = enqueue
+	return d
+}
+
+// EventTask is the outbox task that makes the first attempts of an event's
+// deliveries.
+func EventTask(eventID string) outbox.Task {
+	return outbox.Task{Type: outbox.WebhookEvent, RefID: eventID}
+}
+
+// errHandOff: the event's task does not make this first attempt (its
+// endpoint or merchant is busy, the endpoint is not known to be fast, or an
+// ordered delivery must wait); the delivery's own task will.
+var errHandOff = errors.New("webhook delivery handed off")
+
+// DeliverEvent makes the first attempt of every delivery of an event that
+// has none yet, at once, each within its endpoint's and merchant's slots.
+// A delivery it cannot attempt at once is handed off to a task of its own
+// (webhook:deliver, on its endpoint's queue): one whose endpoint or merchant
+// is at its cap, whose endpoint is not known to answer fast (so a slow
+// endpoint never holds the event's task), or that waits for an earlier
+// ordered delivery. A first attempt that calls for a retry writes the
+// delivery's own task with the attempt. The event's task is deleted with
+// the hand-offs, in one statement; run again after a crash, it attempts
+// only the deliveries still without an attempt or a task of their own.
+func (d *Deliverer) DeliverEvent(ctx context.Context, eventID string) error {
+	ids, err := d.store.EventFirsts(ctx, eventID)
+	if err != nil {
+		return err
+	}
+	type outcome struct {
+		id, endpoint string
+		err          error
+	}
+	results := make([]outcome, len(ids))
+	var wg sync.WaitGroup
+	for i, id := range ids {
+		wg.Go(func() {
+			endpoint, err := d.deliver(ctx, id, true)
+			results[i] = outcome{id: id, endpoint: endpoint, err: err}
+		})
+	}
+	wg.Wait()
+	var handOff []string
+	var tasks []outbox.Task
+	for _, r := range results {
+		switch {
+		case errors.Is(r.err, errHandOff):
+			handOff = append(handOff, r.id)
+			tasks = append(tasks, TaskTo(r.id, r.endpoint))
+		case r.err != nil:
+			return r.err // the attempts made are recorded; a run again skips them
+		}
+	}
+	if err := d.store.FinishEvent(ctx, eventID, handOff); err != nil {
+		return err
+	}
+	for _, t := range tasks {
+		if err := d.enqueue(ctx, t, 0); err != nil {
+			// Its outbox row is written: the sweeper enqueues it.
+			d.log.WarnContext(ctx, "webhook delivery handed off but not enqueued", "delivery_id", t.RefID, "err", err)
+		}
+	}
+	return nil
+}
+
 // Deliver makes the next attempt of a pending delivery. It returns nil when
 // the delivery is final (or was already), *RetryIn when the next attempt is
 // due later, and other errors when the database failed (the queue retries).
 func (d *Deliverer) Deliver(ctx context.Context, id string) error {
+	_, err := d.deliver(ctx, id, false)
+	return err
+}
+
+// deliver is Deliver, or, first, the first attempt of a delivery made by
+// its event's task (see DeliverEvent): then it returns errHandOff rather
+// than wait, and a retry is a task of the delivery's own, enqueued here. It
+// returns the delivery's endpoint.
+func (d *Deliverer) deliver(ctx context.Context, id string, first bool) (string, error) {
 	task := Task(id)
 	del, ep, body, err := d.store.DeliveryForWork(ctx, id)
 	if err != nil {
-		return err
+		return "", err
+	}
+	if first && (del.Status != StatusPending || del.Attempts > 0) {
+		return ep.ID, nil // attempted meanwhile: its own task carries it
 	}
 	if del.Status != StatusPending {
-		return d.store.DeleteTask(ctx, task.ID())
+		return ep.ID, d.store.DeleteTask(ctx, task.ID())
 	}
+	return ep.ID, d.attempt(ctx, del, ep, body, task, first)
+}
+
+// attempt makes the next attempt of del (see deliver).
+func (d *Deliverer) attempt(ctx context.Context, del Delivery, ep Endpoint, body []byte, task outbox.Task, first bool) error {
 	now := d.now().UTC()
+	if first && del.NextAttemptAt != nil && del.NextAttemptAt.After(now) {
+		return errHandOff
+	}
 	if del.NextAttemptAt != nil {
 		switch early := del.NextAttemptAt.Sub(now); {
 		case early > time.Second:
@@ -340,11 +472,11 @@ func (d *Deliverer) Deliver(ctx context.Context, id string) error {
 	n := del.Attempts + 1
 	if ep.DeletedAt != nil || !ep.Active {
 		msg := "The endpoint was deleted or disabled."
-		return d.record(ctx, del, task, Attempt{Attempt: n, StartedAt: now, Error: &msg}, false, true)
+		return d.record(ctx, del, task, Attempt{Attempt: n, StartedAt: now, Error: &msg}, false, true, first)
 	}
 	if body == nil {
 		msg := "The event is past its retention period."
-		return d.record(ctx, del, task, Attempt{Attempt: n, StartedAt: now, Error: &msg}, false, true)
+		return d.record(ctx, del, task, Attempt{Attempt: n, StartedAt: now, Error: &msg}, false, true, first)
 	}
 	secrets := Secrets{}
 	cur, err := d.keys.Open(keyring.PurposeWebhook, ep.SecretSealed, []byte(ep.ID))
@@ -386,13 +518,24 @@ func (d *Deliverer) Deliver(ctx context.Context, id string) error {
 			return err
 		}
 		if wait {
+			if first {
+				return errHandOff
+			}
 			return &RetryIn{Delay: at.Sub(now)} // not an attempt
 		}
 	}
 
-	release, busy, ok := d.acquire(ctx, ep.MerchantID, ep.ID)
-	if !ok {
-		return &RetryIn{Delay: busy} // not an attempt: the merchant or the endpoint is busy
+	var release func(ok bool, took time.Duration)
+	if first {
+		if release = d.acquireNow(ep.MerchantID, ep.ID); release == nil {
+			return errHandOff
+		}
+	} else {
+		var busy time.Duration
+		var ok bool
+		if release, busy, ok = d.acquire(ctx, ep.MerchantID, ep.ID); !ok {
+			return &RetryIn{Delay: busy} // not an attempt: the merchant or the endpoint is busy
+		}
 	}
 	if d.first != nil && del.Attempts == 0 && !del.Test {
 		d.first(d.now().Sub(del.CreatedAt))
@@ -432,7 +575,7 @@ func (d *Deliverer) Deliver(ctx context.Context, id string) error {
 	}
 	d.observe(outcome, n, res.Duration)
 	health, stop := d.healthAfter(del, ep, res, now)
-	err = d.record(ctx, del, task, a, res.OK(), stop)
+	err = d.record(ctx, del, task, a, res.OK(), stop, first)
 	var retry *RetryIn
 	if health != nil && (err == nil || errors.As(err, &retry)) {
 		d.applyHealth(ctx, *health)
@@ -440,11 +583,13 @@ func (d *Deliverer) Deliver(ctx context.Context, id string) error {
 	return err
 }
 
-// record stores the attempt and decides what comes next.
-func (d *Deliverer) record(ctx context.Context, del Delivery, task outbox.Task, a Attempt, ok, stop bool) error {
+// record stores the attempt and decides what comes next. A retry after a
+// first attempt made by the event's task (first) is a task of the
+// delivery's own, written with the attempt and enqueued here.
+func (d *Deliverer) record(ctx context.Context, del Delivery, task outbox.Task, a Attempt, ok, stop, first bool) error {
 	chain := del.ChainAttempts + 1
 	r := AttemptRecord{DeliveryID: del.ID, Attempt: a, ChainAttempts: chain}
-	var retry error
+	var retry *RetryIn
 	switch {
 	case ok:
 		r.Status, r.DoneTask = StatusSucceeded, task.ID()
@@ -455,9 +600,22 @@ func (d *Deliverer) record(ctx context.Context, del Delivery, task outbox.Task, 
 		next := a.StartedAt.Add(time.Duration(a.DurationMS)*time.Millisecond + delay)
 		r.Status, r.NextAttemptAt = StatusPending, &next
 		retry = &RetryIn{Delay: max(delay, time.Millisecond)}
+		r.NewTask = first
 	}
-	if _, err := d.store.RecordAttempt(ctx, r); err != nil {
+	applied, err := d.store.RecordAttempt(ctx, r)
+	switch {
+	case err != nil:
 		return err
+	case retry == nil:
+		return nil
+	case !first:
+		return retry
+	case applied:
+		if err := d.enqueue(ctx, TaskTo(del.ID, del.EndpointID), retry.Delay); err != nil {
+			// Its outbox row is written: the sweeper enqueues it (early;
+			// it then waits for its time).
+			d.log.WarnContext(ctx, "webhook retry not enqueued", "delivery_id", del.ID, "err", err)
+		}
 	}
-	return retry
+	return nil
 }

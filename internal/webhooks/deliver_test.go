@@ -112,7 +112,32 @@ func (s *fakeStore) RecordAttempt(_ context.Context, r webhooks.AttemptRecord) (
 	if r.DoneTask != "" {
 		delete(s.tasks, r.DoneTask)
 	}
+	if r.NewTask {
+		s.tasks[webhooks.Task(r.DeliveryID).ID()] = true
+	}
 	return true, nil
+}
+
+// EventFirsts: the one delivery, if it waits for its first attempt and was
+// not handed off.
+func (s *fakeStore) EventFirsts(_ context.Context, event string) ([]string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d := s.delivery
+	if d.EventID != event || d.Status != webhooks.StatusPending || d.Attempts > 0 || s.tasks[webhooks.Task(d.ID).ID()] {
+		return nil, nil
+	}
+	return []string{d.ID}, nil
+}
+
+func (s *fakeStore) FinishEvent(_ context.Context, event string, handOff []string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, id := range handOff {
+		s.tasks[webhooks.Task(id).ID()] = true
+	}
+	delete(s.tasks, webhooks.EventTask(event).ID())
+	return nil
 }
 
 func (s *fakeStore) DeleteTask(_ context.Context, id string) error {

@@ -254,6 +254,12 @@ type Store interface {
 	// (false when it was already off, deleted, or recovered meanwhile).
 	UpdateHealth(ctx context.Context, h Health) (disabled bool, err error)
 	DeleteTask(ctx context.Context, taskID string) error
+	// EventFirsts names the deliveries of an event still waiting for their
+	// first attempt: pending, never attempted, not handed off.
+	EventFirsts(ctx context.Context, eventID string) ([]string, error)
+	// FinishEvent writes the tasks of the deliveries handed off and
+	// deletes the event's task, at once.
+	FinishEvent(ctx context.Context, eventID string, handOff []string) error
 }
 
 // Service manages endpoints on the API side.

@@ -1,0 +1,86 @@
+package store_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/gatehouse-pay/gatehouse/internal/outbox"
+	"github.com/gatehouse-pay/gatehouse/internal/store"
+	"github.com/gatehouse-pay/gatehouse/internal/testenv"
+	"github.com/gatehouse-pay/gatehouse/internal/webhooks"
+)
+
+// TestEventFirstsHandOffsAndRetries: an event's task sees the deliveries
+// still waiting for their first attempt (not one attempted, handed off,
+// final or a test); FinishEvent writes the hand-offs' rows and deletes the
+// event's in one statement; a recorded first attempt that calls for a retry
+// writes the delivery's own row, once, and only if the attempt was applied.
+func TestEventFirstsHandOffsAndRetries(t *testing.T) {
+	db := testenv.NewDB(t)
+	s := store.New(db.Pool)
+	f := newOutboxFixture(t, db.Pool)
+	ctx := context.Background()
+	ev := uuid.NewString()
+	f.exec(t, `INSERT INTO events (id, merchant_id, environment, type, body, created_at)
+		VALUES ($1, $2, 'sandbox', 'charge.captured', '{}', now())`, ev, f.merchantID)
+	f.exec(t, `INSERT INTO outbox (task_id, task_type, ref_id) VALUES ($1, $2, $3)`, webhooks.EventTask(ev).ID(), outbox.WebhookEvent, ev)
+	delivery := func(status string, attempts int) string {
+		id := uuid.NewString()
+		f.exec(t, `INSERT INTO webhook_deliveries (id, endpoint_id, merchant_id, event_id, event_type, status, attempts, next_attempt_at, created_at, updated_at)
+			VALUES ($1, $2, $3, $4, 'charge.captured', $5, $6, now(), now(), now())`, id, f.endpointID, f.merchantID, ev, status, attempts)
+		return id
+	}
+	waiting, retried, handedOff, attempted := delivery("pending", 0), delivery("pending", 0), delivery("pending", 0), delivery("pending", 1)
+	delivery("failed", 0)
+	f.exec(t, `INSERT INTO outbox (task_id, task_type, ref_id) VALUES ($1, $2, $3)`, webhooks.Task(handedOff).ID(), outbox.WebhookDeliver, handedOff)
+	count := func(taskID string) int {
+		var n int
+		if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE task_id = $1`, taskID).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+
+	got, err := s.EventFirsts(ctx, ev)
+	if want := slices.Sorted(slices.Values([]string{waiting, retried})); err != nil || !slices.Equal(got, want) {
+		t.Fatalf("EventFirsts = %v, %v; want %v (not %s attempted, %s handed off)", got, err, want, attempted, handedOff)
+	}
+
+	// A failed first attempt of retried: its own row comes with the record.
+	next := time.Now().Add(5 * time.Minute)
+	code := 500
+	r := webhooks.AttemptRecord{DeliveryID: retried, Status: webhooks.StatusPending, ChainAttempts: 1, NextAttemptAt: &next, NewTask: true,
+		Attempt: webhooks.Attempt{Attempt: 1, StartedAt: time.Now(), DurationMS: 3, StatusCode: &code}}
+	if ok, err := s.RecordAttempt(ctx, r); err != nil || !ok {
+		t.Fatalf("RecordAttempt = %t, %v", ok, err)
+	}
+	if n := count(webhooks.Task(retried).ID()); n != 1 {
+		t.Fatalf("%d rows of the retried delivery's own task, want 1", n)
+	}
+	// The same attempt again (a re-run) is not applied and writes nothing.
+	if ok, err := s.RecordAttempt(ctx, r); err != nil || ok {
+		t.Fatalf("RecordAttempt again = %t, %v; want not applied", ok, err)
+	}
+	if got, _ := s.EventFirsts(ctx, ev); !slices.Equal(got, []string{waiting}) {
+		t.Fatalf("EventFirsts after the attempt = %v, want [%s]", got, waiting)
+	}
+
+	// waiting is handed off; the event's row goes with it.
+	if err := s.FinishEvent(ctx, ev, []string{waiting}); err != nil {
+		t.Fatal(err)
+	}
+	if count(webhooks.Task(waiting).ID()) != 1 || count(webhooks.EventTask(ev).ID()) != 0 {
+		t.Fatalf("after FinishEvent: hand-off rows %d, event rows %d; want 1, 0", count(webhooks.Task(waiting).ID()), count(webhooks.EventTask(ev).ID()))
+	}
+	if got, _ := s.EventFirsts(ctx, ev); len(got) != 0 {
+		t.Fatalf("EventFirsts after the hand-off = %v, want none", got)
+	}
+	// Finishing again (a re-run) changes nothing.
+	if err := s.FinishEvent(ctx, ev, []string{waiting}); err != nil || count(webhooks.Task(waiting).ID()) != 1 {
+		t.Fatalf("FinishEvent again: %v, %d rows", err, count(webhooks.Task(waiting).ID()))
+	}
+}
