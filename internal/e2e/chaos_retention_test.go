@@ -78,7 +78,7 @@ func (s retentionSample) String() string {
 func TestChaosRetentionSoak(t *testing.T) {
 	chaosParallel(t)
 	retention := chaosScale(time.Minute, 3*time.Minute)
-	runFor := chaosScale(90*time.Second, 10*time.Minute)
+	runFor := chaosScale(100*time.Second, 10*time.Minute)
 	every := chaosScale(5*time.Second, 30*time.Second)
 	env := []string{"EVENT_RETENTION=" + retention.String(), "WEBHOOK_LOG_RETENTION=" + retention.String()}
 	st, m := chaosStack(t, "127.0.13.1", stackOptions{env: env})
@@ -140,9 +140,9 @@ func TestChaosRetentionSoak(t *testing.T) {
 	}
 
 	// The window after the first retention: partitions are dropped a
-	// width (a thirtieth of the retention) and a prune period (a sixth)
-	// after they are due, two periods when the machine is loaded.
-	settled := retention + retention/30 + 2*retention/6 + every
+	// width (a sixth of the retention) and a prune period (a sixth) after
+	// they are due, two periods when the machine is loaded.
+	settled := retention + retention/6 + 2*retention/6 + every
 	var window []retentionSample
 	for _, s := range samples {
 		if s.at >= settled {

@@ -123,7 +123,7 @@ func NewRetentionPruneTask(period time.Duration) *asynq.Task {
 // the shorter of the events' and the delivery log's retention when that is
 // less (30 s for 3 minutes), so partitions are dropped about a width after
 // they are due and created well before they are needed (their width is a
-// thirtieth of the retention and they are made half of it ahead, see
+// sixth of the retention and they are made half of it ahead, see
 // store.PartitionWidth).
 func PrunePeriod(c config.Config) time.Duration {
 	return min(time.Hour, min(c.EventRetention, c.WebhookLogRetention)/6).Truncate(time.Second)

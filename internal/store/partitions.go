@@ -27,7 +27,7 @@ var DefaultRetention = Retention{Events: 720 * time.Hour, WebhookLog: 720 * time
 // events by id, webhook_deliveries by id, webhook_attempts by delivery_id
 // with the same bounds as webhook_deliveries, each partition's attempts
 // referencing its deliveries. The partitions' bounds are UUIDs of instants
-// (gh_uuid_floor), their width a thirtieth of the table's retention
+// (gh_uuid_floor), their width a sixth of the table's retention
 // (PartitionWidth), and the worker keeps them created from now to half
 // the retention ahead (PartitionsAhead) and drops each once its upper
 // bound is past retention. The DEFAULT partition takes what no partition
@@ -36,11 +36,15 @@ var DefaultRetention = Retention{Events: 720 * time.Hour, WebhookLog: 720 * time
 // the partitions it creates for them.
 
 // PartitionWidth is the time one partition covers for a table kept r: a
-// thirtieth of r in whole days, hours, minutes or seconds (a day for 30
-// days, 6 s for 3 minutes), so that a table holds about 31 partitions of
-// data and keeps each row at most r and a thirtieth.
+// sixth of r in whole days, hours, minutes or seconds (5 days for 30
+// days, 30 s for 3 minutes), so that a table holds about 7 partitions of
+// data and keeps each row at most r and a sixth. Fewer, wider partitions
+// cost less on every statement: a generic plan locks and sets up every
+// partition of the tables it names, and with 17 partitions the delivery
+// path's Postgres CPU per delivery was twice what it is with 4 (the bench's
+// webhook section, docs/scaling.md).
 func PartitionWidth(r time.Duration) time.Duration {
-	w := r / 30
+	w := r / 6
 	for _, unit := range []time.Duration{24 * time.Hour, time.Hour, time.Minute, time.Second} {
 		if w >= unit {
 			return w.Truncate(unit)
@@ -50,7 +54,8 @@ func PartitionWidth(r time.Duration) time.Duration {
 }
 
 // PartitionsAhead is how far past now the partitions of a table kept r
-// are created: half of r (15 days for 30 days, three prune periods), so
+// are created: half of r (15 days, three partitions, for 30 days; three
+// prune periods), so
 // the worker may be stopped that long, or its prune run late under load,
 // before rows go to the DEFAULT partition.
 func PartitionsAhead(r time.Duration) time.Duration { return r / 2 }

@@ -99,12 +99,16 @@ func TestMaintainPartitions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// events: 1-minute partitions 15 minutes ahead; deliveries: 30 s, 7.5 minutes.
-	if w := store.PartitionWidth(r.Events); w != time.Minute {
+	// events: 5-minute partitions 15 minutes ahead (3 or 4 and DEFAULT);
+	// deliveries: 2 minutes (2.5 in whole minutes), 7.5 minutes ahead (4 or 5).
+	if w := store.PartitionWidth(r.Events); w != 5*time.Minute {
 		t.Fatalf("events width %s", w)
 	}
+	if w := store.PartitionWidth(r.WebhookLog); w != 2*time.Minute {
+		t.Fatalf("deliveries width %s", w)
+	}
 	ev, dl, at := partitionsOf(t, db.Pool, "events"), partitionsOf(t, db.Pool, "webhook_deliveries"), partitionsOf(t, db.Pool, "webhook_attempts")
-	if len(ev) < 16 || len(ev) > 17 || len(dl) < 16 || len(dl) > 17 {
+	if len(ev) < 4 || len(ev) > 5 || len(dl) < 5 || len(dl) > 6 {
 		t.Fatalf("partitions: %d of events, %d of deliveries", len(ev), len(dl))
 	}
 	if rep.Created != len(ev)-1+len(dl)-1 || rep.Moved != 3 {
@@ -168,7 +172,7 @@ func TestMaintainPartitions(t *testing.T) {
 		t.Errorf("the late delivery: %+v, %v", d, err)
 	}
 	// The partitions of the retention and those ahead, no more.
-	if ev = partitionsOf(t, db.Pool, "events"); len(ev) > 1+30+15+1 {
+	if ev = partitionsOf(t, db.Pool, "events"); len(ev) > 1+6+3+1 {
 		t.Errorf("events has %d partitions", len(ev))
 	}
 	page, err := s.ListEvents(ctx, f.merchantID, events.Filter{}, listing.Params{Limit: 10})
