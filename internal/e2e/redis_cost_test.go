@@ -67,12 +67,14 @@ func TestRedisCostPerCharge(t *testing.T) {
 		charges, want, took.Round(time.Millisecond), cmds/n, cpu/n*1e6, idleCmds, idleCPU*1e6,
 		(cmds-idleCmds*took.Seconds())/n, (cpu-idleCPU*took.Seconds())/n*1e6)
 	t.Logf("commands per charge by name: %s", perCharge(c0.byName, c1.byName, n))
+	t.Logf("µs of command time per charge by name (a script's includes its commands'): %s", perCharge(c0.usec, c1.usec, n))
 }
 
 type redisCostSnapshot struct {
 	commands int64
 	cpu      float64 // seconds
 	byName   map[string]int64
+	usec     map[string]int64 // by name; a script's includes its commands'
 }
 
 // redisCost reads the server's command counts and CPU.
@@ -86,15 +88,18 @@ func redisCost(ctx context.Context, t *testing.T, rdb *redis.Client) redisCostSn
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := redisCostSnapshot{byName: map[string]int64{}}
+	s := redisCostSnapshot{byName: map[string]int64{}, usec: map[string]int64{}}
 	for line := range strings.SplitSeq(stats, "\n") {
 		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
 		if !ok {
 			continue
 		}
-		calls, _, _ := strings.Cut(rest, ",")
+		calls, rest, _ := strings.Cut(rest, ",usec=")
+		usec, _, _ := strings.Cut(rest, ",")
 		v, _ := strconv.ParseInt(calls, 10, 64)
-		s.byName[strings.TrimPrefix(name, "cmdstat_")] = v
+		u, _ := strconv.ParseInt(usec, 10, 64)
+		name = strings.TrimPrefix(name, "cmdstat_")
+		s.byName[name], s.usec[name] = v, u
 		s.commands += v
 	}
 	for line := range strings.SplitSeq(cpu, "\n") {

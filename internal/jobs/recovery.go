@@ -11,7 +11,7 @@
 //   - Every worker keeps an entry in Redis (workersKey), renewed every
 //     recoveryBeat on a connection it holds for the purpose.
 //   - Every task a worker takes is claimed for it (claimsKey) in the same
-//     Redis transaction as asynq's dequeue (dequeueHook), and the claim is
+//     script as asynq's dequeue (dequeueHook), and the claim is
 //     released only after asynq has recorded the task's result. So at any
 //     moment, a task that is active for a worker is claimed by it.
 //   - Every worker polls the entries. A worker whose entry has expired and
@@ -31,6 +31,8 @@ package jobs
 
 import (
 	"context"
+	"crypto/sha1"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -233,7 +235,7 @@ func (r *Recovery) loop(every time.Duration, f func()) {
 }
 
 // Watch makes every dequeue of the asynq servers on rdb claim the task it
-// takes for this worker, in the same Redis transaction (see dequeueHook).
+// takes for this worker, in the same script (see dequeueHook).
 // Call it before the servers start.
 func (r *Recovery) Watch(rdb redis.UniversalClient) {
 	rdb.AddHook(dequeueHook{r: r, rdb: rdb})
@@ -264,13 +266,16 @@ func (r *Recovery) Middleware(next asynq.Handler) asynq.Handler {
 	})
 }
 
-// dequeueHook wraps asynq's dequeue of a watched queue (the script called
-// with the keys pending, paused, active and lease of one queue) in a
-// MULTI/EXEC between two scripts of ours: the first notes the length of the
-// active list, the second, if the dequeue added a task to it, claims that
-// task (the head of the list, where RPOPLPUSH put it). asynq's own script
-// runs unchanged; nothing can run in between, so no task is ever active for
-// this worker without its claim.
+// dequeueHook replaces asynq's dequeue of a watched queue (the script
+// called with the keys pending, paused, active and lease of one queue) with
+// one that also claims the task it takes, in the same script: no task is
+// ever active for this worker without its claim. The script is asynq's,
+// step for step, with the claim added (dequeueClaim); it stands in only for
+// the script it was written against, known by its SHA-1. Another asynq's
+// dequeue runs unchanged in a MULTI/EXEC between two scripts of ours: the
+// first notes the length of the active list, the second, if the dequeue
+// added a task to it, claims that task (the head of the list, where
+// RPOPLPUSH put it).
 type dequeueHook struct {
 	r   *Recovery
 	rdb redis.UniversalClient
@@ -319,7 +324,47 @@ func (r *Recovery) dequeueOf(c *redis.Cmd) (string, bool) {
 	return q, true
 }
 
-// The scripts around asynq's dequeue, sent with EVAL inside the
+// asynqDequeueSHA is the SHA-1 of asynq v0.26.0's dequeue script
+// (dequeueCmd in its internal/rdb), which dequeueClaim stands in for.
+// TestDequeueClaimStandsInForAsynqs checks that the asynq in go.mod still
+// sends it.
+const asynqDequeueSHA = "a8153319360adc71cdc370107f8ab9786f204765"
+
+// dequeueClaim is asynq's dequeue with the claim: KEYS pending, paused,
+// active, lease (asynq's) and the queue's claims; ARGV the lease's end and
+// the prefix of the task keys (asynq's), and the claim's holder. It returns
+// asynq's answer (the task's message) and the task's id, or nil.
+var dequeueClaim = redis.NewScript(`
+if redis.call("EXISTS", KEYS[2]) == 0 then
+	local id = redis.call("RPOPLPUSH", KEYS[1], KEYS[3])
+	if id then
+		local key = ARGV[2] .. id
+		redis.call("HSET", key, "state", "active")
+		redis.call("HDEL", key, "pending_since")
+		redis.call("ZADD", KEYS[4], ARGV[1], id)
+		redis.call("HSET", KEYS[5], id, ARGV[3])
+		return {redis.call("HGET", key, "msg"), id}
+	end
+end
+return nil`)
+
+// isAsynqDequeue reports whether c runs the asynq dequeue script that
+// dequeueClaim stands in for: EVALSHA of its SHA-1, or EVAL of its source.
+func isAsynqDequeue(c *redis.Cmd) bool {
+	args := c.Args()
+	switch c.Name() {
+	case "evalsha":
+		sha, _ := args[1].(string)
+		return sha == asynqDequeueSHA
+	case "eval":
+		src, _ := args[1].(string)
+		sum := sha1.Sum([]byte(src))
+		return hex.EncodeToString(sum[:]) == asynqDequeueSHA
+	}
+	return false
+}
+
+// The scripts around another asynq's dequeue, sent with EVAL inside the
 // transaction (Redis caches them as it does EVALSHA's).
 const beforeDequeue = `
 redis.call("SET", KEYS[1], redis.call("LLEN", KEYS[2]))
@@ -347,6 +392,22 @@ func (r *Recovery) dequeue(ctx context.Context, rdb redis.UniversalClient, q str
 		return redis.Nil
 	}
 	holder := r.instance + " " + strconv.FormatUint(r.runs.Add(1), 10)
+	if args := c.Args(); len(args) == 9 && isAsynqDequeue(c) {
+		keys := []string{asynqKey(q, "pending"), asynqKey(q, "paused"), asynqKey(q, "active"), asynqKey(q, "lease"), claimsKey(q)}
+		v, err := dequeueClaim.Run(ctx, rdb, keys, args[7], args[8], holder).Slice()
+		if err != nil {
+			return err // redis.Nil when the queue had nothing
+		}
+		id, _ := v[1].(string)
+		r.mu.Lock()
+		r.held[q+"\x00"+id] = &heldTask{claim: claim{queue: q, task: id, holder: holder}, at: time.Now()}
+		r.mu.Unlock()
+		if v[0] == nil {
+			return redis.Nil // as asynq's script answers a task without its message
+		}
+		c.SetVal(v[0])
+		return nil
+	}
 	llen := "gatehouse:{" + q + "}:dequeuing"
 	var inner, after *redis.Cmd
 	_, _ = rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -321,7 +322,7 @@ func TestRecoveryLeavesAStalledWorkersTask(t *testing.T) {
 }
 
 // Workers killed while they take and finish many short tasks leave none of
-// them behind: a task is claimed in the same transaction as asynq's dequeue,
+// them behind: a task is claimed in the same script as asynq's dequeue,
 // and its claim outlives asynq's own record of the result, so a kill at any
 // moment leaves every task it held either claimed or finished. Whatever the
 // killed workers did not finish is back in the queue within seconds, not
@@ -393,5 +394,69 @@ func TestRecoveryLeavesNoTaskBehind(t *testing.T) {
 				rdb.HGetAll(ctx, "gatehouse:{"+recoveryQueue+"}:claims").Val())
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// txCounter counts the MULTI/EXEC transactions sent through a client.
+type txCounter struct{ n *atomic.Int64 }
+
+func (txCounter) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (txCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h txCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			if c.Name() == "multi" {
+				h.n.Add(1)
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// A worker takes a task and claims it in one script, asynq's dequeue with
+// the claim added: while the handler runs, the claim is in Redis, and no
+// MULTI/EXEC was sent. Recovery stands in for asynq's dequeue only at the
+// asynq version it was written against; with another, the dequeue runs in a
+// transaction between two scripts of Recovery's, and this test fails until
+// Recovery's script is brought in line with the new asynq.
+func TestRecoveryClaimsInTheDequeueScript(t *testing.T) {
+	rdb := testenv.NewRedis(t, testenv.RedisDBJobs)
+	opts, err := redis.ParseURL(testenv.RedisURLFor(testenv.RedisDBJobs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	qrdb, lrdb := redis.NewClient(opts), redis.NewClient(opts)
+	defer qrdb.Close()
+	defer lrdb.Close()
+	var tx atomic.Int64
+	qrdb.AddHook(txCounter{&tx})
+	rec := jobs.NewRecovery(lrdb, slog.New(slog.DiscardHandler), []string{recoveryQueue})
+	rec.Watch(qrdb)
+	rec.Start()
+	defer rec.Stop()
+	claims := make(chan string, 1)
+	srv := asynq.NewServerFromRedisClient(qrdb, asynq.Config{
+		Queues: map[string]int{recoveryQueue: 1}, Concurrency: 1,
+		TaskCheckInterval: 50 * time.Millisecond, LogLevel: asynq.FatalLevel,
+	})
+	if err := srv.Start(rec.Middleware(asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
+		id, _ := asynq.GetTaskID(ctx)
+		claims <- rdb.HGet(ctx, "gatehouse:{"+recoveryQueue+"}:claims", id).Val()
+		return nil
+	}))); err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+	enqueueRecoveryTask(t, "one-script")
+	select {
+	case holder := <-claims:
+		if !strings.HasPrefix(holder, rec.Instance()+" ") {
+			t.Errorf("claim of the running task = %q, want this worker's (%s …)", holder, rec.Instance())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the task did not run within 10 s")
+	}
+	if n := tx.Load(); n != 0 {
+		t.Errorf("%d MULTI/EXEC sent to take the task, want 0: asynq's dequeue script is not the one Recovery's stands in for", n)
 	}
 }
