@@ -105,15 +105,25 @@ func moduleRoot() (string, error) {
 	}
 }
 
-// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+// portsGiven are the ports freePort has returned in this process.
+var portsGiven sync.Map
+
+// freePort returns a TCP port on 127.0.0.1 that was free a moment ago and
+// that it has not returned before: the kernel may hand a port just closed
+// out again, and a stack's processes take theirs only once all are chosen.
 func freePort(t *testing.T) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("find a free port: %v", err)
+	for {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("find a free port: %v", err)
+		}
+		port := ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		if _, given := portsGiven.LoadOrStore(port, true); !given {
+			return port
+		}
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }
 
 func randomHex(t *testing.T, n int) string {
