@@ -12,7 +12,8 @@
 //     recoveryBeat on a connection it holds for the purpose.
 //   - Every task a worker takes is claimed for it (claimsKey) in the same
 //     script as asynq's dequeue (dequeueHook), and the claim is
-//     released only after asynq has recorded the task's result. So at any
+//     released only with or after asynq's record of the task's result: in
+//     the same script when the task is done, else at a beat. So at any
 //     moment, a task that is active for a worker is claimed by it.
 //   - Every worker polls the entries. A worker whose entry has expired and
 //     whose connection Redis has not had for recoveryGrace is dead: it is
@@ -293,11 +294,15 @@ func (h dequeueHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		if !ok {
 			return next(ctx, cmd)
 		}
-		q, ok := h.r.dequeueOf(c)
-		if !ok {
-			return next(ctx, cmd)
+		if q, ok := h.r.dequeueOf(c); ok {
+			return h.r.dequeue(ctx, h.rdb, q, c)
 		}
-		return h.r.dequeue(ctx, h.rdb, q, c)
+		if q, id, ok := h.r.doneOf(c); ok {
+			if ran, err := h.r.finish(ctx, h.rdb, q, id, c); ran {
+				return err
+			}
+		}
+		return next(ctx, cmd)
 	}
 }
 
@@ -349,19 +354,110 @@ end
 return nil`)
 
 // isAsynqDequeue reports whether c runs the asynq dequeue script that
-// dequeueClaim stands in for: EVALSHA of its SHA-1, or EVAL of its source.
-func isAsynqDequeue(c *redis.Cmd) bool {
+// dequeueClaim stands in for.
+func isAsynqDequeue(c *redis.Cmd) bool { return runsScript(c, asynqDequeueSHA) }
+
+// asynqDoneSHA is the SHA-1 of asynq v0.26.0's script that records a task
+// done (doneCmd in its internal/rdb), which doneClaim stands in for.
+const asynqDoneSHA = "1241eaa1c73409baaf1fea0c08d203a4911bda15"
+
+// doneClaim is asynq's done with the release of the task's claim: KEYS
+// active, lease, the task, the day's and the total processed counts
+// (asynq's) and the queue's claims; ARGV the task's id, the expiry of the
+// day's count and the largest int64 (asynq's), and the claim's holder. The
+// claim goes in the same script as asynq's record of the result, and only
+// if asynq's steps succeeded.
+var doneClaim = redis.NewScript(`
+if redis.call("LREM", KEYS[1], 0, ARGV[1]) == 0 then
+  return redis.error_reply("NOT FOUND")
+end
+if redis.call("ZREM", KEYS[2], ARGV[1]) == 0 then
+  return redis.error_reply("NOT FOUND")
+end
+if redis.call("DEL", KEYS[3]) == 0 then
+  return redis.error_reply("NOT FOUND")
+end
+local n = redis.call("INCR", KEYS[4])
+if tonumber(n) == 1 then
+	redis.call("EXPIREAT", KEYS[4], ARGV[2])
+end
+local total = redis.call("GET", KEYS[5])
+if tonumber(total) == tonumber(ARGV[3]) then
+	redis.call("SET", KEYS[5], 1)
+else
+	redis.call("INCR", KEYS[5])
+end
+if redis.call("HGET", KEYS[6], ARGV[1]) == ARGV[4] then
+	redis.call("HDEL", KEYS[6], ARGV[1])
+end
+return redis.status_reply("OK")
+`)
+
+// runsScript reports whether c runs the script whose SHA-1 is sha: EVALSHA
+// of it, or EVAL of its source.
+func runsScript(c *redis.Cmd, sha string) bool {
 	args := c.Args()
+	if len(args) < 2 {
+		return false
+	}
 	switch c.Name() {
 	case "evalsha":
-		sha, _ := args[1].(string)
-		return sha == asynqDequeueSHA
+		v, _ := args[1].(string)
+		return v == sha
 	case "eval":
 		src, _ := args[1].(string)
 		sum := sha1.Sum([]byte(src))
-		return hex.EncodeToString(sum[:]) == asynqDequeueSHA
+		return hex.EncodeToString(sum[:]) == sha
 	}
 	return false
+}
+
+// doneOf reports whether c is asynq's done of a task of a watched queue
+// that doneClaim stands in for, and which queue and task.
+func (r *Recovery) doneOf(c *redis.Cmd) (q, id string, ok bool) {
+	args := c.Args()
+	if len(args) != 11 || !numKeys(args[2], 5) {
+		return "", "", false
+	}
+	first, _ := args[3].(string)
+	q, ok = strings.CutPrefix(first, "asynq:{")
+	if q, ok = strings.CutSuffix(q, "}:active"); !ok || !r.watched[q] || !runsScript(c, asynqDoneSHA) {
+		return "", "", false
+	}
+	id, ok = args[8].(string)
+	return q, id, ok
+}
+
+// finish runs asynq's done c of task id on queue q with the release of the
+// task's claim, when the task is one this worker claimed and no run of its
+// handler is under way; it reports whether it ran c (else the caller
+// does, and the claim goes at a beat).
+func (r *Recovery) finish(ctx context.Context, rdb redis.UniversalClient, q, id string, c *redis.Cmd) (bool, error) {
+	k := q + "\x00" + id
+	r.mu.Lock()
+	h := r.held[k]
+	r.mu.Unlock()
+	if h == nil {
+		return false, nil
+	}
+	args := c.Args()
+	keys := []string{asynqKey(q, "active"), asynqKey(q, "lease"), "", "", "", claimsKey(q)}
+	for i := 2; i < 5; i++ {
+		if keys[i], _ = args[3+i].(string); keys[i] == "" {
+			return false, nil
+		}
+	}
+	v, err := doneClaim.Run(ctx, rdb, keys, args[8], args[9], args[10], h.holder).Result()
+	if err != nil {
+		return true, err
+	}
+	c.SetVal(v)
+	r.mu.Lock()
+	if r.held[k] == h && h.running == 0 {
+		delete(r.held, k)
+	}
+	r.mu.Unlock()
+	return true, nil
 }
 
 // The scripts around another asynq's dequeue, sent with EVAL inside the
@@ -396,6 +492,9 @@ func (r *Recovery) dequeue(ctx context.Context, rdb redis.UniversalClient, q str
 		keys := []string{asynqKey(q, "pending"), asynqKey(q, "paused"), asynqKey(q, "active"), asynqKey(q, "lease"), claimsKey(q)}
 		v, err := dequeueClaim.Run(ctx, rdb, keys, args[7], args[8], holder).Slice()
 		if err != nil {
+			if errors.Is(err, redis.Nil) {
+				r.sawEmpty(q) // another worker took it first
+			}
 			return err // redis.Nil when the queue had nothing
 		}
 		id, _ := v[1].(string)
@@ -489,6 +588,21 @@ func (r *Recovery) pendingEmpty(ctx context.Context, rdb redis.UniversalClient, 
 		l.at = time.Now()
 	}
 	return l.empty[q]
+}
+
+// sawEmpty notes that a dequeue found q's pending list empty: until the
+// next look, q's polls are answered without a dequeue, as if the look had
+// found it so.
+func (r *Recovery) sawEmpty(q string) {
+	l := r.looks[q]
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	if l.empty != nil {
+		l.empty[q] = true
+	}
+	l.mu.Unlock()
 }
 
 // releaseScript removes a claim if it is still the one this worker wrote.

@@ -397,15 +397,26 @@ func TestRecoveryLeavesNoTaskBehind(t *testing.T) {
 	}
 }
 
-// txCounter counts the MULTI/EXEC transactions sent through a client.
-type txCounter struct{ n *atomic.Int64 }
+// cmdCounter counts the commands named name sent through a client, alone
+// or in pipelines.
+type cmdCounter struct {
+	name string
+	n    *atomic.Int64
+}
 
-func (txCounter) DialHook(next redis.DialHook) redis.DialHook          { return next }
-func (txCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
-func (h txCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+func (cmdCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h cmdCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, c redis.Cmder) error {
+		if c.Name() == h.name {
+			h.n.Add(1)
+		}
+		return next(ctx, c)
+	}
+}
+func (h cmdCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		for _, c := range cmds {
-			if c.Name() == "multi" {
+			if c.Name() == h.name {
 				h.n.Add(1)
 			}
 		}
@@ -414,13 +425,17 @@ func (h txCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 }
 
 // A worker takes a task and claims it in one script, asynq's dequeue with
-// the claim added: while the handler runs, the claim is in Redis, and no
-// MULTI/EXEC was sent. Recovery stands in for asynq's dequeue only at the
-// asynq version it was written against; with another, the dequeue runs in a
-// transaction between two scripts of Recovery's, and this test fails until
-// Recovery's script is brought in line with the new asynq.
-func TestRecoveryClaimsInTheDequeueScript(t *testing.T) {
+// the claim added, and releases the claim in asynq's script that records
+// the task done: while the handler runs, the claim is in Redis; once the
+// task is done it is gone; no MULTI/EXEC and no script of Recovery's own
+// was sent for either. Recovery stands in for asynq's scripts only at the
+// asynq version it was written against; with another, the dequeue runs in
+// a transaction between two scripts of Recovery's and the claim is released
+// at a beat, and this test fails until Recovery's scripts are brought in
+// line with the new asynq.
+func TestRecoveryClaimsInAsynqsScripts(t *testing.T) {
 	rdb := testenv.NewRedis(t, testenv.RedisDBJobs)
+	ctx := context.Background()
 	opts, err := redis.ParseURL(testenv.RedisURLFor(testenv.RedisDBJobs))
 	if err != nil {
 		t.Fatal(err)
@@ -428,20 +443,21 @@ func TestRecoveryClaimsInTheDequeueScript(t *testing.T) {
 	qrdb, lrdb := redis.NewClient(opts), redis.NewClient(opts)
 	defer qrdb.Close()
 	defer lrdb.Close()
-	var tx atomic.Int64
-	qrdb.AddHook(txCounter{&tx})
+	var tx, evals atomic.Int64
+	qrdb.AddHook(cmdCounter{"multi", &tx})
+	lrdb.AddHook(cmdCounter{"eval", &evals})
 	rec := jobs.NewRecovery(lrdb, slog.New(slog.DiscardHandler), []string{recoveryQueue})
 	rec.Watch(qrdb)
 	rec.Start()
 	defer rec.Stop()
-	claims := make(chan string, 1)
+	held := make(chan string, 1)
 	srv := asynq.NewServerFromRedisClient(qrdb, asynq.Config{
 		Queues: map[string]int{recoveryQueue: 1}, Concurrency: 1,
 		TaskCheckInterval: 50 * time.Millisecond, LogLevel: asynq.FatalLevel,
 	})
 	if err := srv.Start(rec.Middleware(asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
 		id, _ := asynq.GetTaskID(ctx)
-		claims <- rdb.HGet(ctx, "gatehouse:{"+recoveryQueue+"}:claims", id).Val()
+		held <- rdb.HGet(ctx, "gatehouse:{"+recoveryQueue+"}:claims", id).Val()
 		return nil
 	}))); err != nil {
 		t.Fatal(err)
@@ -449,7 +465,7 @@ func TestRecoveryClaimsInTheDequeueScript(t *testing.T) {
 	defer srv.Shutdown()
 	enqueueRecoveryTask(t, "one-script")
 	select {
-	case holder := <-claims:
+	case holder := <-held:
 		if !strings.HasPrefix(holder, rec.Instance()+" ") {
 			t.Errorf("claim of the running task = %q, want this worker's (%s …)", holder, rec.Instance())
 		}
@@ -458,5 +474,17 @@ func TestRecoveryClaimsInTheDequeueScript(t *testing.T) {
 	}
 	if n := tx.Load(); n != 0 {
 		t.Errorf("%d MULTI/EXEC sent to take the task, want 0: asynq's dequeue script is not the one Recovery's stands in for", n)
+	}
+	claims := "gatehouse:{" + recoveryQueue + "}:claims"
+	deadline := time.Now().Add(5 * time.Second)
+	for rdb.HExists(ctx, claims, "one-script").Val() {
+		if time.Now().After(deadline) {
+			t.Fatal("the task's claim is still there 5 s after it ran")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(1500 * time.Millisecond) // three beats, each of which would release a claim still held
+	if n := evals.Load(); n != 0 {
+		t.Errorf("%d claims released by a script of Recovery's own, want 0: asynq's done script is not the one Recovery's stands in for", n)
 	}
 }
