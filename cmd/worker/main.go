@@ -182,7 +182,8 @@ func work(ctx context.Context, getenv func(string) string, stderr io.Writer) err
 			wm.Duration.WithLabelValues(outcome).Observe(d.Seconds())
 		}).WithFirstAttemptDelay(func(d time.Duration) { wm.FirstAttempt.Observe(d.Seconds()) }).
 		WithHealth(cfg.WebhookDisableAfter, func(reason string) { wm.EndpointsDisabled.WithLabelValues(reason).Inc() }).
-		WithMerchantSlots(cfg.WebhookMerchantSlots).WithQueue(queue.EnqueueIn)
+		WithMerchantSlots(cfg.WebhookMerchantSlots).WithQueue(queue.EnqueueIn).
+		WithHandOffs(func(reason string) { wm.HandOffs.WithLabelValues(reason).Inc() })
 	chargeOutcome := func(provider, status string) { pm.Charges.WithLabelValues(provider, status).Inc() }
 	refundOutcome := func(provider, status string) { pm.Refunds.WithLabelValues(provider, status).Inc() }
 	handlers := &jobs.Handlers{

@@ -66,6 +66,12 @@ func TestRedisCostPerCharge(t *testing.T) {
 	t.Logf("figures: %d charges, %d deliveries in %s; Redis per charge: %.1f commands, %.0f µs CPU; without the idle rate (%.0f commands/s, %.0f µs CPU/s): %.1f commands, %.0f µs CPU",
 		charges, want, took.Round(time.Millisecond), cmds/n, cpu/n*1e6, idleCmds, idleCPU*1e6,
 		(cmds-idleCmds*took.Seconds())/n, (cpu-idleCPU*took.Seconds())/n*1e6)
+	metrics := string(st.do(t, m.c, http.MethodGet, st.worker+"/metrics", "", "").body)
+	var handOffs []string
+	for _, r := range []string{"scheduled", "ordered", "endpoint_unknown", "endpoint_not_fast", "endpoint_busy", "merchant_busy"} {
+		handOffs = append(handOffs, r+"="+strconv.FormatFloat(metricValue(metrics, `gatehouse_webhook_handoffs_total{reason="`+r+`"}`), 'f', 0, 64))
+	}
+	t.Logf("first attempts the event tasks handed off (the worker's gatehouse_webhook_handoffs_total): %s", strings.Join(handOffs, " "))
 	t.Logf("commands per charge by name: %s", perCharge(c0.byName, c1.byName, n))
 	t.Logf("µs of command time per charge by name (a script's includes its commands'): %s", perCharge(c0.usec, c1.usec, n))
 }

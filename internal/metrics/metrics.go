@@ -242,6 +242,9 @@ type Webhooks struct {
 	// (gone: the receiver answered 410; failing: WEBHOOK_DISABLE_AFTER of
 	// nothing but failures).
 	EndpointsDisabled *prometheus.CounterVec
+	// HandOffs counts the first attempts an event's task left to a task of
+	// the delivery's own, by reason (the HandOff constants of webhooks).
+	HandOffs *prometheus.CounterVec
 }
 
 // NewWebhooks creates and registers the delivery metrics.
@@ -271,7 +274,14 @@ func NewWebhooks(reg prometheus.Registerer) *Webhooks {
 		Namespace: "gatehouse", Name: "webhook_endpoints_disabled_total",
 		Help: "Webhook endpoints the worker disabled, by reason (gone: 410 Gone; failing: nothing but failures for WEBHOOK_DISABLE_AFTER).",
 	}, []string{"reason"})
-	reg.MustRegister(m.Attempts, m.Duration, m.FirstAttempt, m.BatchSize, m.EndpointsDisabled)
+	m.HandOffs = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "gatehouse", Name: "webhook_handoffs_total",
+		Help: "First attempts an event's task handed off to a task of the delivery's own, by reason (scheduled, ordered, endpoint_unknown, endpoint_not_fast, endpoint_busy, merchant_busy).",
+	}, []string{"reason"})
+	reg.MustRegister(m.Attempts, m.Duration, m.FirstAttempt, m.BatchSize, m.EndpointsDisabled, m.HandOffs)
+	for _, r := range []string{"scheduled", "ordered", "endpoint_unknown", "endpoint_not_fast", "endpoint_busy", "merchant_busy"} {
+		m.HandOffs.WithLabelValues(r)
+	}
 	for _, r := range []string{"gone", "failing"} {
 		m.EndpointsDisabled.WithLabelValues(r)
 	}

@@ -35,6 +35,7 @@ func TestConstructorsRegister(t *testing.T) {
 			"gatehouse_webhook_first_attempt_delay_seconds": 1,
 			"gatehouse_webhook_batch_size":                  2,
 			"gatehouse_webhook_endpoints_disabled_total":    2,
+			"gatehouse_webhook_handoffs_total":              6,
 		}},
 	}
 	for _, c := range cases {

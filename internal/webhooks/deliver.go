@@ -116,6 +116,25 @@ type Deliverer struct {
 	// enqueue hands a delivery's own task to the queue, to run after a
 	// delay: the event's task's hand-offs and retries (see DeliverEvent).
 	enqueue func(ctx context.Context, t outbox.Task, in time.Duration) error
+	// handOff is told the reason of each hand-off (see HandOffReasons).
+	handOff func(reason string)
+}
+
+// The reasons an event's task hands a first attempt off (see DeliverEvent).
+const (
+	HandOffScheduled       = "scheduled"         // its first attempt is not due yet
+	HandOffOrdered         = "ordered"           // it waits for an earlier delivery
+	HandOffEndpointUnknown = "endpoint_unknown"  // the endpoint has not answered in this process
+	HandOffEndpointNotFast = "endpoint_not_fast" // the endpoint's answers take fastSend or more
+	HandOffEndpointBusy    = "endpoint_busy"     // the endpoint's window is full
+	HandOffMerchantBusy    = "merchant_busy"     // the merchant's slots are taken
+)
+
+// WithHandOffs makes the deliverer tell f the reason of each first attempt
+// an event's task hands off.
+func (d *Deliverer) WithHandOffs(f func(reason string)) *Deliverer {
+	d.handOff = f
+	return d
 }
 
 // DefaultDisableAfter is WEBHOOK_DISABLE_AFTER's default: five days of
@@ -200,29 +219,36 @@ func (d *Deliverer) acquire(ctx context.Context, merchantID, endpointID string) 
 }
 
 // acquireNow takes a slot of the endpoint and one of its merchant for an
-// event's task's first attempt, only if both are free now and the endpoint
-// is known to answer fast; else nil, and the delivery is handed off.
-func (d *Deliverer) acquireNow(merchantID, endpointID string) func(ok bool, took time.Duration) {
+// event's task's first attempt, only if the endpoint is known to answer fast
+// and both slots are free now or, as for the delivery's own task (see
+// acquire), are expected to free within waitBudget; else nil and the reason,
+// and the delivery is handed off.
+func (d *Deliverer) acquireNow(ctx context.Context, merchantID, endpointID string) (func(ok bool, took time.Duration), string) {
 	d.mu.Lock()
 	m, e := d.merchants[merchantID], d.slots[endpointID]
 	d.mu.Unlock()
-	if m == nil || e == nil || !e.pace().fast {
-		return nil
+	if m == nil || e == nil {
+		return nil, HandOffEndpointUnknown
+	}
+	if p := e.pace(); !p.known {
+		return nil, HandOffEndpointUnknown
+	} else if !p.fast {
+		return nil, HandOffEndpointNotFast
 	}
 	e.mu.Lock()
-	took := e.take(e.slots())
+	slots := e.slots()
 	e.mu.Unlock()
-	if !took {
-		return nil
+	if !e.wait(ctx, slots, slots, d.slotWait, shortWait) {
+		return nil, HandOffEndpointBusy
 	}
-	if !m.tryTake(d.perMerchant) {
+	if limit := d.perMerchant; !m.wait(ctx, limit, limit-slowShare(limit), d.slotWait, shortWait) {
 		e.cancel()
-		return nil
+		return nil, HandOffMerchantBusy
 	}
 	return func(ok bool, took time.Duration) {
 		e.release(d.now(), ok, took, d.perMerchant)
 		m.release(took, d.perMerchant)
-	}
+	}, ""
 }
 
 // shortWait admits a waiter whose expected wait is known and under waitBudget.
@@ -265,7 +291,8 @@ func NewDeliverer(store Store, sender Sender, keys *keyring.Keyring, schedule []
 		slots: map[string]*endpointSlots{}, perEndpoint: PerEndpointDefault, slotWait: time.Second, maxWaiting: maxWaitingDefault,
 		merchants: map[string]*merchantSlots{}, perMerchant: MerchantSlotsDefault,
 		disableAfter: DefaultDisableAfter, onDisable: func(string) {},
-		enqueue: func(context.Context, outbox.Task, time.Duration) error { return errors.New("webhooks: no queue") }}
+		enqueue: func(context.Context, outbox.Task, time.Duration) error { return errors.New("webhooks: no queue") },
+		handOff: func(string) {}}
 }
 
 // WithMerchantSlots sets how many attempts to one merchant's endpoints the
@@ -451,6 +478,7 @@ func (d *Deliverer) deliver(ctx context.Context, id string, first bool) (string,
 func (d *Deliverer) attempt(ctx context.Context, del Delivery, ep Endpoint, body []byte, task outbox.Task, first bool) error {
 	now := d.now().UTC()
 	if first && del.NextAttemptAt != nil && del.NextAttemptAt.After(now) {
+		d.handOff(HandOffScheduled)
 		return errHandOff
 	}
 	if del.NextAttemptAt != nil {
@@ -519,6 +547,7 @@ func (d *Deliverer) attempt(ctx context.Context, del Delivery, ep Endpoint, body
 		}
 		if wait {
 			if first {
+				d.handOff(HandOffOrdered)
 				return errHandOff
 			}
 			return &RetryIn{Delay: at.Sub(now)} // not an attempt
@@ -527,7 +556,9 @@ func (d *Deliverer) attempt(ctx context.Context, del Delivery, ep Endpoint, body
 
 	var release func(ok bool, took time.Duration)
 	if first {
-		if release = d.acquireNow(ep.MerchantID, ep.ID); release == nil {
+		var why string
+		if release, why = d.acquireNow(ctx, ep.MerchantID, ep.ID); release == nil {
+			d.handOff(why)
 			return errHandOff
 		}
 	} else {

@@ -60,6 +60,8 @@ func (r *rig) fresh() {
 // again (a crash after the attempt), it attempts nothing.
 func TestEventTaskHandsOffUntilTheEndpointIsKnownFast(t *testing.T) {
 	r, q := eventRig(t)
+	var reasons []string
+	r.d.WithHandOffs(func(reason string) { reasons = append(reasons, reason) })
 	ctx := context.Background()
 	own := webhooks.Task(deliveryID).ID()
 
@@ -72,6 +74,9 @@ func TestEventTaskHandsOffUntilTheEndpointIsKnownFast(t *testing.T) {
 	}
 	if !tasks[own] || tasks[webhooks.EventTask(eventID).ID()] {
 		t.Fatalf("after the hand-off the outbox holds %v, want the delivery's own task and not the event's", tasks)
+	}
+	if len(reasons) != 1 || reasons[0] != webhooks.HandOffEndpointUnknown {
+		t.Fatalf("hand-offs reported %v, want [%s]", reasons, webhooks.HandOffEndpointUnknown)
 	}
 	got, in := q.all()
 	if len(got) != 1 || got[0].ID() != own || got[0].Key != endpointID || in[0] != 0 {
@@ -97,6 +102,9 @@ func TestEventTaskHandsOffUntilTheEndpointIsKnownFast(t *testing.T) {
 	}
 	if len(tasks) != 0 {
 		t.Fatalf("outbox %v after the event's task, want empty", tasks)
+	}
+	if len(reasons) != 1 {
+		t.Fatalf("hand-offs reported %v, want only the first", reasons)
 	}
 	if got, _ := q.all(); len(got) != 1 {
 		t.Fatalf("the event's task enqueued %v, want nothing more", got[1:])
