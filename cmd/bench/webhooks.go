@@ -207,13 +207,15 @@ type whThroughput struct {
 	Worker, PG, Redis time.Duration // CPU per delivery of the worker(s) or the floor process, Postgres, Redis
 	CPU               bool          // the CPU columns were measured
 	PGKinds           string        // Postgres CPU per delivery by process (drains only)
-	Batches           string        // mean deliveries per read and record statement (drains only)
+	Batches           string        // mean deliveries per read and record statement, and hand-offs (drains only)
 }
 
 // batchSizes reads gatehouse_webhook_batch_size from the workers' metrics:
-// the mean deliveries per statement, by statement.
+// the mean deliveries per statement, by statement; and
+// gatehouse_webhook_handoffs_total: the first attempts the event tasks
+// handed off, by reason.
 func batchSizes(workers []*target) string {
-	sum, count := map[string]float64{}, map[string]float64{}
+	sum, count, handOffs := map[string]float64{}, map[string]float64{}, map[string]float64{}
 	for _, w := range workers {
 		resp, err := http.Get("http://" + w.addr + "/metrics")
 		if err != nil {
@@ -222,6 +224,12 @@ func batchSizes(workers []*target) string {
 		raw, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		for _, line := range strings.Split(string(raw), "\n") {
+			if rest, ok := strings.CutPrefix(line, `gatehouse_webhook_handoffs_total{reason="`); ok {
+				if reason, v, ok := strings.Cut(rest, `"} `); ok {
+					f, _ := strconv.ParseFloat(v, 64)
+					handOffs[reason] += f
+				}
+			}
 			for _, st := range []string{"read", "record"} {
 				for name, into := range map[string]map[string]float64{"_sum": sum, "_count": count} {
 					prefix := "gatehouse_webhook_batch_size" + name + `{statement="` + st + `"} `
@@ -236,7 +244,18 @@ func batchSizes(workers []*target) string {
 	if count["read"] == 0 || count["record"] == 0 {
 		return ""
 	}
-	return fmt.Sprintf("%.1f per read, %.1f per record", sum["read"]/count["read"], sum["record"]/count["record"])
+	out := fmt.Sprintf("%.1f per read, %.1f per record", sum["read"]/count["read"], sum["record"]/count["record"])
+	var reasons []string
+	for r, n := range handOffs {
+		if n > 0 {
+			reasons = append(reasons, fmt.Sprintf("%s %.0f", r, n))
+		}
+	}
+	if len(reasons) > 0 {
+		slices.Sort(reasons)
+		out += "; first attempts handed off: " + strings.Join(reasons, ", ")
+	}
+	return out
 }
 
 // whAuth is the authorization phase of a backlog: the worker authorizing

@@ -124,7 +124,7 @@ type Deliverer struct {
 const (
 	HandOffScheduled       = "scheduled"         // its first attempt is not due yet
 	HandOffOrdered         = "ordered"           // it waits for an earlier delivery
-	HandOffEndpointUnknown = "endpoint_unknown"  // the endpoint has not answered in this process
+	HandOffEndpointUnknown = "endpoint_unknown"  // the endpoint has not answered in this process, and its probe is under way
 	HandOffEndpointNotFast = "endpoint_not_fast" // the endpoint's answers take fastSend or more
 	HandOffEndpointBusy    = "endpoint_busy"     // the endpoint's window is full
 	HandOffMerchantBusy    = "merchant_busy"     // the merchant's slots are taken
@@ -175,18 +175,7 @@ const MerchantSlotsDefault = 25
 // delivery waits before it is tried again (see pushBacks). The caller passes
 // the attempt's outcome and duration to release.
 func (d *Deliverer) acquire(ctx context.Context, merchantID, endpointID string) (release func(ok bool, took time.Duration), retry time.Duration, ok bool) {
-	d.mu.Lock()
-	m, found := d.merchants[merchantID]
-	if !found {
-		m = &merchantSlots{}
-		d.merchants[merchantID] = m
-	}
-	e, found := d.slots[endpointID]
-	if !found {
-		e = newEndpointSlots(d.perEndpoint, d.perMerchant)
-		d.slots[endpointID] = e
-	}
-	d.mu.Unlock()
+	m, e := d.slotsOf(merchantID, endpointID)
 	// The endpoint's slot first: a delivery that waits for its endpoint
 	// holds none of its merchant's. A slow endpoint's deliveries may then
 	// hold only slowShare of the merchant's slots, and when put back they
@@ -218,20 +207,53 @@ func (d *Deliverer) acquire(ctx context.Context, merchantID, endpointID string) 
 	}, 0, true
 }
 
-// acquireNow takes a slot of the endpoint and one of its merchant for an
-// event's task's first attempt, only if the endpoint is known to answer fast
-// and both slots are free now or, as for the delivery's own task (see
-// acquire), are expected to free within waitBudget; else nil and the reason,
-// and the delivery is handed off.
-func (d *Deliverer) acquireNow(ctx context.Context, merchantID, endpointID string) (func(ok bool, took time.Duration), string) {
+// slotsOf returns the slots of the merchant and of the endpoint in this
+// process, made on first use.
+func (d *Deliverer) slotsOf(merchantID, endpointID string) (*merchantSlots, *endpointSlots) {
 	d.mu.Lock()
-	m, e := d.merchants[merchantID], d.slots[endpointID]
-	d.mu.Unlock()
-	if m == nil || e == nil {
-		return nil, HandOffEndpointUnknown
+	defer d.mu.Unlock()
+	m, found := d.merchants[merchantID]
+	if !found {
+		m = &merchantSlots{}
+		d.merchants[merchantID] = m
+	}
+	e, found := d.slots[endpointID]
+	if !found {
+		e = newEndpointSlots(d.perEndpoint, d.perMerchant)
+		d.slots[endpointID] = e
+	}
+	return m, e
+}
+
+// acquireNow takes a slot of the endpoint and one of its merchant for an
+// event's task's first attempt; else it returns nil and the reason, and the
+// delivery is handed off.
+//   - An endpoint that has not answered in this process yet runs one
+//     attempt at a time, its probe: the event's task makes it when no other
+//     is under way, within the share of the merchant's slots that slow
+//     endpoints may hold. So a worker that starts with a backlog learns
+//     each endpoint's pace from the first event that reaches it, instead of
+//     handing off every delivery until a delivery's own task has answered.
+//   - An endpoint known to answer fast gets its slots when they are free
+//     now or, as for the delivery's own task (see acquire), expected to free
+//     within waitBudget.
+//   - Any other is handed off: its attempts could hang, and the event's
+//     task must not wait on them.
+func (d *Deliverer) acquireNow(ctx context.Context, merchantID, endpointID string) (func(ok bool, took time.Duration), string) {
+	m, e := d.slotsOf(merchantID, endpointID)
+	release := func(ok bool, took time.Duration) {
+		e.release(d.now(), ok, took, d.perMerchant)
+		m.release(took, d.perMerchant)
 	}
 	if p := e.pace(); !p.known {
-		return nil, HandOffEndpointUnknown
+		if !e.tryTake(1) {
+			return nil, HandOffEndpointUnknown
+		}
+		if !m.tryTake(slowShare(d.perMerchant)) {
+			e.cancel()
+			return nil, HandOffMerchantBusy
+		}
+		return release, ""
 	} else if !p.fast {
 		return nil, HandOffEndpointNotFast
 	}
@@ -245,10 +267,7 @@ func (d *Deliverer) acquireNow(ctx context.Context, merchantID, endpointID strin
 		e.cancel()
 		return nil, HandOffMerchantBusy
 	}
-	return func(ok bool, took time.Duration) {
-		e.release(d.now(), ok, took, d.perMerchant)
-		m.release(took, d.perMerchant)
-	}, ""
+	return release, ""
 }
 
 // shortWait admits a waiter whose expected wait is known and under waitBudget.
@@ -392,17 +411,18 @@ func EventTask(eventID string) outbox.Task {
 }
 
 // errHandOff: the event's task does not make this first attempt (its
-// endpoint or merchant is busy, the endpoint is not known to be fast, or an
-// ordered delivery must wait); the delivery's own task will.
+// endpoint or merchant is busy, the endpoint is not fast or its probe is
+// under way, or an ordered delivery must wait); the delivery's own task will.
 var errHandOff = errors.New("webhook delivery handed off")
 
 // DeliverEvent makes the first attempt of every delivery of an event that
 // has none yet, at once, each within its endpoint's and merchant's slots.
 // A delivery it cannot attempt at once is handed off to a task of its own
 // (webhook:deliver, on its endpoint's queue): one whose endpoint or merchant
-// is at its cap, whose endpoint is not known to answer fast (so a slow
-// endpoint never holds the event's task), or that waits for an earlier
-// ordered delivery. A first attempt that calls for a retry writes the
+// is at its cap, whose endpoint is known not to answer fast (so a slow
+// endpoint holds the event's task at most once per process, for its probe)
+// or is being probed, or that waits for an earlier ordered delivery (see
+// acquireNow). A first attempt that calls for a retry writes the
 // delivery's own task with the attempt. The event's task is deleted with
 // the hand-offs, in one statement; run again after a crash, it attempts
 // only the deliveries still without an attempt or a task of their own.

@@ -51,63 +51,30 @@ func (r *rig) fresh() {
 	r.store.tasks = map[string]bool{webhooks.EventTask(eventID).ID(): true}
 }
 
-// TestEventTaskHandsOffUntilTheEndpointIsKnownFast: the event's task does
-// not make a first attempt to an endpoint this process has not seen answer
-// fast (it could hang and hold the task); it hands the delivery off to a
-// task of its own, on the endpoint's queue, written with the event task's
-// deletion. Once the endpoint answered fast, the event's task makes the
-// first attempt itself, and no task of the delivery's own is written. Run
+// TestEventTaskProbesThenHandsOffWhenNotFast: the event's task makes the
+// first attempt to an endpoint this process has not heard from itself, as
+// the endpoint's probe, and goes on making them while the endpoint answers
+// fast (under 100 ms). Once its answers take longer, the event's task hands
+// the delivery off to a task of its own, on the endpoint's queue, written
+// with the event task's deletion (it could hang and hold the task). Run
 // again (a crash after the attempt), it attempts nothing.
-func TestEventTaskHandsOffUntilTheEndpointIsKnownFast(t *testing.T) {
+func TestEventTaskProbesThenHandsOffWhenNotFast(t *testing.T) {
 	r, q := eventRig(t)
 	var reasons []string
 	r.d.WithHandOffs(func(reason string) { reasons = append(reasons, reason) })
 	ctx := context.Background()
 	own := webhooks.Task(deliveryID).ID()
 
-	if err := r.d.DeliverEvent(ctx, eventID); err != nil {
-		t.Fatal(err)
-	}
-	_, tasks, _ := r.store.state()
-	if n := len(r.sender.posts()); n != 0 {
-		t.Fatalf("the event's task made %d attempts to an endpoint of unknown pace, want 0", n)
-	}
-	if !tasks[own] || tasks[webhooks.EventTask(eventID).ID()] {
-		t.Fatalf("after the hand-off the outbox holds %v, want the delivery's own task and not the event's", tasks)
-	}
-	if len(reasons) != 1 || reasons[0] != webhooks.HandOffEndpointUnknown {
-		t.Fatalf("hand-offs reported %v, want [%s]", reasons, webhooks.HandOffEndpointUnknown)
-	}
-	got, in := q.all()
-	if len(got) != 1 || got[0].ID() != own || got[0].Key != endpointID || in[0] != 0 {
-		t.Fatalf("enqueued %v in %v, want the delivery's own task on its endpoint's queue, at once", got, in)
-	}
-	// Its own task makes the attempt (20 ms, 200: the endpoint is fast).
-	if err := r.d.Deliver(ctx, deliveryID); err != nil {
-		t.Fatal(err)
-	}
-	if n := len(r.sender.posts()); n != 1 {
-		t.Fatalf("%d attempts after the handed-off task ran, want 1", n)
-	}
-
-	// The next event's delivery to the same endpoint: attempted by the
-	// event's task.
-	r.fresh()
+	// The probe: 20 ms, 200.
 	if err := r.d.DeliverEvent(ctx, eventID); err != nil {
 		t.Fatal(err)
 	}
 	del, tasks, _ := r.store.state()
-	if n := len(r.sender.posts()); n != 2 || del.Status != webhooks.StatusSucceeded || del.Attempts != 1 {
-		t.Fatalf("%d attempts, delivery %s with %d attempts; want the event's task's attempt, succeeded", n, del.Status, del.Attempts)
+	if n := len(r.sender.posts()); n != 1 || del.Status != webhooks.StatusSucceeded || del.Attempts != 1 {
+		t.Fatalf("%d attempts, delivery %s with %d attempts; want the event's task's probe, succeeded", n, del.Status, del.Attempts)
 	}
-	if len(tasks) != 0 {
-		t.Fatalf("outbox %v after the event's task, want empty", tasks)
-	}
-	if len(reasons) != 1 {
-		t.Fatalf("hand-offs reported %v, want only the first", reasons)
-	}
-	if got, _ := q.all(); len(got) != 1 {
-		t.Fatalf("the event's task enqueued %v, want nothing more", got[1:])
+	if len(tasks) != 0 || len(reasons) != 0 {
+		t.Fatalf("outbox %v and hand-offs %v after the probe, want none", tasks, reasons)
 	}
 	// Run again after a crash: nothing is attempted twice.
 	r.store.mu.Lock()
@@ -116,11 +83,50 @@ func TestEventTaskHandsOffUntilTheEndpointIsKnownFast(t *testing.T) {
 	if err := r.d.DeliverEvent(ctx, eventID); err != nil {
 		t.Fatal(err)
 	}
-	if n := len(r.sender.posts()); n != 2 {
-		t.Fatalf("the event's task run again made %d attempts in all, want 2", n)
+	if n := len(r.sender.posts()); n != 1 {
+		t.Fatalf("the event's task run again made %d attempts in all, want 1", n)
 	}
 	if _, tasks, _ := r.store.state(); len(tasks) != 0 {
 		t.Fatalf("outbox %v after the run again, want empty", tasks)
+	}
+
+	// The endpoint slows to 150 ms: the event's task attempts while its
+	// recent answers average under 100 ms, then hands off.
+	r.sender.answer = answer(200, 150*time.Millisecond)
+	attempts := 1
+	for range 10 {
+		r.fresh()
+		if err := r.d.DeliverEvent(ctx, eventID); err != nil {
+			t.Fatal(err)
+		}
+		if len(reasons) > 0 {
+			break
+		}
+		attempts++
+		if n := len(r.sender.posts()); n != attempts {
+			t.Fatalf("%d attempts, want %d", n, attempts)
+		}
+	}
+	if len(reasons) != 1 || reasons[0] != webhooks.HandOffEndpointNotFast {
+		t.Fatalf("hand-offs reported %v, want [%s]", reasons, webhooks.HandOffEndpointNotFast)
+	}
+	if attempts < 3 {
+		t.Fatalf("handed off after %d attempts, want the moving average to take a few slow answers", attempts)
+	}
+	_, tasks, _ = r.store.state()
+	if !tasks[own] || tasks[webhooks.EventTask(eventID).ID()] {
+		t.Fatalf("after the hand-off the outbox holds %v, want the delivery's own task and not the event's", tasks)
+	}
+	got, in := q.all()
+	if len(got) != 1 || got[0].ID() != own || got[0].Key != endpointID || in[0] != 0 {
+		t.Fatalf("enqueued %v in %v, want the delivery's own task on its endpoint's queue, at once", got, in)
+	}
+	// Its own task makes the attempt.
+	if err := r.d.Deliver(ctx, deliveryID); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(r.sender.posts()); n != attempts+1 {
+		t.Fatalf("%d attempts after the handed-off task ran, want %d", n, attempts+1)
 	}
 }
 
