@@ -331,7 +331,7 @@ func (r *Recovery) dequeueOf(c *redis.Cmd) (string, bool) {
 
 // asynqDequeueSHA is the SHA-1 of asynq v0.26.0's dequeue script
 // (dequeueCmd in its internal/rdb), which dequeueClaim stands in for.
-// TestDequeueClaimStandsInForAsynqs checks that the asynq in go.mod still
+// TestRecoveryClaimsInAsynqsScripts checks that the asynq in go.mod still
 // sends it.
 const asynqDequeueSHA = "a8153319360adc71cdc370107f8ab9786f204765"
 
@@ -353,10 +353,6 @@ if redis.call("EXISTS", KEYS[2]) == 0 then
 end
 return nil`)
 
-// isAsynqDequeue reports whether c runs the asynq dequeue script that
-// dequeueClaim stands in for.
-func isAsynqDequeue(c *redis.Cmd) bool { return runsScript(c, asynqDequeueSHA) }
-
 // asynqDoneSHA is the SHA-1 of asynq v0.26.0's script that records a task
 // done (doneCmd in its internal/rdb), which doneClaim stands in for.
 const asynqDoneSHA = "1241eaa1c73409baaf1fea0c08d203a4911bda15"
@@ -366,7 +362,8 @@ const asynqDoneSHA = "1241eaa1c73409baaf1fea0c08d203a4911bda15"
 // (asynq's) and the queue's claims; ARGV the task's id, the expiry of the
 // day's count and the largest int64 (asynq's), and the claim's holder. The
 // claim goes in the same script as asynq's record of the result, and only
-// if asynq's steps succeeded.
+// if asynq's steps succeeded. TestRecoveryClaimsInAsynqsScripts checks that
+// the asynq in go.mod still sends asynqDoneSHA.
 var doneClaim = redis.NewScript(`
 if redis.call("LREM", KEYS[1], 0, ARGV[1]) == 0 then
   return redis.error_reply("NOT FOUND")
@@ -429,9 +426,10 @@ func (r *Recovery) doneOf(c *redis.Cmd) (q, id string, ok bool) {
 }
 
 // finish runs asynq's done c of task id on queue q with the release of the
-// task's claim, when the task is one this worker claimed and no run of its
-// handler is under way; it reports whether it ran c (else the caller
-// does, and the claim goes at a beat).
+// task's claim, when the task is one this worker claimed; it reports
+// whether it ran c (else the caller does, and the claim goes at a beat).
+// The claim is forgotten here unless a run of the handler is still under
+// way, which a beat then releases.
 func (r *Recovery) finish(ctx context.Context, rdb redis.UniversalClient, q, id string, c *redis.Cmd) (bool, error) {
 	k := q + "\x00" + id
 	r.mu.Lock()
@@ -488,7 +486,7 @@ func (r *Recovery) dequeue(ctx context.Context, rdb redis.UniversalClient, q str
 		return redis.Nil
 	}
 	holder := r.instance + " " + strconv.FormatUint(r.runs.Add(1), 10)
-	if args := c.Args(); len(args) == 9 && isAsynqDequeue(c) {
+	if args := c.Args(); len(args) == 9 && runsScript(c, asynqDequeueSHA) {
 		keys := []string{asynqKey(q, "pending"), asynqKey(q, "paused"), asynqKey(q, "active"), asynqKey(q, "lease"), claimsKey(q)}
 		v, err := dequeueClaim.Run(ctx, rdb, keys, args[7], args[8], holder).Slice()
 		if err != nil {

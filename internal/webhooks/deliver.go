@@ -116,7 +116,7 @@ type Deliverer struct {
 	// enqueue hands a delivery's own task to the queue, to run after a
 	// delay: the event's task's hand-offs and retries (see DeliverEvent).
 	enqueue func(ctx context.Context, t outbox.Task, in time.Duration) error
-	// handOff is told the reason of each hand-off (see HandOffReasons).
+	// handOff is told the reason of each hand-off (the HandOff constants).
 	handOff func(reason string)
 }
 
@@ -191,9 +191,7 @@ func (d *Deliverer) acquire(ctx context.Context, merchantID, endpointID string) 
 		limit = slowShare(d.perMerchant)
 	}
 	if !m.tryTake(limit) {
-		// Slow endpoints may hold all but a fifth of the merchant's slots:
-		// the rest turn over at the fast endpoints' pace.
-		if p.slow || !p.fast || !m.wait(ctx, limit, limit-slowShare(limit), d.slotWait, shortWait) {
+		if p.slow || !p.fast || !d.fastMerchantSlot(ctx, m) {
 			e.cancel()
 			if p.slow {
 				return nil, m.back.delay(now, p.took, limit), false
@@ -201,10 +199,25 @@ func (d *Deliverer) acquire(ctx context.Context, merchantID, endpointID string) 
 			return nil, busyJitter(busyRetry), false
 		}
 	}
+	return d.releaser(m, e), 0, true
+}
+
+// releaser frees the slots of an attempt, taken of m and e, with the
+// attempt's outcome and duration.
+func (d *Deliverer) releaser(m *merchantSlots, e *endpointSlots) func(ok bool, took time.Duration) {
 	return func(ok bool, took time.Duration) {
 		e.release(d.now(), ok, took, d.perMerchant)
 		m.release(took, d.perMerchant)
-	}, 0, true
+	}
+}
+
+// fastMerchantSlot takes one of the merchant's slots for an attempt to a
+// fast endpoint, waiting for one while the expected wait is under
+// waitBudget. Slow endpoints may hold all but a fifth of the merchant's
+// slots: the rest turn over at the fast endpoints' pace.
+func (d *Deliverer) fastMerchantSlot(ctx context.Context, m *merchantSlots) bool {
+	limit := d.perMerchant
+	return m.wait(ctx, limit, limit-slowShare(limit), d.slotWait, shortWait)
 }
 
 // slotsOf returns the slots of the merchant and of the endpoint in this
@@ -241,11 +254,9 @@ func (d *Deliverer) slotsOf(merchantID, endpointID string) (*merchantSlots, *end
 //     task must not wait on them.
 func (d *Deliverer) acquireNow(ctx context.Context, merchantID, endpointID string) (func(ok bool, took time.Duration), string) {
 	m, e := d.slotsOf(merchantID, endpointID)
-	release := func(ok bool, took time.Duration) {
-		e.release(d.now(), ok, took, d.perMerchant)
-		m.release(took, d.perMerchant)
-	}
-	if p := e.pace(); !p.known {
+	release := d.releaser(m, e)
+	p := e.pace()
+	if !p.known {
 		if !e.tryTake(1) {
 			return nil, HandOffEndpointUnknown
 		}
@@ -254,16 +265,14 @@ func (d *Deliverer) acquireNow(ctx context.Context, merchantID, endpointID strin
 			return nil, HandOffMerchantBusy
 		}
 		return release, ""
-	} else if !p.fast {
+	}
+	if !p.fast {
 		return nil, HandOffEndpointNotFast
 	}
-	e.mu.Lock()
-	slots := e.slots()
-	e.mu.Unlock()
-	if !e.wait(ctx, slots, slots, d.slotWait, shortWait) {
+	if !d.acquireEndpoint(ctx, e, p) {
 		return nil, HandOffEndpointBusy
 	}
-	if limit := d.perMerchant; !m.wait(ctx, limit, limit-slowShare(limit), d.slotWait, shortWait) {
+	if !d.fastMerchantSlot(ctx, m) {
 		e.cancel()
 		return nil, HandOffMerchantBusy
 	}
