@@ -162,16 +162,6 @@ var metricRef = regexp.MustCompile(`\b(?:gatehouse|asynq)_[a-z_]+\b|\bup\b`)
 // TestAlertsShape: severity, summary, description and a runbook that exists.
 func TestAlertsShape(t *testing.T) {
 	rule, _ := alertRules(t)
-	runbooks, err := os.ReadFile(filepath.Join(repoRoot(t), "docs", "operations.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	headings := map[string]bool{}
-	for _, line := range strings.Split(string(runbooks), "\n") {
-		if h, ok := strings.CutPrefix(line, "### "); ok {
-			headings[strings.ToLower(strings.TrimSpace(h))] = true
-		}
-	}
 	seen := map[string]bool{}
 	for _, g := range rule.Spec.Groups {
 		for _, r := range g.Rules {
@@ -196,12 +186,8 @@ func TestAlertsShape(t *testing.T) {
 					t.Errorf("%s has no %s", r.Alert, k)
 				}
 			}
-			anchor := strings.ToLower(r.Alert)
-			if got, want := r.Annotations["runbook_url"], runbookBase+anchor; got != want {
+			if got, want := r.Annotations["runbook_url"], runbookBase+r.Alert+".md"; got != want {
 				t.Errorf("%s runbook_url %q, want %q", r.Alert, got, want)
-			}
-			if !headings[anchor] {
-				t.Errorf("%s: no runbook section \"### %s\" in docs/operations.md", r.Alert, r.Alert)
 			}
 			for _, name := range metricRef.FindAllString(r.Expr.String(), -1) {
 				base := name
@@ -212,6 +198,65 @@ func TestAlertsShape(t *testing.T) {
 					t.Errorf("%s uses %s, which no Gatehouse binary exposes", r.Alert, name)
 				}
 			}
+		}
+	}
+}
+
+// TestAlertsRunbooks: docs/runbooks holds one file per alert, named after it
+// and titled with its name, and nothing else but the README, which links to
+// every runbook.
+func TestAlertsRunbooks(t *testing.T) {
+	rule, _ := alertRules(t)
+	alerts := map[string]bool{}
+	for _, g := range rule.Spec.Groups {
+		for _, r := range g.Rules {
+			if r.Alert != "" {
+				alerts[r.Alert] = true
+			}
+		}
+	}
+	dir := filepath.Join(repoRoot(t), runbookDir)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]bool{}
+	for _, e := range entries {
+		name, ok := strings.CutSuffix(e.Name(), ".md")
+		if e.IsDir() || !ok {
+			t.Errorf("%s/%s: only the runbooks (<alert>.md) and README.md belong there", runbookDir, e.Name())
+			continue
+		}
+		if name == "README" {
+			continue
+		}
+		files[name] = true
+		if !alerts[name] {
+			t.Errorf("%s/%s.md: no alert %s in %s", runbookDir, name, name, rulesSource)
+		}
+		data, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if first, _, _ := strings.Cut(string(data), "\n"); first != "# "+name {
+			t.Errorf("%s/%s.md starts with %q, want %q", runbookDir, name, first, "# "+name)
+		}
+		for _, part := range []string{"**Means**", "**Check**", "**Do**"} {
+			if !strings.Contains(string(data), part) {
+				t.Errorf("%s/%s.md has no %s", runbookDir, name, part)
+			}
+		}
+	}
+	index, err := os.ReadFile(filepath.Join(dir, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for a := range alerts {
+		if !files[a] {
+			t.Errorf("alert %s has no runbook %s/%s.md", a, runbookDir, a)
+		}
+		if !strings.Contains(string(index), "]("+a+".md)") {
+			t.Errorf("%s/README.md does not link to %s.md", runbookDir, a)
 		}
 	}
 }

@@ -43,10 +43,13 @@ import (
 )
 
 const (
-	namespace   = "gatehouse"
-	image       = "ghcr.io/gatehouse-pay/gatehouse"
-	secretName  = "gatehouse-secrets"
-	runbookBase = "https://github.com/gatehouse-pay/gatehouse/blob/main/docs/operations.md#"
+	namespace  = "gatehouse"
+	image      = "ghcr.io/gatehouse-pay/gatehouse"
+	secretName = "gatehouse-secrets"
+	// runbookBase + "<alert>.md" is an alert's runbook_url; runbookDir holds
+	// the files.
+	runbookBase = "https://github.com/gatehouse-pay/gatehouse/blob/main/docs/runbooks/"
+	runbookDir  = "docs/runbooks"
 )
 
 // kinds maps apiVersion/kind to a fresh typed object. A rendered document of
