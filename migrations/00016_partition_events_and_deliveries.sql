@@ -19,7 +19,7 @@
 -- proves its bound, added NOT VALID (a moment's lock) and validated while
 -- writes go on; its indexes become the partitions of the new table's
 -- indexes as they are, not rebuilt. The exclusive lock of the swap is held
--- for catalog changes only (docs/operations.md has the figures). An empty
+-- for catalog changes only (docs/deploy.md has the figures). An empty
 -- table (a new database) is dropped and created anew instead.
 
 -- gh_uuid_floor is the least UUID of t's millisecond: every UUIDv7 made at

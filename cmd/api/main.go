@@ -1,7 +1,7 @@
 // Command api serves Gatehouse's REST API. Subcommands: "migrate" applies the
 // database migrations; "merchant create" adds a merchant from the shell;
 // "audit verify" checks the audit log's chains (docs/audit.md).
-// Configuration comes from the environment only (see docs/operations.md).
+// Configuration comes from the environment only (see docs/settings.md).
 package main
 
 import (
@@ -127,7 +127,7 @@ func openDB(ctx context.Context, getenv func(string) string, opts ...store.OpenO
 // errMigrateThroughPooler: the migrations hold a session-level advisory
 // lock, which a pooler in transaction mode would leave on whichever server
 // connection took it.
-var errMigrateThroughPooler = errors.New("migrate needs a session of its own: run it with DATABASE_URL naming PostgreSQL itself, not PgBouncer in transaction mode, and DATABASE_POOL_MODE unset (docs/operations.md)")
+var errMigrateThroughPooler = errors.New("migrate needs a session of its own: run it with DATABASE_URL naming PostgreSQL itself, not PgBouncer in transaction mode, and DATABASE_POOL_MODE unset (docs/scaling.md, PgBouncer)")
 
 func migrate(ctx context.Context, getenv func(string) string) error {
 	cfg, err := config.Load(getenv, config.Needs{Database: true})

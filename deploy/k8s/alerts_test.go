@@ -20,7 +20,7 @@ const (
 	rulesFile = "gatehouse-rules.yaml"
 )
 
-// metricNames are the series the binaries expose (docs/operations.md); an
+// metricNames are the series the binaries expose (docs/observability.md); an
 // alert on any other name would never fire.
 var metricNames = []string{
 	"up",

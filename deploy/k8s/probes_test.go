@@ -14,7 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 )
 
-// probeRow is one row of the probe table of docs/operations.md.
+// probeRow is one row of the probe table of docs/deploy.md.
 type probeRow struct {
 	component, probe, path, port string
 	number                       int32
@@ -24,12 +24,12 @@ func (r probeRow) String() string {
 	return fmt.Sprintf("%s %s GET %s on %s (%d)", r.component, r.probe, r.path, r.port, r.number)
 }
 
-// probeTable reads the table of docs/operations.md whose header is
+// probeTable reads the table of docs/deploy.md whose header is
 // "| Component | Probe | Path | Port | What it means |". A port cell is
 // "`name` (number)".
 func probeTable(t *testing.T) []probeRow {
 	t.Helper()
-	doc, err := os.ReadFile(filepath.Join(repoRoot(t), "docs", "operations.md"))
+	doc, err := os.ReadFile(filepath.Join(repoRoot(t), "docs", "deploy.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,12 +48,12 @@ func probeTable(t *testing.T) []probeRow {
 		case in && strings.HasPrefix(line, "|---"):
 		case in && strings.HasPrefix(line, "|"):
 			if len(cells) != 5 {
-				t.Fatalf("docs/operations.md probe table: row %q has %d cells, want 5", line, len(cells))
+				t.Fatalf("docs/deploy.md probe table: row %q has %d cells, want 5", line, len(cells))
 			}
 			name, num, _ := strings.Cut(cells[3], " ")
 			n, err := strconv.Atoi(strings.Trim(num, "()"))
 			if err != nil {
-				t.Fatalf("docs/operations.md probe table: port %q, want `name` (number)", cells[3])
+				t.Fatalf("docs/deploy.md probe table: port %q, want `name` (number)", cells[3])
 			}
 			rows = append(rows, probeRow{component: cells[0], probe: cells[1], path: strings.Trim(cells[2], "`"), port: strings.Trim(name, "`"), number: int32(n)})
 		case in:
@@ -61,12 +61,12 @@ func probeTable(t *testing.T) []probeRow {
 		}
 	}
 	if len(rows) == 0 {
-		t.Fatal(`docs/operations.md has no table "| Component | Probe | Path | Port | What it means |"`)
+		t.Fatal(`docs/deploy.md has no table "| Component | Probe | Path | Port | What it means |"`)
 	}
 	return rows
 }
 
-// TestProbesDocumented: the probe table of docs/operations.md and the
+// TestProbesDocumented: the probe table of docs/deploy.md and the
 // startup, readiness and liveness probes of the rendered Deployments
 // (base and both overlays) say the same thing, row for row.
 func TestProbesDocumented(t *testing.T) {
@@ -98,7 +98,7 @@ func TestProbesDocumented(t *testing.T) {
 			}
 			slices.SortFunc(got, func(a, b probeRow) int { return strings.Compare(a.String(), b.String()) })
 			if !slices.Equal(got, rows) {
-				t.Errorf("the Deployments' probes and docs/operations.md disagree:\nmanifests:\n  %s\ndocs:\n  %s",
+				t.Errorf("the Deployments' probes and docs/deploy.md disagree:\nmanifests:\n  %s\ndocs:\n  %s",
 					strings.Join(describeProbes(got), "\n  "), strings.Join(describeProbes(rows), "\n  "))
 			}
 		})

@@ -293,7 +293,7 @@ func TestDialSentinel(t *testing.T) {
 	}
 }
 
-// TestDialSentinelPassword: with the URL form of docs/operations.md and the
+// TestDialSentinelPassword: with the URL form of docs/deploy.md and the
 // deploy overlays, redis://:password@sentinel:26379?master_name=NAME, the
 // password reaches the master (the Redis password, as in the other modes),
 // not only the sentinels.

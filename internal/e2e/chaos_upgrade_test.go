@@ -350,7 +350,7 @@ type upPhase struct {
 }
 
 // TestChaosRollingUpgrade is F13: a rolling upgrade under load from the
-// previous release to this one, as docs/operations.md ("Upgrading") runs it.
+// previous release to this one, as docs/deploy.md ("Upgrading") runs it.
 // The database is migrated by the previous release's `api migrate`; two API
 // replicas and two workers of that release serve two merchants (three
 // webhook endpoints) under steady charges, captures and refunds. Then, with
@@ -383,7 +383,7 @@ func TestChaosRollingUpgrade(t *testing.T) {
 	migrateWith(t, prev.bins.api, db)
 	fromSchema := schemaVersion(t, db)
 	// Directly on PostgreSQL: the previous release cannot connect through
-	// PgBouncer in transaction mode (docs/operations.md, "PgBouncer"); the
+	// PgBouncer in transaction mode (docs/scaling.md, "PgBouncer"); the
 	// switch to it comes after the upgrade.
 	st := startStackWith(t, prev.bins, db, redisPath, prev.spec,
 		stackOptions{env: upgradeStackEnv, workerEnv: chaosWorkerEnv, workers: 2, direct: true})
@@ -428,7 +428,7 @@ func TestChaosRollingUpgrade(t *testing.T) {
 	time.Sleep(settle)
 
 	// The workers first: a task type this release adds is taken only by its
-	// workers (docs/operations.md, "Upgrading").
+	// workers (docs/deploy.md, "Upgrading").
 	phase("workers")
 	st.bins, st.spec = next.bins, next.spec
 	var workerTook []string

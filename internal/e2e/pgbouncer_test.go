@@ -20,7 +20,7 @@ import (
 )
 
 // The stacks of the end-to-end tests reach PostgreSQL through PgBouncer in
-// transaction mode, the pooler docs/operations.md recommends, with
+// transaction mode, the pooler docs/scaling.md recommends, with
 // DATABASE_POOL_MODE=transaction, unless GATEHOUSE_E2E_PGBOUNCER=0. Stacks
 // on a project-local server of their own (F4, F8, the standby reads), or
 // started with stackOptions.direct, connect directly; so does everything
@@ -65,7 +65,7 @@ func onSharedServer(db testenv.DB) bool {
 
 // startPgBouncer starts PgBouncer on a free loopback port in front of the
 // server of db, in transaction mode, and gives db's sessions the
-// lock_timeout the binaries cannot set through it (docs/operations.md). It
+// lock_timeout the binaries cannot set through it (docs/scaling.md). It
 // returns the URL of db through it; the process is stopped when the test
 // ends (after the binaries, which are registered later).
 func startPgBouncer(t *testing.T, path string, db testenv.DB) string {

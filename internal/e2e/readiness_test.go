@@ -39,7 +39,7 @@ func expectReady(t *testing.T, e exchange, postgres, redis string) {
 }
 
 // TestReadiness runs the real binaries and checks what their probes see
-// (docs/operations.md, "Probes").
+// (docs/deploy.md, "Probes").
 //
 // api_metrics_addr: a third API process with API_METRICS_ADDR serves
 // /metrics there and answers 404 not_found for it on HTTP_ADDR; the replicas

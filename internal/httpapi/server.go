@@ -101,7 +101,7 @@ func NewServer(d Deps) *fiber.App {
 		d.Draining = new(atomic.Bool)
 	}
 	s := &server{Deps: d, trusted: trustedProxies(d.Config.TrustedProxies), dash: newDashboard()}
-	// Slow senders and idle connections (docs/operations.md): a request
+	// Slow senders and idle connections (docs/settings.md): a request
 	// must arrive whole within the read timeout of its first byte (the
 	// deadline is not extended per byte); a keep-alive connection that
 	// sends nothing is closed after the idle timeout; the request line and

@@ -151,7 +151,7 @@ var outcomesUnknownDesc = prometheus.NewDesc("gatehouse_provider_outcomes_unknow
 // OutcomesCollector exports gatehouse_provider_outcomes_unknown{operation}
 // (authorize, capture, refund): the payments, captures and refunds waiting for the provider's
 // outcome longer than after, which an operator must resolve (see
-// docs/operations.md). It queries Postgres at most once per minInterval, with
+// docs/background.md, "Resolving a stuck object"). It queries Postgres at most once per minInterval, with
 // a short timeout; a failed query leaves the metric out of that scrape.
 func OutcomesCollector(pool *pgxpool.Pool, after, minInterval time.Duration) prometheus.Collector {
 	return &outcomesCollector{pool: pool, after: after, every: minInterval}

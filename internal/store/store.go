@@ -116,7 +116,7 @@ type openConfig struct {
 //   - no session settings in the startup packet, which PgBouncer refuses
 //     (all but application_name and a few others) and could not keep per
 //     client anyway: lock_timeout and statement_timeout then come from the
-//     server (ALTER ROLE ... SET, see docs/operations.md), and the delivery
+//     server (ALTER ROLE ... SET, see docs/scaling.md), and the delivery
 //     batches' generic plans are not asked for.
 //
 // Whatever else needs a session (advisory locks of the migrations, LISTEN)
@@ -230,7 +230,7 @@ func WarnServerTimeouts(ctx context.Context, pool *pgxpool.Pool, mode string, lo
 	case err != nil:
 		log.Warn("could not read the server's lock_timeout", "err", err)
 	case lock == "0":
-		log.Warn("DATABASE_POOL_MODE=transaction and the server sets no lock_timeout for this role: set it (ALTER ROLE ... SET lock_timeout = '3s', see docs/operations.md)",
+		log.Warn("DATABASE_POOL_MODE=transaction and the server sets no lock_timeout for this role: set it (ALTER ROLE ... SET lock_timeout = '3s', see docs/scaling.md, PgBouncer)",
 			"lock_timeout", lock, "statement_timeout", statement)
 	default:
 		log.Info("server session settings", "lock_timeout", lock, "statement_timeout", statement)
