@@ -330,7 +330,7 @@ func (r *Recovery) dequeueOf(c *redis.Cmd) (string, bool) {
 }
 
 // asynqDequeueSHA is the SHA-1 of asynq v0.26.0's dequeue script
-// (dequeueCmd in its internal/rdb), which dequeueClaim stands in for.
+// (dequeueCmd in its rdb package), which dequeueClaim stands in for.
 // TestRecoveryClaimsInAsynqsScripts checks that the asynq in go.mod still
 // sends it.
 const asynqDequeueSHA = "a8153319360adc71cdc370107f8ab9786f204765"
@@ -354,7 +354,7 @@ end
 return nil`)
 
 // asynqDoneSHA is the SHA-1 of asynq v0.26.0's script that records a task
-// done (doneCmd in its internal/rdb), which doneClaim stands in for.
+// done (doneCmd in its rdb package), which doneClaim stands in for.
 const asynqDoneSHA = "1241eaa1c73409baaf1fea0c08d203a4911bda15"
 
 // doneClaim is asynq's done with the release of the task's claim: KEYS
