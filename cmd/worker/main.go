@@ -54,7 +54,7 @@ func main() {
 // run is the whole program; it returns the exit code.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	if len(args) > 0 {
-		fmt.Fprintln(stdout, "usage: worker   (configured through the environment; see docs/operations.md)")
+		fmt.Fprintln(stdout, "usage: worker   (configured through the environment; see docs/settings.md)")
 		if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 			return 0
 		}

@@ -182,7 +182,7 @@ type Config struct {
 	// The base URL at which cardholders' browsers reach the API: challenge
 	// links and the return from a provider's challenge page are built on
 	// it. Set it to the public HTTPS address behind a load balancer.
-	PublicURL string `env:"PUBLIC_URL" accepts:"an absolute http or https URL without a path" docDefault:"http://127.0.0.1:<port of HTTP_ADDR>" by:"api,worker"`
+	PublicURL string `env:"PUBLIC_URL" accepts:"an absolute http or https URL without a path" docDefault:"http://127.0.0.1 with the port of HTTP_ADDR" by:"api,worker"`
 	// Proxies whose `X-Forwarded-For` is believed; empty trusts nobody, and
 	// behind a proxy every client then shares its per-IP rate limits. See
 	// [Trusted proxies in Kubernetes](operations.md#trusted-proxies-in-kubernetes).

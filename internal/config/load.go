@@ -165,27 +165,38 @@ func (s setting) minDuration() time.Duration {
 }
 
 // accepts says in words what the setting takes: the problems of Load say
-// "must be" and this, docs/settings.md shows it.
-func (s setting) accepts() string {
+// "must be" and this.
+func (s setting) accepts() string { return s.describe(func(v string) string { return v }) }
+
+// describe says what the setting takes, passing each literal value
+// through q (docs/settings.md sets them as code).
+func (s setting) describe(q func(string) string) string {
+	each := func(vs []string, suffix string) []string {
+		out := make([]string, len(vs))
+		for i, v := range vs {
+			out[i] = q(v + suffix)
+		}
+		return out
+	}
 	switch {
 	case s.acceptsTag != "":
 		return s.acceptsTag
 	case len(s.oneof) > 0:
-		return orList(s.oneof)
+		return orList(each(s.oneof, ""))
 	case len(s.schemes) > 0:
-		var schemes []string
-		for _, sc := range s.schemes {
-			schemes = append(schemes, sc+"://")
-		}
-		return "a " + orList(schemes) + " URL"
+		return "a " + orList(each(s.schemes, "://")) + " URL"
 	case s.check == "addr":
-		return "host:port or :port"
+		return q("host:port") + " or " + q(":port")
 	case s.minLen > 0:
 		return fmt.Sprintf("at least %d bytes", s.minLen)
 	}
 	switch s.typ {
 	case durationType:
-		return "a duration of at least " + s.minDuration().String()
+		least := s.min
+		if least == "" {
+			least = "0s"
+		}
+		return "a duration of at least " + q(least)
 	case durationsType:
 		return "a comma-separated list of durations"
 	case prefixesType:
@@ -193,13 +204,13 @@ func (s setting) accepts() string {
 	case keyType:
 		return "32 bytes as 64 hex characters"
 	case limitType:
-		return "N/duration: at least 1 in a window of at least 1s"
+		return q("N/duration") + ": at least 1 in a window of at least " + q("1s")
 	case levelType:
-		return "debug, info, warn or error"
+		return orList(each([]string{"debug", "info", "warn", "error"}, ""))
 	}
 	switch s.typ.Kind() {
 	case reflect.Bool:
-		return "true or false"
+		return q("true") + " or " + q("false")
 	case reflect.Int:
 		switch lo, hi := s.intBounds(); {
 		case hi != 0:
