@@ -422,6 +422,16 @@ func (s setting) takes(v reflect.Value) bool {
 	return true
 }
 
+// Variables names every variable Load reads, in the order of
+// docs/settings.md.
+func Variables() []string {
+	var out []string
+	for _, s := range settings() {
+		out = append(out, s.Name)
+	}
+	return out
+}
+
 // accepts is what the setting named takes, in words.
 func accepts(name string) string {
 	i := slices.IndexFunc(settings(), func(s setting) bool { return s.Name == name })
