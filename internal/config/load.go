@@ -115,7 +115,7 @@ var settings = sync.OnceValue(func() []setting {
 		if s.check != "" && s.check != "addr" {
 			panic("config: " + name + " has an unknown check " + s.check)
 		}
-		s.intBounds()
+		s.intBounds() // bounds that do not parse panic here, not in Load
 		s.minDuration()
 		out = append(out, s)
 	}
