@@ -70,6 +70,12 @@ generate: ## Generate the Go and TypeScript clients of examples/ from api/openap
 	cd examples/go && GOWORK=off $(GO) generate ./...
 	cd examples/typescript && { [ -d node_modules ] || npm ci --no-audit --no-fund --ignore-scripts; } && npm run --silent generate
 
+# docs/settings.md is generated from the declarations of internal/config/config.go;
+# a test of internal/config fails when it is stale.
+.PHONY: settings-doc
+settings-doc: ## Regenerate docs/settings.md from internal/config's declarations
+	$(GO) generate ./internal/config
+
 tools: ## Install the pinned tools the tests run into bin/tools (make test does this itself)
 	@bash deploy/local/tools.sh install
 

@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	code.dny.dev/ssrf v0.3.0
+	github.com/caarlos0/env/v11 v11.4.2
 	github.com/exaring/otelpgx v0.13.0
 	github.com/getkin/kin-openapi v0.152.0
 	github.com/gofiber/contrib/otelfiber/v2 v2.1.1

@@ -1,7 +1,7 @@
 // Command api serves Gatehouse's REST API. Subcommands: "migrate" applies the
 // database migrations; "merchant create" adds a merchant from the shell;
 // "audit verify" checks the audit log's chains (docs/audit.md).
-// Configuration comes from the environment only (see docs/settings.md).
+// Configuration comes from the environment only (every setting in docs/settings.md).
 package main
 
 import (

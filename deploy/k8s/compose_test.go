@@ -125,6 +125,7 @@ func TestCompose(t *testing.T) {
 	}
 	for _, name := range apps {
 		env := envOf(services[name])
+		checkVariables(t, name, env)
 		required := []string{"DATABASE_URL", "ENCRYPTION_KEY"}
 		if name != "migrate" {
 			required = append(required, "REDIS_URL")

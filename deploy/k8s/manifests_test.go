@@ -788,6 +788,7 @@ func checkEnvironment(t *testing.T, m *manifests, w want) {
 			[]string{"JWT_SECRET", "ENCRYPTION_KEY", "ADMIN_TOKEN", "STRIPE_SECRET_KEY"}},
 	} {
 		env := resolveEnv(t, m, w, c.spec)
+		checkVariables(t, c.name, env)
 		for _, k := range c.required {
 			if _, ok := env[k]; !ok {
 				t.Errorf("%s: %s is not set", c.name, k)

@@ -1,22 +1,27 @@
-// Package config loads Gatehouse's settings from the environment. Load reads
-// every variable, collects every problem at once and reports them in one line,
-// so an operator fixes a bad deployment in one round. Secrets are held in the
-// Secret type, which never prints its value.
+// Package config loads Gatehouse's settings from the environment.
+//
+// Each setting is declared once, as a field of Config: its variable, its
+// default and the values it accepts are struct tags, read by
+// github.com/caarlos0/env and by the checks of this package; what it means
+// is the field's doc comment. docs/settings.md is generated from both
+// (go generate ./internal/config, or make settings-doc).
+//
+// Load reads every variable, collects every problem at once and reports them
+// in one line, so an operator fixes a bad deployment in one round. Secrets
+// are held in the Secret type, which never prints its value.
 package config
 
 import (
-	"encoding/hex"
-	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/netip"
-	"net/url"
 	"runtime"
 	"strconv"
 	"strings"
 	"time"
 )
+
+//go:generate go test -run TestSettingsDoc -update .
 
 // Secret is a string that never prints its value through fmt or slog.
 type Secret string
@@ -47,6 +52,16 @@ type Limit struct {
 // String renders the limit in the form it is configured, e.g. "100/1m0s".
 func (l Limit) String() string { return fmt.Sprintf("%d/%s", l.N, l.Window) }
 
+// UnmarshalText parses the limit as ParseLimit does.
+func (l *Limit) UnmarshalText(text []byte) error {
+	v, err := ParseLimit(string(text))
+	if err != nil {
+		return err
+	}
+	*l = v
+	return nil
+}
+
 // ParseLimit parses "N/duration" such as "100/1m" or "10/5m".
 func ParseLimit(s string) (Limit, error) {
 	n, w, ok := strings.Cut(strings.TrimSpace(s), "/")
@@ -64,155 +79,272 @@ func ParseLimit(s string) (Limit, error) {
 	return Limit{N: count, Window: window}, nil
 }
 
-// Config holds every setting of both binaries.
+// Config holds every setting of both binaries, in the groups of
+// docs/settings.md. Each field is one environment variable; its tags say
+// what it accepts (load.go says what each tag means) and its doc comment,
+// written for operators, is its description in docs/settings.md.
 type Config struct {
-	DatabaseURL Secret // may carry a password
-	// DatabaseReadURL, when set, is a hot standby of DatabaseURL that
-	// serves the API's list reads while it is at most DatabaseReadMaxLag
-	// behind the primary (store.Standby); empty: every read on the primary.
-	DatabaseReadURL    Secret
-	DatabaseReadMaxLag time.Duration
-	// DatabasePoolMode is "session" (DATABASE_URL reaches PostgreSQL, or a
-	// pooler that gives each client a session) or "transaction" (PgBouncer
-	// in transaction mode: see store.TransactionPooling).
-	DatabasePoolMode string
-	RedisURL         Secret // may carry a password
-	// RedisMode says how RedisURL is read: "single" (one server), "sentinel"
-	// (the sentinels' addresses and master_name) or "cluster" (seed nodes).
-	RedisMode     string
-	JWTSecret     Secret
-	EncryptionKey []byte // 32 bytes, from 64 hex characters
+	// PostgreSQL, `postgres://user:pass@host:5432/db?sslmode=...`; it may
+	// hold a password.
+	DatabaseURL Secret `env:"DATABASE_URL" group:"PostgreSQL" by:"api,worker,migrate,merchant create,audit verify" needs:"Database" hint:"e.g. postgres://user@127.0.0.1:5432/gatehouse" scheme:"postgres,postgresql"`
+	// The client-side deadline of every statement (sent, run, its rows
+	// read) and of the ping of a pooled connection that sat idle; also the
+	// server's `statement_timeout` (except under
+	// `DATABASE_POOL_MODE=transaction`, where the server's own setting
+	// holds). A primary that drops off the network without a reset (packets
+	// vanish) fails the statement after it, with `503 service_unavailable`,
+	// instead of leaving it waiting minutes for TCP to give up; the
+	// connection is dropped and a new one opened when the network is back.
+	// Taking a connection from the pool is bounded by this plus
+	// `DATABASE_CONNECT_TIMEOUT`. Keep it above `lock_timeout` (3 s), so a
+	// row lock ends in 409 rather than 503. The subcommands set no statement
+	// deadline.
+	DatabaseStatementTimeout time.Duration `env:"DATABASE_STATEMENT_TIMEOUT" envDefault:"5s" min:"100ms" by:"api,worker"`
+	// Opening one PostgreSQL connection, TLS and authentication included;
+	// with several hosts in `DATABASE_URL`, per host.
+	DatabaseConnectTimeout time.Duration `env:"DATABASE_CONNECT_TIMEOUT" envDefault:"5s" min:"100ms" by:"api,worker,migrate,merchant create,audit verify"`
+	// A hot standby of `DATABASE_URL` (streaming replication),
+	// `postgres://...`; it may hold a password. Empty: every read on the
+	// primary. The list endpoints (every `GET` that answers a list) and the
+	// dashboard's list pages read it while it is at most
+	// `DATABASE_READ_MAX_LAG` behind; reads of one object, answers to writes
+	// and the worker stay on the primary. Down, failing a read, or further
+	// behind: the primary serves the list
+	// (`gatehouse_db_read_fallbacks_total`). Not checked at start. See
+	// [Read replica](operations.md#read-replica).
+	DatabaseReadURL Secret `env:"DATABASE_READ_URL" by:"api" scheme:"postgres,postgresql"`
+	// How far behind the primary the standby of `DATABASE_READ_URL` may be
+	// and still serve lists; measured every quarter of it (at most every
+	// second).
+	DatabaseReadMaxLag time.Duration `env:"DATABASE_READ_MAX_LAG" envDefault:"5s" min:"1s" by:"api"`
+	// `transaction` when `DATABASE_URL` (and `DATABASE_READ_URL`) go
+	// through PgBouncer with `pool_mode = transaction`: statements use no
+	// named prepared statement (pgx `cache_describe`, unless `DATABASE_URL`
+	// sets `default_query_exec_mode`) and no setting is sent at connection
+	// start, so `lock_timeout` and `statement_timeout` must come from the
+	// server. `migrate` refuses it. See [PgBouncer](operations.md#pgbouncer).
+	DatabasePoolMode string `env:"DATABASE_POOL_MODE" envDefault:"session" oneof:"session,transaction" by:"api,worker,migrate,merchant create,audit verify"`
 
-	HTTPAddr    string
-	MetricsAddr string
-	// APIMetricsAddr, when set, moves the api's /metrics off HTTP_ADDR to a
-	// listener of its own, so the public port never serves it. Empty keeps
-	// /metrics on HTTP_ADDR. A setting apart from METRICS_ADDR, which the
-	// worker reads, because local runs give both binaries one environment.
-	APIMetricsAddr string
-	// ProbeAddr, when set, serves the api's /healthz and /readyz on a
-	// listener of its own as well as on HTTP_ADDR: it is not counted against
-	// HTTP_MAX_CONNS, so a kubelet's probe answers while the public port is
-	// full. The worker serves its probes on METRICS_ADDR.
-	ProbeAddr string
-	// DatabaseStatementTimeout bounds every statement from the client's
-	// side (sending it, the server's work, reading the rows), and pings of
-	// pooled connections; DatabaseConnectTimeout bounds opening a
-	// connection, TLS and authentication included. Both hold when the
-	// network drops packets without a reset, where a server-side
-	// statement_timeout cannot help.
-	DatabaseStatementTimeout time.Duration
-	DatabaseConnectTimeout   time.Duration
-	// AdminAddr is the worker's admin listener (the read-only queue UI);
-	// empty turns it off. AdminToken guards it.
-	AdminAddr       string
-	AdminToken      Secret
-	TrustedProxies  []netip.Prefix
-	LogLevel        slog.Level
-	ShutdownTimeout time.Duration
-	// ShutdownDelay keeps serving, with readiness false, for this long after
-	// SIGTERM so load balancers stop routing before the listener closes.
-	ShutdownDelay time.Duration
-	// HTTPReadTimeout bounds the reading of one request, headers and body,
-	// from its first byte, so a slow sender holds a connection that long at
-	// most; HTTPWriteTimeout bounds writing the answer; HTTPIdleTimeout closes
-	// a keep-alive connection that sends nothing; HTTPMaxConns caps the
-	// connections served at once (more are refused with 503).
-	HTTPReadTimeout  time.Duration
-	HTTPWriteTimeout time.Duration
-	HTTPIdleTimeout  time.Duration
-	HTTPMaxConns     int
+	// Redis, `redis://` or `rediss://`; its form depends on `REDIS_MODE`.
+	// It may hold a password.
+	RedisURL Secret `env:"REDIS_URL" group:"Redis" by:"api,worker" needs:"Redis" hint:"e.g. redis://127.0.0.1:6379/0" scheme:"redis,rediss"`
+	// How `REDIS_URL` is read. `single`: `redis://[:password@]host:6379/0`;
+	// `sentinel`:
+	// `redis://[:password@]sentinel-0:26379?master_name=NAME&addr=sentinel-1:26379&addr=sentinel-2:26379`
+	// (the user-info password goes to the sentinels and the master; when
+	// only the master has one, give it as `&password=...` instead);
+	// `cluster`: `redis://[:password@]node-0:6379?addr=node-1:6379&addr=node-2:6379`
+	// (seed nodes).
+	RedisMode string `env:"REDIS_MODE" envDefault:"single" oneof:"single,sentinel,cluster" by:"api,worker"`
 
-	WebhookRetrySchedule []time.Duration
-	WebhookTimeout       time.Duration
-	// EventRetention is how long events are kept, WebhookLogRetention how
-	// long webhook deliveries and their attempts are: the worker drops
-	// them by partition once past it (docs/operations.md).
-	EventRetention      time.Duration
-	WebhookLogRetention time.Duration
-	// EventStreamMax bounds the open event streams of one API replica,
-	// EventStreamMaxPerMerchant those of one merchant on it and
-	// EventStreamMaxPerKey those of one API key on it.
-	EventStreamMax            int
-	EventStreamMaxPerMerchant int
-	EventStreamMaxPerKey      int
-	// EventStreamHeartbeat is how often an idle event stream sends a comment.
-	EventStreamHeartbeat time.Duration
-	// WebhookDisableAfter is how long an endpoint may do nothing but fail
-	// before it is disabled (0: never).
-	WebhookDisableAfter         time.Duration
-	WebhookAllowPrivateNetworks bool
-	// WebhookMerchantSlots is how many attempts to one merchant's
-	// endpoints a worker process runs at once (of its 100 delivery slots).
-	WebhookMerchantSlots int
-	// WebhookQueues is how many asynq queues deliveries are spread over
-	// (webhooks-0 ... webhooks-N-1, an endpoint always on the same one);
-	// the API and the workers must agree on it.
-	WebhookQueues int
+	// The HS256 key of session tokens; rotating it signs everyone out. Taken
+	// as given: spaces around it are part of it.
+	JWTSecret Secret `env:"JWT_SECRET" group:"Keys and sign-in" by:"api" needs:"JWT" minLen:"32" verbatim:"true"`
+	// The AES-256-GCM key of card data and webhook secrets.
+	EncryptionKey []byte `env:"ENCRYPTION_KEY" by:"api,worker" needs:"Encryption" secret:"true"`
+	// The issuer claim stamped into and required of session tokens;
+	// changing it signs every dashboard session out.
+	JWTIssuer string `env:"JWT_ISSUER" envDefault:"gatehouse" by:"api"`
+	// The audience claim stamped into and required of session tokens;
+	// changing it signs every dashboard session out.
+	JWTAudience string `env:"JWT_AUDIENCE" envDefault:"gatehouse-dashboard" by:"api"`
+	// Password hashes (argon2id, 19 MiB and ~20 ms of a core each) computed
+	// at once; the rest of the CPU stays with payments during a login flood.
+	// A sign-in that finds every slot taken for 1 s is refused with 503
+	// `service_unavailable` and `Retry-After: 1` instead of queueing.
+	MaxConcurrentHashes int `env:"MAX_CONCURRENT_HASHES" min:"1" docDefault:"half of GOMAXPROCS (the container's CPU limit), at least 1" by:"api"`
 
-	DefaultProvider string
-	StripeSecretKey Secret
-	StripeAPIBase   string
+	// The API's listen address: `/v1/...`, the dashboard, `/healthz`,
+	// `/readyz`, and `/metrics` unless `API_METRICS_ADDR` is set.
+	HTTPAddr string `env:"HTTP_ADDR" envDefault:":8080" group:"Listeners and HTTP" check:"addr" by:"api"`
+	// When set (e.g. `:9090`), `/metrics` is served on this address only
+	// and `HTTP_ADDR` answers it `404 not_found`, so the public port never
+	// shows metrics; empty keeps `/metrics` on `HTTP_ADDR`. Must differ from
+	// `HTTP_ADDR`. Not `METRICS_ADDR`, which the worker reads: local runs
+	// give both binaries one environment. The Kubernetes manifests use
+	// `:9090`.
+	APIMetricsAddr string `env:"API_METRICS_ADDR" check:"addr" by:"api"`
+	// When set (e.g. `:8081`), `/healthz` and `/readyz` are also served on
+	// this address, answered as on `HTTP_ADDR` (same checks, `?exclude=`,
+	// draining) and outside `HTTP_MAX_CONNS`, so the kubelet's probes
+	// answer while clients hold every connection of the public port. Must
+	// differ from `HTTP_ADDR` and `API_METRICS_ADDR`. The Kubernetes
+	// manifests use `:8081` (port `probes`), compose `:8079`.
+	ProbeAddr string `env:"PROBE_ADDR" check:"addr" by:"api"`
+	// The worker's listen address: `/healthz`, `/readyz`, `/metrics`.
+	MetricsAddr string `env:"METRICS_ADDR" envDefault:":9091" check:"addr" by:"worker"`
+	// The listen address of the worker's read-only queue UI (asynqmon);
+	// empty: off. See [Queue inspection](operations.md#queue-inspection).
+	AdminAddr string `env:"ADMIN_ADDR" check:"addr" by:"worker"`
+	// Guards the queue UI of `ADMIN_ADDR`: the UI asks for it as a bearer
+	// token or an HTTP Basic password.
+	AdminToken Secret `env:"ADMIN_TOKEN" with:"ADMIN_ADDR" minLen:"32" by:"worker"`
+	// The base URL at which cardholders' browsers reach the API: challenge
+	// links and the return from a provider's challenge page are built on
+	// it. Set it to the public HTTPS address behind a load balancer.
+	PublicURL string `env:"PUBLIC_URL" accepts:"an absolute http or https URL without a path" docDefault:"http://127.0.0.1 with the port of HTTP_ADDR" by:"api,worker"`
+	// Proxies whose `X-Forwarded-For` is believed; empty trusts nobody, and
+	// behind a proxy every client then shares its per-IP rate limits. See
+	// [Trusted proxies in Kubernetes](operations.md#trusted-proxies-in-kubernetes).
+	TrustedProxies []netip.Prefix `env:"TRUSTED_PROXIES" by:"api"`
+	// A request (line, headers and body) must arrive whole within this time
+	// of its first byte; the deadline is not extended per byte, so a client
+	// that trickles headers or a body is cut off then.
+	HTTPReadTimeout time.Duration `env:"HTTP_READ_TIMEOUT" envDefault:"15s" min:"100ms" by:"api"`
+	// The bound on writing one answer to a client that reads slowly.
+	HTTPWriteTimeout time.Duration `env:"HTTP_WRITE_TIMEOUT" envDefault:"15s" min:"100ms" by:"api"`
+	// A keep-alive connection that sends no new request for this long is
+	// closed; keep it above the load balancer's idle timeout (60 s on most).
+	HTTPIdleTimeout time.Duration `env:"HTTP_IDLE_TIMEOUT" envDefault:"75s" min:"100ms" by:"api"`
+	// Client connections open at once per process, idle keep-alive ones
+	// included. A connection beyond it never reaches the HTTP server: as
+	// soon as its request begins to arrive (at most 1 s), without the
+	// request being read, it gets `503 service_unavailable` in the usual
+	// error body with `Retry-After: 1` and `Connection: close`, and is
+	// closed; `gatehouse_http_connections_refused_total` counts them, and a
+	// warning is logged at most once a minute. Connections under the cap are
+	// unaffected. `/healthz` and `/readyz` on this port are refused too
+	// while a process is at the cap; set `PROBE_ADDR` to serve them on a
+	// port of their own, as the Kubernetes manifests and compose do. The
+	// request line and headers must fit 16 KiB (431 otherwise); bodies are
+	// limited to 64 KiB (413) and never accepted compressed (415).
+	HTTPMaxConns int `env:"HTTP_MAX_CONNS" envDefault:"10000" min:"1" by:"api"`
 
-	// ProviderTimeout bounds one provider call; ProviderMaxAttempts and
-	// ProviderRetryBase shape the retries of a provider outage (exponential
-	// from the base, capped at ProviderRetryMax) before a charge fails.
-	ProviderTimeout     time.Duration
-	ProviderMaxAttempts int
-	// RoutingMaxAttempts is how many connectors one charge tries at most.
-	RoutingMaxAttempts int
-	ProviderRetryBase  time.Duration
-	ProviderRetryMax   time.Duration
-	// ProviderIdempotencyWindow is how long a capture or refund whose
-	// outcome is unknown is sent again under its idempotency key; after it
-	// the provider is only asked to look the object up (Stripe keeps keys
-	// 24 h). ProviderOutcomeUnknownAfter is how long an outcome (of an
-	// authorization the provider has not finished, a capture, a refund) may
-	// stay unknown before it is surfaced (error log,
-	// gatehouse_provider_outcomes_unknown).
-	ProviderIdempotencyWindow   time.Duration
-	ProviderOutcomeUnknownAfter time.Duration
-	// ProviderBreakerFailures is how many provider outages in a row open a
-	// provider's circuit breaker (for 30 s).
-	ProviderBreakerFailures int
-	// AuthenticationTimeout is how long a charge that requires action waits
-	// for the cardholder before it fails authentication_expired.
-	AuthenticationTimeout time.Duration
-	// PublicURL is the base URL at which cardholders' browsers reach the API
-	// (challenge pages and the return from a provider's challenge page).
-	PublicURL string
-	// SandboxLatency is an artificial delay of every sandbox provider call.
-	SandboxLatency time.Duration
-	// OutboxSweepAfter is the age at which an unfinished outbox task is
-	// enqueued again; ReconcileAfter the age at which a charge or refund
-	// waiting for the worker gets its task re-created.
-	OutboxSweepAfter time.Duration
-	ReconcileAfter   time.Duration
+	// `debug` adds one line per request.
+	LogLevel slog.Level `env:"LOG_LEVEL" envDefault:"info" group:"Process" by:"api,worker"`
+	// Drain time after SIGTERM: the API stops accepting connections and
+	// finishes in-flight requests, the worker stops taking tasks and lets
+	// running ones finish (asynq re-queues any still running after it).
+	// Give the orchestrator a grace period above it.
+	ShutdownTimeout time.Duration `env:"SHUTDOWN_TIMEOUT" envDefault:"25s" min:"1s" by:"api,worker"`
+	// After SIGTERM, keep serving with readiness false for this long before
+	// closing the listener, so load balancers stop routing first.
+	ShutdownDelay time.Duration `env:"SHUTDOWN_DELAY" envDefault:"0s" by:"api"`
 
-	RateLimitCharges Limit
-	RateLimitLogin   Limit
-	RateLimitDefault Limit
-	// RateLimitPublicKey bounds POST /v1/tokens per public key, counting
-	// only requests that passed the per-address limit, so one address can
-	// spend at most its own share of what every shopper of the merchant
-	// shares.
-	RateLimitPublicKey Limit
-	// RateLimitEndpointActions bounds, per webhook endpoint, its test
-	// deliveries and its recovers (each on its own count).
-	RateLimitEndpointActions Limit
-	// RateLimitLoginAccount is the budget of failed logins per account
-	// (email), across addresses; over it, only addresses that signed in to
-	// the account before may try (see docs/design.md).
-	RateLimitLoginAccount Limit
+	// Per client IP, `POST /v1/auth/login`.
+	RateLimitLogin Limit `env:"RATE_LIMIT_LOGIN" envDefault:"10/5m" group:"Rate limits" by:"api"`
+	// Failed logins per account (email) across addresses; over it,
+	// `POST /v1/auth/login` for that email answers 429 except from
+	// addresses that signed in to the account in the last 30 days (see
+	// [docs/design.md](design.md)).
+	RateLimitLoginAccount Limit `env:"RATE_LIMIT_LOGIN_ACCOUNT" envDefault:"20/15m" by:"api"`
+	// Per API key, `POST /v1/charges`.
+	RateLimitCharges Limit `env:"RATE_LIMIT_CHARGES" envDefault:"100/1m" by:"api"`
+	// Per client IP, every other `/v1` route, and every failed
+	// authentication on `POST /v1/charges`.
+	RateLimitDefault Limit `env:"RATE_LIMIT_DEFAULT" envDefault:"500/1m" by:"api"`
+	// Per public key, `POST /v1/tokens`, counting only the requests that
+	// passed the per-IP `RATE_LIMIT_DEFAULT`: every shopper of a merchant
+	// shares it, and one address can spend at most its own per-IP share of
+	// it.
+	RateLimitPublicKey Limit `env:"RATE_LIMIT_PUBLIC_KEY" envDefault:"5000/1m" by:"api"`
+	// Per webhook endpoint (of its merchant), `POST .../test` and
+	// `POST .../recover` each, dry runs included.
+	RateLimitEndpointActions Limit `env:"RATE_LIMIT_ENDPOINT_ACTIONS" envDefault:"20/1m" by:"api"`
 
-	// MaxConcurrentHashes caps concurrent password hashes (argon2id uses 19 MiB each).
-	MaxConcurrentHashes int
-	// JWTIssuer and JWTAudience are stamped into and required of every session token.
-	JWTIssuer   string
-	JWTAudience string
+	// The provider of a charge that names none.
+	DefaultProvider string `env:"DEFAULT_PROVIDER" envDefault:"sandbox" group:"Providers and charges" oneof:"sandbox,stripe" by:"api"`
+	// Enables the `stripe` provider (the API accepts `provider: "stripe"`
+	// only when it is set); the worker calls Stripe with it. Required when
+	// `DEFAULT_PROVIDER` is `stripe`.
+	StripeSecretKey Secret `env:"STRIPE_SECRET_KEY" by:"api,worker"`
+	// Where the worker calls Stripe; point it at stripe-mock in tests.
+	StripeAPIBase string `env:"STRIPE_API_BASE" envDefault:"https://api.stripe.com" by:"worker"`
+	// The bound on one provider call. The API reads it too, for the deadline
+	// of the tasks it enqueues: give both binaries the same value.
+	ProviderTimeout time.Duration `env:"PROVIDER_TIMEOUT" envDefault:"15s" min:"10ms" by:"api,worker"`
+	// Connectors one charge tries at most: its route is cut to this many
+	// when the charge is created. See [docs/routing.md](routing.md).
+	RoutingMaxAttempts int `env:"ROUTING_MAX_ATTEMPTS" envDefault:"3" min:"1" max:"10" by:"api"`
+	// Attempts of an authorization or a void before the charge fails
+	// `provider_unavailable` (a void: the charge stays authorized). Captures
+	// and refunds whose outcome is unknown never fail for want of an answer:
+	// they keep trying with the backoff for 24 h, then are looked up (see
+	// [Unknown provider outcomes](operations.md#unknown-provider-outcomes)).
+	ProviderMaxAttempts int `env:"PROVIDER_MAX_ATTEMPTS" envDefault:"6" min:"1" max:"25" by:"api,worker"`
+	// The first step of the exponential backoff between provider attempts.
+	// Each wait is drawn uniformly from the top quarter of its step (75 % to
+	// 100 %), so tasks an outage held back do not return at the same
+	// instant.
+	ProviderRetryBase time.Duration `env:"PROVIDER_RETRY_BASE" envDefault:"2s" min:"1ms" by:"api,worker"`
+	// The largest step of the backoff of `PROVIDER_RETRY_BASE`; it stays an
+	// upper bound of every wait.
+	ProviderRetryMax time.Duration `env:"PROVIDER_RETRY_MAX" envDefault:"5m" min:"1ms" by:"api,worker"`
+	// How long after it was requested a capture or refund whose outcome is
+	// unknown is sent again under its idempotency key; after it the provider
+	// is only asked to look it up, never sent it again. Stripe keeps
+	// idempotency keys 24 h: never set this above the provider's window.
+	ProviderIdempotencyWindow time.Duration `env:"PROVIDER_IDEMPOTENCY_WINDOW" envDefault:"24h" min:"1s" by:"worker"`
+	// The age at which an authorization, capture or refund whose outcome is
+	// still unknown is counted by `gatehouse_provider_outcomes_unknown`
+	// (alert `GatehouseProviderOutcomeUnknown`) and logged at error level
+	// on each attempt.
+	ProviderOutcomeUnknownAfter time.Duration `env:"PROVIDER_OUTCOME_UNKNOWN_AFTER" envDefault:"24h" min:"1s" by:"worker"`
+	// Provider outages in a row that open a provider's circuit breaker for
+	// 30 s.
+	ProviderBreakerFailures int `env:"PROVIDER_BREAKER_FAILURES" envDefault:"20" min:"1" by:"worker"`
+	// How long a charge in `requires_action` waits for the cardholder
+	// (3-D Secure) before it fails `authentication_expired`.
+	AuthenticationTimeout time.Duration `env:"AUTHENTICATION_TIMEOUT" envDefault:"1h" min:"1s" by:"worker"`
+	// The age at which an unfinished outbox task is enqueued again.
+	OutboxSweepAfter time.Duration `env:"OUTBOX_SWEEP_AFTER" envDefault:"30s" min:"1s" by:"worker"`
+	// The age at which a charge or refund waiting for the worker gets its
+	// task re-created.
+	ReconcileAfter time.Duration `env:"RECONCILE_AFTER" envDefault:"2m" min:"1s" by:"worker"`
+	// Artificial latency of each sandbox provider call (load tests).
+	SandboxLatency time.Duration `env:"SANDBOX_LATENCY" envDefault:"0s" by:"worker"`
+
+	// The delay before each delivery attempt, counted from the previous
+	// attempt's end; each is made up to 10 % longer at random (never
+	// shorter), so deliveries that failed together do not return together.
+	WebhookRetrySchedule []time.Duration `env:"WEBHOOK_RETRY_SCHEDULE" envDefault:"0s,5m,30m,2h,24h" group:"Webhooks" by:"worker"`
+	// The bound on one delivery attempt. The API reads it too, for the
+	// deadline of the tasks it enqueues: give both binaries the same value.
+	WebhookTimeout time.Duration `env:"WEBHOOK_TIMEOUT" envDefault:"5s" min:"1ms" by:"api,worker"`
+	// Delivery attempts one worker process runs at once to one merchant's
+	// endpoints, of its 100 delivery slots, so one merchant's dead endpoints
+	// cannot delay the others'. See [Background work](operations.md#background-work).
+	WebhookMerchantSlots int `env:"WEBHOOK_MERCHANT_SLOTS" envDefault:"25" min:"1" max:"100" by:"worker"`
+	// The asynq queues deliveries are spread over: `webhooks-0` ...
+	// `webhooks-N-1`, an endpoint always on the same one (FNV-1a of its id,
+	// mod N). The API and the workers must agree; to change it see
+	// [Background work](operations.md#background-work).
+	WebhookQueues int `env:"WEBHOOK_QUEUES" envDefault:"8" min:"1" max:"64" by:"api,worker"`
+	// An endpoint whose attempts have done nothing but fail this long is
+	// disabled at its next failure (`failing`); `0s` never disables for
+	// failures (a `410 Gone` still does).
+	WebhookDisableAfter time.Duration `env:"WEBHOOK_DISABLE_AFTER" envDefault:"120h" by:"worker"`
+	// Development and tests only: lets endpoints and deliveries reach
+	// loopback and private addresses.
+	WebhookAllowPrivateNetworks bool `env:"WEBHOOK_ALLOW_PRIVATE_NETWORKS" envDefault:"false" by:"api,worker"`
+	// How long webhook deliveries and their attempts are kept: at least the
+	// sum of `WEBHOOK_RETRY_SCHEDULE`, so no delivery is dropped while it is
+	// retried; dropped by partition like events (see
+	// [Retention](operations.md#retention)).
+	WebhookLogRetention time.Duration `env:"WEBHOOK_LOG_RETENTION" envDefault:"720h" min:"1m" by:"api,worker,migrate"`
+
+	// How long events are kept: the API serves none older, and the worker
+	// drops them by partition (see [Retention](operations.md#retention)).
+	EventRetention time.Duration `env:"EVENT_RETENTION" envDefault:"720h" min:"1m" group:"Events" by:"api,worker,migrate"`
+	// Open `GET /v1/events/stream` connections one API replica serves;
+	// beyond, `503` (clients reconnect, to another replica behind the load
+	// balancer).
+	EventStreamMax int `env:"EVENT_STREAM_MAX" envDefault:"1000" min:"1" by:"api"`
+	// Open event streams of one merchant, all its keys together, on one
+	// replica; beyond, `429` with `Retry-After`, so that one merchant cannot
+	// take every place of a replica.
+	EventStreamMaxPerMerchant int `env:"EVENT_STREAM_MAX_PER_MERCHANT" envDefault:"20" min:"1" by:"api"`
+	// Open event streams of one API key on one replica; beyond, `429` with
+	// `Retry-After`.
+	EventStreamMaxPerKey int `env:"EVENT_STREAM_MAX_PER_KEY" envDefault:"5" min:"1" by:"api"`
+	// How often an idle event stream sends a comment; keep it under the load
+	// balancer's idle timeout.
+	EventStreamHeartbeat time.Duration `env:"EVENT_STREAM_HEARTBEAT" envDefault:"15s" min:"100ms" by:"api"`
 }
 
-// DefaultMaxConcurrentHashes is half of GOMAXPROCS, at least 1.
+// DefaultMaxConcurrentHashes is half of GOMAXPROCS, at least 1: GOMAXPROCS
+// follows the container's CPU limit, so a login flood leaves the other half
+// to payments.
 func DefaultMaxConcurrentHashes() int { return max(1, runtime.GOMAXPROCS(0)/2) }
 
 // Needs says which settings a command cannot run without.
@@ -220,7 +352,8 @@ type Needs struct {
 	Database, Redis, JWT, Encryption bool
 }
 
-// Providers names the payment providers a charge may use.
+// Providers names the payment providers a charge may use (DEFAULT_PROVIDER's
+// values).
 var Providers = []string{"sandbox", "stripe"}
 
 // Providers returns the names of the providers this deployment can use: the
@@ -237,282 +370,3 @@ func (c Config) Providers() []string {
 // an idle worker's polls of them stay cheap (asynq polls each queue of a
 // server in turn).
 const DefaultWebhookQueues = 8
-
-// Load reads the configuration through getenv and checks it against needs.
-// The error, if any, names every problem in one line and never a secret value.
-func Load(getenv func(string) string, needs Needs) (Config, error) {
-	var problems []string
-	bad := func(name, format string, args ...any) {
-		problems = append(problems, name+" "+fmt.Sprintf(format, args...))
-	}
-	get := func(name, def string) string {
-		if v := strings.TrimSpace(getenv(name)); v != "" {
-			return v
-		}
-		return def
-	}
-
-	c := Config{
-		DatabaseURL:      Secret(get("DATABASE_URL", "")),
-		DatabaseReadURL:  Secret(get("DATABASE_READ_URL", "")),
-		DatabasePoolMode: get("DATABASE_POOL_MODE", "session"),
-		RedisURL:         Secret(get("REDIS_URL", "")),
-		RedisMode:        get("REDIS_MODE", "single"),
-		AdminAddr:        get("ADMIN_ADDR", ""),
-		AdminToken:       Secret(get("ADMIN_TOKEN", "")),
-		JWTSecret:        Secret(getenv("JWT_SECRET")),
-		HTTPAddr:         get("HTTP_ADDR", ":8080"),
-		MetricsAddr:      get("METRICS_ADDR", ":9091"),
-		APIMetricsAddr:   get("API_METRICS_ADDR", ""),
-		ProbeAddr:        get("PROBE_ADDR", ""),
-		DefaultProvider:  get("DEFAULT_PROVIDER", "sandbox"),
-		StripeSecretKey:  Secret(get("STRIPE_SECRET_KEY", "")),
-		StripeAPIBase:    get("STRIPE_API_BASE", "https://api.stripe.com"),
-		JWTIssuer:        get("JWT_ISSUER", "gatehouse"),
-		JWTAudience:      get("JWT_AUDIENCE", "gatehouse-dashboard"),
-	}
-
-	if c.DatabaseURL == "" {
-		if needs.Database {
-			bad("DATABASE_URL", "is required (e.g. postgres://user@127.0.0.1:5432/gatehouse)")
-		}
-	} else if u, err := url.Parse(c.DatabaseURL.Reveal()); err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
-		bad("DATABASE_URL", "must be a postgres:// URL")
-	}
-	if c.DatabaseReadURL != "" {
-		if u, err := url.Parse(c.DatabaseReadURL.Reveal()); err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
-			bad("DATABASE_READ_URL", "must be a postgres:// URL")
-		}
-	}
-	if c.DatabasePoolMode != "session" && c.DatabasePoolMode != "transaction" {
-		bad("DATABASE_POOL_MODE", "must be session or transaction, got %q", c.DatabasePoolMode)
-	}
-	if c.RedisURL == "" {
-		if needs.Redis {
-			bad("REDIS_URL", "is required (e.g. redis://127.0.0.1:6379/0)")
-		}
-	} else if u, err := url.Parse(c.RedisURL.Reveal()); err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") {
-		bad("REDIS_URL", "must be a redis:// or rediss:// URL")
-	}
-	if c.RedisMode != "single" && c.RedisMode != "sentinel" && c.RedisMode != "cluster" {
-		bad("REDIS_MODE", "must be single, sentinel or cluster, got %q", c.RedisMode)
-	}
-	if c.AdminAddr != "" {
-		if _, port, ok := strings.Cut(c.AdminAddr, ":"); !ok || port == "" {
-			bad("ADMIN_ADDR", "must be host:port or :port, got %q", c.AdminAddr)
-		}
-		if len(c.AdminToken) < 32 {
-			bad("ADMIN_TOKEN", "must be at least 32 bytes when ADMIN_ADDR is set")
-		}
-	}
-	if len(c.JWTSecret) == 0 {
-		if needs.JWT {
-			bad("JWT_SECRET", "is required (at least 32 bytes)")
-		}
-	} else if len(c.JWTSecret) < 32 {
-		bad("JWT_SECRET", "must be at least 32 bytes, got %d", len(c.JWTSecret))
-	}
-	if v := getenv("ENCRYPTION_KEY"); v == "" {
-		if needs.Encryption {
-			bad("ENCRYPTION_KEY", "is required (32 bytes as 64 hex characters)")
-		}
-	} else if k, err := hex.DecodeString(strings.TrimSpace(v)); err != nil || len(k) != 32 {
-		bad("ENCRYPTION_KEY", "must be 32 bytes as 64 hex characters")
-	} else {
-		c.EncryptionKey = k
-	}
-
-	for _, addr := range []struct{ name, v string }{{"HTTP_ADDR", c.HTTPAddr}, {"METRICS_ADDR", c.MetricsAddr}} {
-		if _, port, ok := strings.Cut(addr.v, ":"); !ok || port == "" {
-			bad(addr.name, "must be host:port or :port, got %q", addr.v)
-		}
-	}
-	if c.APIMetricsAddr != "" {
-		if _, port, ok := strings.Cut(c.APIMetricsAddr, ":"); !ok || port == "" {
-			bad("API_METRICS_ADDR", "must be host:port or :port, got %q", c.APIMetricsAddr)
-		} else if c.APIMetricsAddr == c.HTTPAddr {
-			bad("API_METRICS_ADDR", "must differ from HTTP_ADDR (leave it empty to serve /metrics on HTTP_ADDR)")
-		}
-	}
-	if c.ProbeAddr != "" {
-		if _, port, ok := strings.Cut(c.ProbeAddr, ":"); !ok || port == "" {
-			bad("PROBE_ADDR", "must be host:port or :port, got %q", c.ProbeAddr)
-		} else if c.ProbeAddr == c.HTTPAddr || c.ProbeAddr == c.APIMetricsAddr {
-			bad("PROBE_ADDR", "must differ from HTTP_ADDR and API_METRICS_ADDR (leave it empty to serve the probes on HTTP_ADDR only)")
-		}
-	}
-
-	if v := get("TRUSTED_PROXIES", ""); v != "" {
-		for _, p := range strings.Split(v, ",") {
-			p = strings.TrimSpace(p)
-			if p == "" {
-				continue
-			}
-			if prefix, err := netip.ParsePrefix(p); err == nil {
-				c.TrustedProxies = append(c.TrustedProxies, prefix.Masked())
-			} else if addr, err := netip.ParseAddr(p); err == nil {
-				c.TrustedProxies = append(c.TrustedProxies, netip.PrefixFrom(addr.Unmap(), addr.Unmap().BitLen()))
-			} else {
-				bad("TRUSTED_PROXIES", "has %q, which is neither an IP address nor a CIDR", p)
-			}
-		}
-	}
-
-	if err := c.LogLevel.UnmarshalText([]byte(get("LOG_LEVEL", "info"))); err != nil {
-		bad("LOG_LEVEL", "must be debug, info, warn or error")
-	}
-
-	duration := func(name, def string, min time.Duration) time.Duration {
-		d, err := time.ParseDuration(get(name, def))
-		if err != nil || d < min {
-			bad(name, "must be a duration of at least %s such as %s", min, def)
-		}
-		return d
-	}
-	c.ShutdownTimeout = duration("SHUTDOWN_TIMEOUT", "25s", time.Second)
-	c.DatabaseStatementTimeout = duration("DATABASE_STATEMENT_TIMEOUT", "5s", 100*time.Millisecond)
-	c.DatabaseConnectTimeout = duration("DATABASE_CONNECT_TIMEOUT", "5s", 100*time.Millisecond)
-	c.DatabaseReadMaxLag = duration("DATABASE_READ_MAX_LAG", "5s", time.Second)
-	c.ShutdownDelay = duration("SHUTDOWN_DELAY", "0s", 0)
-	c.HTTPReadTimeout = duration("HTTP_READ_TIMEOUT", "15s", 100*time.Millisecond)
-	c.HTTPWriteTimeout = duration("HTTP_WRITE_TIMEOUT", "15s", 100*time.Millisecond)
-	c.HTTPIdleTimeout = duration("HTTP_IDLE_TIMEOUT", "75s", 100*time.Millisecond)
-	if n, err := strconv.Atoi(get("HTTP_MAX_CONNS", "10000")); err != nil || n < 1 {
-		bad("HTTP_MAX_CONNS", "must be a positive integer")
-	} else {
-		c.HTTPMaxConns = n
-	}
-	c.ProviderTimeout = duration("PROVIDER_TIMEOUT", "15s", 10*time.Millisecond)
-	c.ProviderRetryBase = duration("PROVIDER_RETRY_BASE", "2s", time.Millisecond)
-	c.ProviderRetryMax = duration("PROVIDER_RETRY_MAX", "5m", time.Millisecond)
-	c.ProviderIdempotencyWindow = duration("PROVIDER_IDEMPOTENCY_WINDOW", "24h", time.Second)
-	c.ProviderOutcomeUnknownAfter = duration("PROVIDER_OUTCOME_UNKNOWN_AFTER", "24h", time.Second)
-	c.SandboxLatency = duration("SANDBOX_LATENCY", "0s", 0)
-	c.AuthenticationTimeout = duration("AUTHENTICATION_TIMEOUT", "1h", time.Second)
-	c.PublicURL = strings.TrimRight(get("PUBLIC_URL", defaultPublicURL(c.HTTPAddr)), "/")
-	if u, err := url.Parse(c.PublicURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Path != "" {
-		bad("PUBLIC_URL", "must be an absolute http or https URL without a path (e.g. https://pay.example.com)")
-	}
-	c.OutboxSweepAfter = duration("OUTBOX_SWEEP_AFTER", "30s", time.Second)
-	c.ReconcileAfter = duration("RECONCILE_AFTER", "2m", time.Second)
-	if n, err := strconv.Atoi(get("PROVIDER_BREAKER_FAILURES", "20")); err != nil || n < 1 {
-		bad("PROVIDER_BREAKER_FAILURES", "must be a positive integer")
-	} else {
-		c.ProviderBreakerFailures = n
-	}
-	if n, err := strconv.Atoi(get("ROUTING_MAX_ATTEMPTS", "3")); err != nil || n < 1 || n > 10 {
-		bad("ROUTING_MAX_ATTEMPTS", "must be an integer from 1 to 10")
-	} else {
-		c.RoutingMaxAttempts = n
-	}
-	if n, err := strconv.Atoi(get("PROVIDER_MAX_ATTEMPTS", "6")); err != nil || n < 1 || n > 25 {
-		bad("PROVIDER_MAX_ATTEMPTS", "must be an integer from 1 to 25")
-	} else {
-		c.ProviderMaxAttempts = n
-	}
-	c.WebhookTimeout = duration("WEBHOOK_TIMEOUT", "5s", time.Millisecond)
-	c.WebhookDisableAfter = duration("WEBHOOK_DISABLE_AFTER", "120h", 0)
-	if n, err := strconv.Atoi(get("WEBHOOK_MERCHANT_SLOTS", "25")); err != nil || n < 1 || n > 100 {
-		bad("WEBHOOK_MERCHANT_SLOTS", "must be an integer from 1 to 100 (the worker's delivery slots)")
-	} else {
-		c.WebhookMerchantSlots = n
-	}
-	if n, err := strconv.Atoi(get("WEBHOOK_QUEUES", strconv.Itoa(DefaultWebhookQueues))); err != nil || n < 1 || n > 64 {
-		bad("WEBHOOK_QUEUES", "must be an integer from 1 to 64")
-	} else {
-		c.WebhookQueues = n
-	}
-	c.EventStreamHeartbeat = duration("EVENT_STREAM_HEARTBEAT", "15s", 100*time.Millisecond)
-	for _, v := range []struct {
-		name, def string
-		dst       *int
-	}{{"EVENT_STREAM_MAX", "1000", &c.EventStreamMax}, {"EVENT_STREAM_MAX_PER_MERCHANT", "20", &c.EventStreamMaxPerMerchant},
-		{"EVENT_STREAM_MAX_PER_KEY", "5", &c.EventStreamMaxPerKey}} {
-		if n, err := strconv.Atoi(get(v.name, v.def)); err != nil || n < 1 {
-			bad(v.name, "must be a positive integer")
-		} else {
-			*v.dst = n
-		}
-	}
-
-	for _, s := range strings.Split(get("WEBHOOK_RETRY_SCHEDULE", "0s,5m,30m,2h,24h"), ",") {
-		d, err := time.ParseDuration(strings.TrimSpace(s))
-		if err != nil || d < 0 {
-			bad("WEBHOOK_RETRY_SCHEDULE", "must be a comma-separated list of durations such as 0s,5m,30m,2h,24h")
-			break
-		}
-		c.WebhookRetrySchedule = append(c.WebhookRetrySchedule, d)
-	}
-
-	c.EventRetention = duration("EVENT_RETENTION", "720h", time.Minute)
-	c.WebhookLogRetention = duration("WEBHOOK_LOG_RETENTION", "720h", time.Minute)
-	// A delivery is kept at least as long as its retries can go on: one
-	// dropped while pending would leave its task behind.
-	var retrying time.Duration
-	for _, d := range c.WebhookRetrySchedule {
-		retrying += d
-	}
-	if c.WebhookLogRetention > 0 && c.WebhookLogRetention < retrying {
-		bad("WEBHOOK_LOG_RETENTION", "must be at least the sum of WEBHOOK_RETRY_SCHEDULE (%s)", retrying)
-	}
-
-	if v := get("WEBHOOK_ALLOW_PRIVATE_NETWORKS", "false"); v != "" {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			bad("WEBHOOK_ALLOW_PRIVATE_NETWORKS", "must be true or false")
-		}
-		c.WebhookAllowPrivateNetworks = b
-	}
-
-	known := false
-	for _, p := range Providers {
-		known = known || p == c.DefaultProvider
-	}
-	if !known {
-		bad("DEFAULT_PROVIDER", "must be one of %s", strings.Join(Providers, ", "))
-	}
-	if c.DefaultProvider == "stripe" && c.StripeSecretKey == "" {
-		bad("STRIPE_SECRET_KEY", "is required when DEFAULT_PROVIDER is stripe")
-	}
-
-	limit := func(name, def string) Limit {
-		l, err := ParseLimit(get(name, def))
-		if err != nil {
-			bad(name, "%v", err)
-		}
-		return l
-	}
-	c.RateLimitCharges = limit("RATE_LIMIT_CHARGES", "100/1m")
-	c.RateLimitLogin = limit("RATE_LIMIT_LOGIN", "10/5m")
-	c.RateLimitDefault = limit("RATE_LIMIT_DEFAULT", "500/1m")
-	c.RateLimitPublicKey = limit("RATE_LIMIT_PUBLIC_KEY", "5000/1m")
-	c.RateLimitEndpointActions = limit("RATE_LIMIT_ENDPOINT_ACTIONS", "20/1m")
-	c.RateLimitLoginAccount = limit("RATE_LIMIT_LOGIN_ACCOUNT", "20/15m")
-
-	// By default hashing may take half the CPUs the process has (GOMAXPROCS
-	// follows the container's CPU limit), so a login flood leaves the other
-	// half to payments.
-	n, err := strconv.Atoi(get("MAX_CONCURRENT_HASHES", strconv.Itoa(DefaultMaxConcurrentHashes())))
-	if err != nil || n < 1 {
-		bad("MAX_CONCURRENT_HASHES", "must be a positive integer")
-	}
-	c.MaxConcurrentHashes = n
-
-	if len(problems) > 0 {
-		return Config{}, errors.New("invalid configuration: " + strings.Join(problems, "; "))
-	}
-	return c, nil
-}
-
-// defaultPublicURL is the API's own address on loopback: right for a local
-// stack, and replaced by PUBLIC_URL behind a load balancer.
-func defaultPublicURL(httpAddr string) string {
-	host, port, err := net.SplitHostPort(httpAddr)
-	if err != nil || port == "" {
-		return "http://127.0.0.1:8080"
-	}
-	if host == "" || host == "0.0.0.0" || host == "::" {
-		host = "127.0.0.1"
-	}
-	return "http://" + net.JoinHostPort(host, port)
-}

@@ -2,9 +2,8 @@ package config
 
 import (
 	"fmt"
+	"log/slog"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -158,25 +157,6 @@ func TestSecretNeverPrints(t *testing.T) {
 	}
 }
 
-// TestEveryVariableIsDocumented: each variable Load reads has a row in the
-// configuration table of docs/operations.md.
-func TestEveryVariableIsDocumented(t *testing.T) {
-	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "operations.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	asked := map[string]bool{}
-	_, _ = Load(func(k string) string { asked[k] = true; return valid[k] }, Needs{})
-	if len(asked) < 20 {
-		t.Fatalf("Load read only %d variables: %v", len(asked), asked)
-	}
-	for name := range asked {
-		if !strings.Contains(string(doc), "| `"+name+"`") && !strings.Contains(string(doc), "`"+name+"`, `") && !strings.Contains(string(doc), ", `"+name+"`") {
-			t.Errorf("%s is read by config.Load but has no row in docs/operations.md", name)
-		}
-	}
-}
-
 func TestProbeAddrAndDatabaseTimeouts(t *testing.T) {
 	cfg, err := Load(envOf(map[string]string{}), Needs{})
 	if err != nil || cfg.ProbeAddr != "" || cfg.DatabaseStatementTimeout != 5*time.Second || cfg.DatabaseConnectTimeout != 5*time.Second {
@@ -271,5 +251,78 @@ func TestWebhookQueues(t *testing.T) {
 		case c.want != 0 && cfg.WebhookQueues != c.want:
 			t.Errorf("WEBHOOK_QUEUES=%q: got %d, want %d", c.value, cfg.WebhookQueues, c.want)
 		}
+	}
+}
+
+// TestBlankIsUnset: a blank value is the default, and values are trimmed,
+// except JWT_SECRET, which is taken as given.
+func TestBlankIsUnset(t *testing.T) {
+	secret := " " + strings.Repeat("j", 32) + "\n"
+	c, err := Load(envOf(map[string]string{"HTTP_ADDR": "  ", "LOG_LEVEL": "\t", "WEBHOOK_QUEUES": " 12 ", "JWT_SECRET": secret}), Needs{JWT: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.HTTPAddr != ":8080" || c.LogLevel != slog.LevelInfo || c.WebhookQueues != 12 || c.JWTSecret.Reveal() != secret {
+		t.Fatalf("got %q %v %d %q", c.HTTPAddr, c.LogLevel, c.WebhookQueues, c.JWTSecret.Reveal())
+	}
+	if _, err := Load(envOf(map[string]string{"JWT_SECRET": "   "}), Needs{}); err == nil || !strings.Contains(err.Error(), "JWT_SECRET must be at least 32 bytes, got 3") {
+		t.Fatalf("a blank JWT_SECRET is kept, and refused: %v", err)
+	}
+}
+
+// TestAdminToken: ADMIN_TOKEN is required, and checked, only while
+// ADMIN_ADDR is set.
+func TestAdminToken(t *testing.T) {
+	long := strings.Repeat("a", 32)
+	for _, c := range []struct {
+		addr, token string
+		ok          bool
+	}{{"", "", true}, {"", "short", true}, {":9092", long, true}, {":9092", "", false}, {":9092", "short", false}} {
+		_, err := Load(envOf(map[string]string{"ADMIN_ADDR": c.addr, "ADMIN_TOKEN": c.token}), Needs{})
+		if c.ok != (err == nil) || (err != nil && !strings.Contains(err.Error(), "ADMIN_TOKEN must be at least 32 bytes when ADMIN_ADDR is set")) {
+			t.Errorf("ADMIN_ADDR=%q ADMIN_TOKEN=%q: %v", c.addr, c.token, err)
+		}
+	}
+}
+
+// TestProblemsInOrder: the problems come in the order of the declarations
+// (and of docs/settings.md), one per variable.
+func TestProblemsInOrder(t *testing.T) {
+	_, err := Load(envOf(map[string]string{"WEBHOOK_LOG_RETENTION": "30s", "HTTP_MAX_CONNS": "abc", "DATABASE_POOL_MODE": "x"}), Needs{})
+	want := `invalid configuration: DATABASE_POOL_MODE must be session or transaction, got "x"; HTTP_MAX_CONNS must be a positive integer; WEBHOOK_LOG_RETENTION must be a duration of at least 1m such as 720h`
+	if err == nil || err.Error() != want {
+		t.Fatalf("got  %v\nwant %s", err, want)
+	}
+}
+
+// TestDeclarations: the tags agree with the constants the rest of Gatehouse
+// uses, and every setting says who reads it.
+func TestDeclarations(t *testing.T) {
+	seen := map[string]bool{}
+	for i, s := range settings() {
+		if seen[s.Name] {
+			t.Errorf("%s is declared twice", s.Name)
+		}
+		seen[s.Name] = true
+		if i == 0 && s.Group == "" {
+			t.Errorf("%s, the first setting, starts no group", s.Name)
+		}
+		if len(s.By) == 0 {
+			t.Errorf("%s has no by tag", s.Name)
+		}
+		switch s.Name {
+		case "DEFAULT_PROVIDER":
+			if fmt.Sprint(s.oneof) != fmt.Sprint(Providers) {
+				t.Errorf("DEFAULT_PROVIDER takes %v, Providers is %v", s.oneof, Providers)
+			}
+		case "WEBHOOK_QUEUES":
+			if s.Default != fmt.Sprint(DefaultWebhookQueues) {
+				t.Errorf("WEBHOOK_QUEUES defaults to %s, DefaultWebhookQueues is %d", s.Default, DefaultWebhookQueues)
+			}
+		}
+	}
+	c, err := Load(envOf(nil), Needs{})
+	if err != nil || c.MaxConcurrentHashes != DefaultMaxConcurrentHashes() {
+		t.Fatalf("MAX_CONCURRENT_HASHES unset: %d, %v", c.MaxConcurrentHashes, err)
 	}
 }
