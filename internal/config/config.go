@@ -111,7 +111,7 @@ type Config struct {
 	// and the worker stay on the primary. Down, failing a read, or further
 	// behind: the primary serves the list
 	// (`gatehouse_db_read_fallbacks_total`). Not checked at start. See
-	// [Read replica](operations.md#read-replica).
+	// [Read replica](scaling.md#read-replica).
 	DatabaseReadURL Secret `env:"DATABASE_READ_URL" by:"api" scheme:"postgres,postgresql"`
 	// How far behind the primary the standby of `DATABASE_READ_URL` may be
 	// and still serve lists; measured every quarter of it (at most every
@@ -122,7 +122,7 @@ type Config struct {
 	// named prepared statement (pgx `cache_describe`, unless `DATABASE_URL`
 	// sets `default_query_exec_mode`) and no setting is sent at connection
 	// start, so `lock_timeout` and `statement_timeout` must come from the
-	// server. `migrate` refuses it. See [PgBouncer](operations.md#pgbouncer).
+	// server. `migrate` refuses it. See [PgBouncer](scaling.md#pgbouncer).
 	DatabasePoolMode string `env:"DATABASE_POOL_MODE" envDefault:"session" oneof:"session,transaction" by:"api,worker,migrate,merchant create,audit verify"`
 
 	// Redis, `redis://` or `rediss://`; its form depends on `REDIS_MODE`.
@@ -174,7 +174,7 @@ type Config struct {
 	// The worker's listen address: `/healthz`, `/readyz`, `/metrics`.
 	MetricsAddr string `env:"METRICS_ADDR" envDefault:":9091" check:"addr" by:"worker"`
 	// The listen address of the worker's read-only queue UI (asynqmon);
-	// empty: off. See [Queue inspection](operations.md#queue-inspection).
+	// empty: off. See [Queue inspection](observability.md#queue-inspection).
 	AdminAddr string `env:"ADMIN_ADDR" check:"addr" by:"worker"`
 	// Guards the queue UI of `ADMIN_ADDR`: the UI asks for it as a bearer
 	// token or an HTTP Basic password.
@@ -185,7 +185,7 @@ type Config struct {
 	PublicURL string `env:"PUBLIC_URL" accepts:"an absolute http or https URL without a path" docDefault:"http://127.0.0.1 with the port of HTTP_ADDR" by:"api,worker"`
 	// Proxies whose `X-Forwarded-For` is believed; empty trusts nobody, and
 	// behind a proxy every client then shares its per-IP rate limits. See
-	// [Trusted proxies in Kubernetes](operations.md#trusted-proxies-in-kubernetes).
+	// [Trusted proxies in Kubernetes](deploy.md#trusted-proxies-in-kubernetes).
 	TrustedProxies []netip.Prefix `env:"TRUSTED_PROXIES" by:"api"`
 	// A request (line, headers and body) must arrive whole within this time
 	// of its first byte; the deadline is not extended per byte, so a client
@@ -260,7 +260,7 @@ type Config struct {
 	// `provider_unavailable` (a void: the charge stays authorized). Captures
 	// and refunds whose outcome is unknown never fail for want of an answer:
 	// they keep trying with the backoff for 24 h, then are looked up (see
-	// [Unknown provider outcomes](operations.md#unknown-provider-outcomes)).
+	// [Unknown provider outcomes](background.md#unknown-provider-outcomes)).
 	ProviderMaxAttempts int `env:"PROVIDER_MAX_ATTEMPTS" envDefault:"6" min:"1" max:"25" by:"api,worker"`
 	// The first step of the exponential backoff between provider attempts.
 	// Each wait is drawn uniformly from the top quarter of its step (75 % to
@@ -303,12 +303,12 @@ type Config struct {
 	WebhookTimeout time.Duration `env:"WEBHOOK_TIMEOUT" envDefault:"5s" min:"1ms" by:"api,worker"`
 	// Delivery attempts one worker process runs at once to one merchant's
 	// endpoints, of its 100 delivery slots, so one merchant's dead endpoints
-	// cannot delay the others'. See [Background work](operations.md#background-work).
+	// cannot delay the others'. See [Delivery slots](background.md#delivery-slots).
 	WebhookMerchantSlots int `env:"WEBHOOK_MERCHANT_SLOTS" envDefault:"25" min:"1" max:"100" by:"worker"`
 	// The asynq queues deliveries are spread over: `webhooks-0` ...
 	// `webhooks-N-1`, an endpoint always on the same one (FNV-1a of its id,
 	// mod N). The API and the workers must agree; to change it see
-	// [Background work](operations.md#background-work).
+	// [Queues](background.md#queues).
 	WebhookQueues int `env:"WEBHOOK_QUEUES" envDefault:"8" min:"1" max:"64" by:"api,worker"`
 	// An endpoint whose attempts have done nothing but fail this long is
 	// disabled at its next failure (`failing`); `0s` never disables for
@@ -320,11 +320,11 @@ type Config struct {
 	// How long webhook deliveries and their attempts are kept: at least the
 	// sum of `WEBHOOK_RETRY_SCHEDULE`, so no delivery is dropped while it is
 	// retried; dropped by partition like events (see
-	// [Retention](operations.md#retention)).
+	// [Retention](background.md#retention)).
 	WebhookLogRetention time.Duration `env:"WEBHOOK_LOG_RETENTION" envDefault:"720h" min:"1m" by:"api,worker,migrate"`
 
 	// How long events are kept: the API serves none older, and the worker
-	// drops them by partition (see [Retention](operations.md#retention)).
+	// drops them by partition (see [Retention](background.md#retention)).
 	EventRetention time.Duration `env:"EVENT_RETENTION" envDefault:"720h" min:"1m" group:"Events" by:"api,worker,migrate"`
 	// Open `GET /v1/events/stream` connections one API replica serves;
 	// beyond, `503` (clients reconnect, to another replica behind the load

@@ -154,7 +154,7 @@ How to deploy and operate Gatehouse with them is in [docs/operations.md](operati
 
 - ` + "`OTEL_*`" + ` (the api and the worker): OpenTelemetry tracing, off unless an exporter is
   configured; the variables are the OpenTelemetry SDK's, read by internal/tracing. See
-  [Tracing](operations.md#tracing).
+  [Tracing](observability.md#tracing).
 - ` + "`GOMAXPROCS`, `GOMEMLIMIT`" + `: the Go runtime's; the Kubernetes manifests set ` + "`GOMEMLIMIT`" + `
   below the container's memory limit.
 - ` + "`GATEHOUSE_API`, `GATEHOUSE_SECRET_KEY`" + `: the developer CLI ` + "`bin/gatehouse`" + `

@@ -73,9 +73,6 @@ type Repo struct {
 	read    func(name string) ([]byte, error)
 	anchors map[string]map[string]bool
 	labels  map[string][]string
-	// Awaited files may be referred to before they exist: another change
-	// adds them.
-	Awaited map[string]bool
 }
 
 // New returns the repository made of files, read through read.
@@ -91,7 +88,7 @@ func New(files []string, read func(name string) ([]byte, error)) *Repo {
 }
 
 func (r *Repo) exists(name string) bool {
-	return r.files[name] || r.dirs[name] || r.Awaited[name]
+	return r.files[name] || r.dirs[name]
 }
 
 // resolve finds name relative to each of the directories in turn and
@@ -353,7 +350,7 @@ func (c *checker) text(text string) {
 func (c *checker) section(line int, file, title string) {
 	p, ok := c.repo.resolve(file, c.dir, ".", "docs")
 	if !ok || !c.repo.files[p] {
-		return // reported as a missing file, or awaited
+		return // reported as a missing file
 	}
 	want := Slug(title)
 	c.repo.headings(p) // reads the labels too

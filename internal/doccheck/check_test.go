@@ -32,7 +32,6 @@ func fixtureRepo() *Repo {
 		}
 		return []byte(s), nil
 	})
-	r.Awaited = map[string]bool{"docs/settings.md": true}
 	return r
 }
 
@@ -76,7 +75,6 @@ func TestCheck(t *testing.T) {
 		{"quoted sections", "deploy/k8s/base/api.yaml", "# docs/guide.md, \"Probes\"; \"Apply, migrations first\" in docs/guide.md;\n# docs/guide.md (\"Unknown outcomes\")", nil},
 		{"a missing quoted section", "deploy/k8s/base/api.yaml", "# docs/guide.md, \"Retention\"",
 			[]string{`1: docs/guide.md, "Retention"`}},
-		{"awaited files", "docs/x.md", "Settings: [settings](settings.md), docs/settings.md.", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var got []string
