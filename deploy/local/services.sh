@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# PostgreSQL and Redis for local development.
+# PostgreSQL and Redis for Gatehouse: the one place that finds and starts them.
 #
-# Sourced by deploy/local/run.sh (`make run`), or run on its own:
+# Sourced by deploy/local/run.sh (`make run`) and deploy/local/testenv.sh
+# (`make test`), run by .ci/run, or run on its own:
 #
 #   deploy/local/services.sh up       find or start Postgres and Redis, print their URLs
 #   deploy/local/services.sh down     stop the project-local instances under .dev/
 #   deploy/local/services.sh status   say what is running
+#   deploy/local/services.sh ci-up    start the machine's own servers, as .ci/run does
 #
-# How a service is chosen (the first that answers wins):
+# How `up` chooses a service (the first that answers wins):
 #   Postgres  1. $DATABASE_URL
 #             2. a server on 127.0.0.1:5432 that lets user postgres in without a
 #                password; database gatehouse_dev is created there if missing
@@ -17,6 +19,16 @@
 #             2. 127.0.0.1:6379, db 0
 #             3. a project-local redis-server in .dev/redis on port 63799
 #                (no persistence)
+#
+# ci-up, for a Debian machine (as root, or with sudo -n):
+#   Postgres  the Debian cluster $CI_PG_CLUSTER (default main) on
+#             127.0.0.1:$CI_PG_PORT (default 5432), unless a server accepts
+#             connections there: started with pg_ctlcluster, created first with
+#             pg_createcluster when there is none. When user postgres needs a
+#             password, trust rules for 127.0.0.1 and ::1 go at the top of the
+#             cluster's pg_hba.conf.
+#   Redis     127.0.0.1:$CI_REDIS_PORT (default 6379), else a redis-server started
+#             there (no persistence; log /var/log/redis/ci.log).
 #
 # Settings:
 #   GATEHOUSE_DEV_LOCAL=1     skip 1 and 2: always use the .dev/ instances
@@ -38,15 +50,39 @@ DEV_DB_NAME=gatehouse_dev
 STARTED_PG=0
 STARTED_REDIS=0
 
-log() { printf '[run] %s\n' "$*" >&2; }
+# The tag of log lines: run (make run), test (make test), ci (ci-up).
+: "${SERVICES_TAG:=run}"
+log() { printf '[%s] %s\n' "$SERVICES_TAG" "$*" >&2; }
 fail() {
-	printf '[run] ERROR: %s\n' "$*" >&2
+	printf '[%s] ERROR: %s\n' "$SERVICES_TAG" "$*" >&2
 	exit 1
 }
 
 # port_open HOST PORT: something accepts TCP connections there.
 port_open() {
 	(exec 3<>"/dev/tcp/$1/$2") 2>/dev/null
+}
+
+# wait_until SECONDS CMD...: run CMD every 0.2 s until it succeeds, for at most
+# SECONDS.
+wait_until() {
+	local secs=$1 i
+	shift
+	for ((i = 0; i < secs * 5; i++)); do
+		"$@" >/dev/null 2>&1 && return 0
+		sleep 0.2
+	done
+	"$@" >/dev/null 2>&1
+}
+
+# as_root CMD...: run CMD as root: directly when we are root, else through
+# sudo -n when there is one (else as we are, to fail with CMD's own message).
+as_root() {
+	if [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1; then
+		sudo -n "$@"
+	else
+		"$@"
+	fi
 }
 
 # --- PostgreSQL -------------------------------------------------------------
@@ -65,7 +101,7 @@ pg_bindir() {
 		return 0
 	fi
 	# Debian/Ubuntu, RHEL/Fedora (PGDG), Homebrew, Postgres.app; newest version first.
-	for d in $(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -t/ -k5,5nr) \
+	for d in $(pg_versions /usr/lib/postgresql | sed 's#.*#/usr/lib/postgresql/&/bin#') \
 		$(ls -d /usr/pgsql-*/bin 2>/dev/null | sort -r) \
 		$(ls -d /opt/homebrew/opt/postgresql*/bin /usr/local/opt/postgresql*/bin 2>/dev/null | sort -r) \
 		$(ls -d /Applications/Postgres.app/Contents/Versions/latest/bin 2>/dev/null); do
@@ -293,8 +329,17 @@ EOF
 	exit 1
 }
 
+# redis_args PORT DIR LOGFILE [PIDFILE]: set REDIS_ARGS to the arguments of a
+# redis-server that runs in the background on 127.0.0.1 (and ::1 when it can)
+# port PORT, in DIR, without persistence.
+redis_args() {
+	REDIS_ARGS=(--daemonize yes --bind 127.0.0.1 -::1 --port "$1" --dir "$2" --logfile "$3"
+		--save "" --appendonly no)
+	if [ -n "${4:-}" ]; then REDIS_ARGS+=(--pidfile "$4"); fi
+}
+
 start_dev_redis() {
-	local url="redis://127.0.0.1:$DEV_REDIS_PORT/0" i
+	local url="redis://127.0.0.1:$DEV_REDIS_PORT/0"
 	if dev_redis_pid >/dev/null && redis_answers "$url"; then
 		log "reusing the .dev Redis already running on port $DEV_REDIS_PORT (stop it: deploy/local/services.sh down)"
 	else
@@ -305,16 +350,12 @@ start_dev_redis() {
 		mkdir -p "$DEV_REDIS_DIR"
 		rm -f "$DEV_REDIS_DIR/redis.pid"
 		log "starting the .dev Redis on 127.0.0.1:$DEV_REDIS_PORT (log: .dev/redis/redis.log)"
-		redis-server --daemonize yes --bind 127.0.0.1 --port "$DEV_REDIS_PORT" \
-			--pidfile "$DEV_REDIS_DIR/redis.pid" --dir "$DEV_REDIS_DIR" \
-			--logfile "$DEV_REDIS_DIR/redis.log" --save "" --appendonly no </dev/null >/dev/null ||
+		redis_args "$DEV_REDIS_PORT" "$DEV_REDIS_DIR" "$DEV_REDIS_DIR/redis.log" "$DEV_REDIS_DIR/redis.pid"
+		redis-server "${REDIS_ARGS[@]}" </dev/null >/dev/null ||
 			fail "redis-server did not start; see .dev/redis/redis.log"
 		# shellcheck disable=SC2034 # read by run.sh
 		STARTED_REDIS=1
-		for ((i = 0; i < 50; i++)); do
-			redis_answers "$url" && break
-			sleep 0.2
-		done
+		wait_until 10 redis_answers "$url" || true
 	fi
 	redis_answers "$url" || fail "the .dev Redis does not answer on 127.0.0.1:$DEV_REDIS_PORT; see .dev/redis/redis.log"
 	REDIS_URL=$url
@@ -363,6 +404,116 @@ redact_url() {
 	printf '%s' "$1" | sed -E 's#(://[^:/@]*):[^@/]*@#\1:***@#'
 }
 
+# --- the machine's own servers (ci-up) ----------------------------------------
+
+# pg_versions DIR: the names of DIR's subdirectories (PostgreSQL versions),
+# newest first.
+pg_versions() {
+	local d
+	for d in "$1"/*/; do
+		if [ -d "$d" ]; then basename "$d"; fi
+	done | sort -rn
+}
+
+# pg_cluster_version CLUSTER: the newest PostgreSQL version with a Debian
+# cluster named CLUSTER.
+pg_cluster_version() {
+	local v
+	for v in $(pg_versions /etc/postgresql); do
+		if [ -d "/etc/postgresql/$v/$1" ]; then
+			echo "$v"
+			return 0
+		fi
+	done
+	return 1
+}
+
+# pg_accepting PORT: a PostgreSQL server on 127.0.0.1:PORT accepts connections.
+pg_accepting() {
+	if command -v pg_isready >/dev/null 2>&1; then
+		pg_isready -q -h 127.0.0.1 -p "$1"
+	else
+		port_open 127.0.0.1 "$1"
+	fi
+}
+
+# pg_trust_loopback CLUSTER VERSION: let every user of the Debian cluster in
+# from 127.0.0.1 and ::1 without a password (rules added once, at the top of
+# its pg_hba.conf), and reload it.
+pg_trust_loopback() {
+	local hba="/etc/postgresql/$2/$1/pg_hba.conf" marker='# gatehouse-ci: trust local TCP connections' tmp
+	[ -f "$hba" ] || fail "user postgres needs a password and $hba does not exist"
+	if ! grep -qF "$marker" "$hba"; then
+		log "adding trust rules for 127.0.0.1/32 and ::1/128 at the top of $hba"
+		tmp=$(mktemp)
+		{
+			echo "$marker"
+			echo 'host    all    all    127.0.0.1/32    trust'
+			echo 'host    all    all    ::1/128         trust'
+			cat "$hba"
+		} >"$tmp"
+		as_root cp "$tmp" "$hba"
+		rm -f "$tmp"
+	fi
+	as_root pg_ctlcluster --skip-systemctl-redirect "$2" "$1" reload
+}
+
+# ensure_cluster_postgres CLUSTER PORT: a PostgreSQL on 127.0.0.1:PORT that
+# lets user postgres in without a password, starting (and creating) the
+# Debian cluster CLUSTER when nothing accepts connections there.
+ensure_cluster_postgres() {
+	local cluster=$1 port=$2 version url
+	url="postgres://postgres@127.0.0.1:$port/postgres?sslmode=disable"
+	if pg_accepting "$port"; then
+		log "PostgreSQL on 127.0.0.1:$port already accepts connections"
+	else
+		command -v pg_ctlcluster >/dev/null 2>&1 ||
+			fail "nothing accepts connections on 127.0.0.1:$port and pg_ctlcluster was not found (Debian: apt-get install postgresql)"
+		if ! version=$(pg_cluster_version "$cluster"); then
+			# Server installed but no cluster (e.g. create_main_cluster = false).
+			read -r version < <(pg_versions /usr/lib/postgresql) || fail "no PostgreSQL server in /usr/lib/postgresql"
+			log "no cluster $cluster: pg_createcluster -p $port $version $cluster"
+			as_root pg_createcluster -p "$port" "$version" "$cluster" >&2
+		fi
+		log "pg_ctlcluster --skip-systemctl-redirect $version $cluster start"
+		as_root pg_ctlcluster --skip-systemctl-redirect "$version" "$cluster" start >&2 ||
+			log "pg_ctlcluster start returned non-zero (it may be running already); waiting"
+		wait_until 60 pg_accepting "$port" ||
+			fail "PostgreSQL does not accept connections on 127.0.0.1:$port after 60s (see /var/log/postgresql/)"
+		log "PostgreSQL on 127.0.0.1:$port: up"
+	fi
+	psql_cmd >/dev/null || fail "psql is required (Debian: apt-get install postgresql-client)"
+	if pg_answers "$url"; then
+		log "PostgreSQL: user postgres gets in without a password"
+		return
+	fi
+	version=$(pg_cluster_version "$cluster") ||
+		fail "user postgres needs a password on 127.0.0.1:$port, and there is no Debian cluster $cluster to configure"
+	pg_trust_loopback "$cluster" "$version"
+	wait_until 60 pg_answers "$url" ||
+		fail "user postgres still needs a password on 127.0.0.1:$port after editing the cluster's pg_hba.conf"
+	log "PostgreSQL: user postgres gets in without a password"
+}
+
+# ensure_system_redis PORT: a Redis on 127.0.0.1:PORT, started when none
+# answers there.
+ensure_system_redis() {
+	local port=$1 url="redis://127.0.0.1:$1"
+	if redis_answers "$url"; then
+		log "Redis on 127.0.0.1:$port already answers"
+		return
+	fi
+	command -v redis-server >/dev/null 2>&1 || redis_install_help
+	as_root mkdir -p /var/lib/redis /var/log/redis
+	log "starting redis-server on 127.0.0.1:$port (log: /var/log/redis/ci.log)"
+	redis_args "$port" /var/lib/redis /var/log/redis/ci.log
+	as_root redis-server "${REDIS_ARGS[@]}" </dev/null >/dev/null ||
+		fail "redis-server did not start; see /var/log/redis/ci.log"
+	wait_until 60 redis_answers "$url" ||
+		fail "Redis does not answer PING on 127.0.0.1:$port after 60s (see /var/log/redis/ci.log)"
+	log "Redis on 127.0.0.1:$port: up"
+}
+
 # --- CLI --------------------------------------------------------------------
 
 services_main() {
@@ -378,12 +529,17 @@ services_main() {
 		stop_dev_postgres
 		stop_dev_redis
 		;;
+	ci-up)
+		SERVICES_TAG=ci
+		ensure_cluster_postgres "${CI_PG_CLUSTER:-main}" "${CI_PG_PORT:-5432}"
+		ensure_system_redis "${CI_REDIS_PORT:-6379}"
+		;;
 	status)
 		if dev_pg_running; then echo "postgres: .dev instance running on 127.0.0.1:$DEV_PG_PORT"; else echo "postgres: no .dev instance running"; fi
 		if dev_redis_pid >/dev/null; then echo "redis:    .dev instance running on 127.0.0.1:$DEV_REDIS_PORT"; else echo "redis:    no .dev instance running"; fi
 		;;
 	*)
-		echo "usage: $0 up|down|status" >&2
+		echo "usage: $0 up|down|status|ci-up" >&2
 		exit 2
 		;;
 	esac

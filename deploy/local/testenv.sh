@@ -21,18 +21,13 @@
 set -euo pipefail
 
 GATEHOUSE_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+SERVICES_TAG='test'
 # shellcheck source=deploy/local/services.sh
 . "$GATEHOUSE_ROOT/deploy/local/services.sh"
 
 [ "$#" -gt 0 ] || {
 	echo "usage: $0 CMD..." >&2
 	exit 2
-}
-
-log() { printf '[test] %s\n' "$*" >&2; }
-fail() {
-	printf '[test] ERROR: %s\n' "$*" >&2
-	exit 1
 }
 
 bash "$GATEHOUSE_ROOT/deploy/local/tools.sh" install

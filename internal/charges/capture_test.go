@@ -14,6 +14,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/events"
 	"github.com/gatehouse-pay/gatehouse/internal/ids"
 	"github.com/gatehouse-pay/gatehouse/internal/providers"
+	"github.com/gatehouse-pay/gatehouse/internal/providers/providertest"
 	"github.com/gatehouse-pay/gatehouse/internal/providers/sandbox"
 	"github.com/gatehouse-pay/gatehouse/internal/store"
 	"github.com/gatehouse-pay/gatehouse/internal/testenv"
@@ -132,22 +133,6 @@ func TestCapturePastTheWindowIsLookedUp(t *testing.T) {
 	}
 }
 
-// lookupProvider is a fakeProvider whose payments LookupFn reads.
-type lookupProvider struct {
-	*fakeProvider
-	LookupFn func(context.Context, string) (providers.Payment, error)
-	lookups  int
-}
-
-func (l *lookupProvider) LookupRefund(context.Context, providers.RefundLookup) (providers.Result, error) {
-	return providers.Result{}, errors.New("not expected")
-}
-
-func (l *lookupProvider) LookupPayment(ctx context.Context, ref string) (providers.Payment, error) {
-	l.lookups++
-	return l.LookupFn(ctx, ref)
-}
-
 // A capture the provider answers as processing is followed with lookups
 // until the payment is captured (or canceled: the charge is voided).
 func TestProcessingCaptureIsFollowed(t *testing.T) {
@@ -165,11 +150,11 @@ func TestProcessingCaptureIsFollowed(t *testing.T) {
 			ch := charges.Charge{ID: ids.NewUUID(), MerchantID: "mer_a", Environment: "sandbox", Amount: 2000, Currency: "USD",
 				Status: charges.StatusAuthorized, PendingAction: &capture, Provider: "sandbox", ProviderReference: ptr("ref_1"),
 				CreatedAt: testNow, UpdatedAt: testNow}
-			prov := &lookupProvider{fakeProvider: &fakeProvider{CaptureFn: func(context.Context, providers.CaptureRequest) (providers.Result, error) {
+			prov := &providertest.FakeLookup{Fake: &providertest.Fake{CaptureFn: func(context.Context, providers.CaptureRequest) (providers.Result, error) {
 				return providers.Result{Reference: "ref_1", Pending: true}, nil
 			}}}
-			prov.LookupFn = func(context.Context, string) (providers.Payment, error) {
-				if prov.lookups < 3 {
+			prov.LookupPaymentFn = func(context.Context, string) (providers.Payment, error) {
+				if len(prov.PaymentLookups()) < 3 {
 					return providers.Payment{Reference: "ref_1", Status: providers.PaymentProcessing}, nil
 				}
 				return c.final, nil
@@ -199,7 +184,7 @@ func TestUnknownCaptureAfterTheBoundIsSurfaced(t *testing.T) {
 	ch := charges.Charge{ID: ids.NewUUID(), MerchantID: "mer_a", Environment: "sandbox", Amount: 2000, Currency: "USD",
 		Status: charges.StatusAuthorized, PendingAction: &capture, Provider: "sandbox", ProviderReference: ptr("ref_1"),
 		CreatedAt: testNow, UpdatedAt: testNow}
-	down := &fakeProvider{CaptureFn: func(context.Context, providers.CaptureRequest) (providers.Result, error) {
+	down := &providertest.Fake{CaptureFn: func(context.Context, providers.CaptureRequest) (providers.Result, error) {
 		return providers.Result{}, fmt.Errorf("%w: %w", providers.ErrUnavailable, providers.ErrCircuitOpen)
 	}}
 	for _, c := range []struct {

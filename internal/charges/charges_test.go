@@ -23,6 +23,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/listing"
 	"github.com/gatehouse-pay/gatehouse/internal/outbox"
 	"github.com/gatehouse-pay/gatehouse/internal/providers"
+	"github.com/gatehouse-pay/gatehouse/internal/providers/providertest"
 )
 
 func TestLuhn(t *testing.T) {
@@ -178,67 +179,6 @@ func (q *fakeQueue) Enqueue(ctx context.Context, t outbox.Task) error {
 		return q.EnqueueFn(ctx, t)
 	}
 	return nil
-}
-
-// fakeProvider answers as the test chooses; nil XxxFn approve.
-type fakeProvider struct {
-	AuthorizeFn func(context.Context, providers.AuthorizeRequest) (providers.Result, error)
-	CaptureFn   func(context.Context, providers.CaptureRequest) (providers.Result, error)
-	VoidFn      func(context.Context, providers.VoidRequest) (providers.Result, error)
-	RefundFn    func(context.Context, providers.RefundRequest) (providers.Result, error)
-	// AuthenticateFn answers Authenticate; nil approves.
-	AuthenticateFn func(context.Context, providers.AuthenticateRequest) (providers.Result, error)
-
-	mu         sync.Mutex
-	authorizes []providers.AuthorizeRequest
-	captures   []providers.CaptureRequest
-	voids      []providers.VoidRequest
-}
-
-func (f *fakeProvider) Name() string { return "sandbox" }
-
-func (f *fakeProvider) Authorize(ctx context.Context, r providers.AuthorizeRequest) (providers.Result, error) {
-	f.mu.Lock()
-	f.authorizes = append(f.authorizes, r)
-	f.mu.Unlock()
-	if f.AuthorizeFn != nil {
-		return f.AuthorizeFn(ctx, r)
-	}
-	return providers.Result{Reference: "ref_" + r.IdempotencyKey}, nil
-}
-
-func (f *fakeProvider) Capture(ctx context.Context, r providers.CaptureRequest) (providers.Result, error) {
-	f.mu.Lock()
-	f.captures = append(f.captures, r)
-	f.mu.Unlock()
-	if f.CaptureFn != nil {
-		return f.CaptureFn(ctx, r)
-	}
-	return providers.Result{Reference: r.Reference}, nil
-}
-
-func (f *fakeProvider) Void(ctx context.Context, r providers.VoidRequest) (providers.Result, error) {
-	f.mu.Lock()
-	f.voids = append(f.voids, r)
-	f.mu.Unlock()
-	if f.VoidFn != nil {
-		return f.VoidFn(ctx, r)
-	}
-	return providers.Result{Reference: r.Reference}, nil
-}
-
-func (f *fakeProvider) Authenticate(ctx context.Context, r providers.AuthenticateRequest) (providers.Result, error) {
-	if f.AuthenticateFn != nil {
-		return f.AuthenticateFn(ctx, r)
-	}
-	return providers.Result{Reference: r.Reference}, nil
-}
-
-func (f *fakeProvider) Refund(ctx context.Context, r providers.RefundRequest) (providers.Result, error) {
-	if f.RefundFn != nil {
-		return f.RefundFn(ctx, r)
-	}
-	return providers.Result{Reference: "re_" + r.IdempotencyKey}, nil
 }
 
 var testNow = time.Date(2026, 6, 15, 10, 30, 0, 123456789, time.UTC)
@@ -659,7 +599,7 @@ func TestView(t *testing.T) {
 }
 
 // worker builds a Processor over st with p as the sandbox provider.
-func worker(t *testing.T, st *fakeStore, p *fakeProvider) *charges.Processor {
+func worker(t *testing.T, st *fakeStore, p *providertest.Fake) *charges.Processor {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	return charges.NewProcessor(st, providers.Registry{"sandbox": p}, testKeyring(t), time.Second, func() time.Time { return testNow }, log, nil)
@@ -709,7 +649,7 @@ func TestAuthorize(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			ch, sealed := created(t, c.capture)
 			st := &fakeStore{ChargeForWorkFn: func(context.Context, string) (charges.Charge, []byte, error) { return ch, sealed, nil }}
-			p := &fakeProvider{AuthorizeFn: c.fn}
+			p := &providertest.Fake{AuthorizeFn: c.fn}
 			err := worker(t, st, p).Authorize(ctx, ch.ID, c.final)
 			if c.wantRetry {
 				if !errors.Is(err, charges.ErrRetry) || len(st.transitions) != 0 {
@@ -720,10 +660,10 @@ func TestAuthorize(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(p.authorizes) != 1 {
-				t.Fatalf("%d provider calls, want 1", len(p.authorizes))
+			if len(p.Authorizes()) != 1 {
+				t.Fatalf("%d provider calls, want 1", len(p.Authorizes()))
 			}
-			req := p.authorizes[0]
+			req := p.Authorizes()[0]
 			wantReq := providers.AuthorizeRequest{IdempotencyKey: "gh_" + ch.ID + "_authorize", Amount: 2000, Currency: "USD", Capture: c.capture,
 				Card: providers.Card{Number: "4242424242424242", ExpMonth: 12, ExpYear: 2030, CVC: "987"}, Metadata: map[string]string{}}
 			if diff := cmp.Diff(wantReq, req); diff != "" {
@@ -776,12 +716,12 @@ func TestAuthorize(t *testing.T) {
 		ch, _ := created(t, true)
 		ch.CardToken = ptr("pm_card_visa")
 		st := &fakeStore{ChargeForWorkFn: func(context.Context, string) (charges.Charge, []byte, error) { return ch, nil, nil }}
-		p := &fakeProvider{}
+		p := &providertest.Fake{}
 		if err := worker(t, st, p).Authorize(ctx, ch.ID, false); err != nil {
 			t.Fatal(err)
 		}
-		if p.authorizes[0].Card != (providers.Card{Token: "pm_card_visa"}) {
-			t.Errorf("card = %#v", p.authorizes[0].Card.Token)
+		if p.Authorizes()[0].Card != (providers.Card{Token: "pm_card_visa"}) {
+			t.Errorf("card = %#v", p.Authorizes()[0].Card.Token)
 		}
 	})
 
@@ -789,12 +729,12 @@ func TestAuthorize(t *testing.T) {
 		ch, sealed := created(t, true)
 		sealed[len(sealed)-1] ^= 1
 		st := &fakeStore{ChargeForWorkFn: func(context.Context, string) (charges.Charge, []byte, error) { return ch, sealed, nil }}
-		p := &fakeProvider{}
+		p := &providertest.Fake{}
 		if err := worker(t, st, p).Authorize(ctx, ch.ID, false); err != nil {
 			t.Fatal(err)
 		}
-		if len(p.authorizes) != 0 || len(st.transitions) != 1 || st.transitions[0].After.Status != charges.StatusFailed {
-			t.Errorf("%d provider calls, transitions %+v", len(p.authorizes), st.transitions)
+		if len(p.Authorizes()) != 0 || len(st.transitions) != 1 || st.transitions[0].After.Status != charges.StatusFailed {
+			t.Errorf("%d provider calls, transitions %+v", len(p.Authorizes()), st.transitions)
 		}
 	})
 
@@ -802,11 +742,11 @@ func TestAuthorize(t *testing.T) {
 		_, sealed := created(t, true)
 		other, _ := created(t, true)
 		st := &fakeStore{ChargeForWorkFn: func(context.Context, string) (charges.Charge, []byte, error) { return other, sealed, nil }}
-		p := &fakeProvider{}
+		p := &providertest.Fake{}
 		if err := worker(t, st, p).Authorize(ctx, other.ID, false); err != nil {
 			t.Fatal(err)
 		}
-		if len(p.authorizes) != 0 {
+		if len(p.Authorizes()) != 0 {
 			t.Error("card data sealed for one charge was used for another")
 		}
 	})
@@ -816,18 +756,18 @@ func TestAuthorize(t *testing.T) {
 			ch, _ := created(t, true)
 			ch.Status = status
 			st := &fakeStore{ChargeForWorkFn: func(context.Context, string) (charges.Charge, []byte, error) { return ch, nil, nil }}
-			p := &fakeProvider{}
+			p := &providertest.Fake{}
 			if err := worker(t, st, p).Authorize(ctx, ch.ID, false); err != nil {
 				t.Fatal(err)
 			}
-			if len(p.authorizes) != 0 || len(st.transitions) != 0 || len(st.deleted) != 1 || st.deleted[0] != "charge:authorize:"+ch.ID {
-				t.Errorf("%s: %d calls, %d transitions, deleted %v", status, len(p.authorizes), len(st.transitions), st.deleted)
+			if len(p.Authorizes()) != 0 || len(st.transitions) != 0 || len(st.deleted) != 1 || st.deleted[0] != "charge:authorize:"+ch.ID {
+				t.Errorf("%s: %d calls, %d transitions, deleted %v", status, len(p.Authorizes()), len(st.transitions), st.deleted)
 			}
 		}
 	})
 
 	t.Run("unknown charge", func(t *testing.T) {
-		err := worker(t, &fakeStore{}, &fakeProvider{}).Authorize(ctx, "0193a5c2-7f1e-7b3a-9c4d-2e8f6a1b3c5d", false)
+		err := worker(t, &fakeStore{}, &providertest.Fake{}).Authorize(ctx, "0193a5c2-7f1e-7b3a-9c4d-2e8f6a1b3c5d", false)
 		if apperr.KindOf(err) != apperr.KindNotFound {
 			t.Errorf("err = %v, want not found", err)
 		}
@@ -837,7 +777,7 @@ func TestAuthorize(t *testing.T) {
 		ch, sealed := created(t, true)
 		ch.Provider = "stripe"
 		st := &fakeStore{ChargeForWorkFn: func(context.Context, string) (charges.Charge, []byte, error) { return ch, sealed, nil }}
-		if err := worker(t, st, &fakeProvider{}).Authorize(ctx, ch.ID, false); err != nil {
+		if err := worker(t, st, &providertest.Fake{}).Authorize(ctx, ch.ID, false); err != nil {
 			t.Fatal(err)
 		}
 		// An earlier attempt from a worker that had the provider may have
@@ -852,7 +792,7 @@ func TestAuthorize(t *testing.T) {
 		ch, _ := created(t, true)
 		ch.Provider, ch.Status, ch.AmountCaptured, ch.ProviderReference = "stripe", charges.StatusCaptured, ch.Amount, ptr("pi_1")
 		st := &fakeStore{ChargeForWorkFn: func(context.Context, string) (charges.Charge, []byte, error) { return ch, nil, nil }}
-		if err := worker(t, st, &fakeProvider{}).Authorize(ctx, ch.ID, false); err != nil {
+		if err := worker(t, st, &providertest.Fake{}).Authorize(ctx, ch.ID, false); err != nil {
 			t.Fatal(err)
 		}
 		if len(st.transitions) != 0 || len(st.deleted) != 1 || st.deleted[0] != "charge:authorize:"+ch.ID {
@@ -875,12 +815,12 @@ func TestSettle(t *testing.T) {
 	t.Run("capture in part", func(t *testing.T) {
 		ch := authorized(t, charges.ActionCapture, ptr(int64(1500)))
 		st := &fakeStore{ChargeForWorkFn: func(context.Context, string) (charges.Charge, []byte, error) { return ch, nil, nil }}
-		p := &fakeProvider{}
+		p := &providertest.Fake{}
 		if err := worker(t, st, p).Capture(ctx, ch.ID, false); err != nil {
 			t.Fatal(err)
 		}
 		want := []providers.CaptureRequest{{IdempotencyKey: "gh_" + ch.ID + "_capture", Reference: "ref_1", Amount: 1500}}
-		if diff := cmp.Diff(want, p.captures); diff != "" {
+		if diff := cmp.Diff(want, p.Captures()); diff != "" {
 			t.Errorf("provider calls (-want +got):\n%s", diff)
 		}
 		tr := st.transitions[0]
@@ -892,31 +832,31 @@ func TestSettle(t *testing.T) {
 	t.Run("capture in full", func(t *testing.T) {
 		ch := authorized(t, charges.ActionCapture, nil)
 		st := &fakeStore{ChargeForWorkFn: func(context.Context, string) (charges.Charge, []byte, error) { return ch, nil, nil }}
-		p := &fakeProvider{}
+		p := &providertest.Fake{}
 		if err := worker(t, st, p).Capture(ctx, ch.ID, false); err != nil {
 			t.Fatal(err)
 		}
-		if p.captures[0].Amount != 2000 || st.transitions[0].After.AmountCaptured != 2000 {
-			t.Errorf("captured %d / %d, want 2000", p.captures[0].Amount, st.transitions[0].After.AmountCaptured)
+		if p.Captures()[0].Amount != 2000 || st.transitions[0].After.AmountCaptured != 2000 {
+			t.Errorf("captured %d / %d, want 2000", p.Captures()[0].Amount, st.transitions[0].After.AmountCaptured)
 		}
 	})
 	t.Run("void", func(t *testing.T) {
 		ch := authorized(t, charges.ActionVoid, nil)
 		st := &fakeStore{ChargeForWorkFn: func(context.Context, string) (charges.Charge, []byte, error) { return ch, nil, nil }}
-		p := &fakeProvider{}
+		p := &providertest.Fake{}
 		if err := worker(t, st, p).Void(ctx, ch.ID, false); err != nil {
 			t.Fatal(err)
 		}
 		tr := st.transitions[0]
-		if len(p.voids) != 1 || p.voids[0].IdempotencyKey != "gh_"+ch.ID+"_void" || tr.After.Status != charges.StatusVoided ||
+		if len(p.Voids()) != 1 || p.Voids()[0].IdempotencyKey != "gh_"+ch.ID+"_void" || tr.After.Status != charges.StatusVoided ||
 			tr.Event == nil || tr.Event.Type != events.ChargeVoided || tr.After.AmountCaptured != 0 {
-			t.Errorf("void: calls %+v transition %+v", p.voids, tr)
+			t.Errorf("void: calls %+v transition %+v", p.Voids(), tr)
 		}
 	})
 	t.Run("declined capture keeps the authorization", func(t *testing.T) {
 		ch := authorized(t, charges.ActionCapture, nil)
 		st := &fakeStore{ChargeForWorkFn: func(context.Context, string) (charges.Charge, []byte, error) { return ch, nil, nil }}
-		p := &fakeProvider{CaptureFn: func(context.Context, providers.CaptureRequest) (providers.Result, error) {
+		p := &providertest.Fake{CaptureFn: func(context.Context, providers.CaptureRequest) (providers.Result, error) {
 			return providers.Result{}, &providers.Decline{Code: "processing_error"}
 		}}
 		if err := worker(t, st, p).Capture(ctx, ch.ID, false); err != nil {
@@ -930,7 +870,7 @@ func TestSettle(t *testing.T) {
 	t.Run("provider down", func(t *testing.T) {
 		ch := authorized(t, charges.ActionVoid, nil)
 		st := &fakeStore{ChargeForWorkFn: func(context.Context, string) (charges.Charge, []byte, error) { return ch, nil, nil }}
-		p := &fakeProvider{VoidFn: func(context.Context, providers.VoidRequest) (providers.Result, error) {
+		p := &providertest.Fake{VoidFn: func(context.Context, providers.VoidRequest) (providers.Result, error) {
 			return providers.Result{}, providers.ErrUnavailable
 		}}
 		if err := worker(t, st, p).Void(ctx, ch.ID, false); !errors.Is(err, charges.ErrRetry) {
@@ -947,7 +887,7 @@ func TestSettle(t *testing.T) {
 		ch := authorized(t, charges.ActionCapture, nil)
 		ch.FailureCode, ch.FailureMessage = ptr("processing_error"), ptr("An error occurred while processing the card.")
 		st := &fakeStore{ChargeForWorkFn: func(context.Context, string) (charges.Charge, []byte, error) { return ch, nil, nil }}
-		if err := worker(t, st, &fakeProvider{}).Capture(ctx, ch.ID, false); err != nil {
+		if err := worker(t, st, &providertest.Fake{}).Capture(ctx, ch.ID, false); err != nil {
 			t.Fatal(err)
 		}
 		after := st.transitions[0].After
@@ -961,12 +901,12 @@ func TestSettle(t *testing.T) {
 			authorized(t, charges.ActionVoid, nil), // a capture task for a void
 		} {
 			st := &fakeStore{ChargeForWorkFn: func(context.Context, string) (charges.Charge, []byte, error) { return ch, nil, nil }}
-			p := &fakeProvider{}
+			p := &providertest.Fake{}
 			if err := worker(t, st, p).Capture(ctx, ch.ID, false); err != nil {
 				t.Fatal(err)
 			}
-			if len(p.captures) != 0 || len(st.transitions) != 0 || len(st.deleted) != 1 || st.deleted[0] != "charge:capture:"+ch.ID {
-				t.Errorf("calls %d transitions %d deleted %v", len(p.captures), len(st.transitions), st.deleted)
+			if len(p.Captures()) != 0 || len(st.transitions) != 0 || len(st.deleted) != 1 || st.deleted[0] != "charge:capture:"+ch.ID {
+				t.Errorf("calls %d transitions %d deleted %v", len(p.Captures()), len(st.transitions), st.deleted)
 			}
 		}
 	})

@@ -11,6 +11,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/charges"
 	"github.com/gatehouse-pay/gatehouse/internal/outbox"
 	"github.com/gatehouse-pay/gatehouse/internal/providers"
+	"github.com/gatehouse-pay/gatehouse/internal/providers/providertest"
 )
 
 // routed is a created charge whose route is conn_a then conn_b, at its
@@ -72,12 +73,12 @@ func TestFailover(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			ch, sealed := routed(t, c.begun)
 			st := &fakeStore{ChargeForWorkFn: func(context.Context, string) (charges.Charge, []byte, error) { return ch, sealed, nil }}
-			prov := &fakeProvider{AuthorizeFn: func(context.Context, providers.AuthorizeRequest) (providers.Result, error) {
+			prov := &providertest.Fake{AuthorizeFn: func(context.Context, providers.AuthorizeRequest) (providers.Result, error) {
 				return providers.Result{}, c.err
 			}}
 			err := worker(t, st, prov).Authorize(ctx, ch.ID, c.final)
-			if len(prov.authorizes) != 1 || prov.authorizes[0].IdempotencyKey != charges.IdempotencyKey(ch.ID, "authorize") {
-				t.Fatalf("calls %v, want one under the first attempt's key", prov.authorizes)
+			if len(prov.Authorizes()) != 1 || prov.Authorizes()[0].IdempotencyKey != charges.IdempotencyKey(ch.ID, "authorize") {
+				t.Fatalf("calls %v, want one under the first attempt's key", prov.Authorizes())
 			}
 			if c.want == retry {
 				if !errors.Is(err, charges.ErrRetry) || len(st.transitions) != 0 {
@@ -127,11 +128,11 @@ func TestSecondAttempt(t *testing.T) {
 	ch.Attempts = []charges.Attempt{{Connector: "conn_a", Provider: "sandbox", Status: charges.AttemptFailed,
 		FailureCode: ptr("processing_error"), StartedAt: ended, EndedAt: &ended}}
 	st := &fakeStore{ChargeForWorkFn: func(context.Context, string) (charges.Charge, []byte, error) { return ch, sealed, nil }}
-	prov := &fakeProvider{}
+	prov := &providertest.Fake{}
 	if err := worker(t, st, prov).Authorize(ctx, ch.ID, false); err != nil {
 		t.Fatal(err)
 	}
-	if got := prov.authorizes[0].IdempotencyKey; got != charges.IdempotencyKey(ch.ID, "authorize_2") {
+	if got := prov.Authorizes()[0].IdempotencyKey; got != charges.IdempotencyKey(ch.ID, "authorize_2") {
 		t.Errorf("key %s, want the second attempt's", got)
 	}
 	tr := st.transitions[0]
@@ -155,7 +156,7 @@ func TestSecondAttempt(t *testing.T) {
 	}
 
 	st = &fakeStore{ChargeForWorkFn: func(context.Context, string) (charges.Charge, []byte, error) { return ch, sealed, nil }}
-	prov = &fakeProvider{AuthorizeFn: func(context.Context, providers.AuthorizeRequest) (providers.Result, error) {
+	prov = &providertest.Fake{AuthorizeFn: func(context.Context, providers.AuthorizeRequest) (providers.Result, error) {
 		return providers.Result{}, &providers.Decline{Code: "processing_error"}
 	}}
 	if err := worker(t, st, prov).Authorize(ctx, ch.ID, false); err != nil {
@@ -178,12 +179,12 @@ func TestStaleAttemptTask(t *testing.T) {
 		calls   int
 	}{{3, 0}, {2, 1}, {0, 1}} {
 		st := &fakeStore{ChargeForWorkFn: func(context.Context, string) (charges.Charge, []byte, error) { return ch, sealed, nil }}
-		prov := &fakeProvider{}
+		prov := &providertest.Fake{}
 		if err := worker(t, st, prov).AuthorizeAttempt(ctx, ch.ID, c.attempt, false); err != nil {
 			t.Fatal(err)
 		}
-		if len(prov.authorizes) != c.calls {
-			t.Errorf("task of attempt %d: %d calls, want %d", c.attempt, len(prov.authorizes), c.calls)
+		if len(prov.Authorizes()) != c.calls {
+			t.Errorf("task of attempt %d: %d calls, want %d", c.attempt, len(prov.Authorizes()), c.calls)
 		}
 		if c.calls == 0 && (len(st.deleted) != 0 || len(st.transitions) != 0) {
 			t.Errorf("a stale task wrote: deleted %v, transitions %d", st.deleted, len(st.transitions))

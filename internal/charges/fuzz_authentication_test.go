@@ -10,6 +10,7 @@ import (
 
 	"github.com/gatehouse-pay/gatehouse/internal/charges"
 	"github.com/gatehouse-pay/gatehouse/internal/providers"
+	"github.com/gatehouse-pay/gatehouse/internal/providers/providertest"
 )
 
 // FuzzRequiresActionMoves drives a charge whose issuer asks for
@@ -58,7 +59,7 @@ func FuzzRequiresActionMoves(f *testing.F) {
 				return true, nil
 			},
 		}
-		prov := &fakeProvider{
+		prov := &providertest.Fake{
 			AuthorizeFn: func(context.Context, providers.AuthorizeRequest) (providers.Result, error) {
 				return providers.Result{Reference: "pa_1", Action: &providers.Action{}}, nil
 			},

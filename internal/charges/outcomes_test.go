@@ -13,6 +13,7 @@ import (
 
 	"github.com/gatehouse-pay/gatehouse/internal/charges"
 	"github.com/gatehouse-pay/gatehouse/internal/providers"
+	"github.com/gatehouse-pay/gatehouse/internal/providers/providertest"
 )
 
 // outcome is one report to WithOutcomes.
@@ -115,7 +116,7 @@ func TestProcessorReportsOutcomes(t *testing.T) {
 				ChargeForWorkFn:   func(context.Context, string) (charges.Charge, []byte, error) { return ch, sealed, nil },
 				ApplyTransitionFn: c.apply,
 			}
-			prov := &fakeProvider{AuthorizeFn: c.authFn, CaptureFn: c.captureFn}
+			prov := &providertest.Fake{AuthorizeFn: c.authFn, CaptureFn: c.captureFn}
 			reg := providers.Registry{"sandbox": prov, "stripe": prov}
 			log := slog.New(slog.NewTextHandler(io.Discard, nil))
 			got := &outcomes{}
@@ -142,7 +143,7 @@ func TestProcessorReportsOutcomes(t *testing.T) {
 func TestProcessorWithoutOutcomes(t *testing.T) {
 	ch, sealed := created(t, true)
 	st := &fakeStore{ChargeForWorkFn: func(context.Context, string) (charges.Charge, []byte, error) { return ch, sealed, nil }}
-	if err := worker(t, st, &fakeProvider{}).Authorize(context.Background(), ch.ID, false); err != nil {
+	if err := worker(t, st, &providertest.Fake{}).Authorize(context.Background(), ch.ID, false); err != nil {
 		t.Fatal(err)
 	}
 	if len(st.transitions) != 1 || st.transitions[0].After.Status != charges.StatusCaptured {

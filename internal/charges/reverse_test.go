@@ -10,6 +10,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/events"
 	"github.com/gatehouse-pay/gatehouse/internal/outbox"
 	"github.com/gatehouse-pay/gatehouse/internal/providers"
+	"github.com/gatehouse-pay/gatehouse/internal/providers/providertest"
 )
 
 // TestAuthorizeFinalOutcome: on the last attempt, an outcome the provider may
@@ -39,7 +40,7 @@ func TestAuthorizeFinalOutcome(t *testing.T) {
 			ch, sealed := created(t, true)
 			st := &fakeStore{ChargeForWorkFn: func(context.Context, string) (charges.Charge, []byte, error) { return ch, sealed, nil }}
 			q := &fakeQueue{}
-			p := &fakeProvider{AuthorizeFn: func(context.Context, providers.AuthorizeRequest) (providers.Result, error) {
+			p := &providertest.Fake{AuthorizeFn: func(context.Context, providers.AuthorizeRequest) (providers.Result, error) {
 				return providers.Result{}, c.err
 			}}
 			if err := worker(t, st, p).WithQueue(q).Authorize(ctx, ch.ID, true); err != nil {
@@ -83,7 +84,7 @@ func TestAuthorizeFinalOutcome(t *testing.T) {
 	t.Run("not final: retried, nothing written", func(t *testing.T) {
 		ch, sealed := created(t, true)
 		st := &fakeStore{ChargeForWorkFn: func(context.Context, string) (charges.Charge, []byte, error) { return ch, sealed, nil }}
-		p := &fakeProvider{AuthorizeFn: func(context.Context, providers.AuthorizeRequest) (providers.Result, error) {
+		p := &providertest.Fake{AuthorizeFn: func(context.Context, providers.AuthorizeRequest) (providers.Result, error) {
 			return providers.Result{}, timeout
 		}}
 		if err := worker(t, st, p).Authorize(ctx, ch.ID, false); !errors.Is(err, charges.ErrRetry) || len(st.transitions) != 0 {
@@ -132,7 +133,7 @@ func TestReverse(t *testing.T) {
 			ch, sealed := failedUnknown(t, c.capture)
 			st := &fakeStore{ChargeForWorkFn: func(context.Context, string) (charges.Charge, []byte, error) { return ch, sealed, nil }}
 			var refunds []providers.RefundRequest
-			p := &fakeProvider{
+			p := &providertest.Fake{
 				AuthorizeFn: func(context.Context, providers.AuthorizeRequest) (providers.Result, error) {
 					if c.authorize != nil {
 						return providers.Result{}, c.authorize
@@ -162,16 +163,16 @@ func TestReverse(t *testing.T) {
 					t.Errorf("err = %v, want a final error", err)
 				}
 			}
-			if len(p.authorizes) != 1 {
-				t.Fatalf("%d authorizations sent, want 1", len(p.authorizes))
+			if len(p.Authorizes()) != 1 {
+				t.Fatalf("%d authorizations sent, want 1", len(p.Authorizes()))
 			}
-			if a := p.authorizes[0]; a.IdempotencyKey != "gh_"+ch.ID+"_authorize" || a.Amount != ch.Amount || a.Capture != c.capture || a.Card.Number != "4242424242424242" {
+			if a := p.Authorizes()[0]; a.IdempotencyKey != "gh_"+ch.ID+"_authorize" || a.Amount != ch.Amount || a.Capture != c.capture || a.Card.Number != "4242424242424242" {
 				t.Errorf("authorization sent again with key %q amount %d capture %v: want the original request", a.IdempotencyKey, a.Amount, a.Capture)
 			}
-			if len(p.voids) != c.want.voids || len(refunds) != c.want.refunds {
-				t.Errorf("voids %d, refunds %d; want %d, %d", len(p.voids), len(refunds), c.want.voids, c.want.refunds)
+			if len(p.Voids()) != c.want.voids || len(refunds) != c.want.refunds {
+				t.Errorf("voids %d, refunds %d; want %d, %d", len(p.Voids()), len(refunds), c.want.voids, c.want.refunds)
 			}
-			for _, v := range p.voids {
+			for _, v := range p.Voids() {
 				if v.Reference != "pi_booked" || v.IdempotencyKey != "gh_"+ch.ID+"_reverse" {
 					t.Errorf("void %+v", v)
 				}
@@ -201,12 +202,12 @@ func TestReverse(t *testing.T) {
 	t.Run("already finished: the card is purged, nothing is sent", func(t *testing.T) {
 		ch, _ := failedUnknown(t, true)
 		st := &fakeStore{ChargeForWorkFn: func(context.Context, string) (charges.Charge, []byte, error) { return ch, nil, nil }}
-		p := &fakeProvider{}
+		p := &providertest.Fake{}
 		if err := worker(t, st, p).Reverse(ctx, ch.ID, false); err != nil {
 			t.Fatal(err)
 		}
-		if len(p.authorizes) != 0 || len(st.transitions) != 0 || len(st.deleted) != 1 || st.deleted[0] != "charge:reverse:"+ch.ID {
-			t.Errorf("%d calls, %d transitions, deleted %v", len(p.authorizes), len(st.transitions), st.deleted)
+		if len(p.Authorizes()) != 0 || len(st.transitions) != 0 || len(st.deleted) != 1 || st.deleted[0] != "charge:reverse:"+ch.ID {
+			t.Errorf("%d calls, %d transitions, deleted %v", len(p.Authorizes()), len(st.transitions), st.deleted)
 		}
 	})
 }
@@ -231,7 +232,7 @@ func TestReverseOfAProcessingPayment(t *testing.T) {
 			ch, sealed := failedUnknown(t, true)
 			st := &fakeStore{ChargeForWorkFn: func(context.Context, string) (charges.Charge, []byte, error) { return ch, sealed, nil }}
 			var refunds int
-			prov := &lookupProvider{fakeProvider: &fakeProvider{
+			prov := &providertest.FakeLookup{Fake: &providertest.Fake{
 				AuthorizeFn: func(context.Context, providers.AuthorizeRequest) (providers.Result, error) {
 					return providers.Result{Reference: "pi_processing", Pending: true}, nil
 				},
@@ -240,7 +241,7 @@ func TestReverseOfAProcessingPayment(t *testing.T) {
 					return providers.Result{Reference: "re_1"}, nil
 				},
 			}}
-			prov.LookupFn = func(_ context.Context, ref string) (providers.Payment, error) {
+			prov.LookupPaymentFn = func(_ context.Context, ref string) (providers.Payment, error) {
 				if ref != "pi_processing" {
 					t.Errorf("looked up %q", ref)
 				}
@@ -250,8 +251,8 @@ func TestReverseOfAProcessingPayment(t *testing.T) {
 			if c.retry != errors.Is(err, charges.ErrRetry) || (!c.retry && err != nil) {
 				t.Fatalf("err = %v, want retry %v", err, c.retry)
 			}
-			if prov.lookups != 1 || len(prov.voids) != c.voids || refunds != c.refunds {
-				t.Errorf("lookups %d, voids %d, refunds %d; want 1, %d, %d", prov.lookups, len(prov.voids), refunds, c.voids, c.refunds)
+			if len(prov.PaymentLookups()) != 1 || len(prov.Voids()) != c.voids || refunds != c.refunds {
+				t.Errorf("lookups %d, voids %d, refunds %d; want 1, %d, %d", len(prov.PaymentLookups()), len(prov.Voids()), refunds, c.voids, c.refunds)
 			}
 			if finished := len(st.transitions) == 1 && st.transitions[0].PurgeCard; finished != c.finished {
 				t.Errorf("finished %v (transitions %+v), want %v", finished, st.transitions, c.finished)

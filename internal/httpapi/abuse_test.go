@@ -14,6 +14,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 
 	"github.com/gatehouse-pay/gatehouse/internal/httpapi"
+	"github.com/gatehouse-pay/gatehouse/internal/providers/providertest"
 )
 
 // bodyRoute is how TestAbusiveBodies reaches one route that takes a body: a
@@ -268,7 +269,7 @@ func TestAbusiveBodies(t *testing.T) {
 		env["RATE_LIMIT_LOGIN"] = "100000/1m"
 	})
 	a := h.account("abuse@example.com")
-	w := h.worker(t, &fakeProvider{})
+	w := h.worker(t, &providertest.Fake{})
 	authorized := h.authorizedCharge(t, w, a.secret, 2000)
 	captured := h.capturedCharge(t, w, a.secret, 2000)
 	r := h.do("POST", "/v1/me/webhook_endpoints", `{"url":"http://127.0.0.1:9/hook","events":["charge.captured"]}`, bearer(a.secret)...)

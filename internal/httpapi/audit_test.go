@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gatehouse-pay/gatehouse/internal/providers/providertest"
 	"github.com/gatehouse-pay/gatehouse/internal/store"
 )
 
@@ -25,7 +26,7 @@ func (h *harness) auditLog(t *testing.T, token, q string) []map[string]any {
 func TestAuditLogRecordsEveryChange(t *testing.T) {
 	h := newHarness(t, paymentsEnv)
 	a := h.account("audit@example.com")
-	w := h.worker(t, &fakeProvider{})
+	w := h.worker(t, &providertest.Fake{})
 	entries := func() int { return h.count(t, "SELECT count(*) FROM audit_log WHERE merchant_id = $1", a.merchantID) }
 	// The account signed in (session.create), and made its key with the session.
 	if n := entries(); n != 2 {

@@ -37,6 +37,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/connectors"
 	"github.com/gatehouse-pay/gatehouse/internal/idempotency"
 	"github.com/gatehouse-pay/gatehouse/internal/ids"
+	"github.com/gatehouse-pay/gatehouse/internal/providers/providertest"
 	"github.com/gatehouse-pay/gatehouse/internal/store"
 	"github.com/gatehouse-pay/gatehouse/internal/testenv"
 	"github.com/gatehouse-pay/gatehouse/internal/webhooks"
@@ -485,7 +486,7 @@ func rowsMatchRoutes[R any](t *testing.T, routes []string, rows map[string]R, ta
 // deliveries all fail.
 func (h *harness) matrixMerchants(t *testing.T, n int) (a, b *authzFixture) {
 	t.Helper()
-	w := h.worker(t, &fakeProvider{})
+	w := h.worker(t, &providertest.Fake{})
 	d := h.deliverer(t, &recordingSender{status: 500})
 	return h.newAuthzFixture(t, "ada@example.com", w, d, n), h.newAuthzFixture(t, "bob@example.com", w, d, 2)
 }
@@ -1157,7 +1158,7 @@ func successSchema(op *openapi3.Operation) *openapi3.Schema {
 // and nothing in the database changes.
 func TestReadOnlyFields(t *testing.T) {
 	h := newHarness(t, authzEnv)
-	w := h.worker(t, &fakeProvider{})
+	w := h.worker(t, &providertest.Fake{})
 	d := h.deliverer(t, &recordingSender{status: 500})
 	a := h.newAuthzFixture(t, "ada@example.com", w, d, 4)
 	doc := loadOpenAPI(t)

@@ -21,6 +21,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/charges"
 	"github.com/gatehouse-pay/gatehouse/internal/keyring"
 	"github.com/gatehouse-pay/gatehouse/internal/providers"
+	"github.com/gatehouse-pay/gatehouse/internal/providers/providertest"
 	"github.com/gatehouse-pay/gatehouse/internal/refunds"
 	"github.com/gatehouse-pay/gatehouse/internal/store"
 )
@@ -163,79 +164,14 @@ func idsOf(list response) []string {
 	return out
 }
 
-// fakeProvider is a provider whose answers the test chooses; a nil XxxFn
-// approves with a reference derived from the idempotency key.
-type fakeProvider struct {
-	AuthorizeFn func(context.Context, providers.AuthorizeRequest) (providers.Result, error)
-	CaptureFn   func(context.Context, providers.CaptureRequest) (providers.Result, error)
-	VoidFn      func(context.Context, providers.VoidRequest) (providers.Result, error)
-	RefundFn    func(context.Context, providers.RefundRequest) (providers.Result, error)
-
-	mu    sync.Mutex
-	calls []providerCall
-}
-
-type providerCall struct {
-	Op     string
-	Key    string
-	Amount int64
-	Card   providers.Card
-}
-
-func (f *fakeProvider) record(c providerCall) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.calls = append(f.calls, c)
-}
-
-func (f *fakeProvider) Calls() []providerCall {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]providerCall(nil), f.calls...)
-}
-
-func (f *fakeProvider) Name() string { return "sandbox" }
-
-func (f *fakeProvider) Authorize(ctx context.Context, r providers.AuthorizeRequest) (providers.Result, error) {
-	f.record(providerCall{Op: "authorize", Key: r.IdempotencyKey, Amount: r.Amount, Card: r.Card})
-	if f.AuthorizeFn != nil {
-		return f.AuthorizeFn(ctx, r)
-	}
-	return providers.Result{Reference: "fake_" + r.IdempotencyKey}, nil
-}
-
-func (f *fakeProvider) Capture(ctx context.Context, r providers.CaptureRequest) (providers.Result, error) {
-	f.record(providerCall{Op: "capture", Key: r.IdempotencyKey, Amount: r.Amount})
-	if f.CaptureFn != nil {
-		return f.CaptureFn(ctx, r)
-	}
-	return providers.Result{Reference: r.Reference}, nil
-}
-
-func (f *fakeProvider) Void(ctx context.Context, r providers.VoidRequest) (providers.Result, error) {
-	f.record(providerCall{Op: "void", Key: r.IdempotencyKey})
-	if f.VoidFn != nil {
-		return f.VoidFn(ctx, r)
-	}
-	return providers.Result{Reference: r.Reference}, nil
-}
-
-func (f *fakeProvider) Refund(ctx context.Context, r providers.RefundRequest) (providers.Result, error) {
-	f.record(providerCall{Op: "refund", Key: r.IdempotencyKey, Amount: r.Amount})
-	if f.RefundFn != nil {
-		return f.RefundFn(ctx, r)
-	}
-	return providers.Result{Reference: "fake_" + r.IdempotencyKey}, nil
-}
-
 // worker is the worker side, run in-process against the harness database.
 type worker struct {
 	charges *charges.Processor
 	refunds *refunds.Processor
-	fake    *fakeProvider
+	fake    *providertest.Fake
 }
 
-func (h *harness) worker(t *testing.T, fake *fakeProvider) *worker {
+func (h *harness) worker(t *testing.T, fake *providertest.Fake) *worker {
 	t.Helper()
 	keys, err := keyring.New(h.cfg.EncryptionKey)
 	if err != nil {
@@ -666,7 +602,7 @@ func (h *harness) scanRedis(t *testing.T, needles ...string) []string {
 func TestCardDataNeverStored(t *testing.T) {
 	h := newHarness(t, paymentsEnv)
 	a := h.account("ada@example.com")
-	w := h.worker(t, &fakeProvider{})
+	w := h.worker(t, &providertest.Fake{})
 
 	const cvc = "9183"
 	numbers := []string{cardVisa, cardMastercard, "4000000000000002"}
@@ -776,7 +712,7 @@ func TestChargeIdempotency(t *testing.T) {
 		}
 
 		// The replay is the first answer even after the charge moved on.
-		w := h.worker(t, &fakeProvider{})
+		w := h.worker(t, &providertest.Fake{})
 		w.authorize(t, first.body["id"].(string))
 		later := h.with(t).do("POST", "/v1/charges", body, append(bearer(a.secret), "Idempotency-Key", "order-1")...)
 		if string(later.raw) != string(first.raw) {
@@ -852,7 +788,7 @@ func TestListCharges(t *testing.T) {
 	h := newHarness(t, paymentsEnv)
 	a := h.account("ada@example.com")
 	b := h.account("bob@example.com")
-	w := h.worker(t, &fakeProvider{AuthorizeFn: func(_ context.Context, r providers.AuthorizeRequest) (providers.Result, error) {
+	w := h.worker(t, &providertest.Fake{AuthorizeFn: func(_ context.Context, r providers.AuthorizeRequest) (providers.Result, error) {
 		if r.Amount == 13 {
 			return providers.Result{}, &providers.Decline{Code: "card_declined"}
 		}
@@ -992,7 +928,7 @@ func TestListEvents(t *testing.T) {
 	h := newHarness(t, paymentsEnv)
 	a := h.account("ada@example.com")
 	b := h.account("bob@example.com")
-	w := h.worker(t, &fakeProvider{})
+	w := h.worker(t, &providertest.Fake{})
 	var charged []string
 	for i := 0; i < 3; i++ {
 		id := h.createCharge(t, a.secret, chargeJSON()).body["id"].(string)
@@ -1061,7 +997,7 @@ func TestListEvents(t *testing.T) {
 func TestChargeStateMachine(t *testing.T) {
 	h := newHarness(t, paymentsEnv)
 	a := h.account("ada@example.com")
-	fake := &fakeProvider{AuthorizeFn: func(_ context.Context, r providers.AuthorizeRequest) (providers.Result, error) {
+	fake := &providertest.Fake{AuthorizeFn: func(_ context.Context, r providers.AuthorizeRequest) (providers.Result, error) {
 		if r.Card.Number == "4000000000000002" {
 			return providers.Result{}, &providers.Decline{Code: "card_declined"}
 		}
@@ -1137,7 +1073,7 @@ func TestChargeStateMachine(t *testing.T) {
 		if n := h.count(t, "SELECT count(*) FROM outbox WHERE ref_id = $1", id); n != 0 {
 			t.Errorf("%d tasks left for the charge, want 0", n)
 		}
-		var capCall *providerCall
+		var capCall *providertest.Call
 		for _, c := range fake.Calls() {
 			if c.Op == "capture" && c.Key == "gh_"+id+"_capture" {
 				capCall = &c
@@ -1299,7 +1235,7 @@ func TestEventsAreKeptThirtyDays(t *testing.T) {
 func TestConcurrentCaptureAndVoid(t *testing.T) {
 	h := newHarness(t, paymentsEnv)
 	a := h.account("ada@example.com")
-	w := h.worker(t, &fakeProvider{})
+	w := h.worker(t, &providertest.Fake{})
 	id := h.authorizedCharge(t, w, a.secret, 2000)
 	answers := burst(t, 10, func(i int) (response, error) {
 		action := "capture"
@@ -1341,7 +1277,7 @@ func TestCreateChargeNULBytes(t *testing.T) {
 		})
 	}
 	t.Run("refund metadata", func(t *testing.T) {
-		w := h.worker(t, &fakeProvider{})
+		w := h.worker(t, &providertest.Fake{})
 		id := h.capturedCharge(t, w, a.secret, 1000)
 		r := h.with(t).do("POST", "/v1/refunds", refundJSON(id, `"metadata":{"k":"\u0000"}`), bearer(a.secret)...)
 		want(t, r, 400, "parameter_invalid")

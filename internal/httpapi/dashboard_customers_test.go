@@ -16,6 +16,7 @@ import (
 	"testing"
 
 	"github.com/gatehouse-pay/gatehouse/internal/providers"
+	"github.com/gatehouse-pay/gatehouse/internal/providers/providertest"
 )
 
 // rowsOf lists the values of attr in the page's tr elements, in order.
@@ -35,7 +36,7 @@ func rowsOf(body, attr string) []string {
 // deleting the rows (the customer's charges stay).
 func TestDashboardCustomers(t *testing.T) {
 	h := newHarness(t, paymentsEnv)
-	w := h.worker(t, &fakeProvider{})
+	w := h.worker(t, &providertest.Fake{})
 	a := h.account("gil@example.com")
 	h.account("hal@example.com")
 	buyer := h.newCustomer(t, a.secret, `{"email":"Buyer@Example.com","name":"Ada Buyer","description":"VIP","metadata":{"tier":"gold"}}`).body["id"].(string)
@@ -180,7 +181,7 @@ func TestDashboardCustomers(t *testing.T) {
 // through; charge.requires_action is an event type of the events page.
 func TestDashboardRequiresAction(t *testing.T) {
 	h := newHarness(t, paymentsEnv)
-	w := h.worker(t, &fakeProvider{AuthorizeFn: func(_ context.Context, r providers.AuthorizeRequest) (providers.Result, error) {
+	w := h.worker(t, &providertest.Fake{AuthorizeFn: func(_ context.Context, r providers.AuthorizeRequest) (providers.Result, error) {
 		return providers.Result{Reference: "fake_" + r.IdempotencyKey, Action: &providers.Action{RedirectURL: "https://issuer.example/challenge"}}, nil
 	}})
 	a := h.account("ivy@example.com")

@@ -22,6 +22,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/gatehouse-pay/gatehouse/internal/ids"
+	"github.com/gatehouse-pay/gatehouse/internal/providers/providertest"
 	"github.com/gatehouse-pay/gatehouse/internal/store"
 )
 
@@ -673,7 +674,7 @@ func TestDashboardAtScale(t *testing.T) {
 // refused with a 4xx page that says what was wrong, and change nothing.
 func TestDashboardHostileForms(t *testing.T) {
 	h := newHarness(t, authzEnv)
-	w := h.worker(t, &fakeProvider{})
+	w := h.worker(t, &providertest.Fake{})
 	d := h.deliverer(t, &recordingSender{status: 500})
 	a := h.newAuthzFixture(t, "eve@example.com", w, d, 1)
 	ad := h.dashClientSignedIn(t, a.email)
@@ -745,7 +746,7 @@ func TestDashboardHostileForms(t *testing.T) {
 // events included, and no other charge's; the lookup can use its index.
 func TestDashboardChargePage(t *testing.T) {
 	h := newHarness(t, paymentsEnv)
-	w := h.worker(t, &fakeProvider{})
+	w := h.worker(t, &providertest.Fake{})
 	a := h.account("flo@example.com")
 	one, other := h.capturedCharge(t, w, a.secret, 3000), h.capturedCharge(t, w, a.secret, 4000)
 	r := h.do("POST", "/v1/refunds", refundJSON(one, `"amount":1000`), bearer(a.secret)...)

@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/gatehouse-pay/gatehouse/internal/providers"
+	"github.com/gatehouse-pay/gatehouse/internal/providers/providertest"
 )
 
 func refundJSON(chargeID string, rest string) string {
@@ -24,7 +25,7 @@ func refundJSON(chargeID string, rest string) string {
 func TestRefunds(t *testing.T) {
 	h := newHarness(t, paymentsEnv)
 	a := h.account("ada@example.com")
-	w := h.worker(t, &fakeProvider{})
+	w := h.worker(t, &providertest.Fake{})
 	id := h.capturedCharge(t, w, a.secret, 2000)
 
 	t.Run("validation", func(t *testing.T) {
@@ -165,7 +166,7 @@ func TestRefunds(t *testing.T) {
 	})
 
 	t.Run("provider declines", func(t *testing.T) {
-		declining := h.worker(t, &fakeProvider{RefundFn: func(context.Context, providers.RefundRequest) (providers.Result, error) {
+		declining := h.worker(t, &providertest.Fake{RefundFn: func(context.Context, providers.RefundRequest) (providers.Result, error) {
 			return providers.Result{}, &providers.Decline{Code: "insufficient_funds"}
 		}})
 		r := h.with(t).do("POST", "/v1/refunds", refundJSON(id, `"amount":300`), bearer(a.secret)...)
@@ -181,7 +182,7 @@ func TestRefunds(t *testing.T) {
 	})
 
 	t.Run("provider unavailable", func(t *testing.T) {
-		down := h.worker(t, &fakeProvider{RefundFn: func(context.Context, providers.RefundRequest) (providers.Result, error) {
+		down := h.worker(t, &providertest.Fake{RefundFn: func(context.Context, providers.RefundRequest) (providers.Result, error) {
 			return providers.Result{}, providers.ErrUnavailable
 		}})
 		r := h.with(t).do("POST", "/v1/refunds", refundJSON(id, `"amount":50`), bearer(a.secret)...)
@@ -298,7 +299,7 @@ func TestRefunds(t *testing.T) {
 func TestRefundOfFullyHeldCharge(t *testing.T) {
 	h := newHarness(t, paymentsEnv)
 	a := h.account("ada@example.com")
-	w := h.worker(t, &fakeProvider{})
+	w := h.worker(t, &providertest.Fake{})
 	id := h.capturedCharge(t, w, a.secret, 1000)
 	want(t, h.do("POST", "/v1/refunds", refundJSON(id, ""), bearer(a.secret)...), 201, "")
 	r := h.do("POST", "/v1/refunds", refundJSON(id, `"amount":1`), bearer(a.secret)...)
@@ -313,7 +314,7 @@ func TestRefundOfFullyHeldCharge(t *testing.T) {
 func TestRefundMetadataLimitsMatchCharges(t *testing.T) {
 	h := newHarness(t, paymentsEnv)
 	a := h.account("ada@example.com")
-	w := h.worker(t, &fakeProvider{})
+	w := h.worker(t, &providertest.Fake{})
 	id := h.capturedCharge(t, w, a.secret, 1000)
 	md := `"metadata":{"` + strings.Repeat("é", 40) + `":"` + strings.Repeat("é", 500) + `"}`
 	h.createCharge(t, a.secret, `{"amount":100,"currency":"USD","payment_method":"card","card":{"token":"tok_visa"},`+md+`}`)
@@ -325,7 +326,7 @@ func TestRefundMetadataLimitsMatchCharges(t *testing.T) {
 func TestConcurrentRefunds(t *testing.T) {
 	h := newHarness(t, paymentsEnv)
 	a := h.account("ada@example.com")
-	w := h.worker(t, &fakeProvider{})
+	w := h.worker(t, &providertest.Fake{})
 	id := h.capturedCharge(t, w, a.secret, 10000)
 
 	answers := burst(t, 10, func(int) (response, error) {
@@ -405,7 +406,7 @@ func TestConcurrentRefunds(t *testing.T) {
 func TestPartialRefundMovesUpdatedAt(t *testing.T) {
 	h := newHarness(t, paymentsEnv)
 	a := h.account("ada@example.com")
-	w := h.worker(t, &fakeProvider{})
+	w := h.worker(t, &providertest.Fake{})
 	id := h.capturedCharge(t, w, a.secret, 1000)
 	before := h.do("GET", "/v1/charges/"+id, "", bearer(a.secret)...)
 	r := h.do("POST", "/v1/refunds", refundJSON(id, `"amount":100`), bearer(a.secret)...)
@@ -426,7 +427,7 @@ func TestPartialRefundMovesUpdatedAt(t *testing.T) {
 func TestConcurrentRefundsOneKey(t *testing.T) {
 	h := newHarness(t, paymentsEnv)
 	a := h.account("ada@example.com")
-	w := h.worker(t, &fakeProvider{})
+	w := h.worker(t, &providertest.Fake{})
 	id := h.capturedCharge(t, w, a.secret, 1000)
 	answers := burst(t, 10, func(int) (response, error) {
 		return h.try("POST", "/v1/refunds", refundJSON(id, `"amount":100`), append(bearer(a.secret), "Idempotency-Key", "one")...)

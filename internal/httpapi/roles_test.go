@@ -10,6 +10,7 @@ import (
 
 	"github.com/gatehouse-pay/gatehouse/internal/authz"
 	"github.com/gatehouse-pay/gatehouse/internal/httpapi"
+	"github.com/gatehouse-pay/gatehouse/internal/providers/providertest"
 )
 
 // TestEveryRouteHasANeed: the authorization table has a row for every
@@ -48,7 +49,7 @@ func TestEveryRouteHasANeed(t *testing.T) {
 // route that takes only secret keys refuses every member's session alike.
 func TestRoleMatrix(t *testing.T) {
 	h := newHarness(t, authzEnv)
-	owner := h.newAuthzFixture(t, "owner@example.com", h.worker(t, &fakeProvider{}), h.deliverer(t, &recordingSender{status: 500}), 1)
+	owner := h.newAuthzFixture(t, "owner@example.com", h.worker(t, &providertest.Fake{}), h.deliverer(t, &recordingSender{status: 500}), 1)
 	// A member of every role, signed in through the invitation's setup link.
 	emails := map[string]string{authz.Owner: owner.email}
 	for _, role := range authz.Roles[1:] {
@@ -140,7 +141,7 @@ func TestRoleMatrix(t *testing.T) {
 // calls change nothing.
 func TestRestrictedKeyMatrix(t *testing.T) {
 	h := newHarness(t, authzEnv)
-	owner := h.newAuthzFixture(t, "keys@example.com", h.worker(t, &fakeProvider{}), h.deliverer(t, &recordingSender{status: 500}), 1)
+	owner := h.newAuthzFixture(t, "keys@example.com", h.worker(t, &providertest.Fake{}), h.deliverer(t, &recordingSender{status: 500}), 1)
 	keyOf := map[string]string{} // "resource=level" -> rk_test_ secret
 	restricted := func(r authz.Resource, a authz.Access) string {
 		name := string(r) + "=" + a.String()

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gatehouse-pay/gatehouse/internal/providers/providertest"
 )
 
 // sseEvent is one event a stream carried.
@@ -124,7 +126,7 @@ func TestEventStream(t *testing.T) {
 	one := newHarness(t, streamEnv)
 	two := newHarnessWith(t, harnessOptions{env: streamEnv, replicaOf: one})
 	a, b := one.account("ada@example.com"), one.account("bob@example.com")
-	w := one.worker(t, &fakeProvider{})
+	w := one.worker(t, &providertest.Fake{})
 
 	s := openStream(t, two.base, a.secret, "")
 	bs := openStream(t, one.base, b.secret, "")

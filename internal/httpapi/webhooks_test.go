@@ -20,6 +20,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/events"
 	"github.com/gatehouse-pay/gatehouse/internal/jobs"
 	"github.com/gatehouse-pay/gatehouse/internal/keyring"
+	"github.com/gatehouse-pay/gatehouse/internal/providers/providertest"
 	"github.com/gatehouse-pay/gatehouse/internal/store"
 	"github.com/gatehouse-pay/gatehouse/internal/webhooks"
 )
@@ -465,7 +466,7 @@ func TestWebhookFanOut(t *testing.T) {
 	h := newHarness(t, paymentsEnv)
 	a := h.account("ada@example.com")
 	b := h.account("bob@example.com")
-	w := h.worker(t, &fakeProvider{})
+	w := h.worker(t, &providertest.Fake{})
 
 	created, _ := h.createEndpoint(t, a.secret, "https://hooks.example.com/created", "charge.created")
 	failedOnly, _ := h.createEndpoint(t, a.secret, "https://hooks.example.com/failed", "charge.failed")
@@ -1081,7 +1082,7 @@ func TestEndpointHealth(t *testing.T) {
 func TestEventSequence(t *testing.T) {
 	h := newHarness(t, paymentsEnv)
 	a := h.account("ada@example.com")
-	w := h.worker(t, &fakeProvider{})
+	w := h.worker(t, &providertest.Fake{})
 	sender := &recordingSender{status: 200}
 	d := h.deliverer(t, sender)
 	ep, _ := h.createEndpoint(t, a.secret, "https://hooks.example.com/seq", events.Types...)
@@ -1149,7 +1150,7 @@ func TestEventSequence(t *testing.T) {
 func TestOrderedDelivery(t *testing.T) {
 	h := newHarness(t, paymentsEnv)
 	a := h.account("ada@example.com")
-	w := h.worker(t, &fakeProvider{})
+	w := h.worker(t, &providertest.Fake{})
 	sender := &recordingSender{status: 200}
 	d := h.deliverer(t, sender)
 	r := h.do("POST", "/v1/me/webhook_endpoints", `{"url":"https://hooks.example.com/ordered","events":["charge.created","charge.captured"],"ordered":true}`, bearer(a.secret)...)

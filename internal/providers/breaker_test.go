@@ -11,46 +11,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/gatehouse-pay/gatehouse/internal/providers"
+	"github.com/gatehouse-pay/gatehouse/internal/providers/providertest"
 )
-
-// fakeProvider is a hand-written fake: each method calls its Fn field, or
-// succeeds when the field is nil.
-type fakeProvider struct {
-	AuthorizeFn func(context.Context, providers.AuthorizeRequest) (providers.Result, error)
-	CaptureFn   func(context.Context, providers.CaptureRequest) (providers.Result, error)
-	VoidFn      func(context.Context, providers.VoidRequest) (providers.Result, error)
-	RefundFn    func(context.Context, providers.RefundRequest) (providers.Result, error)
-}
-
-func (f *fakeProvider) Name() string { return "fake" }
-
-func (f *fakeProvider) Authorize(ctx context.Context, r providers.AuthorizeRequest) (providers.Result, error) {
-	if f.AuthorizeFn == nil {
-		return providers.Result{Reference: "ch_1"}, nil
-	}
-	return f.AuthorizeFn(ctx, r)
-}
-
-func (f *fakeProvider) Capture(ctx context.Context, r providers.CaptureRequest) (providers.Result, error) {
-	if f.CaptureFn == nil {
-		return providers.Result{Reference: "ch_1"}, nil
-	}
-	return f.CaptureFn(ctx, r)
-}
-
-func (f *fakeProvider) Void(ctx context.Context, r providers.VoidRequest) (providers.Result, error) {
-	if f.VoidFn == nil {
-		return providers.Result{Reference: "ch_1"}, nil
-	}
-	return f.VoidFn(ctx, r)
-}
-
-func (f *fakeProvider) Refund(ctx context.Context, r providers.RefundRequest) (providers.Result, error) {
-	if f.RefundFn == nil {
-		return providers.Result{Reference: "re_1"}, nil
-	}
-	return f.RefundFn(ctx, r)
-}
 
 // outcome is what the fake answers to one call.
 type outcome int
@@ -80,31 +42,14 @@ func (o outcome) err() error {
 	return nil
 }
 
-// scripted returns a provider that answers with outcomes in order (ok once
-// they run out) and counts the calls it received.
-func scripted(outcomes ...outcome) (*fakeProvider, *int) {
-	var mu sync.Mutex
-	calls := 0
-	answer := func() (providers.Result, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		o := ok
-		if calls < len(outcomes) {
-			o = outcomes[calls]
-		}
-		calls++
-		if err := o.err(); err != nil {
-			return providers.Result{}, err
-		}
-		return providers.Result{Reference: "ch_1"}, nil
+// scripted returns a provider named "fake" that answers with outcomes in
+// order (ok once they run out) and counts the calls it received.
+func scripted(outcomes ...outcome) *providertest.Fake {
+	script := make([]error, len(outcomes))
+	for i, o := range outcomes {
+		script[i] = o.err()
 	}
-	f := &fakeProvider{
-		AuthorizeFn: func(context.Context, providers.AuthorizeRequest) (providers.Result, error) { return answer() },
-		CaptureFn:   func(context.Context, providers.CaptureRequest) (providers.Result, error) { return answer() },
-		VoidFn:      func(context.Context, providers.VoidRequest) (providers.Result, error) { return answer() },
-		RefundFn:    func(context.Context, providers.RefundRequest) (providers.Result, error) { return answer() },
-	}
-	return f, &calls
+	return &providertest.Fake{ProviderName: "fake", Script: script}
 }
 
 func repeat(o outcome, n int) []outcome {
@@ -146,16 +91,16 @@ func TestBreakerCountsOnlyAvailabilityFailures(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f, calls := scripted(tt.outcomes...)
+			f := scripted(tt.outcomes...)
 			b := providers.WithBreaker(f, providers.BreakerOptions{Failures: tt.failures, OpenFor: time.Hour})
 			for i := range tt.outcomes {
 				res, err := b.Authorize(context.Background(), providers.AuthorizeRequest{IdempotencyKey: fmt.Sprint(i)})
-				if err == nil && res.Reference != "ch_1" {
-					t.Errorf("call %d: reference = %q, want ch_1", i, res.Reference)
+				if want := "ref_" + fmt.Sprint(i); err == nil && res.Reference != want {
+					t.Errorf("call %d: reference = %q, want %s", i, res.Reference, want)
 				}
 			}
-			if *calls != tt.wantCalls {
-				t.Errorf("provider calls = %d, want %d", *calls, tt.wantCalls)
+			if n := f.Count(); n != tt.wantCalls {
+				t.Errorf("provider calls = %d, want %d", n, tt.wantCalls)
 			}
 			if got := b.State(); got != tt.wantState {
 				t.Errorf("state = %q, want %q", got, tt.wantState)
@@ -179,7 +124,7 @@ func TestBreakerPassesResultsThrough(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f, _ := scripted(tt.o)
+			f := scripted(tt.o)
 			b := providers.WithBreaker(f, providers.BreakerOptions{})
 			_, err := b.Capture(context.Background(), providers.CaptureRequest{})
 			d, isDecline := providers.AsDecline(err)
@@ -205,7 +150,7 @@ func TestBreakerPassesResultsThrough(t *testing.T) {
 }
 
 func TestBreakerOpenErrorAndSharedCircuit(t *testing.T) {
-	f, calls := scripted(repeat(unavailable, 5)...)
+	f := scripted(repeat(unavailable, 5)...)
 	b := providers.WithBreaker(f, providers.BreakerOptions{OpenFor: time.Hour})
 	ctx := context.Background()
 	for range 5 {
@@ -227,8 +172,8 @@ func TestBreakerOpenErrorAndSharedCircuit(t *testing.T) {
 			t.Errorf("%s: an open circuit must be retryable, got a decline", name)
 		}
 	}
-	if *calls != 5 {
-		t.Errorf("provider calls = %d, want 5", *calls)
+	if n := f.Count(); n != 5 {
+		t.Errorf("provider calls = %d, want 5", n)
 	}
 	if b.Name() != "fake" {
 		t.Errorf("Name() = %q, want the wrapped provider's", b.Name())
@@ -254,7 +199,7 @@ func TestBreakerHalfOpen(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			var mu sync.Mutex
 			var changes []string
-			f, calls := scripted(append(repeat(unavailable, 3), tt.trial)...)
+			f := scripted(append(repeat(unavailable, 3), tt.trial)...)
 			b := providers.WithBreaker(f, providers.BreakerOptions{
 				Failures: 3, OpenFor: openFor,
 				OnStateChange: func(name, from, to string) {
@@ -275,8 +220,8 @@ func TestBreakerHalfOpen(t *testing.T) {
 				t.Fatalf("after OpenFor: state = %q, want half-open", got)
 			}
 			_, _ = b.Void(ctx, providers.VoidRequest{})
-			if *calls != 4 {
-				t.Errorf("provider calls = %d, want 4 (3 failures and one trial)", *calls)
+			if n := f.Count(); n != 4 {
+				t.Errorf("provider calls = %d, want 4 (3 failures and one trial)", n)
 			}
 			if got := b.State(); got != tt.wantState {
 				t.Errorf("state = %q, want %q", got, tt.wantState)
@@ -295,20 +240,13 @@ func TestBreakerHalfOpenLetsOneTrialThrough(t *testing.T) {
 	const openFor = 30 * time.Millisecond
 	release := make(chan struct{})
 	started := make(chan struct{}, 10)
-	var mu sync.Mutex
-	n := 0
-	f := &fakeProvider{AuthorizeFn: func(ctx context.Context, _ providers.AuthorizeRequest) (providers.Result, error) {
-		mu.Lock()
-		n++
-		i := n
-		mu.Unlock()
-		if i <= 2 {
-			return providers.Result{}, providers.ErrUnavailable
-		}
+	// Two failures open the circuit; the third call, the trial, is held.
+	f := scripted(unavailable, unavailable)
+	f.AuthorizeFn = func(ctx context.Context, _ providers.AuthorizeRequest) (providers.Result, error) {
 		started <- struct{}{}
 		<-release
 		return providers.Result{Reference: "ch_1"}, nil
-	}}
+	}
 	b := providers.WithBreaker(f, providers.BreakerOptions{Failures: 2, OpenFor: openFor})
 	ctx := context.Background()
 	for range 2 {
@@ -332,9 +270,7 @@ func TestBreakerHalfOpenLetsOneTrialThrough(t *testing.T) {
 	if got := b.State(); got != "closed" {
 		t.Errorf("state = %q, want closed", got)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if n != 3 {
+	if n := f.Count(); n != 3 {
 		t.Errorf("provider calls = %d, want 3", n)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/charges"
 	"github.com/gatehouse-pay/gatehouse/internal/events"
 	"github.com/gatehouse-pay/gatehouse/internal/providers"
+	"github.com/gatehouse-pay/gatehouse/internal/providers/providertest"
 	"github.com/gatehouse-pay/gatehouse/internal/refunds"
 )
 
@@ -90,7 +91,7 @@ func TestProcessorReportsOutcomes(t *testing.T) {
 				RefundForWorkFn: func(context.Context, string) (refunds.Refund, charges.Charge, error) { return pending, ch, nil },
 				SettleRefundFn:  c.settle,
 			}
-			prov := &fakeProvider{RefundFn: c.refund}
+			prov := &providertest.Fake{RefundFn: c.refund}
 			reg := providers.Registry{"sandbox": prov, "stripe": prov}
 			log := slog.New(slog.NewTextHandler(io.Discard, nil))
 			got := &outcomes{}
@@ -119,7 +120,7 @@ func TestProcessorWithoutOutcomes(t *testing.T) {
 		return refunds.Refund{ID: "0193a5d0-3c4e-7a5b-8c6d-7e8f9a0b1c2d", ChargeID: chargeID, Amount: 500, Currency: "USD",
 			Status: refunds.StatusPending, CreatedAt: testNow}, capturedCharge(), nil
 	}}
-	if err := worker(st, &fakeProvider{}).Process(context.Background(), "0193a5d0-3c4e-7a5b-8c6d-7e8f9a0b1c2d", false); err != nil {
+	if err := worker(st, &providertest.Fake{}).Process(context.Background(), "0193a5d0-3c4e-7a5b-8c6d-7e8f9a0b1c2d", false); err != nil {
 		t.Fatal(err)
 	}
 	if len(st.settled) != 1 || st.settled[0].Status != refunds.StatusSucceeded {

@@ -21,6 +21,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/listing"
 	"github.com/gatehouse-pay/gatehouse/internal/outbox"
 	"github.com/gatehouse-pay/gatehouse/internal/providers"
+	"github.com/gatehouse-pay/gatehouse/internal/providers/providertest"
 	"github.com/gatehouse-pay/gatehouse/internal/refunds"
 )
 
@@ -259,30 +260,6 @@ func worker(st *fakeStore, p providers.Provider) *refunds.Processor {
 	return refunds.NewProcessor(st, reg, time.Second, func() time.Time { return testNow }, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
 }
 
-// fakeProvider refunds through RefundFn (approves when nil).
-type fakeProvider struct {
-	RefundFn func(context.Context, providers.RefundRequest) (providers.Result, error)
-	refunds  []providers.RefundRequest
-}
-
-func (f *fakeProvider) Name() string { return "sandbox" }
-func (f *fakeProvider) Authorize(context.Context, providers.AuthorizeRequest) (providers.Result, error) {
-	return providers.Result{}, errors.New("not expected")
-}
-func (f *fakeProvider) Capture(context.Context, providers.CaptureRequest) (providers.Result, error) {
-	return providers.Result{}, errors.New("not expected")
-}
-func (f *fakeProvider) Void(context.Context, providers.VoidRequest) (providers.Result, error) {
-	return providers.Result{}, errors.New("not expected")
-}
-func (f *fakeProvider) Refund(ctx context.Context, r providers.RefundRequest) (providers.Result, error) {
-	f.refunds = append(f.refunds, r)
-	if f.RefundFn != nil {
-		return f.RefundFn(ctx, r)
-	}
-	return providers.Result{Reference: "re_1"}, nil
-}
-
 func TestProcess(t *testing.T) {
 	const refundID = "0193a5d0-3c4e-7a5b-8c6d-7e8f9a0b1c2d"
 	pending := refunds.Refund{ID: refundID, MerchantID: "mer_a", ChargeID: chargeID, Amount: 500, Currency: "USD",
@@ -308,16 +285,16 @@ func TestProcess(t *testing.T) {
 					}
 					return true, err
 				}}
-			p := &fakeProvider{}
+			p := &providertest.Fake{}
 			if err := worker(st, p).Process(ctx, refundID, false); err != nil {
 				t.Fatal(err)
 			}
 			wantReq := []providers.RefundRequest{{IdempotencyKey: "gh_" + refundID + "_refund", Reference: "ch_ref", Amount: 500, Currency: "USD", Reason: "duplicate", RefundID: refundID}}
-			if diff := cmp.Diff(wantReq, p.refunds); diff != "" {
+			if diff := cmp.Diff(wantReq, p.Refunds()); diff != "" {
 				t.Errorf("provider calls (-want +got):\n%s", diff)
 			}
 			after := st.settled[0]
-			if after.Status != refunds.StatusSucceeded || *after.ProviderReference != "re_1" || st.settledTasks[0] != "refund:process:"+refundID {
+			if after.Status != refunds.StatusSucceeded || *after.ProviderReference != "re_"+wantReq[0].IdempotencyKey || st.settledTasks[0] != "refund:process:"+refundID {
 				t.Errorf("settled %+v task %q", after, st.settledTasks[0])
 			}
 			want := []string{events.RefundSucceeded}
@@ -357,7 +334,7 @@ func TestProcess(t *testing.T) {
 					}
 					return true, err
 				}}
-			err := worker(st, &fakeProvider{RefundFn: c.fn}).Process(ctx, refundID, c.final)
+			err := worker(st, &providertest.Fake{RefundFn: c.fn}).Process(ctx, refundID, c.final)
 			if c.retry {
 				if !errors.Is(err, charges.ErrRetry) || len(st.settled) != 0 {
 					t.Errorf("err = %v, settled %d, want ErrRetry and nothing settled", err, len(st.settled))
@@ -377,7 +354,7 @@ func TestProcess(t *testing.T) {
 		noRef := capturedCharge()
 		noRef.ProviderReference = nil
 		st := &fakeStore{RefundForWorkFn: forWork(pending, noRef)}
-		if err := worker(st, &fakeProvider{}).Process(ctx, refundID, false); err != nil {
+		if err := worker(st, &providertest.Fake{}).Process(ctx, refundID, false); err != nil {
 			t.Fatal(err)
 		}
 		if len(st.settled) != 1 || st.settled[0].Status != refunds.StatusFailed || *st.settled[0].FailureCode != "provider_unavailable" {
@@ -402,18 +379,18 @@ func TestProcess(t *testing.T) {
 			r := pending
 			r.Status = status
 			st := &fakeStore{RefundForWorkFn: forWork(r, capturedCharge())}
-			p := &fakeProvider{}
+			p := &providertest.Fake{}
 			if err := worker(st, p).Process(ctx, refundID, false); err != nil {
 				t.Fatal(err)
 			}
-			if len(p.refunds) != 0 || len(st.settled) != 0 || len(st.deleted) != 1 || st.deleted[0] != "refund:process:"+refundID {
-				t.Errorf("%s: calls %d settled %d deleted %v", status, len(p.refunds), len(st.settled), st.deleted)
+			if len(p.Refunds()) != 0 || len(st.settled) != 0 || len(st.deleted) != 1 || st.deleted[0] != "refund:process:"+refundID {
+				t.Errorf("%s: calls %d settled %d deleted %v", status, len(p.Refunds()), len(st.settled), st.deleted)
 			}
 		}
 	})
 
 	t.Run("unknown refund", func(t *testing.T) {
-		if err := worker(&fakeStore{}, &fakeProvider{}).Process(ctx, refundID, false); apperr.KindOf(err) != apperr.KindNotFound {
+		if err := worker(&fakeStore{}, &providertest.Fake{}).Process(ctx, refundID, false); apperr.KindOf(err) != apperr.KindNotFound {
 			t.Errorf("err = %v, want not found", err)
 		}
 	})

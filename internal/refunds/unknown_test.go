@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/events"
 	"github.com/gatehouse-pay/gatehouse/internal/ids"
 	"github.com/gatehouse-pay/gatehouse/internal/providers"
+	"github.com/gatehouse-pay/gatehouse/internal/providers/providertest"
 	"github.com/gatehouse-pay/gatehouse/internal/providers/sandbox"
 	"github.com/gatehouse-pay/gatehouse/internal/refunds"
 	"github.com/gatehouse-pay/gatehouse/internal/store"
@@ -154,25 +154,6 @@ func TestPastTheWindowIsLookedUp(t *testing.T) {
 	}
 }
 
-// lookupProvider is a fakeProvider that can look refunds up through LookupFn.
-type lookupProvider struct {
-	fakeProvider
-	LookupFn func(context.Context, providers.RefundLookup) (providers.Result, error)
-	mu       sync.Mutex
-	lookups  []providers.RefundLookup
-}
-
-func (l *lookupProvider) LookupRefund(ctx context.Context, r providers.RefundLookup) (providers.Result, error) {
-	l.mu.Lock()
-	l.lookups = append(l.lookups, r)
-	l.mu.Unlock()
-	return l.LookupFn(ctx, r)
-}
-
-func (l *lookupProvider) LookupPayment(context.Context, string) (providers.Payment, error) {
-	return providers.Payment{}, errors.New("not expected")
-}
-
 // A refund the provider answers as pending is followed, by its provider id,
 // until it is final: pending keeps it pending (retry), succeeded settles it,
 // failed fails it.
@@ -190,9 +171,9 @@ func TestPendingRefundIsFollowed(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			polls := 0
-			prov := &lookupProvider{fakeProvider: fakeProvider{RefundFn: func(context.Context, providers.RefundRequest) (providers.Result, error) {
+			prov := &providertest.FakeLookup{Fake: &providertest.Fake{RefundFn: func(context.Context, providers.RefundRequest) (providers.Result, error) {
 				return providers.Result{Reference: "re_p", Pending: true}, nil
-			}}, LookupFn: func(context.Context, providers.RefundLookup) (providers.Result, error) {
+			}}, LookupRefundFn: func(context.Context, providers.RefundLookup) (providers.Result, error) {
 				polls++
 				if polls < 3 {
 					return providers.Result{Reference: "re_p", Pending: true}, nil
@@ -213,12 +194,12 @@ func TestPendingRefundIsFollowed(t *testing.T) {
 			if len(st.settled) != 1 || st.settled[0].Status != c.want {
 				t.Fatalf("settled %+v, want %s", st.settled, c.want)
 			}
-			for _, l := range prov.lookups {
+			for _, l := range prov.RefundLookups() {
 				if l.ProviderRefund != "re_p" || l.RefundID != r.ID {
 					t.Errorf("lookup %+v, want the provider's refund re_p of %s", l, r.ID)
 				}
 			}
-			for _, q := range prov.refunds {
+			for _, q := range prov.Refunds() {
 				if q.IdempotencyKey != "gh_"+r.ID+"_refund" {
 					t.Errorf("sent with key %s", q.IdempotencyKey)
 				}
@@ -233,7 +214,7 @@ func TestStillUnknownAfterTheBoundIsSurfaced(t *testing.T) {
 	ctx := context.Background()
 	r := refunds.Refund{ID: ids.NewUUID(), MerchantID: "mer_a", ChargeID: chargeID, Amount: 500, Currency: "USD",
 		Status: refunds.StatusPending, CreatedAt: testNow, UpdatedAt: testNow}
-	down := &fakeProvider{RefundFn: func(context.Context, providers.RefundRequest) (providers.Result, error) {
+	down := &providertest.Fake{RefundFn: func(context.Context, providers.RefundRequest) (providers.Result, error) {
 		return providers.Result{}, fmt.Errorf("%w: read: connection reset by peer", providers.ErrUnavailable)
 	}}
 	for _, c := range []struct {

@@ -1,5 +1,9 @@
-// Package providertest has a provider for tests of unknown outcomes: honest
-// books behind an unreliable network that a script drives. The books keep one
+// Package providertest has providers for tests. Fake answers as the test
+// chooses (a script of errors, an answer per operation, lookups through
+// FakeLookup) and records every call.
+//
+// Scripted is for tests of unknown outcomes: honest books behind an
+// unreliable network that a script drives. The books keep one
 // booking per idempotency key, as a real provider does within its key window;
 // the script decides, call by call, whether the request is lost on its way,
 // booked and its answer lost, declined, or left processing. Fuzz targets feed
