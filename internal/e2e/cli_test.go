@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/gatehouse-pay/gatehouse/internal/events"
+	"github.com/gatehouse-pay/gatehouse/internal/testenv"
+	"github.com/gatehouse-pay/gatehouse/internal/testenv/harness"
 )
 
 // verifierDir is internal/webhooks/testdata/verify with its pinned npm
@@ -25,7 +27,7 @@ import (
 // under GATEHOUSE_REQUIRE_SERVICES=1).
 func verifierDir(t *testing.T) string {
 	t.Helper()
-	root, err := moduleRoot()
+	root, err := harness.ModuleRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +105,7 @@ func TestCLIEndToEnd(t *testing.T) {
 	}
 
 	// listen, forwarding to a port where the verifier will listen.
-	port := freePort(t)
+	port := testenv.FreePort(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	listen := exec.CommandContext(ctx, cli, "listen", "--forward-to", fmt.Sprintf("http://127.0.0.1:%d/webhooks", port))

@@ -2,7 +2,6 @@ package testenv
 
 import (
 	"context"
-	"errors"
 	"os"
 	"os/exec"
 	"testing"
@@ -97,11 +96,12 @@ func Kill(t testing.TB, p *harness.Process) {
 }
 
 // WaitReady is harness.WaitFor, stopping the test when p exits first or
-// ready still fails after within; what names what is waited for.
+// ready still fails after within, with the tail of p's output; what names
+// what is waited for.
 func WaitReady(t testing.TB, what string, p *harness.Process, within, interval time.Duration, ready func(context.Context) error) {
 	t.Helper()
 	if err := harness.WaitFor(context.Background(), p, within, interval, ready); err != nil {
-		if p != nil && errors.Is(err, harness.ErrExited) {
+		if p != nil && p.Out != nil {
 			t.Fatalf("%s: %v\n%s", what, err, p.Tail(4<<10))
 		}
 		t.Fatalf("%s: %v", what, err)
