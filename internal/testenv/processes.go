@@ -135,45 +135,37 @@ func RedisServerPath(t testing.TB) string {
 // It is stopped when the test ends, its output logged if the test failed.
 func StartRedis(t testing.TB, cfg harness.RedisConfig) *harness.RedisServer {
 	t.Helper()
-	if cfg.Path == "" {
-		cfg.Path = RedisServerPath(t)
-	}
-	if cfg.Dir == "" {
-		cfg.Dir = t.TempDir()
-	}
+	defaultRedis(t, &cfg.Path, &cfg.Dir)
 	r, err := harness.NewRedisServer(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cleanupRedis(t, r, "redis-server")
-	if err := r.Start(); err != nil {
-		t.Fatal(err)
-	}
-	return r
+	return startRedis(t, "redis-server", r, err)
 }
 
 // StartSentinel starts a sentinel monitoring primary (cfg.Path and cfg.Dir
 // as in StartRedis); it is stopped when the test ends.
 func StartSentinel(t testing.TB, cfg harness.SentinelConfig, primary *harness.RedisServer) *harness.RedisServer {
 	t.Helper()
-	if cfg.Path == "" {
-		cfg.Path = RedisServerPath(t)
-	}
-	if cfg.Dir == "" {
-		cfg.Dir = t.TempDir()
-	}
+	defaultRedis(t, &cfg.Path, &cfg.Dir)
 	s, err := harness.NewSentinel(cfg, primary)
+	return startRedis(t, "redis-sentinel", s, err)
+}
+
+// defaultRedis fills in an empty binary path and directory.
+func defaultRedis(t testing.TB, path, dir *string) {
+	t.Helper()
+	if *path == "" {
+		*path = RedisServerPath(t)
+	}
+	if *dir == "" {
+		*dir = t.TempDir()
+	}
+}
+
+// startRedis starts r, made with error err, and stops it when the test ends.
+func startRedis(t testing.TB, name string, r *harness.RedisServer, err error) *harness.RedisServer {
+	t.Helper()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cleanupRedis(t, s, "redis-sentinel")
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
-
-func cleanupRedis(t testing.TB, r *harness.RedisServer, name string) {
 	t.Cleanup(func() {
 		if err := r.Close(); err != nil {
 			t.Error(err)
@@ -182,4 +174,8 @@ func cleanupRedis(t testing.TB, r *harness.RedisServer, name string) {
 			t.Logf("---- %[1]s output (tail) ----\n%[2]s\n---- end of %[1]s output ----", name, r.Out.Tail(16<<10))
 		}
 	})
+	if err := r.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return r
 }
