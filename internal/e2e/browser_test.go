@@ -29,7 +29,7 @@ func browserTools(t *testing.T) (dir, chromium string) {
 		chromium = "/usr/bin/chromium"
 	}
 	if _, err := os.Stat(chromium); err != nil {
-		unavailable(t, "no chromium at %s: %v", chromium, err)
+		testenv.Missing(t, "no chromium at %s: %v (deploy/local/tools.sh installs it)", chromium, err)
 	}
 	root, err := harness.ModuleRoot()
 	if err != nil {

@@ -36,16 +36,6 @@ func verifierDir(t *testing.T) string {
 	return dir
 }
 
-// unavailable skips the test for a missing tool, or fails it under
-// GATEHOUSE_REQUIRE_SERVICES=1.
-func unavailable(t *testing.T, format string, args ...any) {
-	t.Helper()
-	if os.Getenv("GATEHOUSE_REQUIRE_SERVICES") == "1" {
-		t.Fatalf(format+" (deploy/local/tools.sh installs it)", args...)
-	}
-	t.Skipf(format+" (set GATEHOUSE_REQUIRE_SERVICES=1 to fail instead)", args...)
-}
-
 // needNodeModule returns the path of node, with the npm package pkg
 // installed in dir/node_modules, or skips the test (fails it under
 // GATEHOUSE_REQUIRE_SERVICES=1).
@@ -53,10 +43,10 @@ func needNodeModule(t *testing.T, dir, pkg string) string {
 	t.Helper()
 	node, err := exec.LookPath("node")
 	if err != nil {
-		unavailable(t, "node is not on PATH: %v", err)
+		testenv.Missing(t, "node is not on PATH: %v (deploy/local/tools.sh installs it)", err)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "node_modules", pkg, "package.json")); err != nil {
-		unavailable(t, "%s is not installed in %s: %v", pkg, dir, err)
+		testenv.Missing(t, "%s is not installed in %s: %v (deploy/local/tools.sh installs it)", pkg, dir, err)
 	}
 	return node
 }
