@@ -19,9 +19,12 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/hibiken/asynq"
+
+	"github.com/gatehouse-pay/gatehouse/internal/testenv/harness"
 )
 
 // The asynq floor: one asynq task per delivery and a signed POST, nothing
@@ -38,17 +41,12 @@ const (
 	floorPoll        = 50 * time.Millisecond // bin/worker's TaskCheckInterval
 )
 
-// redisAddr is the host:port of the harness's private redis-server.
-func (e *environment) redisAddr() string {
-	return strings.TrimSuffix(strings.TrimPrefix(e.redisURL, "redis://"), "/0")
-}
-
 // asynqFloor enqueues -webhook-count floor tasks per endpoint, runs the floor worker until
 // the receiver has had them all (or -webhook-wait passes), and times them
 // first to last receipt, with the floor process's and Redis's CPU.
 func (e *environment) asynqFloor(ctx context.Context, rc *receiver, body []byte) (whThroughput, error) {
 	n := e.o.webhookCount * len(rc.urls)
-	client := asynq.NewClient(asynq.RedisClientOpt{Addr: e.redisAddr()})
+	client := asynq.NewClient(asynq.RedisClientOpt{Addr: e.redis.Addr()})
 	defer client.Close()
 	for i := range n {
 		var id [16]byte
@@ -72,23 +70,23 @@ func (e *environment) asynqFloor(ctx context.Context, rc *receiver, body []byte)
 	}
 	defer logFile.Close()
 	first := len(rc.floorSince(0))
-	cmd := exec.Command(self, "webhook-floor", "-redis", e.redisAddr(), "-url", strings.Join(rc.urls, ","), "-body", bodyFile,
+	cmd := exec.Command(self, "webhook-floor", "-redis", e.redis.Addr(), "-url", strings.Join(rc.urls, ","), "-body", bodyFile,
 		"-n", strconv.Itoa(n), "-for", e.o.webhookWait.String())
 	cmd.Stdout, cmd.Stderr = logFile, logFile
-	p, err := startProc(cmd)
+	p, err := harness.Start("webhook-floor", cmd, nil)
 	if err != nil {
 		return whThroughput{}, err
 	}
-	defer p.stop(5 * time.Second)
-	before := takeSnapshotOf([]int{p.pid()}, e.redis.pid(), e.postmaster, e.dbName)
+	defer p.Stop(syscall.SIGTERM, 5*time.Second)
+	before := takeSnapshotOf([]int{p.Pid()}, e.redisPID(), e.postmaster, e.dbName)
 	for end := time.Now().Add(e.o.webhookWait); len(rc.floorSince(first)) < n && time.Now().Before(end) && ctx.Err() == nil; {
 		select {
-		case <-p.exited:
+		case <-p.Done():
 			return whThroughput{}, errors.New("the floor worker exited early (see webhook-floor.log)")
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	after := takeSnapshotOf([]int{p.pid()}, e.redis.pid(), e.postmaster, e.dbName)
+	after := takeSnapshotOf([]int{p.Pid()}, e.redisPID(), e.postmaster, e.dbName)
 	at := rc.floorSince(first)
 	t := whThroughput{Name: "floor: asynq task + signed POST", Senders: floorConcurrency, Expected: n, Got: len(at)}
 	if len(at) > 1 {

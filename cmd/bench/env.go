@@ -3,13 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -19,6 +16,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/gatehouse-pay/gatehouse/internal/testenv/harness"
 )
 
 // environment is everything a run sets up and tears down: a private
@@ -29,9 +28,8 @@ type environment struct {
 	log io.Writer
 	dir string
 
-	redis    *proc
-	redisURL string
-	rdb      *redisDB
+	redis *harness.RedisServer
+	rdb   *redisDB
 
 	admin      *sqlDB
 	dbName     string
@@ -51,66 +49,25 @@ type environment struct {
 	quietLeft, waited time.Duration // waiting for a quiet machine: budget left, time spent
 }
 
-// proc is a child process and the channel closed when it has exited.
-type proc struct {
-	cmd    *exec.Cmd
-	exited chan struct{}
-}
-
-func startProc(cmd *exec.Cmd) (*proc, error) {
-	dieWithParent(cmd)
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	p := &proc{cmd: cmd, exited: make(chan struct{})}
-	go func() { _ = cmd.Wait(); close(p.exited) }()
-	return p, nil
-}
-
-func (p *proc) pid() int { return p.cmd.Process.Pid }
-
-// stop ends the process with SIGTERM, then SIGKILL after grace.
-func (p *proc) stop(grace time.Duration) {
-	if p == nil {
-		return
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.exited:
-	case <-time.After(grace):
-		_ = p.cmd.Process.Kill()
-		<-p.exited
-	}
-}
-
 // target is a server under test.
 type target struct {
 	name   string
-	proc   *proc
+	proc   *harness.Process
 	addr   string
 	logf   string
 	client *client
 }
 
-func (t *target) pid() int { return t.proc.pid() }
+func (t *target) pid() int { return t.proc.Pid() }
+
+// stop ends the server with SIGTERM, then SIGKILL after 5 s.
+func (t *target) stop() { t.proc.Stop(syscall.SIGTERM, 5*time.Second) }
+
+// redisPID is the process id of the private redis-server.
+func (e *environment) redisPID() int { return e.redis.Process().Pid() }
 
 func (e *environment) logf(format string, args ...any) {
 	fmt.Fprintf(e.log, "bench: "+format+"\n", args...)
-}
-
-func freeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }
 
 // withDatabase returns base with its database name replaced.
@@ -125,7 +82,7 @@ func withDatabase(base, db string) (string, error) {
 
 func (e *environment) setup(ctx context.Context) error {
 	var err error
-	e.jwtKey, e.encKey = randomHex(32), randomHex(32)
+	e.jwtKey, e.encKey = harness.RandomHex(32), harness.RandomHex(32)
 	if e.dir, err = os.MkdirTemp("", "gatehouse-bench-"); err != nil {
 		return err
 	}
@@ -141,7 +98,7 @@ func (e *environment) setup(ctx context.Context) error {
 	if err := e.runAPI(ctx, "migrate"); err != nil {
 		return err
 	}
-	email, password := "bench-"+randomHex(4)+"@gatehouse.local", randomHex(12)
+	email, password := "bench-"+harness.RandomHex(4)+"@gatehouse.local", harness.RandomHex(12)
 	out, err := e.apiOutput(ctx, "merchant", "create", "--email", email, "--password", password, "--name", "Bench Store")
 	if err != nil {
 		return err
@@ -166,7 +123,7 @@ func (e *environment) setup(ctx context.Context) error {
 		return err
 	}
 	e.apiSecret = secret
-	runID := randomHex(4)
+	runID := harness.RandomHex(4)
 	seq := new(atomic.Int64)
 	e.api.client = newClient(e.api.addr, "Bearer "+secret, "bench-"+runID+"-p-", seq)
 	if err := e.startFloor(ctx, "Bearer "+secret); err != nil {
@@ -183,34 +140,13 @@ func (e *environment) setup(ctx context.Context) error {
 }
 
 func (e *environment) startRedis(ctx context.Context) error {
-	addr, err := freeAddr()
+	var err error
+	e.redis, err = harness.StartRedisServer(harness.RedisConfig{Path: e.o.redisServer, Dir: e.dir,
+		Args: []string{"--logfile", filepath.Join(e.dir, "redis.log")}})
 	if err != nil {
-		return err
+		return fmt.Errorf("%w (install redis-server)", err)
 	}
-	_, port, _ := net.SplitHostPort(addr)
-	e.redis, err = startProc(exec.Command(e.o.redisServer, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-		"--dir", e.dir, "--logfile", filepath.Join(e.dir, "redis.log"), "--daemonize", "no"))
-	if err != nil {
-		return fmt.Errorf("start %s: %w (install redis-server)", e.o.redisServer, err)
-	}
-	// Dial until it listens: the project's client would log every refused dial.
-	err = waitFor(ctx, 10*time.Second, func() error {
-		select {
-		case <-e.redis.exited:
-			return errExited
-		default:
-		}
-		c, err := net.Dial("tcp", addr)
-		if err == nil {
-			c.Close()
-		}
-		return err
-	}, "redis-server on "+addr)
-	if err != nil {
-		return err
-	}
-	e.redisURL = "redis://" + addr + "/0"
-	if e.rdb, err = openRedis(e.redisURL); err != nil {
+	if e.rdb, err = openRedis(e.redis.URL()); err != nil {
 		return err
 	}
 	return e.rdb.ping(ctx)
@@ -221,7 +157,7 @@ func (e *environment) createDatabase(ctx context.Context) error {
 	if e.admin, err = openSQL(ctx, e.o.dbURL); err != nil {
 		return fmt.Errorf("postgres at TEST_DATABASE_URL: %w", err)
 	}
-	e.dbName = fmt.Sprintf("gatehouse_bench_%d_%s", os.Getpid(), randomHex(3))
+	e.dbName = fmt.Sprintf("gatehouse_bench_%d_%s", os.Getpid(), harness.RandomHex(3))
 	// template0: template1 may be in use by a concurrent test run.
 	if err := e.admin.exec(ctx, "CREATE DATABASE "+e.dbName+" TEMPLATE template0"); err != nil {
 		return fmt.Errorf("create database: %w", err)
@@ -247,7 +183,7 @@ func (e *environment) createDatabase(ctx context.Context) error {
 func (e *environment) apiEnv(addr string) []string {
 	return append(os.Environ(),
 		"DATABASE_URL="+e.dbURL,
-		"REDIS_URL="+e.redisURL,
+		"REDIS_URL="+e.redis.URL(),
 		"JWT_SECRET="+e.jwtKey,
 		"ENCRYPTION_KEY="+e.encKey,
 		"WEBHOOK_ALLOW_PRIVATE_NETWORKS=true", // the webhook section's receiver is on 127.0.0.1
@@ -286,36 +222,18 @@ func (e *environment) startServer(ctx context.Context, name, path string, args, 
 		return nil, err
 	}
 	defer logFile.Close()
-	cmd := exec.Command(path, args...)
-	cmd.Env = env
+	cmd := harness.Command(env, path, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
-	if t.proc, err = startProc(cmd); err != nil {
-		return nil, fmt.Errorf("start %s: %w", name, err)
+	if t.proc, err = harness.Start(name, cmd, nil); err != nil {
+		return nil, err
 	}
-	err = waitFor(ctx, 20*time.Second, func() error {
-		select {
-		case <-t.proc.exited:
-			return errExited
-		default:
-		}
-		resp, err := http.Get("http://" + addr + "/healthz")
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("healthz: %d", resp.StatusCode)
-		}
-		return nil
-	}, name+" on "+addr)
+	err = harness.WaitFor(ctx, t.proc, 20*time.Second, 50*time.Millisecond, harness.HTTPOK(http.DefaultClient, "http://"+addr+"/healthz"))
 	if err != nil {
 		tail, _ := os.ReadFile(t.logf)
-		return t, fmt.Errorf("%w\n%s", err, lastLines(string(tail), 20))
+		return t, fmt.Errorf("%s on %s: %w\n%s", name, addr, err, lastLines(string(tail), 20))
 	}
 	return t, nil
 }
-
-var errExited = errors.New("the process exited")
 
 func lastLines(s string, n int) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
@@ -323,7 +241,7 @@ func lastLines(s string, n int) string {
 }
 
 func (e *environment) startAPI(ctx context.Context) error {
-	addr, err := freeAddr()
+	addr, err := harness.FreeAddr()
 	if err != nil {
 		return err
 	}
@@ -332,11 +250,11 @@ func (e *environment) startAPI(ctx context.Context) error {
 }
 
 func (e *environment) startFloor(ctx context.Context, authorization string) error {
-	addr, err := freeAddr()
+	addr, err := harness.FreeAddr()
 	if err != nil {
 		return err
 	}
-	path, args, env, err := floorCommand(addr, e.merchantID, e.dbURL, e.redisURL, authorization)
+	path, args, env, err := floorCommand(addr, e.merchantID, e.dbURL, e.redis.URL(), authorization)
 	if err != nil {
 		return err
 	}
@@ -400,20 +318,6 @@ func (e *environment) request(ctx context.Context, method, path, token string, b
 	return nil
 }
 
-func waitFor(ctx context.Context, limit time.Duration, check func() error, what string) error {
-	end := time.Now().Add(limit)
-	for {
-		err := check()
-		if err == nil {
-			return nil
-		}
-		if errors.Is(err, errExited) || time.Now().After(end) || ctx.Err() != nil {
-			return fmt.Errorf("%s not ready: %w", what, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 // close tears everything down, in reverse order; it never fails the run.
 func (e *environment) close() {
 	for _, t := range []*target{e.worker, e.api, e.floor} {
@@ -421,7 +325,7 @@ func (e *environment) close() {
 			if t.client != nil {
 				t.client.closeIdle()
 			}
-			t.proc.stop(5 * time.Second)
+			t.stop()
 		}
 	}
 	if e.db != nil {
@@ -442,7 +346,9 @@ func (e *environment) close() {
 	if e.rdb != nil {
 		_ = e.rdb.close()
 	}
-	e.redis.stop(5 * time.Second)
+	if e.redis != nil {
+		_ = e.redis.Close()
+	}
 	if e.dir != "" && !e.o.keep {
 		_ = os.RemoveAll(e.dir)
 	} else if e.dir != "" {

@@ -136,7 +136,7 @@ func (e *environment) target(name string) *target {
 func (e *environment) runStep(ctx context.Context, phase string, t *target, rate float64) step {
 	s := step{Phase: phase, Target: t.name, Rate: rate, Dur: e.o.step}
 	redisBefore := e.commandStats(ctx)
-	before := takeSnapshot(t.pid(), e.redis.pid(), e.postmaster, e.dbName)
+	before := takeSnapshot(t.pid(), e.redisPID(), e.postmaster, e.dbName)
 	var rec *recording
 	if rate > 0 {
 		rec = openModel(ctx, t.client, rate, e.o.step, e.o.maxInflight, e.o.timeout)
@@ -145,7 +145,7 @@ func (e *environment) runStep(ctx context.Context, phase string, t *target, rate
 		limit := int(e.o.closedFor.Seconds() * 50_000) // a bound in count, far above this box's peak
 		rec = closedLoop(ctx, t.client, e.o.workers, e.o.closedFor, limit, e.o.timeout)
 	}
-	after := takeSnapshot(t.pid(), e.redis.pid(), e.postmaster, e.dbName)
+	after := takeSnapshot(t.pid(), e.redisPID(), e.postmaster, e.dbName)
 	redisAfter := e.commandStats(ctx)
 	s.summary = summarize(rec)
 	s.CPU = cpuBetween(before, after, s.Completed)
@@ -205,7 +205,7 @@ func (e *environment) pause(ctx context.Context) {
 		return
 	case <-time.After(e.o.settle):
 	}
-	pids := []int{e.redis.pid()}
+	pids := []int{e.redisPID()}
 	for _, t := range []*target{e.api, e.floor} {
 		pids = append(pids, t.pid())
 	}

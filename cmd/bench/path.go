@@ -96,7 +96,7 @@ func (e *environment) runPath(ctx context.Context) *pathResult {
 		return r
 	}
 	defer e.stopWorker()
-	queue := asynq.NewInspector(asynq.RedisClientOpt{Addr: e.redisAddr()})
+	queue := asynq.NewInspector(asynq.RedisClientOpt{Addr: e.redis.Addr()})
 	defer queue.Close()
 	stmts := e.statementStats(ctx)
 	if !stmts {
@@ -208,7 +208,7 @@ func (e *environment) pathStep(ctx context.Context, rc *receiver, events float64
 	}
 	api, worker := e.api.pid(), e.worker.pid()
 	snap := func() (cpuSnapshot, time.Duration, time.Duration) {
-		return takeSnapshotOf([]int{api, worker}, e.redis.pid(), e.postmaster, e.dbName), cpuOf(api), cpuOf(worker)
+		return takeSnapshotOf([]int{api, worker}, e.redisPID(), e.postmaster, e.dbName), cpuOf(api), cpuOf(worker)
 	}
 	w0s, werr := e.walStats(ctx)
 	m := rc.mark()

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/gatehouse-pay/gatehouse/internal/config"
+	"github.com/gatehouse-pay/gatehouse/internal/testenv/harness"
 )
 
 // The load scenarios beyond L1 (the charge steps), and the login flood, as
@@ -78,7 +79,7 @@ func (h hresult) outcome() outcome {
 
 func (e *environment) stopWorker() {
 	if e.worker != nil {
-		e.worker.proc.stop(5 * time.Second)
+		e.worker.stop()
 		e.worker = nil
 	}
 }
@@ -132,14 +133,14 @@ func (e *environment) runL2(ctx context.Context) *l2Result {
 	defer e.stopWorker()
 	hc := newHTTPClient(e.o.l2Concurrent*e.o.l2Parallel, e.o.timeout)
 	defer hc.CloseIdleConnections()
-	prefix := "bench-l2-" + randomHex(4) + "-"
+	prefix := "bench-l2-" + harness.RandomHex(4) + "-"
 	var (
 		mu   sync.Mutex
 		lat  []time.Duration
 		next atomic.Int64
 		wg   sync.WaitGroup
 	)
-	before := takeSnapshot(e.api.pid(), e.redis.pid(), e.postmaster, e.dbName)
+	before := takeSnapshot(e.api.pid(), e.redisPID(), e.postmaster, e.dbName)
 	start := time.Now()
 	end := start.Add(5 * time.Minute)
 	for range e.o.l2Parallel {
@@ -193,7 +194,7 @@ func (e *environment) runL2(ctx context.Context) *l2Result {
 	}
 	wg.Wait()
 	r.Wall = time.Since(start)
-	after := takeSnapshot(e.api.pid(), e.redis.pid(), e.postmaster, e.dbName)
+	after := takeSnapshot(e.api.pid(), e.redisPID(), e.postmaster, e.dbName)
 	r.CPU = cpuBetween(before, after, r.Raced*e.o.l2Concurrent)
 	r.Lat = latenciesOf(lat)
 
@@ -266,11 +267,11 @@ func (e *environment) runL3(ctx context.Context) *l3Result {
 	var reps []*target
 	defer func() {
 		for _, t := range reps {
-			t.proc.stop(5 * time.Second)
+			t.stop()
 		}
 	}()
 	for i := range 2 {
-		addr, err := freeAddr()
+		addr, err := harness.FreeAddr()
 		if err == nil {
 			var t *target
 			t, err = e.startServer(ctx, fmt.Sprintf("l3-replica-%d", i+1), e.o.api, nil,
@@ -295,17 +296,17 @@ func (e *environment) runL3(ctx context.Context) *l3Result {
 	defer hc.CloseIdleConnections()
 	total := int(math.Round(e.o.l3Rate * e.o.l3For.Seconds()))
 	res := make([]hresult, total)
-	prefix := "bench-l3-" + randomHex(4) + "-"
+	prefix := "bench-l3-" + harness.RandomHex(4) + "-"
 	body := chargeBody(nil, 2*l2OrderBase)
 	pids := []int{reps[0].pid(), reps[1].pid()}
-	before := takeSnapshotOf(pids, e.redis.pid(), e.postmaster, e.dbName)
+	before := takeSnapshotOf(pids, e.redisPID(), e.postmaster, e.dbName)
 	rec := openModelDo(ctx, e.o.l3Rate, e.o.l3For, e.o.maxInflight, func(i int, due time.Time) outcome {
 		cctx, cancel := context.WithDeadline(ctx, due.Add(e.o.timeout))
 		defer cancel()
 		res[i] = post(cctx, hc, reps[i%2].addr, "/v1/charges", secret, prefix+strconv.Itoa(i), body)
 		return res[i].outcome()
 	})
-	after := takeSnapshotOf(pids, e.redis.pid(), e.postmaster, e.dbName)
+	after := takeSnapshotOf(pids, e.redisPID(), e.postmaster, e.dbName)
 	s := summarize(rec)
 	r.Scheduled, r.Dropped = s.Scheduled, s.Dropped
 	r.CPU = cpuBetween(before, after, s.Completed)
@@ -450,7 +451,7 @@ func (e *environment) runLogin(ctx context.Context) *loginResult {
 		var logins *recording
 		var lres []hresult
 		var wg sync.WaitGroup
-		before := takeSnapshot(e.api.pid(), e.redis.pid(), e.postmaster, e.dbName)
+		before := takeSnapshot(e.api.pid(), e.redisPID(), e.postmaster, e.dbName)
 		if withFlood {
 			lres = make([]hresult, int(math.Round(e.o.loginRate*e.o.loginStep.Seconds())))
 			wg.Add(1)
@@ -478,7 +479,7 @@ func (e *environment) runLogin(ctx context.Context) *loginResult {
 		}
 		rec := openModel(ctx, e.api.client, e.o.chargeRate, e.o.loginStep, e.o.maxInflight, e.o.timeout)
 		wg.Wait()
-		after := takeSnapshot(e.api.pid(), e.redis.pid(), e.postmaster, e.dbName)
+		after := takeSnapshot(e.api.pid(), e.redisPID(), e.postmaster, e.dbName)
 		s := summarize(rec)
 		c := cpuBetween(before, after, s.Completed)
 		label := "alone"

@@ -3,7 +3,6 @@
 package main
 
 import (
-	"os/exec"
 	"syscall"
 	"time"
 )
@@ -30,10 +29,4 @@ func boostThread() (restore func()) {
 	}
 	// The raw getpriority(2) returns 20 - nice.
 	return func() { _ = syscall.Setpriority(syscall.PRIO_PROCESS, tid, 20-old) }
-}
-
-// dieWithParent makes a child process get SIGKILL if the harness dies, so an
-// interrupted run leaves no server behind.
-func dieWithParent(cmd *exec.Cmd) {
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 }

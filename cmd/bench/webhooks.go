@@ -21,6 +21,7 @@ import (
 
 	"github.com/gatehouse-pay/gatehouse/internal/config"
 	"github.com/gatehouse-pay/gatehouse/internal/jobs"
+	"github.com/gatehouse-pay/gatehouse/internal/testenv/harness"
 )
 
 // The webhook section runs bin/worker next to bin/api, registers
@@ -334,7 +335,7 @@ func (e *environment) webhooks(ctx context.Context, w *webhookResults) error {
 	if err := createEndpoints([]string{"charge.created"}, false); err != nil {
 		return err
 	}
-	queue := asynq.NewInspector(asynq.RedisClientOpt{Addr: e.redisAddr()})
+	queue := asynq.NewInspector(asynq.RedisClientOpt{Addr: e.redis.Addr()})
 	defer queue.Close()
 
 	for _, workers := range []int{1, 2} {
@@ -413,7 +414,7 @@ func (e *environment) webhooks(ctx context.Context, w *webhookResults) error {
 		return err
 	}
 	defer func() {
-		e.worker.proc.stop(5 * time.Second)
+		e.worker.stop()
 		e.worker = nil
 	}()
 	// A fresh worker's first seconds, right after the drains, are not what
@@ -557,9 +558,9 @@ func (e *environment) drain(ctx context.Context, rc *receiver, queue *asynq.Insp
 func (e *environment) drainNamed(ctx context.Context, rc *receiver, queue *asynq.Inspector, workers int, name string, perCharge int) (whThroughput, whAuth, whAuth, error) {
 	m := rc.mark()
 	start := time.Now()
-	c0 := takeSnapshotOf([]int{e.api.pid()}, e.redis.pid(), e.postmaster, e.dbName)
+	c0 := takeSnapshotOf([]int{e.api.pid()}, e.redisPID(), e.postmaster, e.dbName)
 	rec := closedLoop(ctx, e.api.client, 16, 30*time.Second, e.o.webhookCount, e.o.timeout)
-	c1 := takeSnapshotOf([]int{e.api.pid()}, e.redis.pid(), e.postmaster, e.dbName)
+	c1 := takeSnapshotOf([]int{e.api.pid()}, e.redisPID(), e.postmaster, e.dbName)
 	created := summarize(rec).OK
 	create := whAuth{Charges: created, Wall: time.Since(start)}
 	if c := cpuBetween(c0, c1, created); created > 0 {
@@ -579,7 +580,7 @@ func (e *environment) drainNamed(ctx context.Context, rc *receiver, queue *asynq
 	var procs []*target
 	defer func() {
 		for _, p := range procs {
-			p.proc.stop(5 * time.Second)
+			p.stop()
 		}
 	}()
 	pids := func() []int {
@@ -596,7 +597,7 @@ func (e *environment) drainNamed(ctx context.Context, rc *receiver, queue *asynq
 		}
 		procs = append(procs, t)
 	}
-	snap := func() cpuSnapshot { return takeSnapshotOf(pids(), e.redis.pid(), e.postmaster, e.dbName) }
+	snap := func() cpuSnapshot { return takeSnapshotOf(pids(), e.redisPID(), e.postmaster, e.dbName) }
 	a0, t0 := snap(), time.Now()
 	for end := time.Now().Add(e.o.webhookWait); time.Now().Before(end) && ctx.Err() == nil; {
 		var left int
@@ -651,7 +652,7 @@ func (e *environment) startWorker(ctx context.Context) error {
 }
 
 func (e *environment) startWorkerNamed(ctx context.Context, name string) (*target, error) {
-	addr, err := freeAddr()
+	addr, err := harness.FreeAddr()
 	if err != nil {
 		return nil, err
 	}

@@ -1,16 +1,10 @@
 package cache_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +12,7 @@ import (
 
 	"github.com/gatehouse-pay/gatehouse/internal/cache"
 	"github.com/gatehouse-pay/gatehouse/internal/testenv"
+	"github.com/gatehouse-pay/gatehouse/internal/testenv/harness"
 )
 
 // dialers are the two constructors under test, with the read timeout each
@@ -149,78 +144,9 @@ func TestDialRefusesBadURLs(t *testing.T) {
 	}
 }
 
-// redisProc is a redis-server (or sentinel) started by a test.
-type redisProc struct {
-	port int
-	cmd  *exec.Cmd
-	out  *lockedBuffer
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func (p *redisProc) addr() string { return fmt.Sprintf("127.0.0.1:%d", p.port) }
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
-// redisServerPath finds redis-server; without it the sentinel test is
-// skipped, unless it runs in CI or under GATEHOUSE_REQUIRE_SERVICES=1.
-func redisServerPath(t *testing.T) string {
-	t.Helper()
-	path, err := exec.LookPath("redis-server")
-	if err != nil {
-		if os.Getenv("GATEHOUSE_REQUIRE_SERVICES") == "1" || os.Getenv("CI") != "" {
-			t.Fatalf("redis-server is not on PATH: %v", err)
-		}
-		t.Skipf("redis-server is not on PATH (%v); set GATEHOUSE_REQUIRE_SERVICES=1 to fail instead", err)
-	}
-	return path
-}
-
-// startRedisProc runs path with args and kills it when the test ends.
-func startRedisProc(t *testing.T, name string, port int, path string, args ...string) *redisProc {
-	t.Helper()
-	p := &redisProc{port: port, out: &lockedBuffer{}}
-	p.cmd = exec.Command(path, args...)
-	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", name, err)
-	}
-	t.Cleanup(func() {
-		_ = p.cmd.Process.Kill()
-		_ = p.cmd.Wait()
-		if out := p.out.String(); t.Failed() {
-			t.Logf("---- %s output (tail) ----\n%s", name, out[max(0, len(out)-2048):])
-		}
-	})
-	return p
-}
-
 // sentinelSetup is a master and one sentinel monitoring it as "gh".
 type sentinelSetup struct {
-	master, sentinel *redisProc
+	master, sentinel *harness.RedisServer
 }
 
 // startSentinel starts a redis-server on a free loopback port and a sentinel
@@ -228,53 +154,30 @@ type sentinelSetup struct {
 // master. password, when set, protects both the master and the sentinel.
 func startSentinel(t *testing.T, password string) sentinelSetup {
 	t.Helper()
-	path := redisServerPath(t)
-	dir := t.TempDir()
-	mport, sport := freePort(t), freePort(t)
-	margs := []string{"--port", strconv.Itoa(mport), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir}
-	if password != "" {
-		margs = append(margs, "--requirepass", password)
-	}
-	master := startRedisProc(t, "redis-server", mport, path, margs...)
-
-	conf := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nsentinel resolve-hostnames no\nsentinel monitor gh 127.0.0.1 %d 1\n", sport, dir, mport)
-	if password != "" {
-		conf += fmt.Sprintf("sentinel auth-pass gh %s\nrequirepass %s\n", password, password)
-	}
-	confPath := filepath.Join(dir, "sentinel.conf")
-	if err := os.WriteFile(confPath, []byte(conf), 0o600); err != nil { // writable: the sentinel rewrites it
-		t.Fatal(err)
-	}
-	sentinel := startRedisProc(t, "redis-sentinel", sport, path, confPath, "--sentinel")
-
-	sc := redis.NewSentinelClient(&redis.Options{Addr: sentinel.addr(), Password: password, DialTimeout: 250 * time.Millisecond, MaxRetries: -1})
-	defer sc.Close()
-	mc := redis.NewClient(&redis.Options{Addr: master.addr(), Password: password, DialTimeout: 250 * time.Millisecond, MaxRetries: -1})
-	defer mc.Close()
-	deadline := time.Now().Add(8 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 250*time.Millisecond)
-		addr, err := sc.GetMasterAddrByName(ctx, "gh").Result()
-		if err == nil {
-			err = mc.Ping(ctx).Err()
+	master := testenv.StartRedis(t, harness.RedisConfig{Password: password})
+	sentinel := testenv.StartSentinel(t, harness.SentinelConfig{Master: "gh", Quorum: 1,
+		Lines: []string{"sentinel resolve-hostnames no"}}, master)
+	testenv.WaitReady(t, "the sentinel naming master gh", sentinel.Process(), 8*time.Second, 50*time.Millisecond, func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, 250*time.Millisecond)
+		defer cancel()
+		addr, err := sentinel.Client.Do(ctx, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", "gh").StringSlice()
+		if err != nil {
+			return err
 		}
-		cancel()
-		if err == nil && len(addr) == 2 && addr[0] == "127.0.0.1" && addr[1] == strconv.Itoa(mport) {
-			return sentinelSetup{master: master, sentinel: sentinel}
+		if len(addr) != 2 || addr[0] != "127.0.0.1" || addr[1] != strconv.Itoa(master.Port) {
+			return fmt.Errorf("it names %v", addr)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the sentinel on %d does not name master gh after 8 s: %v %v", sport, addr, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return master.Client.Ping(ctx).Err()
+	})
+	return sentinelSetup{master: master, sentinel: sentinel}
 }
 
 // TestDialSentinel: in sentinel mode the client asks the sentinel for the
 // master and reads and writes there.
 func TestDialSentinel(t *testing.T) {
 	s := startSentinel(t, "")
-	url := fmt.Sprintf("redis://%s?master_name=gh", s.sentinel.addr())
-	direct := redis.NewClient(&redis.Options{Addr: s.master.addr()})
+	url := fmt.Sprintf("redis://%s?master_name=gh", s.sentinel.Addr())
+	direct := redis.NewClient(&redis.Options{Addr: s.master.Addr()})
 	defer direct.Close()
 	for _, d := range dialers {
 		t.Run(d.name, func(t *testing.T) {
@@ -300,7 +203,7 @@ func TestDialSentinel(t *testing.T) {
 func TestDialSentinelPassword(t *testing.T) {
 	const pw = "s3cret-sentinel-pw"
 	s := startSentinel(t, pw)
-	url := fmt.Sprintf("redis://:%s@%s?master_name=gh", pw, s.sentinel.addr())
+	url := fmt.Sprintf("redis://:%s@%s?master_name=gh", pw, s.sentinel.Addr())
 	for _, d := range dialers {
 		t.Run(d.name, func(t *testing.T) {
 			c, err := d.dial(url, "sentinel")

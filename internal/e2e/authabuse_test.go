@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gatehouse-pay/gatehouse/internal/testenv/harness"
 )
 
 // TestAuthFloodB7 is docs/reliability.md B7 against the real binaries: floods of
@@ -23,13 +25,13 @@ func TestAuthFloodB7(t *testing.T) {
 	st := newStack(t, stackOptions{apiEnv: []string{"RATE_LIMIT_DEFAULT=" + strconv.Itoa(perIP) + "/1m"}}, "B7 floods of failed authentication")
 	owner := newClient(t, "127.0.0.1")
 	_, token := st.signUp(t, owner, "b7", "B7 owner")
-	victim, victimPassword := "b7-victim-"+randomHex(t, 4)+"@example.com", "the right password "+randomHex(t, 4)
+	victim, victimPassword := "b7-victim-"+harness.RandomHex(4)+"@example.com", "the right password "+harness.RandomHex(4)
 	st.createMerchant(t, victim, victimPassword, "B7 victim")
 	home := newClient(t, "127.0.0.24") // where the victim signs in from
 	victimLogin := fmt.Sprintf(`{"email":%q,"password":%q}`, victim, victimPassword)
 	mustExpect(t, st.do(t, home, http.MethodPost, st.replicas[1]+"/v1/auth/login", "", victimLogin), http.StatusOK, "")
 	api := st.replicas[0]
-	pid := st.apis[0].cmd.Process.Pid
+	pid := st.apis[0].Cmd.Process.Pid
 
 	keyScans := func() int64 { return tableScans(t, st, "api_keys") }
 	// Sign-ins look members up by email (and read their merchant's policy).
@@ -71,7 +73,7 @@ func TestAuthFloodB7(t *testing.T) {
 
 	const n = 1000
 	keys := flood("unknown secret keys on POST /v1/charges", "127.0.0.21", n, perIP, func(int) (string, string, string, string) {
-		return http.MethodPost, api + "/v1/charges", "sk_test_" + randomHex(t, 16), `{"amount":100,"currency":"usd","source":"tok_visa"}`
+		return http.MethodPost, api + "/v1/charges", "sk_test_" + harness.RandomHex(16), `{"amount":100,"currency":"usd","source":"tok_visa"}`
 	})
 	if keys[http.StatusUnauthorized] > perIP {
 		t.Errorf("unknown keys: %d answered 401 (each a Postgres lookup), want at most the per-IP limit %d", keys[http.StatusUnauthorized], perIP)
@@ -80,7 +82,7 @@ func TestAuthFloodB7(t *testing.T) {
 	flood("bad session tokens on POST /v1/me/api_keys", "127.0.0.22", n, perIP, func(i int) (string, string, string, string) {
 		tok := bad
 		if i%2 == 1 {
-			tok = "eyJhbGciOiJIUzI1NiJ9." + randomHex(t, 8) + ".x"
+			tok = "eyJhbGciOiJIUzI1NiJ9." + harness.RandomHex(8) + ".x"
 		}
 		return http.MethodPost, api + "/v1/me/api_keys", tok, `{"name":"b7"}`
 	})
@@ -157,7 +159,7 @@ func checksumFlood(t *testing.T, st *stack, pid int, keyScans func() int64) {
 	got := map[int]int{}
 	var took answerTimes
 	for range n {
-		e := st.do(t, c, http.MethodPost, api+"/v1/charges", "sk_test_"+randomHex(t, 18), `{"amount":100,"currency":"usd","source":"tok_visa"}`)
+		e := st.do(t, c, http.MethodPost, api+"/v1/charges", "sk_test_"+harness.RandomHex(18), `{"amount":100,"currency":"usd","source":"tok_visa"}`)
 		got[e.status()]++
 		took.add(e)
 		if e.status() == http.StatusUnauthorized && e.code() != "invalid_token" {

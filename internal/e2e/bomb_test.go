@@ -55,7 +55,7 @@ func TestCompressedBodyBombs(t *testing.T) {
 	c := newClient(t, "127.0.0.1")
 	_, token := st.signUp(t, c, "bomb", "Bomb Shop")
 	key := st.newKey(t, c, token, "bomb")
-	pid := st.apis[0].cmd.Process.Pid
+	pid := st.apis[0].Cmd.Process.Pid
 	base := st.replicas[0]
 
 	single := testenv.GzipBomb(t, 200)                  // 1.6 MB on the wire, 1.6 GiB expanded

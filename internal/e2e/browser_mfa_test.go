@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gatehouse-pay/gatehouse/internal/testenv/harness"
 )
 
 // mfaJourney is what mfa.mjs saw.
@@ -40,7 +42,7 @@ func TestBrowserTwoFactor(t *testing.T) {
 	dir, chromium := browserTools(t)
 	shots := screenshotDir(t)
 	st := newStack(t, stackOptions{}, "browser two-factor")
-	email, password := "mfa-"+randomHex(t, 4)+"@example.com", "correct horse "+randomHex(t, 8)
+	email, password := "mfa-"+harness.RandomHex(4)+"@example.com", "correct horse "+harness.RandomHex(8)
 	merchantID := st.createMerchant(t, email, password, "Two-factor Shop")
 
 	cfg, err := json.Marshal(map[string]string{"api": st.replicas[0], "email": email, "password": password, "shots": shots})

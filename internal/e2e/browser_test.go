@@ -11,10 +11,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gatehouse-pay/gatehouse/internal/testenv"
+	"github.com/gatehouse-pay/gatehouse/internal/testenv/harness"
 )
 
 // browserTools returns the folder of the browser journeys with playwright-core
@@ -27,9 +29,9 @@ func browserTools(t *testing.T) (dir, chromium string) {
 		chromium = "/usr/bin/chromium"
 	}
 	if _, err := os.Stat(chromium); err != nil {
-		unavailable(t, "no chromium at %s: %v", chromium, err)
+		testenv.Missing(t, "no chromium at %s: %v (deploy/local/tools.sh installs it)", chromium, err)
 	}
-	root, err := moduleRoot()
+	root, err := harness.ModuleRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +46,7 @@ func screenshotDir(t *testing.T) string {
 	t.Helper()
 	dir := os.Getenv("GATEHOUSE_SCREENSHOTS")
 	if dir == "" {
-		root, err := moduleRoot()
+		root, err := harness.ModuleRoot()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -165,7 +167,7 @@ func TestBrowserJourneys(t *testing.T) {
 	// Receivers listen on loopback, which the API refuses by default.
 	st := newStack(t, stackOptions{env: []string{"WEBHOOK_ALLOW_PRIVATE_NETWORKS=true"}}, "browser")
 	setup := newClient(t, "127.0.0.40")
-	email, password := "browser-"+randomHex(t, 4)+"@example.com", "correct horse "+randomHex(t, 8)
+	email, password := "browser-"+harness.RandomHex(4)+"@example.com", "correct horse "+harness.RandomHex(8)
 	merchantID := st.createMerchant(t, email, password, "Browser Shop")
 	token := st.sessionToken(t, setup, email, password)
 	key := st.newKey(t, setup, token, "checkout")
@@ -191,11 +193,11 @@ func TestBrowserJourneys(t *testing.T) {
 	// and no card number or secret key (the shown-once secret is read from
 	// the page but never printed).
 	for _, h := range append(append(scanSecrets("journeys.mjs output", out), scanSecrets("journeys.mjs stderr", []byte(stderr))...),
-		scanSecrets("example checkout log", []byte(checkoutLog.tail(1<<20)))...) {
+		scanSecrets("example checkout log", []byte(checkoutLog.Tail(1<<20)))...) {
 		t.Errorf("secret scan: %s", h)
 	}
 	if err != nil {
-		t.Fatalf("node journeys.mjs: %v\n%s\ncheckout log:\n%s", err, stderr, checkoutLog.tail(1<<20))
+		t.Fatalf("node journeys.mjs: %v\n%s\ncheckout log:\n%s", err, stderr, checkoutLog.Tail(1<<20))
 	}
 	var got journeys
 	if err := json.Unmarshal(out, &got); err != nil {
@@ -205,7 +207,7 @@ func TestBrowserJourneys(t *testing.T) {
 		got.TookMS, took.Round(time.Millisecond), got.Steps, shots)
 	if got.Error != "" {
 		t.Fatalf("journeys.mjs: %s\nat %s, showing %q (screenshot failure.png)\nconsole: %q\ncheckout log:\n%s",
-			got.Error, got.FailedAt, got.FailedAlert, got.Console, checkoutLog.tail(1<<20))
+			got.Error, got.FailedAt, got.FailedAlert, got.Console, checkoutLog.Tail(1<<20))
 	}
 	if len(got.PageErrors) > 0 || len(got.ConsoleErrors) > 0 {
 		t.Errorf("page errors %q, console errors %q", got.PageErrors, got.ConsoleErrors)
@@ -287,47 +289,16 @@ func TestBrowserJourneys(t *testing.T) {
 
 // startCheckout builds examples/checkout and starts it on its own port (another
 // origin) with the key; it returns its address and its log.
-func startCheckout(t *testing.T, st *stack, key apiKey) (string, *syncBuffer) {
+func startCheckout(t *testing.T, st *stack, key apiKey) (string, *harness.Output) {
 	t.Helper()
-	root, err := moduleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(t.TempDir(), "checkout")
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
-	}
-	build := exec.Command(goTool, "build", "-o", bin, "./examples/checkout")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./examples/checkout: %v\n%s", err, out)
-	}
-	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	checkout := exec.Command(bin)
-	checkout.Env = append(os.Environ(), "GATEHOUSE_API="+st.replicas[0], "GATEHOUSE_PUBLIC_KEY="+key.PublicKey,
+	bin := testenv.Build(t, nil, "./examples/checkout").Path("checkout")
+	addr := testenv.FreeAddr(t)
+	env := append(os.Environ(), "GATEHOUSE_API="+st.replicas[0], "GATEHOUSE_PUBLIC_KEY="+key.PublicKey,
 		"GATEHOUSE_SECRET_KEY="+key.SecretKey, "CHECKOUT_ADDR="+addr)
-	log := &syncBuffer{}
-	checkout.Stdout, checkout.Stderr = log, log
-	if err := checkout.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = checkout.Process.Kill()
-		_ = checkout.Wait()
-	})
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			c.Close()
-			return addr, log
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the example checkout did not listen on %s: %v\n%s", addr, err, log.tail(1<<20))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	p := testenv.StartProcess(t, "the example checkout", nil, env, bin)
+	t.Cleanup(func() { testenv.Kill(t, p) })
+	testenv.WaitReady(t, "the example checkout on "+addr, p, 10*time.Second, 50*time.Millisecond, harness.Listening(addr))
+	return addr, p.Out
 }
 
 // runJourney runs a journey script of internal/e2e/browser in dir with cfg

@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/gatehouse-pay/gatehouse/internal/testenv"
+	"github.com/gatehouse-pay/gatehouse/internal/testenv/harness"
 )
 
 // pgPrimarySettings make a private server the primary of a synchronous
@@ -97,11 +98,11 @@ func copyStandby(t *testing.T, primary *pgServer) *pgServer {
 			t.Fatal(err)
 		}
 	}
-	s := &pgServer{bin: primary.bin, dir: filepath.Join(dir, "data"), port: freePort(t), cred: primary.cred,
-		out: new(syncBuffer), settings: pgStandbySettings}
+	s := &pgServer{bin: primary.bin, dir: filepath.Join(dir, "data"), port: testenv.FreePort(t), cred: primary.cred,
+		out: new(harness.Output), settings: pgStandbySettings}
 	if out, err := s.tool("pg_basebackup", "-D", s.dir, "-h", "127.0.0.1",
 		"-p", strconv.Itoa(primary.port), "-U", "postgres", "-X", "stream", "-R", "-c", "fast", "--no-sync"); err != nil {
-		chaosServiceMissing(t, "project-local PostgreSQL standby: pg_basebackup: %v\n%s", err, out)
+		testenv.Missing(t, "project-local PostgreSQL standby: pg_basebackup: %v\n%s", err, out)
 	}
 	s.cleanup(t, "standby postgres")
 	s.start(t)
@@ -139,7 +140,7 @@ func (p *pgServer) waitSyncStandby(t *testing.T, within time.Duration) {
 // that it forks nothing more while its children are listed.
 func (p *pgServer) crash(t *testing.T) {
 	t.Helper()
-	pid := p.proc.cmd.Process.Pid
+	pid := p.proc.Cmd.Process.Pid
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		t.Fatalf("SIGSTOP postgres: %v", err)
 	}
@@ -151,7 +152,7 @@ func (p *pgServer) crash(t *testing.T) {
 		_ = syscall.Kill(c, syscall.SIGKILL)
 	}
 	select {
-	case <-p.proc.done:
+	case <-p.proc.Done():
 	case <-time.After(10 * time.Second):
 		t.Fatalf("postgres did not exit 10s after SIGKILL")
 	}
@@ -235,7 +236,7 @@ func TestChaosPostgresFailover(t *testing.T) {
 		pace    = chaosScale(80*time.Millisecond, 20*time.Millisecond)
 		retryBy = 15 * time.Second // how long a key from the failover may take to complete
 	)
-	redisPath := redisServerPath(t)
+	redisPath := testenv.RedisServerPath(t)
 	primary := startPostgres(t, pgPrimarySettings...)
 	primary.allowReplication(t)
 	standby := startStandby(t, primary)

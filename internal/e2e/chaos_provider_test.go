@@ -17,6 +17,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gatehouse-pay/gatehouse/internal/testenv"
+	"github.com/gatehouse-pay/gatehouse/internal/testenv/harness"
 )
 
 // The stripe-mock the Stripe adapter is tested against (internal/providers/stripe).
@@ -51,7 +54,7 @@ func stripeMockPath(t *testing.T) string {
 	if p, err := exec.LookPath("stripe-mock"); err == nil {
 		return p
 	}
-	chaosServiceMissing(t, "stripe-mock not found in %v or on PATH; go install github.com/stripe/stripe-mock@%s", tried, chaosStripeMockVersion)
+	testenv.Missing(t, "stripe-mock not found in %v or on PATH; go install github.com/stripe/stripe-mock@%s", tried, chaosStripeMockVersion)
 	return ""
 }
 
@@ -64,34 +67,17 @@ func startStripeMockProcess(t *testing.T) string {
 
 // startStripeMock is startStripeMockProcess that also returns the process,
 // for a test that stops it.
-func startStripeMock(t *testing.T) (string, *process) {
+func startStripeMock(t *testing.T) (string, *harness.Process) {
 	t.Helper()
 	bin := stripeMockPath(t)
-	port := freePort(t)
-	out := new(syncBuffer)
-	p := startProcess(t, "stripe-mock", out, []string{"PATH=" + os.Getenv("PATH")}, bin,
-		"-http-addr", fmt.Sprintf("127.0.0.1:%d", port), "-https-addr", fmt.Sprintf("127.0.0.1:%d", freePort(t)))
-	t.Cleanup(func() {
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	})
-	base := fmt.Sprintf("http://127.0.0.1:%d", port)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		req, _ := http.NewRequest(http.MethodGet, base+"/v1/balance", nil)
-		req.Header.Set("Authorization", "Bearer sk_test_123")
-		res, err := http.DefaultClient.Do(req)
-		if err == nil {
-			res.Body.Close()
-			if res.StatusCode == http.StatusOK {
-				return base, p
-			}
-		}
-		if p.exited() || time.Now().After(deadline) {
-			t.Fatalf("stripe-mock at %s does not answer: %v\n%s", base, err, out.tail(4<<10))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	addr := testenv.FreeAddr(t)
+	p := testenv.StartProcess(t, "stripe-mock", nil, []string{"PATH=" + os.Getenv("PATH")}, bin,
+		"-http-addr", addr, "-https-addr", testenv.FreeAddr(t))
+	t.Cleanup(func() { _ = p.Kill(time.Minute) })
+	base := "http://" + addr
+	testenv.WaitReady(t, "stripe-mock at "+base, p, 30*time.Second, 50*time.Millisecond,
+		harness.HTTPOK(http.DefaultClient, base+"/v1/balance", "Authorization", "Bearer sk_test_123"))
+	return base, p
 }
 
 // Fault modes of the provider proxy, chosen by the charge's amount.

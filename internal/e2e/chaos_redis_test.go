@@ -16,6 +16,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/cache"
 	"github.com/gatehouse-pay/gatehouse/internal/config"
 	"github.com/gatehouse-pay/gatehouse/internal/ratelimit"
+	"github.com/gatehouse-pay/gatehouse/internal/testenv"
 )
 
 // clusterSuite is the end-to-end suite F7 runs again on a Redis Cluster: at
@@ -53,7 +54,7 @@ type namedTest struct {
 // limiter scripts, the caches and asynq's queues spread over the slots.
 func TestChaosRedisCluster(t *testing.T) {
 	chaosParallel(t)
-	redisPath := redisServerPath(t)
+	redisPath := testenv.RedisServerPath(t)
 	t.Run("scripts_are_slot_safe", func(t *testing.T) {
 		d := startRedisDeploy(t, redisPath, "cluster")
 		checkScriptsOnCluster(t, d)
@@ -163,14 +164,16 @@ func TestChaosRedisSentinel(t *testing.T) {
 	load := startChaosLoad(t, st, m, "f6", senders, pace)
 	time.Sleep(before)
 	primary, replica := st.redis.nodes[0], st.redis.nodes[1]
-	primary.stop(t)
+	if err := primary.Stop(); err != nil {
+		t.Error(err)
+	}
 	killed := time.Now()
 	var promoted time.Duration
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		addr, err := st.redis.sentinelPrimary(ctx)
 		cancel()
-		if err == nil && addr == replica.addr() {
+		if err == nil && addr == replica.Addr() {
 			promoted = time.Since(killed)
 			break
 		}
@@ -180,7 +183,10 @@ func TestChaosRedisSentinel(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	time.Sleep(after)
-	primary.start(t) // it comes back as an empty primary; the sentinels make it a replica
+	// It comes back as an empty primary; the sentinels make it a replica.
+	if err := primary.Start(); err != nil {
+		t.Fatal(err)
+	}
 	shots := load.end()
 
 	created, unavailable, other, _ := tally(t, shots)
@@ -218,7 +224,7 @@ func TestChaosRedisSentinel(t *testing.T) {
 	}
 	// The old primary rejoined as a replica of the new one.
 	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(primary.client.Info(context.Background(), "replication").Val(), "master_port:"+strconv.Itoa(replica.port)) {
+	for !strings.Contains(primary.Client.Info(context.Background(), "replication").Val(), "master_port:"+strconv.Itoa(replica.Port)) {
 		if time.Now().After(deadline) {
 			t.Errorf("the old primary did not become a replica of the promoted one within 30s")
 			break

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/gatehouse-pay/gatehouse/internal/testenv/harness"
 )
 
 // F11's cards: good ones, and the hard declines of the sandbox, which the
@@ -82,7 +84,7 @@ func TestChaosConnectorFailover(t *testing.T) {
 	m := &rtMerchant{payments: wm.payments, id: wm.id}
 	a := m.sandboxConnector(t, "A", "")
 	b := m.sandboxConnector(t, "B", "")
-	s := m.createConnector(t, fmt.Sprintf(`{"provider":"stripe","name":"S","credentials":{"secret_key":"sk_test_%s"}}`, randomHex(t, 16)))
+	s := m.createConnector(t, fmt.Sprintf(`{"provider":"stripe","name":"S","credentials":{"secret_key":"sk_test_%s"}}`, harness.RandomHex(16)))
 	c := m.sandboxConnector(t, "C", "")
 	m.putRouting(t, `{"default":`+route(a.ID, b.ID, s.ID, c.ID)+`}`)
 	order := map[string]int{a.ID: 0, b.ID: 1, s.ID: 2, c.ID: 3}
@@ -174,10 +176,10 @@ func TestChaosConnectorFailover(t *testing.T) {
 	})
 	next(3, "Stripe stopped", func() {
 		rec.stop()
-		if err := mockProc.cmd.Process.Kill(); err != nil {
+		if err := mockProc.Cmd.Process.Kill(); err != nil {
 			t.Errorf("kill stripe-mock: %v", err)
 		}
-		<-mockProc.done
+		<-mockProc.Done()
 	})
 	time.Sleep(time.Until(began.Add(4 * phase)))
 	close(stop)

@@ -337,7 +337,7 @@ func merchantEvents(t *testing.T, db testenv.DB, merchant string) []string {
 // a merchant with a secret key talking from client address ip.
 func chaosStack(t *testing.T, ip string, opts stackOptions) (*stack, *whMerchant) {
 	t.Helper()
-	redisPath := redisServerPath(t)
+	redisPath := testenv.RedisServerPath(t)
 	db := testenv.NewDB(t)
 	bins := buildBinaries(t)
 	return chaosStackOn(t, bins, db, redisPath, ip, opts)
@@ -616,10 +616,10 @@ func TestChaosAPIReplicaKilled(t *testing.T) {
 		t.Fatalf("%d of %d charges answered by api-1 after 2 minutes; the kill waits for %d", n, keys, killAt)
 	}
 	victim := st.apis[0]
-	if err := victim.cmd.Process.Kill(); err != nil {
+	if err := victim.Cmd.Process.Kill(); err != nil {
 		t.Fatalf("SIGKILL api-1: %v", err)
 	}
-	<-victim.done
+	<-victim.Done()
 	killedAt := time.Now()
 	close(slowCut)
 	wg.Wait()
@@ -816,7 +816,7 @@ func TestChaosPostgresRestart(t *testing.T) {
 		senders = 4
 		pace    = chaosScale(80*time.Millisecond, 20*time.Millisecond)
 	)
-	redisPath := redisServerPath(t)
+	redisPath := testenv.RedisServerPath(t)
 	pg := startPostgres(t)
 	bins := buildBinaries(t)
 	db := pg.newDB(t, bins, "gatehouse_chaos")

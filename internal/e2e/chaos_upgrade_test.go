@@ -27,6 +27,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/gatehouse-pay/gatehouse/internal/testenv"
+	"github.com/gatehouse-pay/gatehouse/internal/testenv/harness"
 )
 
 // upgradeStackEnv: the fault tests' settings, with a short drain so that a
@@ -374,7 +375,7 @@ func TestChaosRollingUpgrade(t *testing.T) {
 		// outbox row the sweeper must find (every 10 s).
 		drainMax = chaosScale(60*time.Second, 120*time.Second)
 	)
-	redisPath := redisServerPath(t)
+	redisPath := testenv.RedisServerPath(t)
 	prev := previousRelease(t)
 	next := release{name: "new", bins: buildBinaries(t), spec: testenv.LoadSpec(t)}
 	t.Logf("previous release %s (built or taken from bin/previous in %s)", prev.commit[:12], previousTook.Round(time.Millisecond))
@@ -435,7 +436,7 @@ func TestChaosRollingUpgrade(t *testing.T) {
 	for i, w := range st.workers {
 		p := w.current()
 		sent := time.Now()
-		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		if err := p.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 			t.Fatalf("%s: SIGTERM: %v", w.name, err)
 		}
 		exited := sdWaitExit(t, p, sent, exitTimeout)
@@ -454,8 +455,8 @@ func TestChaosRollingUpgrade(t *testing.T) {
 		time.Sleep(upgradeLBLag)
 		p := st.apis[i]
 		sent := time.Now()
-		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-			t.Fatalf("%s: SIGTERM: %v", p.name, err)
+		if err := p.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatalf("%s: SIGTERM: %v", p.Name, err)
 		}
 		exited := sdWaitExit(t, p, sent, exitTimeout)
 		upgradeSlowExit(t, p, exited.Sub(sent))
@@ -645,10 +646,10 @@ func TestChaosRollingUpgrade(t *testing.T) {
 // upgradeSlowExit logs the last lines of a process that took longer than
 // its SHUTDOWN_DELAY and a few seconds to exit after SIGTERM: it waited for
 // something (a request, a task, a connection) that the lines may name.
-func upgradeSlowExit(t *testing.T, p *process, took time.Duration) {
+func upgradeSlowExit(t *testing.T, p *harness.Process, took time.Duration) {
 	t.Helper()
 	if took > 4*time.Second {
-		t.Logf("%s took %s to exit after SIGTERM; its last lines:\n%s", p.name, took.Round(time.Millisecond), p.out.tail(6<<10))
+		t.Logf("%s took %s to exit after SIGTERM; its last lines:\n%s", p.Name, took.Round(time.Millisecond), p.Out.Tail(6<<10))
 	}
 }
 
@@ -786,10 +787,10 @@ func (s *stack) logProblems(t *testing.T) int {
 		}
 	}
 	for _, w := range s.workers {
-		scan(w.name, w.out.tail(1<<62))
+		scan(w.name, w.out.Tail(1<<62))
 	}
 	for _, p := range s.apis {
-		scan(p.name, p.out.tail(1<<62))
+		scan(p.Name, p.Out.Tail(1<<62))
 	}
 	n := 0
 	for _, k := range order {
@@ -855,7 +856,7 @@ func (s *stack) logLinesOf(ids ...string) string {
 // or a failed task.
 func TestPreviousReleaseOnNewSchema(t *testing.T) {
 	chaosParallel(t)
-	redisPath := redisServerPath(t)
+	redisPath := testenv.RedisServerPath(t)
 	prev := previousRelease(t)
 	db := testenv.NewDB(t) // migrated by this release
 	schema := schemaVersion(t, db)
@@ -877,7 +878,7 @@ func TestPreviousReleaseOnNewSchema(t *testing.T) {
 
 	// Charges and a refund.
 	create := func(capture bool, tag string) string {
-		e := m.do(t, http.MethodPost, "/v1/charges", cardBody("4242424242424242", capture, 1000, tag), "Idempotency-Key", tag+"-"+randomHex(t, 4))
+		e := m.do(t, http.MethodPost, "/v1/charges", cardBody("4242424242424242", capture, 1000, tag), "Idempotency-Key", tag+"-"+harness.RandomHex(4))
 		mustExpect(t, e, http.StatusCreated, "")
 		var ch chargeJSON
 		decode(t, e, &ch)
@@ -890,7 +891,7 @@ func TestPreviousReleaseOnNewSchema(t *testing.T) {
 	}, 30*time.Second)
 	mustExpect(t, m.do(t, http.MethodPost, "/v1/charges/"+toCapture+"/capture", "{}"), http.StatusOK, "")
 	mustExpect(t, m.do(t, http.MethodPost, "/v1/charges/"+toVoid+"/void", ""), http.StatusOK, "")
-	e := m.do(t, http.MethodPost, "/v1/refunds", fmt.Sprintf(`{"charge":%q,"amount":400}`, captured), "Idempotency-Key", "prev-refund-"+randomHex(t, 4))
+	e := m.do(t, http.MethodPost, "/v1/refunds", fmt.Sprintf(`{"charge":%q,"amount":400}`, captured), "Idempotency-Key", "prev-refund-"+harness.RandomHex(4))
 	mustExpect(t, e, http.StatusCreated, "")
 	var refund refundJSON
 	decode(t, e, &refund)
@@ -962,8 +963,8 @@ func TestPreviousReleaseOnNewSchema(t *testing.T) {
 // and opens its pages, the charge's among them: each answers 200.
 func previousDashboard(t *testing.T, st *stack, charge string) {
 	t.Helper()
-	email := "prev-dash-" + randomHex(t, 6) + "@example.com"
-	password := "correct horse " + randomHex(t, 8)
+	email := "prev-dash-" + harness.RandomHex(6) + "@example.com"
+	password := "correct horse " + harness.RandomHex(8)
 	st.createMerchant(t, email, password, "Dashboard")
 	jar, err := cookiejar.New(nil)
 	if err != nil {

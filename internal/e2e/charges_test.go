@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/gatehouse-pay/gatehouse/internal/testenv"
+	"github.com/gatehouse-pay/gatehouse/internal/testenv/harness"
 )
 
 // Settings of the charges stack. The PROVIDER_* settings go to the API
@@ -560,7 +561,7 @@ func TestChargesEndToEnd(t *testing.T) {
 		p.waitCharges(t, []string{captured, uncaptured, failed}, func(_, s string) bool { return s != "created" }, 15*time.Second)
 
 		refund := func(body string) exchange {
-			return p.do(t, http.MethodPost, "/v1/refunds", body, "Idempotency-Key", "refund-"+randomHex(t, 8))
+			return p.do(t, http.MethodPost, "/v1/refunds", body, "Idempotency-Key", "refund-"+harness.RandomHex(8))
 		}
 		expect(t, refund(fmt.Sprintf(`{"charge":%q,"amount":2001}`, captured)), http.StatusBadRequest, "amount_too_large")
 		expect(t, refund(fmt.Sprintf(`{"charge":%q}`, uncaptured)), http.StatusConflict, "invalid_state")
@@ -637,9 +638,9 @@ func TestChargesEndToEnd(t *testing.T) {
 	t.Run("c_idempotency_across_replicas", func(t *testing.T) {
 		const n = 20
 		p := &payments{st: st, c: newClient(t, "127.0.0.23"), key: key}
-		tag := "idem-" + randomHex(t, 6)
+		tag := "idem-" + harness.RandomHex(6)
 		body := cardBody("4242424242424242", true, 4200, tag)
-		idemKey := "one-key-" + randomHex(t, 8)
+		idemKey := "one-key-" + harness.RandomHex(8)
 		results := make([]exchange, n)
 		errs := make([]error, n)
 		start := make(chan struct{})
@@ -725,7 +726,7 @@ func TestChargesEndToEnd(t *testing.T) {
 	if n := queryInt(t, st.db, `SELECT count(*) FROM outbox`); n != 0 {
 		t.Errorf("outbox rows left at the end: %d, want 0", n)
 	}
-	t.Logf("charges end-to-end took %s (the build: %s)", time.Since(began).Round(time.Millisecond), buildTook.Round(time.Millisecond))
+	t.Logf("charges end-to-end took %s (the build: %s)", time.Since(began).Round(time.Millisecond), st.bins.took.Round(time.Millisecond))
 }
 
 // faultTest creates 200 charges while the worker is killed with SIGKILL three
@@ -754,7 +755,7 @@ func faultTest(t *testing.T, st *stack, key string) {
 		}
 		return info.Active
 	}
-	tag := "fault-" + randomHex(t, 6)
+	tag := "fault-" + harness.RandomHex(6)
 	body := cardBody("4242424242424242", true, 1000, tag)
 
 	results := make([]exchange, total)

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/gatehouse-pay/gatehouse/internal/events"
+	"github.com/gatehouse-pay/gatehouse/internal/testenv"
+	"github.com/gatehouse-pay/gatehouse/internal/testenv/harness"
 )
 
 // verifierDir is internal/webhooks/testdata/verify with its pinned npm
@@ -25,23 +27,13 @@ import (
 // under GATEHOUSE_REQUIRE_SERVICES=1).
 func verifierDir(t *testing.T) string {
 	t.Helper()
-	root, err := moduleRoot()
+	root, err := harness.ModuleRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
 	dir := filepath.Join(root, "internal", "webhooks", "testdata", "verify")
 	needNodeModule(t, dir, "standardwebhooks")
 	return dir
-}
-
-// unavailable skips the test for a missing tool, or fails it under
-// GATEHOUSE_REQUIRE_SERVICES=1.
-func unavailable(t *testing.T, format string, args ...any) {
-	t.Helper()
-	if os.Getenv("GATEHOUSE_REQUIRE_SERVICES") == "1" {
-		t.Fatalf(format+" (deploy/local/tools.sh installs it)", args...)
-	}
-	t.Skipf(format+" (set GATEHOUSE_REQUIRE_SERVICES=1 to fail instead)", args...)
 }
 
 // needNodeModule returns the path of node, with the npm package pkg
@@ -51,10 +43,10 @@ func needNodeModule(t *testing.T, dir, pkg string) string {
 	t.Helper()
 	node, err := exec.LookPath("node")
 	if err != nil {
-		unavailable(t, "node is not on PATH: %v", err)
+		testenv.Missing(t, "node is not on PATH: %v (deploy/local/tools.sh installs it)", err)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "node_modules", pkg, "package.json")); err != nil {
-		unavailable(t, "%s is not installed in %s: %v", pkg, dir, err)
+		testenv.Missing(t, "%s is not installed in %s: %v (deploy/local/tools.sh installs it)", pkg, dir, err)
 	}
 	return node
 }
@@ -103,7 +95,7 @@ func TestCLIEndToEnd(t *testing.T) {
 	}
 
 	// listen, forwarding to a port where the verifier will listen.
-	port := freePort(t)
+	port := testenv.FreePort(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	listen := exec.CommandContext(ctx, cli, "listen", "--forward-to", fmt.Sprintf("http://127.0.0.1:%d/webhooks", port))

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gatehouse-pay/gatehouse/internal/testenv"
+	"github.com/gatehouse-pay/gatehouse/internal/testenv/harness"
 )
 
 // Limits of api/openapi.yaml, which the binaries run with by default.
@@ -44,10 +45,10 @@ type apiKey struct {
 func TestEndToEnd(t *testing.T) {
 	began := time.Now()
 	// Skip (or fail) for a missing service before the slow build.
-	redisPath := redisServerPath(t)
+	redisPath := testenv.RedisServerPath(t)
 	db := testenv.NewDB(t)
 	bins := buildBinaries(t)
-	t.Logf("binaries built in %s", buildTook.Round(time.Millisecond))
+	t.Logf("binaries built in %s", bins.took.Round(time.Millisecond))
 
 	var spec *testenv.Spec
 	t.Run("openapi_spec_loads", func(t *testing.T) { spec = testenv.LoadSpec(t) })
@@ -62,8 +63,8 @@ func TestEndToEnd(t *testing.T) {
 		time.Since(stackStart).Round(time.Millisecond), r1, r2, st.worker, st.redis.mode, st.redis.url())
 
 	// A merchant, a session and three keys, all made through replica 1.
-	email := "e2e-" + randomHex(t, 6) + "@example.com"
-	password := "correct horse " + randomHex(t, 8)
+	email := "e2e-" + harness.RandomHex(6) + "@example.com"
+	password := "correct horse " + harness.RandomHex(8)
 	merchantID := st.createMerchant(t, email, password, "E2E Merchant")
 	credentials := fmt.Sprintf(`{"email":%q,"password":%q}`, email, password)
 	setup := newClient(t, "127.0.0.2")

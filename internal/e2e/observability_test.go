@@ -19,6 +19,7 @@ import (
 
 	"github.com/gatehouse-pay/gatehouse/internal/events"
 	"github.com/gatehouse-pay/gatehouse/internal/testenv"
+	"github.com/gatehouse-pay/gatehouse/internal/testenv/harness"
 )
 
 // dashboardPath is the Grafana dashboard shipped with the Kubernetes base,
@@ -139,7 +140,7 @@ type dashboard struct {
 // problem checkDashboard finds.
 func loadDashboard(t *testing.T) dashboard {
 	t.Helper()
-	root, err := moduleRoot()
+	root, err := harness.ModuleRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -405,11 +406,7 @@ func requireTool(t *testing.T, name string, fallback ...string) string {
 			return p
 		}
 	}
-	msg := fmt.Sprintf("%s is not installed (deploy/local/tools.sh installs it into bin/tools)", name)
-	if os.Getenv("CI") == "true" || os.Getenv("GATEHOUSE_REQUIRE_SERVICES") == "1" {
-		t.Fatal(msg)
-	}
-	t.Skip(msg + "; set GATEHOUSE_REQUIRE_SERVICES=1 to fail instead")
+	testenv.Missing(t, "%s is not installed (deploy/local/tools.sh installs it into bin/tools)", name)
 	return ""
 }
 
@@ -423,7 +420,7 @@ func TestObservabilityEndToEnd(t *testing.T) {
 	if t.Failed() {
 		t.FailNow()
 	}
-	redisPath := redisServerPath(t)
+	redisPath := testenv.RedisServerPath(t)
 	promtool := requireTool(t, "promtool", "/usr/bin/promtool")
 	promBin := requireTool(t, "prometheus", "/usr/bin/prometheus")
 	db := testenv.NewDB(t)
@@ -433,7 +430,7 @@ func TestObservabilityEndToEnd(t *testing.T) {
 	stackStart := time.Now()
 	st := startStackWith(t, bins, db, redisPath, spec, stackOptions{env: obsStackEnv, workerEnv: obsWorkerEnv})
 	prom := startPrometheus(t, promBin, st)
-	t.Logf("stack and Prometheus ready in %s (build %s)", time.Since(stackStart).Round(time.Millisecond), buildTook.Round(time.Millisecond))
+	t.Logf("stack and Prometheus ready in %s (build %s)", time.Since(stackStart).Round(time.Millisecond), bins.took.Round(time.Millisecond))
 
 	tr := newObsTraffic(t, st)
 	tr.burst(t, tr.keys[0], true)
@@ -569,8 +566,8 @@ type obsTraffic struct {
 func newObsTraffic(t *testing.T, st *stack) *obsTraffic {
 	t.Helper()
 	tr := &obsTraffic{st: st, c: newClient(t, "127.0.0.41")}
-	email := "obs-" + randomHex(t, 6) + "@example.com"
-	password := "correct horse " + randomHex(t, 8)
+	email := "obs-" + harness.RandomHex(6) + "@example.com"
+	password := "correct horse " + harness.RandomHex(8)
 	st.createMerchant(t, email, password, "Observability Merchant")
 	r1, r2 := st.replicas[0], st.replicas[1]
 
@@ -654,7 +651,7 @@ func (tr *obsTraffic) burst(t *testing.T, key string, overLimit bool) {
 
 	// Refused authentications: an unknown key, and no key at all.
 	for _, base := range st.replicas {
-		expect(t, st.do(t, tr.c, http.MethodGet, base+"/v1/charges", "sk_test_"+randomHex(t, 16), ""), http.StatusUnauthorized, "invalid_token")
+		expect(t, st.do(t, tr.c, http.MethodGet, base+"/v1/charges", "sk_test_"+harness.RandomHex(16), ""), http.StatusUnauthorized, "invalid_token")
 		expect(t, st.do(t, tr.c, http.MethodGet, base+"/v1/me", "", ""), http.StatusUnauthorized, "missing_authorization")
 	}
 }
@@ -681,7 +678,7 @@ func (tr *obsTraffic) waitWebhooks(t *testing.T, within time.Duration) {
 // promServer is a private Prometheus scraping one stack.
 type promServer struct {
 	base    string
-	proc    *process
+	proc    *harness.Process
 	client  *http.Client
 	targets int
 }
@@ -710,24 +707,19 @@ scrape_configs:
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	addr := testenv.FreeAddr(t)
 	p := &promServer{base: "http://" + addr, targets: 3, client: &http.Client{Timeout: 10 * time.Second}}
 	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir}
-	p.proc = startProcess(t, "prometheus", new(syncBuffer), env, path,
+	p.proc = testenv.StartProcess(t, "prometheus", nil, env, path,
 		"--config.file="+cfgPath,
 		"--storage.tsdb.path="+filepath.Join(dir, "data"),
 		"--web.listen-address="+addr,
 		"--storage.tsdb.retention.time=1h",
 		"--log.level=warn")
 	t.Cleanup(func() {
-		_ = p.proc.cmd.Process.Kill()
-		select {
-		case <-p.proc.done:
-		case <-time.After(10 * time.Second):
-			t.Errorf("prometheus did not exit 10s after SIGKILL")
-		}
+		testenv.Kill(t, p.proc)
 		if t.Failed() {
-			p.proc.dump(t)
+			testenv.DumpOutput(t, p.proc)
 		}
 	})
 	p.waitScrapes(t, 1)
@@ -775,8 +767,8 @@ func (p *promServer) waitScrapes(t *testing.T, n int) {
 		} else {
 			last = err.Error()
 		}
-		if p.proc.exited() {
-			t.Fatalf("prometheus exited: %v", p.proc.cmd.ProcessState)
+		if p.proc.Exited() {
+			t.Fatalf("prometheus exited: %v", p.proc.Cmd.ProcessState)
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("prometheus: targets not up and scraped %d times: %s", n, last)

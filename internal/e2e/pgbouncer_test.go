@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/gatehouse-pay/gatehouse/internal/testenv"
+	"github.com/gatehouse-pay/gatehouse/internal/testenv/harness"
 )
 
 // The stacks of the end-to-end tests reach PostgreSQL through PgBouncer in
@@ -40,7 +41,7 @@ func pgbouncerPath(t *testing.T) string {
 	if _, err := os.Stat("/usr/sbin/pgbouncer"); err == nil {
 		return "/usr/sbin/pgbouncer"
 	}
-	if chaosServicesRequired() {
+	if testenv.ServicesRequired() {
 		t.Fatalf("pgbouncer is not installed (deploy/local/tools.sh installs it; GATEHOUSE_E2E_PGBOUNCER=0 runs the stack on PostgreSQL directly)")
 	}
 	t.Logf("pgbouncer is not installed: the stack connects to PostgreSQL directly")
@@ -51,8 +52,8 @@ func pgbouncerPath(t *testing.T) string {
 // PostgreSQL server, for one test.
 type pgBouncer struct {
 	port int
-	out  *syncBuffer
-	proc *process
+	out  *harness.Output
+	proc *harness.Process
 }
 
 // onSharedServer reports whether db lives on the server testenv clones
@@ -89,7 +90,7 @@ func startPgBouncer(t *testing.T, path string, db testenv.DB) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	b := &pgBouncer{port: freePort(t), out: new(syncBuffer)}
+	b := &pgBouncer{port: testenv.FreePort(t), out: new(harness.Output)}
 	ini := fmt.Sprintf(`[databases]
 * = host=%s port=%s
 
@@ -135,19 +136,15 @@ log_disconnections = 0
 		}
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
 	}
-	cmd.Stdout, cmd.Stderr = b.out, b.out
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start pgbouncer: %v", err)
+	proc, err := harness.Start("pgbouncer", cmd, b.out)
+	if err != nil {
+		t.Fatal(err)
 	}
-	b.proc = &process{name: "pgbouncer", cmd: cmd, out: b.out, done: make(chan struct{})}
-	go func() {
-		_ = cmd.Wait()
-		close(b.proc.done)
-	}()
+	b.proc = proc
 	t.Cleanup(func() {
-		b.stop()
+		b.proc.Stop(syscall.SIGTERM, 10*time.Second)
 		if t.Failed() {
-			t.Logf("---- pgbouncer output (tail) ----\n%s\n---- end of pgbouncer output ----", b.out.tail(16<<10))
+			t.Logf("---- pgbouncer output (tail) ----\n%s\n---- end of pgbouncer output ----", b.out.Tail(16<<10))
 		}
 	})
 
@@ -163,48 +160,22 @@ log_disconnections = 0
 // waitReady connects through PgBouncer until a query answers.
 func (b *pgBouncer) waitReady(t *testing.T, dbURL string) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		err := func() error {
-			cfg, err := pgx.ParseConfig(dbURL)
-			if err != nil {
-				return err
-			}
-			cfg.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
-			c, err := pgx.ConnectConfig(ctx, cfg)
-			if err != nil {
-				return err
-			}
-			defer c.Close(ctx)
-			_, err = c.Exec(ctx, "SELECT 1")
+	testenv.WaitReady(t, fmt.Sprintf("pgbouncer on port %d", b.port), b.proc, 15*time.Second, 20*time.Millisecond, func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		cfg, err := pgx.ParseConfig(dbURL)
+		if err != nil {
 			return err
-		}()
-		cancel()
-		switch {
-		case err == nil:
-			return
-		case b.proc.exited():
-			t.Fatalf("pgbouncer exited at start: %v\n%s", b.proc.cmd.ProcessState, b.out.tail(4<<10))
-		case time.Now().After(deadline):
-			t.Fatalf("pgbouncer on port %d does not answer after 15s: %v\n%s", b.port, err, b.out.tail(4<<10))
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// stop ends PgBouncer (SIGTERM: at once) and waits for it.
-func (b *pgBouncer) stop() {
-	if b.proc == nil || b.proc.exited() {
-		return
-	}
-	_ = b.proc.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-b.proc.done:
-	case <-time.After(10 * time.Second):
-		_ = b.proc.cmd.Process.Kill()
-		<-b.proc.done
-	}
+		cfg.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
+		c, err := pgx.ConnectConfig(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		defer c.Close(ctx)
+		_, err = c.Exec(ctx, "SELECT 1")
+		return err
+	})
 }
 
 // databaseEnv is the stack's database settings: db directly, or through a

@@ -127,7 +127,7 @@ func (b *silentProxy) restore() {
 // succeed again.
 func TestPostgresBlackHole(t *testing.T) {
 	const statement, connect = 2 * time.Second, 2 * time.Second
-	redisPath := redisServerPath(t)
+	redisPath := testenv.RedisServerPath(t)
 	db := testenv.NewDB(t)
 	u, err := url.Parse(db.URL)
 	if err != nil {

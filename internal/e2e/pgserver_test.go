@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -17,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/gatehouse-pay/gatehouse/internal/testenv"
+	"github.com/gatehouse-pay/gatehouse/internal/testenv/harness"
 )
 
 // pgServer is a private PostgreSQL cluster for one test, on its own loopback
@@ -27,26 +29,11 @@ type pgServer struct {
 	dir  string // data directory
 	port int
 	cred *syscall.Credential // the postgres user when the test runs as root
-	out  *syncBuffer
-	proc *process
+	out  *harness.Output
+	proc *harness.Process
 	// settings are extra `-c name=value` options, given after the defaults
 	// of start so that they override them.
 	settings []string
-}
-
-// chaosServicesRequired reports whether a missing service must fail the test
-// instead of skipping it.
-func chaosServicesRequired() bool {
-	return os.Getenv("GATEHOUSE_REQUIRE_SERVICES") == "1" || os.Getenv("CI") == "true"
-}
-
-// chaosServiceMissing skips the test, or fails it when services are required.
-func chaosServiceMissing(t *testing.T, format string, args ...any) {
-	t.Helper()
-	if chaosServicesRequired() {
-		t.Fatalf(format, args...)
-	}
-	t.Skipf(format+" (set GATEHOUSE_REQUIRE_SERVICES=1 to fail instead)", args...)
 }
 
 // postgresBinDir finds the directory holding initdb and postgres:
@@ -93,18 +80,18 @@ func startPostgres(t *testing.T, settings ...string) *pgServer {
 	t.Helper()
 	bin, err := postgresBinDir()
 	if err != nil {
-		chaosServiceMissing(t, "project-local PostgreSQL: %v", err)
+		testenv.Missing(t, "project-local PostgreSQL: %v", err)
 	}
 	dir, err := os.MkdirTemp("", "gatehouse-pg-")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	p := &pgServer{bin: bin, dir: filepath.Join(dir, "data"), port: freePort(t), out: new(syncBuffer), settings: settings}
+	p := &pgServer{bin: bin, dir: filepath.Join(dir, "data"), port: testenv.FreePort(t), out: new(harness.Output), settings: settings}
 	if os.Geteuid() == 0 {
 		u, err := user.Lookup("postgres")
 		if err != nil {
-			chaosServiceMissing(t, "project-local PostgreSQL: running as root and no postgres user to own the cluster: %v", err)
+			testenv.Missing(t, "project-local PostgreSQL: running as root and no postgres user to own the cluster: %v", err)
 		}
 		uid, _ := strconv.Atoi(u.Uid)
 		gid, _ := strconv.Atoi(u.Gid)
@@ -114,7 +101,7 @@ func startPostgres(t *testing.T, settings ...string) *pgServer {
 		}
 	}
 	if out, err := p.tool("initdb", "-D", p.dir, "-U", "postgres", "-A", "trust", "--no-sync", "-E", "UTF8", "--locale", "C"); err != nil {
-		chaosServiceMissing(t, "project-local PostgreSQL: initdb: %v\n%s", err, out)
+		testenv.Missing(t, "project-local PostgreSQL: initdb: %v\n%s", err, out)
 	}
 	p.cleanup(t, "postgres")
 	p.start(t)
@@ -136,7 +123,7 @@ func (p *pgServer) cleanup(t *testing.T, what string) {
 	t.Cleanup(func() {
 		p.kill(t)
 		if t.Failed() {
-			t.Logf("---- %[1]s output (tail) ----\n%[2]s\n---- end of %[1]s output ----", what, p.out.tail(16<<10))
+			t.Logf("---- %[1]s output (tail) ----\n%[2]s\n---- end of %[1]s output ----", what, p.out.Tail(16<<10))
 		}
 	})
 }
@@ -160,34 +147,27 @@ func (p *pgServer) start(t *testing.T) time.Time {
 	cmd := exec.Command(filepath.Join(p.bin, "postgres"), args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: p.cred}
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
-	cmd.Stdout, cmd.Stderr = p.out, p.out
-	if err := cmd.Start(); err != nil {
-		chaosServiceMissing(t, "project-local PostgreSQL: start postgres: %v", err)
+	proc, err := harness.Start("postgres", cmd, p.out)
+	if err != nil {
+		testenv.Missing(t, "project-local PostgreSQL: %v", err)
 	}
-	proc := &process{name: "postgres", cmd: cmd, out: p.out, done: make(chan struct{})}
-	go func() {
-		_ = cmd.Wait()
-		close(proc.done)
-	}()
 	p.proc = proc
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	err = harness.WaitFor(context.Background(), proc, 30*time.Second, 20*time.Millisecond, func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
 		c, err := pgx.Connect(ctx, p.url("postgres"))
 		if err == nil {
 			c.Close(ctx)
-			cancel()
-			return time.Now()
 		}
-		cancel()
-		if proc.exited() {
-			chaosServiceMissing(t, "project-local PostgreSQL on port %d exited at start: %v\n%s", p.port, proc.cmd.ProcessState, p.out.tail(4<<10))
-		}
-		if time.Now().After(deadline) {
-			chaosServiceMissing(t, "project-local PostgreSQL on port %d does not accept connections after 30s: %v", p.port, err)
-		}
-		time.Sleep(20 * time.Millisecond)
+		return err
+	})
+	if errors.Is(err, harness.ErrExited) {
+		testenv.Missing(t, "project-local PostgreSQL on port %d exited at start: %v\n%s", p.port, proc.Cmd.ProcessState, p.out.Tail(4<<10))
 	}
+	if err != nil {
+		testenv.Missing(t, "project-local PostgreSQL on port %d does not accept connections: %v", p.port, err)
+	}
+	return time.Now()
 }
 
 // stop shuts the server down the way `pg_ctl stop -m fast` does (SIGINT:
@@ -197,13 +177,8 @@ func (p *pgServer) stop(t *testing.T) {
 	if p.proc == nil {
 		return
 	}
-	_ = p.proc.cmd.Process.Signal(syscall.SIGINT)
-	select {
-	case <-p.proc.done:
-	case <-time.After(30 * time.Second):
-		t.Errorf("postgres did not exit 30s after SIGINT; killing it")
-		_ = p.proc.cmd.Process.Kill()
-		<-p.proc.done
+	if !p.proc.Stop(syscall.SIGINT, 30*time.Second) {
+		t.Errorf("postgres did not exit 30s after SIGINT; killed it")
 	}
 	p.proc = nil
 }
@@ -214,13 +189,7 @@ func (p *pgServer) kill(t *testing.T) {
 	if p.proc == nil {
 		return
 	}
-	_ = p.proc.cmd.Process.Signal(syscall.SIGINT)
-	select {
-	case <-p.proc.done:
-	case <-time.After(15 * time.Second):
-		_ = p.proc.cmd.Process.Kill()
-		<-p.proc.done
-	}
+	p.proc.Stop(syscall.SIGINT, 15*time.Second)
 	p.proc = nil
 }
 

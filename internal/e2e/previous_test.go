@@ -12,13 +12,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/gatehouse-pay/gatehouse/internal/testenv"
+	"github.com/gatehouse-pay/gatehouse/internal/testenv/harness"
 )
 
 // release is one release's binaries and the API description they answer by.
@@ -83,7 +83,7 @@ func previousRelease(t *testing.T) release {
 		previousTook = time.Since(start)
 	})
 	if previousAbsent != "" {
-		chaosServiceMissing(t, "the previous release cannot be built: %s", previousAbsent)
+		testenv.Missing(t, "the previous release cannot be built: %s", previousAbsent)
 	}
 	if previousErr != nil {
 		t.Fatalf("build the previous release: %v", previousErr)
@@ -96,7 +96,7 @@ func buildPrevious() (rel release, absent string, err error) {
 	if err != nil {
 		return rel, "", err
 	}
-	root, err := moduleRoot()
+	root, err := harness.ModuleRoot()
 	if err != nil {
 		return rel, "", err
 	}
@@ -167,11 +167,7 @@ func buildRelease(root, parent, commit string) (absent string, err error) {
 		return "", err
 	}
 	defer os.RemoveAll(tmp) // left only when the rename below did not happen
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
-	}
-	cmd := exec.Command(goTool, "build", "-trimpath", "-buildvcs=false",
+	cmd := exec.Command(harness.GoTool(), "build", "-trimpath", "-buildvcs=false",
 		"-ldflags", "-X github.com/gatehouse-pay/gatehouse/internal/metrics.Version="+commit[:12],
 		"-o", tmp+string(os.PathSeparator), "./cmd/api", "./cmd/worker")
 	cmd.Dir = tree
@@ -223,7 +219,7 @@ func TestPreviousReleaseAbsent(t *testing.T) {
 	if _, err := exec.LookPath("git"); err != nil {
 		t.Skip("git is not on PATH")
 	}
-	root, err := moduleRoot()
+	root, err := harness.ModuleRoot()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,12 +2,13 @@ package e2e
 
 import (
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gatehouse-pay/gatehouse/internal/testenv"
 )
 
 // readyOutage is how long TestReadiness keeps Redis down.
@@ -56,11 +57,11 @@ func TestReadiness(t *testing.T) {
 	c := newClient(t, "127.0.0.150")
 
 	t.Run("api_metrics_addr", func(t *testing.T) {
-		httpAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-		metricsAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+		httpAddr := testenv.FreeAddr(t)
+		metricsAddr := testenv.FreeAddr(t)
 		env := append(slices.Clone(st.env), "HTTP_ADDR="+httpAddr, "API_METRICS_ADDR="+metricsAddr)
-		p := startProcess(t, "api-3", new(syncBuffer), env, st.bins.api)
-		t.Cleanup(func() { p.terminate(t) })
+		p := testenv.StartProcess(t, "api-3", nil, env, st.bins.api)
+		t.Cleanup(func() { testenv.Terminate(t, p, exitTimeout) })
 		st.waitReady(t, c, "http://"+httpAddr, p, 60*time.Second)
 
 		e := st.do(t, c, http.MethodGet, "http://"+metricsAddr+"/metrics", "", "")

@@ -3,9 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,6 +12,9 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/gatehouse-pay/gatehouse/internal/testenv"
+	"github.com/gatehouse-pay/gatehouse/internal/testenv/harness"
 )
 
 // redisDeploy is the Redis a stack runs on, in one of the three modes the
@@ -25,8 +26,8 @@ import (
 //   - sentinel: a primary, its replica and three sentinels watching them.
 type redisDeploy struct {
 	mode      string
-	nodes     []*redisServer // the data nodes: single, the primaries, or the primary then its replica
-	sentinels []*redisServer
+	nodes     []*harness.RedisServer // the data nodes: single, the primaries, or the primary then its replica
+	sentinels []*harness.RedisServer
 	// client reaches the data as the binaries do: one server, the cluster
 	// (routing by slot) or the sentinels' current primary.
 	client redis.UniversalClient
@@ -66,8 +67,8 @@ func startRedisDeploy(t *testing.T, path, mode string) *redisDeploy {
 	d := &redisDeploy{mode: mode}
 	switch mode {
 	case "single":
-		d.nodes = []*redisServer{startRedis(t, path)}
-		d.client = d.nodes[0].client
+		d.nodes = []*harness.RedisServer{testenv.StartRedis(t, harness.RedisConfig{Path: path})}
+		d.client = d.nodes[0].Client
 	case "cluster":
 		d.startCluster(t, path, 3)
 	case "sentinel":
@@ -83,33 +84,33 @@ func startRedisDeploy(t *testing.T, path, mode string) *redisDeploy {
 func (d *redisDeploy) url() string {
 	switch d.mode {
 	case "cluster":
-		return "redis://" + d.nodes[0].addr() + addrParams(d.nodes[1:], "?")
+		return "redis://" + d.nodes[0].Addr() + addrParams(d.nodes[1:], "?")
 	case "sentinel":
-		return "redis://" + d.sentinels[0].addr() + "?master_name=" + sentinelMaster + addrParams(d.sentinels[1:], "&")
+		return "redis://" + d.sentinels[0].Addr() + "?master_name=" + sentinelMaster + addrParams(d.sentinels[1:], "&")
 	}
-	return d.nodes[0].url()
+	return d.nodes[0].URL()
 }
 
-func addrParams(servers []*redisServer, sep string) string {
+func addrParams(servers []*harness.RedisServer, sep string) string {
 	var b strings.Builder
 	for _, s := range servers {
-		b.WriteString(sep + "addr=" + s.addr())
+		b.WriteString(sep + "addr=" + s.Addr())
 		sep = "&"
 	}
 	return b.String()
 }
 
 // addr is the address of the first data node.
-func (d *redisDeploy) addr() string { return d.nodes[0].addr() }
+func (d *redisDeploy) addr() string { return d.nodes[0].Addr() }
 
 // down reports whether the data nodes are stopped.
-func (d *redisDeploy) down() bool { return d.nodes[0].proc == nil }
+func (d *redisDeploy) down() bool { return !d.nodes[0].Running() }
 
 // logs is everything the Redis processes wrote.
 func (d *redisDeploy) logs() string {
 	var b strings.Builder
-	for _, s := range append(append([]*redisServer(nil), d.nodes...), d.sentinels...) {
-		b.WriteString(s.out.tail(1 << 62))
+	for _, s := range append(append([]*harness.RedisServer(nil), d.nodes...), d.sentinels...) {
+		b.WriteString(s.Out.Tail(1 << 62))
 	}
 	return b.String()
 }
@@ -118,7 +119,9 @@ func (d *redisDeploy) logs() string {
 func (d *redisDeploy) stop(t *testing.T) {
 	t.Helper()
 	for _, n := range d.nodes {
-		n.stop(t)
+		if err := n.Stop(); err != nil {
+			t.Error(err)
+		}
 	}
 }
 
@@ -127,7 +130,9 @@ func (d *redisDeploy) stop(t *testing.T) {
 func (d *redisDeploy) start(t *testing.T) {
 	t.Helper()
 	for _, n := range d.nodes {
-		n.start(t)
+		if err := n.Start(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	switch d.mode {
 	case "cluster":
@@ -149,18 +154,18 @@ func (d *redisDeploy) primaries(t *testing.T) []*redis.Client {
 	defer cancel()
 	addr, err := d.sentinelPrimary(ctx)
 	for _, n := range d.nodes {
-		if err == nil && n.addr() == addr {
-			return []*redis.Client{n.client}
+		if err == nil && n.Addr() == addr {
+			return []*redis.Client{n.Client}
 		}
 	}
 	t.Fatalf("no Redis data node is the sentinels' primary (%q, %v)", addr, err)
 	return nil
 }
 
-func clientsOf(servers []*redisServer) []*redis.Client {
+func clientsOf(servers []*harness.RedisServer) []*redis.Client {
 	out := make([]*redis.Client, len(servers))
 	for i, s := range servers {
-		out[i] = s.client
+		out[i] = s.Client
 	}
 	return out
 }
@@ -178,12 +183,12 @@ func (d *redisDeploy) startCluster(t *testing.T, path string, n int) {
 	cli := redisCLIPath(t)
 	d.mode = "cluster"
 	for range n {
-		d.nodes = append(d.nodes, startRedis(t, path, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-			"--cluster-node-timeout", "2000", "--cluster-require-full-coverage", "yes"))
+		d.nodes = append(d.nodes, testenv.StartRedis(t, harness.RedisConfig{Path: path, Args: []string{"--cluster-enabled", "yes",
+			"--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000", "--cluster-require-full-coverage", "yes"}}))
 	}
 	args := []string{"--cluster", "create"}
 	for _, s := range d.nodes {
-		args = append(args, s.addr())
+		args = append(args, s.Addr())
 	}
 	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
 	if out, err := exec.Command(cli, args...).CombinedOutput(); err != nil {
@@ -191,7 +196,7 @@ func (d *redisDeploy) startCluster(t *testing.T, path string, n int) {
 	}
 	addrs := make([]string, n)
 	for i, s := range d.nodes {
-		addrs[i] = s.addr()
+		addrs[i] = s.Addr()
 	}
 	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, DialTimeout: 250 * time.Millisecond, MaxRetries: 2})
 	t.Cleanup(func() { _ = c.Close() })
@@ -206,13 +211,13 @@ func (d *redisDeploy) waitClusterOK(t *testing.T, within time.Duration) {
 	for _, s := range d.nodes {
 		for {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			info, err := s.client.ClusterInfo(ctx).Result()
+			info, err := s.Client.ClusterInfo(ctx).Result()
 			cancel()
 			if err == nil && strings.Contains(info, "cluster_state:ok") {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("Redis cluster node %s not ok after %s: %v %s", s.addr(), within, err, info)
+				t.Fatalf("Redis cluster node %s not ok after %s: %v %s", s.Addr(), within, err, info)
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
@@ -228,24 +233,20 @@ func (d *redisDeploy) waitClusterOK(t *testing.T, within time.Duration) {
 // monitor it with a quorum of two and give it up after a second of silence.
 func (d *redisDeploy) startSentinel(t *testing.T, path string) {
 	t.Helper()
-	primary := startRedis(t, path)
-	replica := startRedis(t, path, "--replicaof", "127.0.0.1", fmt.Sprint(primary.port))
-	d.nodes = []*redisServer{primary, replica}
+	primary := testenv.StartRedis(t, harness.RedisConfig{Path: path})
+	replica := testenv.StartRedis(t, harness.RedisConfig{Path: path, Args: []string{"--replicaof", "127.0.0.1", fmt.Sprint(primary.Port)}})
+	d.nodes = []*harness.RedisServer{primary, replica}
 	for range 3 {
-		dir := t.TempDir()
-		conf := filepath.Join(dir, "sentinel.conf")
-		// A sentinel rewrites its configuration file as it learns; it must
-		// be its own, writable.
-		body := fmt.Sprintf("sentinel monitor %[1]s 127.0.0.1 %[2]d 2\nsentinel down-after-milliseconds %[1]s 1000\n"+
-			"sentinel failover-timeout %[1]s 10000\nsentinel parallel-syncs %[1]s 1\n", sentinelMaster, primary.port)
-		if err := os.WriteFile(conf, []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		d.sentinels = append(d.sentinels, startRedis(t, path, conf, "--sentinel"))
+		d.sentinels = append(d.sentinels, testenv.StartSentinel(t, harness.SentinelConfig{Path: path, Master: sentinelMaster, Quorum: 2,
+			Lines: []string{
+				"sentinel down-after-milliseconds " + sentinelMaster + " 1000",
+				"sentinel failover-timeout " + sentinelMaster + " 10000",
+				"sentinel parallel-syncs " + sentinelMaster + " 1",
+			}}, primary))
 	}
 	addrs := make([]string, len(d.sentinels))
 	for i, s := range d.sentinels {
-		addrs[i] = s.addr()
+		addrs[i] = s.Addr()
 	}
 	c := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: sentinelMaster, SentinelAddrs: addrs,
 		DialTimeout: 250 * time.Millisecond, MaxRetries: 2})
@@ -256,9 +257,9 @@ func (d *redisDeploy) startSentinel(t *testing.T, path string) {
 	// replica and the two other sentinels, so a failover can be agreed.
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		ready := strings.Contains(replica.client.Info(context.Background(), "replication").Val(), "master_link_status:up")
+		ready := strings.Contains(replica.Client.Info(context.Background(), "replication").Val(), "master_link_status:up")
 		for _, s := range d.sentinels {
-			m, err := s.client.Do(context.Background(), "SENTINEL", "MASTER", sentinelMaster).Result()
+			m, err := s.Client.Do(context.Background(), "SENTINEL", "MASTER", sentinelMaster).Result()
 			ready = ready && err == nil && sentinelField(m, "num-other-sentinels") == "2" && sentinelField(m, "num-slaves") == "1"
 		}
 		if ready {
@@ -292,7 +293,7 @@ func sentinelField(m any, name string) string {
 // sentinelPrimary is the address the sentinels give for the primary now.
 func (d *redisDeploy) sentinelPrimary(ctx context.Context) (string, error) {
 	for _, s := range d.sentinels {
-		a, err := s.client.Do(ctx, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", sentinelMaster).StringSlice()
+		a, err := s.Client.Do(ctx, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", sentinelMaster).StringSlice()
 		if err == nil && len(a) == 2 {
 			return a[0] + ":" + a[1], nil
 		}
@@ -323,7 +324,7 @@ func redisCLIPath(t *testing.T) string {
 	t.Helper()
 	path, err := exec.LookPath("redis-cli")
 	if err != nil {
-		chaosServiceMissing(t, "redis-cli is not on PATH (Debian package redis-tools): %v", err)
+		testenv.Missing(t, "redis-cli is not on PATH (Debian package redis-tools): %v", err)
 	}
 	return path
 }

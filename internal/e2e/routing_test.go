@@ -26,6 +26,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/gatehouse-pay/gatehouse/internal/testenv"
+	"github.com/gatehouse-pay/gatehouse/internal/testenv/harness"
 )
 
 // routingStackEnv: limits far above the load, and quick provider retries
@@ -521,8 +522,8 @@ func TestConnectorsAndRouting(t *testing.T) {
 		workerEnv: routingWorkerEnv}, "connectors and routing")
 	m := newRoutingMerchant(t, st, "127.0.0.100", "connectors")
 	other := newRoutingMerchant(t, st, "127.0.0.101", "stranger")
-	stripeKey := "sk_test_" + randomHex(t, 16)
-	stripeKey2 := "sk_test_" + randomHex(t, 16)
+	stripeKey := "sk_test_" + harness.RandomHex(16)
+	stripeKey2 := "sk_test_" + harness.RandomHex(16)
 
 	// Before anything is set: the server-account sandbox connector and the
 	// default routing to it.
@@ -564,13 +565,13 @@ func TestConnectorsAndRouting(t *testing.T) {
 		{`{"provider":"sandbox","name":"Bad code","sandbox":{"decline_code":"teapot"}}`, "parameter_invalid"},
 		{`{"provider":"sandbox","name":"Slow","sandbox":{"latency_ms":5001}}`, "parameter_invalid"},
 		{`{"provider":"stripe","name":"No key"}`, "parameter_missing"},
-		{`{"provider":"stripe","name":"Public key","credentials":{"secret_key":"pk_test_` + randomHex(t, 12) + `"}}`, "parameter_invalid"},
+		{`{"provider":"stripe","name":"Public key","credentials":{"secret_key":"pk_test_` + harness.RandomHex(12) + `"}}`, "parameter_invalid"},
 		{`{"provider":"stripe","name":"Extra","credentials":{"secret_key":"` + stripeKey + `","password":"x"}}`, "parameter_invalid"},
 		{`{"provider":"stripe","name":"Rehearsal","credentials":{"secret_key":"` + stripeKey + `"},"sandbox":{"unavailable":true}}`, "parameter_invalid"},
 	} {
 		expect(t, m.call(t, http.MethodPost, "/v1/connectors", c.body), http.StatusBadRequest, c.code)
 	}
-	idem := "conn-" + randomHex(t, 8)
+	idem := "conn-" + harness.RandomHex(8)
 	a := m.createConnector(t, `{"provider":"sandbox","name":"Sandbox A"}`, "Idempotency-Key", idem)
 	if again := m.createConnector(t, `{"provider":"sandbox","name":"Sandbox A"}`, "Idempotency-Key", idem); again.ID != a.ID {
 		t.Errorf("create repeated with its Idempotency-Key: got %s, want %s", again.ID, a.ID)
@@ -631,7 +632,7 @@ func TestConnectorsAndRouting(t *testing.T) {
 	expect(t, m.call(t, http.MethodPatch, "/v1/connectors/"+a.ID, `{"sandbox":{"latency_ms":-1}}`), http.StatusBadRequest, "parameter_invalid")
 	expect(t, m.call(t, http.MethodPatch, "/v1/connectors/"+s.ID, `{"credentials":{"secret_key":"sk_test_has space"}}`), http.StatusBadRequest, "parameter_invalid")
 	// Another merchant's connector, or none: 404 everywhere.
-	for _, id := range []string{theirs.ID, "conn_" + randomHex(t, 13)[:26], "nope"} {
+	for _, id := range []string{theirs.ID, "conn_" + harness.RandomHex(13)[:26], "nope"} {
 		expect(t, m.call(t, http.MethodGet, "/v1/connectors/"+id, ""), http.StatusNotFound, "not_found")
 		expect(t, m.call(t, http.MethodPatch, "/v1/connectors/"+id, `{"name":"Mine now"}`), http.StatusNotFound, "not_found")
 		expect(t, m.call(t, http.MethodDelete, "/v1/connectors/"+id, ""), http.StatusNotFound, "not_found")
@@ -840,7 +841,7 @@ func TestRoutingFailover(t *testing.T) {
 	b := m.sandboxConnector(t, "B declining", `{"decline_code":"processing_error"}`)
 	c := m.sandboxConnector(t, "C", "")
 	d := m.sandboxConnector(t, "D", "")
-	s := m.createConnector(t, fmt.Sprintf(`{"provider":"stripe","name":"Stripe","credentials":{"secret_key":"sk_test_%s"}}`, randomHex(t, 16)))
+	s := m.createConnector(t, fmt.Sprintf(`{"provider":"stripe","name":"Stripe","credentials":{"secret_key":"sk_test_%s"}}`, harness.RandomHex(16)))
 	// 5000-5999: a healthy connector first, so that whether a charge moves
 	// on is seen at once; EUR: A, then Stripe; the rest: A, B, C.
 	m.putRouting(t, fmt.Sprintf(`{"rules":[

@@ -25,6 +25,9 @@ import (
 	"time"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/gatehouse-pay/gatehouse/internal/testenv"
+	"github.com/gatehouse-pay/gatehouse/internal/testenv/harness"
 )
 
 // flowSteps are the steps examples/go/internal/flow and
@@ -65,7 +68,7 @@ type sdk struct {
 // verified webhook) are built and run the same way. A description in which a
 // field the flows use is renamed, or changes type, must not compile.
 func TestSDKClients(t *testing.T) {
-	root, err := moduleRoot()
+	root, err := harness.ModuleRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,8 +90,8 @@ func TestSDKClients(t *testing.T) {
 			copy := c.prepare(t, spec, true)
 
 			t.Run("flow", func(t *testing.T) {
-				email := fmt.Sprintf("sdk-%s-%s@example.com", c.name, randomHex(t, 4))
-				password := "correct horse " + randomHex(t, 8)
+				email := fmt.Sprintf("sdk-%s-%s@example.com", c.name, harness.RandomHex(4))
+				password := "correct horse " + harness.RandomHex(8)
 				st.createMerchant(t, email, password, "SDK "+c.name)
 				receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
 				t.Cleanup(receiver.Close)
@@ -101,7 +104,7 @@ func TestSDKClients(t *testing.T) {
 
 			t.Run("example", func(t *testing.T) {
 				m := newWebhookMerchant(t, st, bag, fmt.Sprintf("127.0.0.%d", 61+i), "sdk-example-"+c.name)
-				listen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+				listen := testenv.FreeAddr(t)
 				_, secret := m.endpoint(t, "http://"+listen+"/webhooks", "charge.created", "charge.captured")
 				out := runProgram(t, copy, c.example(copy),
 					"GATEHOUSE_API="+proxy, "GATEHOUSE_SECRET_KEY="+m.key,

@@ -244,14 +244,14 @@ func (s *stack) scanStack(t *testing.T) {
 	var hits []secretHit
 	logBytes := 0
 	for _, w := range s.workers {
-		out := []byte(w.out.tail(1 << 62))
+		out := []byte(w.out.Tail(1 << 62))
 		logBytes += len(out)
 		hits = append(hits, scanSecrets(w.name+" log", out)...)
 	}
 	for _, p := range s.apis {
-		out := []byte(p.out.tail(1 << 62))
+		out := []byte(p.Out.Tail(1 << 62))
 		logBytes += len(out)
-		hits = append(hits, scanSecrets(p.name+" log", out)...)
+		hits = append(hits, scanSecrets(p.Name+" log", out)...)
 	}
 	redisLog := []byte(s.redis.logs())
 	hits = append(hits, scanSecrets("redis-server log", redisLog)...)

@@ -18,6 +18,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gatehouse-pay/gatehouse/internal/testenv"
+	"github.com/gatehouse-pay/gatehouse/internal/testenv/harness"
 )
 
 // The drain settings the shutdown tests run the API with.
@@ -204,19 +207,19 @@ func (l *sdLog) all() []sdShot {
 
 // sdReplaceReplica starts a new API replica i on the address of the one that
 // exited, as a rolling deployment does, and waits until it is ready. The
-// stack's cleanup holds replica i's *process and stops whatever runs in it,
+// stack's cleanup holds replica i's *harness.Process and stops whatever runs in it,
 // so the new process takes the old one's place.
 func sdReplaceReplica(t *testing.T, st *stack, i int, apiEnv []string, c *http.Client) time.Duration {
 	t.Helper()
 	old := st.apis[i]
-	if !old.exited() {
-		t.Fatalf("%s is still running", old.name)
+	if !old.Exited() {
+		t.Fatalf("%s is still running", old.Name)
 	}
 	start := time.Now()
 	addr := strings.TrimPrefix(st.replicas[i], "http://")
 	env := append(append(slices.Clone(st.env), apiEnv...), "HTTP_ADDR="+addr)
-	fmt.Fprintf(old.out, "\n==== test: %s replaced ====\n", old.name)
-	p := startProcess(t, old.name, old.out, env, st.bins.api)
+	fmt.Fprintf(old.Out, "\n==== test: %s replaced ====\n", old.Name)
+	p := testenv.StartProcess(t, old.Name, old.Out, env, st.bins.api)
 	*old = *p // old exited: nothing else reads or writes it now
 	st.waitReady(t, c, st.replicas[i], old, 60*time.Second)
 	return time.Since(start)
@@ -224,19 +227,19 @@ func sdReplaceReplica(t *testing.T, st *stack, i int, apiEnv []string, c *http.C
 
 // sdWaitExit waits for p to exit after a SIGTERM sent at sent and returns
 // when it exited; it records an error unless it exits 0 within limit.
-func sdWaitExit(t *testing.T, p *process, sent time.Time, limit time.Duration) time.Time {
+func sdWaitExit(t *testing.T, p *harness.Process, sent time.Time, limit time.Duration) time.Time {
 	t.Helper()
 	select {
-	case <-p.done:
+	case <-p.Done():
 		at := time.Now()
-		if code := p.cmd.ProcessState.ExitCode(); code != 0 {
-			t.Errorf("%s: exit code after SIGTERM: got %d (%v), want 0", p.name, code, p.cmd.ProcessState)
+		if code := p.Cmd.ProcessState.ExitCode(); code != 0 {
+			t.Errorf("%s: exit code after SIGTERM: got %d (%v), want 0", p.Name, code, p.Cmd.ProcessState)
 		}
 		return at
 	case <-time.After(time.Until(sent.Add(limit))):
-		t.Errorf("%s: still running %s after SIGTERM, want exit 0 by then", p.name, limit)
-		_ = p.cmd.Process.Kill()
-		<-p.done
+		t.Errorf("%s: still running %s after SIGTERM, want exit 0 by then", p.Name, limit)
+		_ = p.Cmd.Process.Kill()
+		<-p.Done()
 		return time.Now()
 	}
 }
@@ -329,7 +332,7 @@ func TestGracefulShutdownAPI(t *testing.T) {
 	// retrying through the load balancer would. The pauses range from none (a
 	// connection always busy) to 10 ms.
 	pauses := []time.Duration{0, 2 * time.Millisecond, 5 * time.Millisecond, 10 * time.Millisecond}
-	run := randomHex(t, 4)
+	run := harness.RandomHex(4)
 	var log sdLog
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -385,11 +388,11 @@ func TestGracefulShutdownAPI(t *testing.T) {
 	time.Sleep(time.Second)
 	sigAt := time.Now()
 	signalled.Store(true)
-	if err := api.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatalf("SIGTERM %s: %v", api.name, err)
+	if err := api.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatalf("SIGTERM %s: %v", api.Name, err)
 	}
 	exitAt := sdWaitExit(t, api, sigAt, sdDelay+sdTimeout+sdExitSlack)
-	exitCode := api.cmd.ProcessState.ExitCode()
+	exitCode := api.Cmd.ProcessState.ExitCode()
 	time.Sleep(500 * time.Millisecond) // replica 2 carries the load alone for a while
 	close(stop)
 	wg.Wait()
@@ -398,7 +401,7 @@ func TestGracefulShutdownAPI(t *testing.T) {
 	loadEnd := time.Now()
 
 	// Keep the old replica's output for the checks below, then replace it.
-	apiLog := api.out.tail(1 << 62)
+	apiLog := api.Out.Tail(1 << 62)
 	replaced := sdReplaceReplica(t, st, 0, nil, newClient(t, "127.0.0.78"))
 
 	shots := log.all()
@@ -574,7 +577,7 @@ func TestGracefulShutdownAPI(t *testing.T) {
 	// (d) the exit code and time were checked by sdWaitExit; the drain
 	// finished within SHUTDOWN_TIMEOUT.
 	if strings.Contains(apiLog, "shutdown incomplete") {
-		t.Errorf("%s logged an incomplete shutdown", api.name)
+		t.Errorf("%s logged an incomplete shutdown", api.Name)
 	}
 
 	t.Logf("SIGTERM -> /readyz 503 observed %s; -> load balancer stopped sending %s later; -> listener closed (health check refused) %s; "+
@@ -588,7 +591,7 @@ func TestGracefulShutdownAPI(t *testing.T) {
 	t.Logf("%d charges answered 201, %d in the database, %d missing; took %s (since the stack was ready: %s)",
 		len(created), len(inDB), missing, time.Since(began).Round(time.Millisecond), time.Since(ready).Round(time.Millisecond))
 	if t.Failed() {
-		t.Logf("---- %s output before it was replaced (tail) ----\n%s", api.name, sdTail(apiLog, 16<<10))
+		t.Logf("---- %s output before it was replaced (tail) ----\n%s", api.Name, sdTail(apiLog, 16<<10))
 	}
 }
 
@@ -696,13 +699,13 @@ func sdWorkerDrain(t *testing.T, st *stack, limit time.Duration) (sigAt, notRead
 	var wg sync.WaitGroup
 	wg.Go(func() { sdReadiness(newClient(t, "127.0.0.89"), st.worker+"/readyz", &log, -1, stop, nil) })
 	sigAt = time.Now()
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatalf("SIGTERM %s: %v", p.name, err)
+	if err := p.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatalf("SIGTERM %s: %v", p.Name, err)
 	}
 	exitAt = sdWaitExit(t, p, sigAt, limit)
 	close(stop)
 	wg.Wait()
-	fmt.Fprintf(st.workers[0].out, "\n==== test: %s stopped with SIGTERM ====\n", p.name)
+	fmt.Fprintf(st.workers[0].out, "\n==== test: %s stopped with SIGTERM ====\n", p.Name)
 	probes := log.all()
 	for _, s := range probes {
 		if s.outcome == sdAnswered {
@@ -903,7 +906,7 @@ func TestGracefulShutdownWorker(t *testing.T) {
 			short   = time.Second // SHUTDOWN_TIMEOUT of the worker
 			takes   = 4 * time.Second
 		)
-		st.workers[0].current().terminate(t) // nothing in flight
+		testenv.Terminate(t, st.workers[0].current(), exitTimeout) // nothing in flight
 		w := st.workers[0]
 		w.mu.Lock()
 		w.env = append(slices.Clone(w.env), "SHUTDOWN_TIMEOUT="+short.String())

@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,307 +12,38 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/gatehouse-pay/gatehouse/internal/testenv"
+	"github.com/gatehouse-pay/gatehouse/internal/testenv/harness"
 )
 
 // exitTimeout is how long a process may take to drain and exit after SIGTERM.
 const exitTimeout = 15 * time.Second
 
-// The binaries are built once per test binary, on first use, and removed by TestMain.
-var (
-	buildOnce sync.Once
-	buildDir  string
-	buildTook time.Duration
-	buildErr  error
-)
-
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if buildDir != "" {
-		_ = os.RemoveAll(buildDir)
-	}
+	harness.RemoveBuilds()
 	os.Exit(code)
 }
 
 // binaries are the paths of the built commands.
 type binaries struct {
 	api, worker, cli string
+	took             time.Duration // how long the build took
 }
 
-// buildBinaries builds ./cmd/api and ./cmd/worker with the race detector into
-// a temporary directory, once per test binary.
+// buildBinaries builds ./cmd/api, ./cmd/worker and ./cmd/gatehouse with the
+// race detector into a temporary directory, once per test binary.
 func buildBinaries(t *testing.T) binaries {
 	t.Helper()
-	buildOnce.Do(func() {
-		start := time.Now()
-		defer func() { buildTook = time.Since(start) }()
-		root, err := moduleRoot()
-		if err != nil {
-			buildErr = err
-			return
-		}
-		goTool, err := exec.LookPath("go")
-		if err != nil {
-			goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
-		}
-		dir, err := os.MkdirTemp("", "gatehouse-e2e-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		buildDir = dir
-		cmd := exec.Command(goTool, "build", "-race", "-o", dir+string(os.PathSeparator), "./cmd/api", "./cmd/worker", "./cmd/gatehouse")
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build -race ./cmd/api ./cmd/worker ./cmd/gatehouse: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatalf("build binaries: %v", buildErr)
-	}
-	return binaries{api: filepath.Join(buildDir, "api"), worker: filepath.Join(buildDir, "worker"), cli: filepath.Join(buildDir, "gatehouse")}
-}
-
-// moduleRoot walks up from the working directory to the directory holding go.mod.
-func moduleRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("no go.mod above the working directory")
-		}
-		dir = parent
-	}
-}
-
-// portsGiven are the ports freePort has returned in this process.
-var portsGiven sync.Map
-
-// freePort returns a TCP port on 127.0.0.1 that was free a moment ago and
-// that it has not returned before: the kernel may hand a port just closed
-// out again, and a stack's processes take theirs only once all are chosen.
-func freePort(t *testing.T) int {
-	t.Helper()
-	for {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatalf("find a free port: %v", err)
-		}
-		port := ln.Addr().(*net.TCPAddr).Port
-		ln.Close()
-		if _, given := portsGiven.LoadOrStore(port, true); !given {
-			return port
-		}
-	}
-}
-
-func randomHex(t *testing.T, n int) string {
-	t.Helper()
-	b := make([]byte, n)
-	if _, err := rand.Read(b); err != nil {
-		t.Fatalf("random bytes: %v", err)
-	}
-	return hex.EncodeToString(b)
-}
-
-// syncBuffer collects a child process's output; it is safe for concurrent use.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-// tail returns at most the last n bytes written.
-func (s *syncBuffer) tail(n int) string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	b := s.b.Bytes()
-	if len(b) <= n {
-		return string(b)
-	}
-	return "...\n" + string(b[len(b)-n:])
-}
-
-// process is a running child: one of our binaries or redis-server.
-type process struct {
-	name string
-	cmd  *exec.Cmd
-	out  *syncBuffer
-	done chan struct{} // closed when the process has exited and its output is collected
-}
-
-func startProcess(t *testing.T, name string, out *syncBuffer, env []string, path string, args ...string) *process {
-	t.Helper()
-	cmd := exec.Command(path, args...)
-	cmd.Env = env
-	cmd.Stdout = out
-	cmd.Stderr = out
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", name, err)
-	}
-	p := &process{name: name, cmd: cmd, out: out, done: make(chan struct{})}
-	go func() {
-		_ = cmd.Wait()
-		close(p.done)
-	}()
-	return p
-}
-
-func (p *process) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// dump logs the tail of the process's output.
-func (p *process) dump(t *testing.T) {
-	t.Helper()
-	t.Logf("---- %s output (tail) ----\n%s\n---- end of %s output ----", p.name, p.out.tail(64<<10), p.name)
-}
-
-// terminate sends SIGTERM and checks that the process drains and exits 0
-// within exitTimeout (api/openapi.yaml: "SIGTERM drains and exits 0"). On any test
-// failure it dumps the process's output.
-func (p *process) terminate(t *testing.T) {
-	t.Helper()
-	defer func() {
-		if t.Failed() {
-			p.dump(t)
-		}
-	}()
-	if p.exited() {
-		t.Errorf("%s exited before SIGTERM: %v", p.name, p.cmd.ProcessState)
-		return
-	}
-	start := time.Now()
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Errorf("%s: SIGTERM: %v", p.name, err)
-	}
-	select {
-	case <-p.done:
-		if got := p.cmd.ProcessState.ExitCode(); got != 0 {
-			t.Errorf("%s: exit code after SIGTERM: got %d (%v), want 0", p.name, got, p.cmd.ProcessState)
-			return
-		}
-		t.Logf("%s: exited 0 %s after SIGTERM", p.name, time.Since(start).Round(time.Millisecond))
-	case <-time.After(exitTimeout):
-		t.Errorf("%s: still running %s after SIGTERM, want exit 0 within %s", p.name, exitTimeout, exitTimeout)
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
-}
-
-// redisServer is a private redis-server for one test, on its own port, so the
-// test can flush, stop and restart it without touching anyone else's Redis.
-type redisServer struct {
-	path   string
-	port   int
-	dir    string
-	args   []string // before the defaults: a config file, --cluster-enabled yes, --replicaof...
-	out    *syncBuffer
-	proc   *process
-	client *redis.Client
-}
-
-// redisServerPath finds redis-server on PATH. Without it the test is
-// skipped, or fails under GATEHOUSE_REQUIRE_SERVICES=1.
-func redisServerPath(t *testing.T) string {
-	t.Helper()
-	path, err := exec.LookPath("redis-server")
-	if err != nil {
-		if os.Getenv("GATEHOUSE_REQUIRE_SERVICES") == "1" {
-			t.Fatalf("redis-server is not on PATH: %v", err)
-		}
-		t.Skipf("redis-server is not on PATH (%v); set GATEHOUSE_REQUIRE_SERVICES=1 to fail instead", err)
-	}
-	return path
-}
-
-// startRedis starts the redis-server at path on a free loopback port, with
-// args before the default settings.
-func startRedis(t *testing.T, path string, args ...string) *redisServer {
-	t.Helper()
-	r := &redisServer{path: path, port: freePort(t), dir: t.TempDir(), args: args, out: new(syncBuffer)}
-	r.client = redis.NewClient(&redis.Options{Addr: r.addr(), DialTimeout: 250 * time.Millisecond, MaxRetries: -1})
-	t.Cleanup(func() {
-		_ = r.client.Close()
-		r.stop(t)
-		if t.Failed() {
-			t.Logf("---- redis-server output (tail) ----\n%s\n---- end of redis-server output ----", r.out.tail(16<<10))
-		}
-	})
-	r.start(t)
-	return r
-}
-
-func (r *redisServer) addr() string { return fmt.Sprintf("127.0.0.1:%d", r.port) }
-
-// url is the REDIS_URL the binaries use: DB 0 of the private server.
-func (r *redisServer) url() string { return "redis://" + r.addr() + "/0" }
-
-// start runs redis-server on r.port and waits until it answers PING.
-func (r *redisServer) start(t *testing.T) {
-	t.Helper()
-	env := []string{"PATH=" + os.Getenv("PATH")}
-	args := append(slices.Clone(r.args), "--port", strconv.Itoa(r.port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", r.dir)
-	r.proc = startProcess(t, "redis-server", r.out, env, r.path, args...)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 250*time.Millisecond)
-		err := r.client.Ping(ctx).Err()
-		cancel()
-		switch {
-		case err == nil:
-			return
-		case r.proc.exited():
-			t.Fatalf("redis-server on port %d exited at start: %v\n%s", r.port, r.proc.cmd.ProcessState, r.out.tail(4<<10))
-		case time.Now().After(deadline):
-			t.Fatalf("redis-server on port %d does not answer PING after 10s: %v", r.port, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// stop kills redis-server (SIGKILL, like a crash) and waits for it to exit.
-func (r *redisServer) stop(t *testing.T) {
-	t.Helper()
-	if r.proc == nil {
-		return
-	}
-	_ = r.proc.cmd.Process.Kill()
-	select {
-	case <-r.proc.done:
-	case <-time.After(10 * time.Second):
-		t.Errorf("redis-server did not exit 10s after SIGKILL")
-	}
-	r.proc = nil
+	b := testenv.Build(t, []string{"-race"}, "./cmd/api", "./cmd/worker", "./cmd/gatehouse")
+	return binaries{api: b.Path("api"), worker: b.Path("worker"), cli: b.Path("gatehouse"), took: b.Took}
 }
 
 // exchange is one HTTP request and its complete response.
@@ -418,7 +147,7 @@ type stack struct {
 	probes   [2]string     // base URLs of the replicas' PROBE_ADDR (stackOptions.probes)
 	worker   string        // base URL of the (first) worker's METRICS_ADDR
 	workers  []*workerSlot
-	apis     []*process
+	apis     []*harness.Process
 }
 
 // stackOptions tune a stack started by startStackWith.
@@ -447,13 +176,13 @@ type workerSlot struct {
 	name   string
 	base   string // http://METRICS_ADDR
 	env    []string
-	out    *syncBuffer // every incarnation writes here
+	out    *harness.Output // every incarnation writes here
 	mu     sync.Mutex
-	proc   *process
+	proc   *harness.Process
 	starts int
 }
 
-func (w *workerSlot) current() *process {
+func (w *workerSlot) current() *harness.Process {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.proc
@@ -464,13 +193,13 @@ func (w *workerSlot) current() *process {
 // logs how long the start took; what names what the test is about.
 func newStack(t *testing.T, opts stackOptions, what string) *stack {
 	t.Helper()
-	redisPath := redisServerPath(t)
+	redisPath := testenv.RedisServerPath(t)
 	db := testenv.NewDB(t)
 	bins := buildBinaries(t)
 	spec := testenv.LoadSpec(t)
 	start := time.Now()
 	st := startStackWith(t, bins, db, redisPath, spec, opts)
-	t.Logf("stack ready in %s (build %s); %s", time.Since(start).Round(time.Millisecond), buildTook.Round(time.Millisecond), what)
+	t.Logf("stack ready in %s (build %s); %s", time.Since(start).Round(time.Millisecond), bins.took.Round(time.Millisecond), what)
 	return st
 }
 
@@ -494,8 +223,8 @@ func startStackWith(t *testing.T, bins binaries, db testenv.DB, redisPath string
 	s.env = append(s.env, []string{
 		"REDIS_URL=" + s.redis.url(),
 		"REDIS_MODE=" + s.redis.mode,
-		"JWT_SECRET=" + randomHex(t, 32),
-		"ENCRYPTION_KEY=" + randomHex(t, 32),
+		"JWT_SECRET=" + harness.RandomHex(32),
+		"ENCRYPTION_KEY=" + harness.RandomHex(32),
 		"LOG_LEVEL=debug",
 	}...)
 	for _, k := range []string{"TMPDIR", "GORACE"} {
@@ -507,38 +236,38 @@ func startStackWith(t *testing.T, bins binaries, db testenv.DB, redisPath string
 	// PUBLIC_URL, where the worker's challenge links send cardholders.
 	var addrs [2]string
 	for i := range addrs {
-		addrs[i] = fmt.Sprintf("127.0.0.1:%d", freePort(t))
+		addrs[i] = testenv.FreeAddr(t)
 	}
 	s.env = append(s.env, "PUBLIC_URL=http://"+addrs[0])
 	s.env = append(s.env, opts.env...)
 
 	n := max(opts.workers, 1)
-	procs := map[string]*process{}
+	procs := map[string]*harness.Process{}
 	for i := range n {
 		name := "worker"
 		if n > 1 {
 			name = fmt.Sprintf("worker-%d", i+1)
 		}
-		addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-		w := &workerSlot{name: name, base: "http://" + addr, out: new(syncBuffer),
+		addr := testenv.FreeAddr(t)
+		w := &workerSlot{name: name, base: "http://" + addr, out: new(harness.Output),
 			env: append(append(slices.Clone(s.env), opts.workerEnv...), "METRICS_ADDR="+addr)}
-		w.proc = startProcess(t, name, w.out, w.env, bins.worker)
+		w.proc = testenv.StartProcess(t, name, w.out, w.env, bins.worker)
 		w.starts = 1
 		s.workers = append(s.workers, w)
 		procs[w.base] = w.proc
 		// The worker that runs at the end is the one stopped with SIGTERM.
-		t.Cleanup(func() { w.current().terminate(t) })
+		t.Cleanup(func() { testenv.Terminate(t, w.current(), exitTimeout) })
 	}
 	s.worker = s.workers[0].base
 	for i, addr := range addrs {
 		env := append(append(append(slices.Clone(s.env), opts.apiEnv...), opts.replicaEnv[i]...), "HTTP_ADDR="+addr)
 		if opts.probes {
-			probeAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+			probeAddr := testenv.FreeAddr(t)
 			env = append(env, "PROBE_ADDR="+probeAddr)
 			s.probes[i] = "http://" + probeAddr
 		}
-		api := startProcess(t, fmt.Sprintf("api-%d", i+1), new(syncBuffer), env, bins.api)
-		t.Cleanup(func() { api.terminate(t) })
+		api := testenv.StartProcess(t, fmt.Sprintf("api-%d", i+1), nil, env, bins.api)
+		t.Cleanup(func() { testenv.Terminate(t, api, exitTimeout) })
 		s.replicas[i] = "http://" + addr
 		s.apis = append(s.apis, api)
 		procs[s.replicas[i]] = api
@@ -560,16 +289,11 @@ func (s *stack) killWorker(t *testing.T, i int) {
 	t.Helper()
 	w := s.workers[i]
 	p := w.current()
-	if p.exited() {
-		t.Fatalf("%s exited before it was killed: %v", w.name, p.cmd.ProcessState)
+	if p.Exited() {
+		t.Fatalf("%s exited before it was killed: %v", w.name, p.Cmd.ProcessState)
 	}
-	if err := p.cmd.Process.Kill(); err != nil {
-		t.Fatalf("%s: SIGKILL: %v", w.name, err)
-	}
-	select {
-	case <-p.done:
-	case <-time.After(10 * time.Second):
-		t.Fatalf("%s did not exit 10s after SIGKILL", w.name)
+	if err := p.Kill(10 * time.Second); err != nil {
+		t.Fatal(err)
 	}
 	fmt.Fprintf(w.out, "\n==== test: %s killed with SIGKILL ====\n", w.name)
 }
@@ -581,13 +305,13 @@ func (s *stack) restartWorker(t *testing.T, i int, c *http.Client) time.Duration
 	w := s.workers[i]
 	start := time.Now()
 	w.mu.Lock()
-	if !w.proc.exited() {
+	if !w.proc.Exited() {
 		w.mu.Unlock()
 		t.Fatalf("%s is still running; kill it first", w.name)
 	}
 	w.starts++
 	fmt.Fprintf(w.out, "==== test: %s start %d ====\n", w.name, w.starts)
-	w.proc = startProcess(t, w.name, w.out, w.env, s.bins.worker)
+	w.proc = testenv.StartProcess(t, w.name, w.out, w.env, s.bins.worker)
 	p := w.proc
 	w.mu.Unlock()
 	s.waitReady(t, c, w.base, p, 60*time.Second)
@@ -598,38 +322,31 @@ func (s *stack) restartWorker(t *testing.T, i int, c *http.Client) time.Duration
 func (s *stack) logs() string {
 	var b strings.Builder
 	for _, w := range s.workers {
-		b.WriteString(w.out.tail(1 << 62))
+		b.WriteString(w.out.Tail(1 << 62))
 	}
 	for _, p := range s.apis {
-		b.WriteString(p.out.tail(1 << 62))
+		b.WriteString(p.Out.Tail(1 << 62))
 	}
 	return b.String()
 }
 
 // waitReady polls base/readyz until it answers 200, failing at the deadline
-// or as soon as the process exits.
-func (s *stack) waitReady(t *testing.T, c *http.Client, base string, p *process, within time.Duration) {
+// or as soon as the process exits (its output is dumped by its cleanup).
+func (s *stack) waitReady(t *testing.T, c *http.Client, base string, p *harness.Process, within time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	var last string
-	for {
+	err := harness.WaitFor(context.Background(), p, within, 50*time.Millisecond, func(context.Context) error {
 		e, err := send(c, http.MethodGet, base+"/readyz", "", "")
-		if err == nil {
-			s.check(t, e)
-			if e.status() == http.StatusOK {
-				return
-			}
-			last = e.String()
-		} else {
-			last = err.Error()
+		if err != nil {
+			return err
 		}
-		if p.exited() { // its output is dumped by its cleanup
-			t.Fatalf("%s exited before it was ready: %v", p.name, p.cmd.ProcessState)
+		s.check(t, e)
+		if e.status() != http.StatusOK {
+			return errors.New(e.String())
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s not ready after %s; last answer: %s", p.name, within, last)
-		}
-		time.Sleep(50 * time.Millisecond)
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("%s: %v", p.Name, err)
 	}
 }
 
@@ -679,8 +396,8 @@ func (s *stack) login(t *testing.T, c *http.Client, base, body string) exchange 
 // session token.
 func (s *stack) signUp(t *testing.T, c *http.Client, label, name string) (merchantID, token string) {
 	t.Helper()
-	email := label + "-" + randomHex(t, 6) + "@example.com"
-	password := "correct horse " + randomHex(t, 8)
+	email := label + "-" + harness.RandomHex(6) + "@example.com"
+	password := "correct horse " + harness.RandomHex(8)
 	merchantID = s.createMerchant(t, email, password, name)
 	return merchantID, s.sessionToken(t, c, email, password)
 }

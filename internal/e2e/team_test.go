@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"net/url"
 	"testing"
+
+	"github.com/gatehouse-pay/gatehouse/internal/testenv/harness"
 )
 
 // TestTeamAcrossReplicas runs the team against the real binaries on two API
@@ -19,7 +21,7 @@ func TestTeamAcrossReplicas(t *testing.T) {
 	r1, r2 := st.replicas[0], st.replicas[1]
 	_, owner := st.signUp(t, c, "owner", "Team Shop")
 
-	email := "dev-" + randomHex(t, 4) + "@example.com"
+	email := "dev-" + harness.RandomHex(4) + "@example.com"
 	e := st.do(t, c, http.MethodPost, r1+"/v1/me/members", owner, fmt.Sprintf(`{"email":%q,"role":"developer"}`, email))
 	mustExpect(t, e, http.StatusCreated, "")
 	var inv struct {
@@ -39,7 +41,7 @@ func TestTeamAcrossReplicas(t *testing.T) {
 	if err != nil || page.status() != http.StatusOK {
 		t.Fatalf("the setup page: %v %v", page, err)
 	}
-	password := "team password " + randomHex(t, 4)
+	password := "team password " + harness.RandomHex(4)
 	body := fmt.Sprintf(`{"token":%q,"password":%q}`, u.Query().Get("token"), password)
 	mustExpect(t, st.do(t, c, http.MethodPost, r2+"/v1/auth/setup", "", body), http.StatusOK, "")
 	mustExpect(t, st.do(t, c, http.MethodPost, r1+"/v1/auth/setup", "", body), http.StatusBadRequest, "parameter_invalid")

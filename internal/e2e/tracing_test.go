@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/gatehouse-pay/gatehouse/internal/testenv"
+	"github.com/gatehouse-pay/gatehouse/internal/testenv/harness"
 )
 
 // Instrumentation scopes of the spans the test looks for.
@@ -212,7 +213,7 @@ func describeSpans(spans []otlpSpan) string {
 // the same trace through the task's headers. Span names carry route
 // templates, never ids, and the operating endpoints are not traced.
 func TestTracingEndToEnd(t *testing.T) {
-	redisPath := redisServerPath(t)
+	redisPath := testenv.RedisServerPath(t)
 	db := testenv.NewDB(t)
 	bins := buildBinaries(t)
 	spec := testenv.LoadSpec(t)
@@ -231,9 +232,9 @@ func TestTracingEndToEnd(t *testing.T) {
 	key := st.newKey(t, c, token, "tracing")
 
 	// The caller's trace: the API's span must continue it.
-	chargeTrace, callerSpan := randomHex(t, 16), randomHex(t, 8)
+	chargeTrace, callerSpan := harness.RandomHex(16), harness.RandomHex(8)
 	e, err := sendWith(c, http.MethodPost, base+"/v1/charges", key.SecretKey, chargeBody,
-		"traceparent", "00-"+chargeTrace+"-"+callerSpan+"-01", "Idempotency-Key", "tracing-"+randomHex(t, 8))
+		"traceparent", "00-"+chargeTrace+"-"+callerSpan+"-01", "Idempotency-Key", "tracing-"+harness.RandomHex(8))
 	if err != nil {
 		t.Fatalf("POST /v1/charges: %v", err)
 	}
@@ -243,15 +244,15 @@ func TestTracingEndToEnd(t *testing.T) {
 	decode(t, e, &ch)
 
 	// Operating endpoints are never traced, even when the caller sends a trace.
-	healthTrace := randomHex(t, 16)
+	healthTrace := harness.RandomHex(16)
 	for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
-		if _, err := sendWith(c, http.MethodGet, base+path, "", "", "traceparent", "00-"+healthTrace+"-"+randomHex(t, 8)+"-01"); err != nil {
+		if _, err := sendWith(c, http.MethodGet, base+path, "", "", "traceparent", "00-"+healthTrace+"-"+harness.RandomHex(8)+"-01"); err != nil {
 			t.Fatalf("GET %s: %v", path, err)
 		}
 	}
 	// A route with an id is named after its template.
-	getTrace := randomHex(t, 16)
-	e, err = sendWith(c, http.MethodGet, base+"/v1/charges/"+ch.ID, key.SecretKey, "", "traceparent", "00-"+getTrace+"-"+randomHex(t, 8)+"-01")
+	getTrace := harness.RandomHex(16)
+	e, err = sendWith(c, http.MethodGet, base+"/v1/charges/"+ch.ID, key.SecretKey, "", "traceparent", "00-"+getTrace+"-"+harness.RandomHex(8)+"-01")
 	if err != nil {
 		t.Fatalf("GET /v1/charges/%s: %v", ch.ID, err)
 	}
