@@ -12,6 +12,7 @@ import (
 
 	"github.com/gatehouse-pay/gatehouse/internal/apperr"
 	"github.com/gatehouse-pay/gatehouse/internal/charges"
+	"github.com/gatehouse-pay/gatehouse/internal/money"
 	"github.com/gatehouse-pay/gatehouse/internal/providers"
 )
 
@@ -74,7 +75,7 @@ func (s *server) challengePage(c *fiber.Ctx) error {
 	if err != nil {
 		return challengeError(err)
 	}
-	v := challengeView{Amount: formatMoney(ch.Amount, ch.Currency), Brand: ch.Card.Brand, Last4: deref(ch.Card.Last4), Action: c.Path()}
+	v := challengeView{Amount: money.Format(ch.Amount, ch.Currency), Brand: ch.Card.Brand, Last4: deref(ch.Card.Last4), Action: c.Path()}
 	return s.renderChallenge(c, ch, "challenge.html", v)
 }
 
