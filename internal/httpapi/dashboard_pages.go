@@ -448,7 +448,7 @@ func (s *server) dashCreateEndpoint(c *fiber.Ctx) error {
 	merchant := principal(c).MerchantID
 	res, err := s.Webhooks.Create(c.UserContext(), merchant, apikeys.Sandbox, p, idem,
 		func(e webhooks.Endpoint, secret string) (idempotency.Response, error) {
-			return renderAs[endpointWithSecret](fiber.StatusCreated)(endpointWithSecret{Endpoint: e.View(), Secret: secret})
+			return renderAs[endpointWithSecret](fiber.StatusCreated)(presentEndpointWithSecret(e, secret))
 		})
 	if err != nil {
 		return err
