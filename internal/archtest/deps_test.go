@@ -10,7 +10,7 @@ const module = "github.com/gatehouse-pay/gatehouse"
 
 // Domain packages hold the rules; adapters (store, httpapi, jobs, cache,
 // ratelimit) carry the libraries below.
-var domain = []string{"merchants", "members", "authz", "mfa", "apikeys", "auth", "audit", "charges", "refunds", "customers", "webhooks", "providers", "connectors"}
+var domain = []string{"merchants", "members", "authz", "mfa", "apikeys", "auth", "audit", "charges", "refunds", "customers", "webhooks", "providers", "connectors", "money"}
 
 var forbiddenInDomain = []string{
 	"github.com/gofiber/fiber",
@@ -74,8 +74,9 @@ func TestNothingImportsCmd(t *testing.T) {
 	}
 }
 
-// TestOnlyTheAdapterKnowsTheDetail: status codes only in httpapi, SQLSTATEs
-// only in store, asynq tasks only in jobs (and the commands that wire them).
+// TestDetailsLiveInOnePlace: status codes only in httpapi, SQLSTATEs only in
+// store, asynq tasks only in jobs (and the commands that wire them), the
+// ISO 4217 table only in money.
 func TestDetailsLiveInOnePlace(t *testing.T) {
 	rules := []struct {
 		lib     string
@@ -85,6 +86,7 @@ func TestDetailsLiveInOnePlace(t *testing.T) {
 		{"github.com/jackc/pgx/v5", []string{"internal/store", "internal/testenv", "internal/tracing", "cmd/api", "cmd/worker"}},
 		{"github.com/hibiken/asynq", []string{"internal/jobs", "cmd/worker", "cmd/api", "cmd/bench"}},
 		{"github.com/redis/go-redis/v9", []string{"internal/cache", "internal/ratelimit", "internal/jobs", "internal/testenv", "internal/tracing", "cmd/api", "cmd/worker", "cmd/bench"}},
+		{"golang.org/x/text/currency", []string{"internal/money"}},
 	}
 	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}} {{join .Imports " "}}`, module+"/...").Output()
 	if err != nil {

@@ -7,8 +7,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"golang.org/x/text/currency"
-
 	"github.com/gatehouse-pay/gatehouse/internal/apperr"
 	"github.com/gatehouse-pay/gatehouse/internal/connectors"
 	"github.com/gatehouse-pay/gatehouse/internal/events"
@@ -16,13 +14,12 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/ids"
 	"github.com/gatehouse-pay/gatehouse/internal/keyring"
 	"github.com/gatehouse-pay/gatehouse/internal/listing"
+	"github.com/gatehouse-pay/gatehouse/internal/money"
 	"github.com/gatehouse-pay/gatehouse/internal/outbox"
 )
 
 // Limits on charge input (api/openapi.yaml).
 const (
-	MinAmount         = 1
-	MaxAmount         = 99_999_999
 	MaxMetadataKeys   = 50
 	MaxMetadataKeyLen = 40
 	MaxMetadataValLen = 500
@@ -271,8 +268,8 @@ func (s *Service) validateFields(p CreateParams, now time.Time) (Charge, *secret
 	switch {
 	case p.Amount == nil:
 		return c, nil, apperr.Missing("amount")
-	case *p.Amount < MinAmount || *p.Amount > MaxAmount:
-		return c, nil, apperr.Invalid("amount", "amount must be an integer from %d to %d (minor units).", MinAmount, MaxAmount)
+	case !money.ValidAmount(*p.Amount):
+		return c, nil, apperr.Invalid("amount", "amount must be an integer from %d to %d (minor units).", money.MinAmount, money.MaxAmount)
 	}
 	c.Amount = *p.Amount
 	if p.Currency == nil || *p.Currency == "" {
@@ -417,12 +414,11 @@ func CheckMetadata(md map[string]string) error {
 }
 
 func parseCurrency(s string) (string, error) {
-	up := strings.ToUpper(strings.TrimSpace(s))
-	if len(up) != 3 {
+	up, err := money.ParseCurrency(s)
+	switch {
+	case errors.Is(err, money.ErrCurrencyLength):
 		return "", apperr.Invalid("currency", "currency must be a three-letter ISO 4217 code.")
-	}
-	u, err := currency.ParseISO(up)
-	if err != nil || u.String() != up {
+	case err != nil:
 		return "", apperr.Invalid("currency", "currency %q is not an ISO 4217 code.", up)
 	}
 	return up, nil

@@ -8,6 +8,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/apperr"
 	"github.com/gatehouse-pay/gatehouse/internal/idempotency"
 	"github.com/gatehouse-pay/gatehouse/internal/listing"
+	"github.com/gatehouse-pay/gatehouse/internal/money"
 	"github.com/gatehouse-pay/gatehouse/internal/outbox"
 )
 
@@ -67,8 +68,8 @@ func (s *Service) List(ctx context.Context, merchantID string, f Filter, p listi
 // Capture asks the worker to capture an authorized charge, for at most the
 // authorized amount.
 func (s *Service) Capture(ctx context.Context, merchantID, id string, amount *int64, idem *idempotency.Request, render func(Charge) (idempotency.Response, error)) (Result, error) {
-	if amount != nil && (*amount < MinAmount || *amount > MaxAmount) {
-		return Result{}, apperr.Invalid("amount", "amount must be an integer from %d to the authorized amount.", MinAmount)
+	if amount != nil && !money.ValidAmount(*amount) {
+		return Result{}, apperr.Invalid("amount", "amount must be an integer from %d to the authorized amount.", money.MinAmount)
 	}
 	return s.act(ctx, ActionRequest{MerchantID: merchantID, ChargeID: id, Action: ActionCapture, Amount: amount,
 		Task: outbox.Task{Type: outbox.ChargeCapture, RefID: id}, Idem: idem, Render: render})

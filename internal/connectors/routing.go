@@ -9,10 +9,9 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/text/currency"
-
 	"github.com/gatehouse-pay/gatehouse/internal/apperr"
 	"github.com/gatehouse-pay/gatehouse/internal/events"
+	"github.com/gatehouse-pay/gatehouse/internal/money"
 )
 
 // Limits on routing (api/openapi.yaml).
@@ -185,9 +184,8 @@ func Check(r *Routing, snap Snapshot) error {
 
 func checkCondition(param string, c *Condition) error {
 	for i, cur := range c.Currency {
-		up := strings.ToUpper(strings.TrimSpace(cur))
-		u, err := currency.ParseISO(up)
-		if len(up) != 3 || err != nil || u.String() != up {
+		up, err := money.ParseCurrency(cur)
+		if err != nil {
 			return apperr.Invalid(param+".currency", "%s.currency must list ISO 4217 codes.", param)
 		}
 		c.Currency[i] = up

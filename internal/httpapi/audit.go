@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"context"
-	"encoding/hex"
 	"net/url"
 	"strings"
 	"unicode/utf8"
@@ -198,41 +197,6 @@ func clip(s string, n int) string {
 		}
 	}
 	return strings.ToValidUTF8(strings.Clone(s), "\uFFFD")
-}
-
-// auditEntryJSON is an audit_log_entry of api/openapi.yaml.
-type auditEntryJSON struct {
-	ID         string    `json:"id"`
-	Object     string    `json:"object"`
-	CreatedAt  string    `json:"created_at"`
-	Actor      actorJSON `json:"actor"`
-	Action     string    `json:"action"`
-	ObjectType string    `json:"object_type"`
-	ObjectID   *string   `json:"object_id"`
-	IP         string    `json:"ip"`
-	UserAgent  string    `json:"user_agent"`
-	RequestID  string    `json:"request_id"`
-	Chain      int       `json:"chain"`
-	Seq        int64     `json:"seq"`
-	PrevHash   string    `json:"prev_hash"`
-	Hash       string    `json:"hash"`
-}
-
-type actorJSON struct {
-	Type string `json:"type"`
-	ID   string `json:"id"`
-}
-
-func presentAuditEntry(e audit.Entry) auditEntryJSON {
-	out := auditEntryJSON{ID: e.ID, Object: "audit_log_entry", CreatedAt: e.At.UTC().Format("2006-01-02T15:04:05.000000Z"),
-		Actor: actorJSON{Type: e.ActorType, ID: e.ActorID}, Action: e.Action, ObjectType: e.ObjectType,
-		IP: e.IP, UserAgent: e.UserAgent, RequestID: e.RequestID, Chain: e.Chain, Seq: e.Seq,
-		PrevHash: hex.EncodeToString(e.PrevHash), Hash: hex.EncodeToString(e.Hash)}
-	if e.ObjectID != "" {
-		id := e.ObjectID
-		out.ObjectID = &id
-	}
-	return out
 }
 
 // auditFilterMax bounds a filter's text.

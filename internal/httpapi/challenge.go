@@ -12,6 +12,7 @@ import (
 
 	"github.com/gatehouse-pay/gatehouse/internal/apperr"
 	"github.com/gatehouse-pay/gatehouse/internal/charges"
+	"github.com/gatehouse-pay/gatehouse/internal/money"
 	"github.com/gatehouse-pay/gatehouse/internal/providers"
 )
 
@@ -74,7 +75,7 @@ func (s *server) challengePage(c *fiber.Ctx) error {
 	if err != nil {
 		return challengeError(err)
 	}
-	v := challengeView{Amount: formatMoney(ch.Amount, ch.Currency), Brand: ch.Card.Brand, Last4: deref(ch.Card.Last4), Action: c.Path()}
+	v := challengeView{Amount: money.Format(ch.Amount, ch.Currency), Brand: ch.Card.Brand, Last4: deref(ch.Card.Last4), Action: c.Path()}
 	return s.renderChallenge(c, ch, "challenge.html", v)
 }
 
@@ -171,16 +172,6 @@ type cardFieldActionRequest struct {
 	Tokens []string `json:"tokens"`
 }
 
-// cardFieldAction is what the card field learns of the charge: its status
-// and, while the cardholder's answer is awaited, the challenge page.
-type cardFieldAction struct {
-	Charge         string                     `json:"charge"`
-	Status         string                     `json:"status"`
-	FailureCode    *string                    `json:"failure_code"`
-	Authentication charges.AuthenticationView `json:"authentication"`
-	ChallengeURL   *string                    `json:"challenge_url"`
-}
-
 // maxCardFieldTokens bounds the tokens one card field may name.
 const maxCardFieldTokens = 20
 
@@ -204,11 +195,6 @@ func (s *server) cardFieldNextAction(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	v := ch.View()
-	out := cardFieldAction{Charge: ch.ID, Status: ch.Status, FailureCode: ch.FailureCode, Authentication: v.Authentication}
-	if ch.Status == charges.StatusRequiresAction && ch.Authentication.Answer == nil && ch.PendingAction == nil {
-		out.ChallengeURL = ch.Authentication.NextActionURL
-	}
 	c.Set(fiber.HeaderCacheControl, "no-store")
-	return writeJSON(c, fiber.StatusOK, out)
+	return writeJSON(c, fiber.StatusOK, presentCardFieldAction(ch))
 }

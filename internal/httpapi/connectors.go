@@ -60,7 +60,7 @@ func (s *server) deleteConnector(c *fiber.Ctx) error {
 	if err := s.Connectors.Delete(c.UserContext(), principal(c).MerchantID, id); err != nil {
 		return err
 	}
-	return writeJSON(c, fiber.StatusOK, fiber.Map{"id": id, "object": "connector", "deleted": true})
+	return writeJSON(c, fiber.StatusOK, presentDeleted("connector", id))
 }
 
 func (s *server) getRouting(c *fiber.Ctx) error {

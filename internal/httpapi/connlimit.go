@@ -159,7 +159,7 @@ func newRefusal() refusal {
 	ae := apperr.New(apperr.KindUnavailable, apperr.CodeUnavailable,
 		"The server has too many open connections. Please retry.")
 	status := statusOf[ae.Kind]
-	body, err := json.Marshal(errorBody{Error: errorDetail{Code: ae.Code, Message: ae.Message, RequestID: placeholder}})
+	body, err := json.Marshal(presentError(ae, placeholder))
 	if err != nil {
 		panic(err)
 	}

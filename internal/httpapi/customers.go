@@ -62,7 +62,7 @@ func (s *server) deleteCustomer(c *fiber.Ctx) error {
 	if err := s.Customers.Delete(c.UserContext(), principal(c).MerchantID, id); err != nil {
 		return err
 	}
-	return writeJSON(c, fiber.StatusOK, fiber.Map{"id": id, "object": "customer", "deleted": true})
+	return writeJSON(c, fiber.StatusOK, presentDeleted("customer", id))
 }
 
 func (s *server) createPaymentMethod(c *fiber.Ctx) error {
@@ -97,5 +97,5 @@ func (s *server) deletePaymentMethod(c *fiber.Ctx) error {
 	if err := s.Customers.DeletePaymentMethod(c.UserContext(), principal(c).MerchantID, strings.Clone(c.Params("id")), id); err != nil {
 		return err
 	}
-	return writeJSON(c, fiber.StatusOK, fiber.Map{"id": id, "object": "payment_method", "deleted": true})
+	return writeJSON(c, fiber.StatusOK, presentDeleted("payment_method", id))
 }

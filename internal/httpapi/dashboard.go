@@ -28,6 +28,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/ids"
 	"github.com/gatehouse-pay/gatehouse/internal/keyring"
 	"github.com/gatehouse-pay/gatehouse/internal/listing"
+	"github.com/gatehouse-pay/gatehouse/internal/money"
 )
 
 // The merchant dashboard (api/openapi.yaml): server-rendered pages
@@ -76,11 +77,8 @@ type dashboard struct {
 }
 
 var dashboardFuncs = template.FuncMap{
-	"money": formatMoney,
-	"major": func(amount int64, currency string) string {
-		v, _, _ := strings.Cut(formatMoney(amount, currency), " ")
-		return v
-	},
+	"money":  money.Format,
+	"major":  money.Major,
 	"newKey": ids.NewUUID,
 	// Keys: their permissions for people, whether a rolled key's time is
 	// up, and the choices of how long a rolled key keeps working.

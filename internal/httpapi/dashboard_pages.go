@@ -20,6 +20,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/idempotency"
 	"github.com/gatehouse-pay/gatehouse/internal/ids"
 	"github.com/gatehouse-pay/gatehouse/internal/listing"
+	"github.com/gatehouse-pay/gatehouse/internal/money"
 	"github.com/gatehouse-pay/gatehouse/internal/refunds"
 	"github.com/gatehouse-pay/gatehouse/internal/webhooks"
 )
@@ -269,7 +270,7 @@ func moneyField(c *fiber.Ctx, name, currency string) (*int64, error) {
 	if v == "" {
 		return nil, nil
 	}
-	n, err := parseMoney(v, currency)
+	n, err := money.Parse(v, currency)
 	if err != nil {
 		return nil, apperr.Invalid("amount", "The amount must be a positive number such as 12.50 (%s).", currency)
 	}
@@ -447,7 +448,7 @@ func (s *server) dashCreateEndpoint(c *fiber.Ctx) error {
 	merchant := principal(c).MerchantID
 	res, err := s.Webhooks.Create(c.UserContext(), merchant, apikeys.Sandbox, p, idem,
 		func(e webhooks.Endpoint, secret string) (idempotency.Response, error) {
-			return renderAs[endpointWithSecret](fiber.StatusCreated)(endpointWithSecret{Endpoint: e.View(), Secret: secret})
+			return renderAs[endpointWithSecret](fiber.StatusCreated)(presentEndpointWithSecret(e, secret))
 		})
 	if err != nil {
 		return err
@@ -585,68 +586,3 @@ func (s *server) dashRetry(c *fiber.Ctx) error {
 	}
 	return redirectNotice(c, dashboardPath+"/webhooks/"+d.EndpointID, "retry")
 }
-
-// ---- Money in a currency's major unit
-
-// minorDigits is the number of minor-unit digits of a currency (ISO 4217):
-// two unless listed.
-var minorDigits = map[string]int{
-	"BIF": 0, "CLP": 0, "DJF": 0, "GNF": 0, "ISK": 0, "JPY": 0, "KMF": 0, "KRW": 0, "PYG": 0,
-	"RWF": 0, "UGX": 0, "VND": 0, "VUV": 0, "XAF": 0, "XOF": 0, "XPF": 0,
-	"BHD": 3, "IQD": 3, "JOD": 3, "KWD": 3, "LYD": 3, "OMR": 3, "TND": 3,
-}
-
-func digitsOf(currency string) int {
-	if d, ok := minorDigits[strings.ToUpper(currency)]; ok {
-		return d
-	}
-	return 2
-}
-
-// formatMoney renders minor units as "12.50 USD".
-func formatMoney(amount int64, currency string) string {
-	d := digitsOf(currency)
-	sign := ""
-	if amount < 0 {
-		sign, amount = "-", -amount
-	}
-	s := strconv.FormatInt(amount, 10)
-	if d > 0 {
-		for len(s) <= d {
-			s = "0" + s
-		}
-		s = s[:len(s)-d] + "." + s[len(s)-d:]
-	}
-	return sign + s + " " + strings.ToUpper(currency)
-}
-
-// parseMoney reads a positive amount in the major unit ("12.5", "12.50")
-// into minor units, refusing more decimals than the currency has.
-func parseMoney(v, currency string) (int64, error) {
-	d := digitsOf(currency)
-	whole, frac, _ := strings.Cut(v, ".")
-	if whole == "" && frac == "" || len(frac) > d || strings.Contains(v, ".") && frac == "" && d > 0 {
-		return 0, errBadAmount
-	}
-	if whole == "" {
-		whole = "0"
-	}
-	for len(frac) < d {
-		frac += "0"
-	}
-	for _, r := range whole + frac {
-		if r < '0' || r > '9' {
-			return 0, errBadAmount
-		}
-	}
-	if len(whole) > 15 {
-		return 0, errBadAmount
-	}
-	n, err := strconv.ParseInt(whole+frac, 10, 64)
-	if err != nil || n <= 0 {
-		return 0, errBadAmount
-	}
-	return n, nil
-}
-
-var errBadAmount = apperr.Invalid("amount", "bad amount")

@@ -25,17 +25,6 @@ var statusOf = map[apperr.Kind]int{
 	apperr.KindUnavailable:      http.StatusServiceUnavailable,
 }
 
-type errorBody struct {
-	Error errorDetail `json:"error"`
-}
-
-type errorDetail struct {
-	Code      string `json:"code"`
-	Message   string `json:"message"`
-	Param     string `json:"param,omitempty"`
-	RequestID string `json:"request_id"`
-}
-
 // fromFiber turns the router's and the body reader's errors into ours.
 func fromFiber(c *fiber.Ctx, fe *fiber.Error) *apperr.Error {
 	switch fe.Code {
@@ -91,7 +80,5 @@ func (s *server) renderError(c *fiber.Ctx, err error) error {
 	if isDashboard(c) {
 		return s.renderDashboardError(c, status, ae)
 	}
-	return writeJSON(c, status, errorBody{Error: errorDetail{
-		Code: ae.Code, Message: ae.Message, Param: ae.Param, RequestID: id,
-	}})
+	return writeJSON(c, status, presentError(ae, id))
 }

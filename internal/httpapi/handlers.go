@@ -12,11 +12,10 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/health"
 	"github.com/gatehouse-pay/gatehouse/internal/idempotency"
 	"github.com/gatehouse-pay/gatehouse/internal/ids"
-	"github.com/gatehouse-pay/gatehouse/internal/merchants"
 )
 
 func (s *server) healthz(c *fiber.Ctx) error {
-	return writeJSON(c, fiber.StatusOK, fiber.Map{"status": "ok"})
+	return writeJSON(c, fiber.StatusOK, healthJSON{Status: "ok"})
 }
 
 // readyz answers 200 only while every check answers and the process is not
@@ -47,20 +46,7 @@ func (s *server) readyz(c *fiber.Ctx) error {
 		e.Message = "Not ready: " + strings.Join(failed, ", ") + " unreachable."
 		return e
 	}
-	return writeJSON(c, fiber.StatusOK, fiber.Map{"status": "ok", "checks": states})
-}
-
-type merchantJSON struct {
-	ID        string `json:"id"`
-	Object    string `json:"object"`
-	Email     string `json:"email"`
-	Name      string `json:"name"`
-	CreatedAt string `json:"created_at"`
-}
-
-// PresentMerchant is the public form of a merchant, shared with the CLI.
-func PresentMerchant(m merchants.Merchant) merchantJSON {
-	return merchantJSON{ID: m.ID, Object: "merchant", Email: m.Email, Name: m.Name, CreatedAt: timestamp(m.CreatedAt)}
+	return writeJSON(c, fiber.StatusOK, readinessJSON{Checks: states, Status: "ok"})
 }
 
 type loginRequest struct {
@@ -93,7 +79,7 @@ func (s *server) login(c *fiber.Ctx) error {
 			return err
 		}
 		c.Set(fiber.HeaderCacheControl, "no-store")
-		return writeJSON(c, fiber.StatusOK, fiber.Map{"mfa_required": true, "challenge": challenge})
+		return writeJSON(c, fiber.StatusOK, mfaChallengeJSON{Challenge: challenge, MFARequired: true})
 	}
 	return s.writeSession(c, l)
 }
@@ -111,29 +97,6 @@ func (s *server) me(c *fiber.Ctx) error {
 		return err
 	}
 	return writeJSON(c, fiber.StatusOK, PresentMerchant(m))
-}
-
-type keyJSON struct {
-	ID          string            `json:"id"`
-	Object      string            `json:"object"`
-	Name        string            `json:"name"`
-	Environment string            `json:"environment"`
-	Type        string            `json:"type"`
-	Permissions map[string]string `json:"permissions"`
-	PublicKey   string            `json:"public_key"`
-	SecretKey   string            `json:"secret_key,omitempty"`
-	SecretLast4 string            `json:"secret_key_last4"`
-	CreatedAt   string            `json:"created_at"`
-	ExpiresAt   *string           `json:"expires_at"`
-	RevokedAt   *string           `json:"revoked_at"`
-}
-
-func presentKey(k apikeys.Key) keyJSON {
-	return keyJSON{
-		ID: k.ID, Object: "api_key", Name: k.Name, Environment: k.Environment, Type: k.Type(),
-		Permissions: k.Access().Strings(), PublicKey: k.PublicKey, SecretLast4: k.SecretLast4,
-		CreatedAt: timestamp(k.CreatedAt), ExpiresAt: timestampOrNil(k.ExpiresAt), RevokedAt: timestampOrNil(k.RevokedAt),
-	}
 }
 
 type createKeyRequest struct {

@@ -222,18 +222,3 @@ func cursors(c *fiber.Ctx, p listing.Params, valid func(string) bool) (listing.P
 	}
 	return p, nil
 }
-
-// list is the contract's list body.
-type list[T any] struct {
-	Object  string `json:"object"`
-	Data    []T    `json:"data"`
-	HasMore bool   `json:"has_more"`
-}
-
-func newList[T, U any](page listing.Page[T], present func(T) U) list[U] {
-	out := list[U]{Object: "list", Data: make([]U, 0, len(page.Items)), HasMore: page.HasMore}
-	for _, item := range page.Items {
-		out.Data = append(out.Data, present(item))
-	}
-	return out
-}

@@ -11,19 +11,6 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/members"
 )
 
-type memberJSON struct {
-	ID         string `json:"id"`
-	Object     string `json:"object"`
-	Email      string `json:"email"`
-	Role       string `json:"role"`
-	MFAEnabled bool   `json:"mfa_enabled"`
-	CreatedAt  string `json:"created_at"`
-}
-
-func presentMember(m members.Member) memberJSON {
-	return memberJSON{ID: m.ID, Object: "member", Email: m.Email, Role: m.Role, MFAEnabled: m.MFAEnabled, CreatedAt: timestamp(m.CreatedAt)}
-}
-
 // actor is the signed-in member making a change to the team.
 func actor(c *fiber.Ctx) members.Actor {
 	p := principal(c)
@@ -49,7 +36,7 @@ func (s *server) createMember(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	return writeJSON(c, fiber.StatusCreated, fiber.Map{"member": presentMember(inv.Member), "setup_url": s.setupURL(inv.Token)})
+	return writeJSON(c, fiber.StatusCreated, invitationJSON{Member: presentMember(inv.Member), SetupURL: s.setupURL(inv.Token)})
 }
 
 func (s *server) listMembers(c *fiber.Ctx) error {
@@ -96,7 +83,7 @@ func (s *server) deleteMember(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	return writeJSON(c, fiber.StatusOK, fiber.Map{"id": m.ID, "object": "member", "deleted": true})
+	return writeJSON(c, fiber.StatusOK, presentDeleted("member", m.ID))
 }
 
 type setupRequest struct {

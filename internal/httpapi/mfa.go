@@ -39,13 +39,7 @@ func (s *server) writeSession(c *fiber.Ctx, l auth.Login) error {
 		return err
 	}
 	c.Set(fiber.HeaderCacheControl, "no-store")
-	return writeJSON(c, fiber.StatusOK, fiber.Map{
-		"token":      l.Token,
-		"token_type": "Bearer",
-		"expires_at": timestamp(l.ExpiresAt),
-		"merchant":   PresentMerchant(m),
-		"member":     presentMember(l.Member),
-	})
+	return writeJSON(c, fiber.StatusOK, presentSession(l, m))
 }
 
 // challenge starts the second step of a sign-in whose password was right.
@@ -140,7 +134,7 @@ func (s *server) enrollTOTP(c *fiber.Ctx) error {
 		return err
 	}
 	c.Set(fiber.HeaderCacheControl, "no-store")
-	return writeJSON(c, fiber.StatusOK, fiber.Map{"secret": e.Secret, "otpauth_url": e.URL})
+	return writeJSON(c, fiber.StatusOK, presentEnrollment(e))
 }
 
 type confirmTOTPRequest struct {
@@ -167,12 +161,7 @@ func (s *server) confirmTOTP(c *fiber.Ctx) error {
 	}
 	m.MFAEnabled = true
 	c.Set(fiber.HeaderCacheControl, "no-store")
-	return writeJSON(c, fiber.StatusOK, fiber.Map{"recovery_codes": codes, "member": presentMember(m)})
-}
-
-type settingsJSON struct {
-	Object      string `json:"object"`
-	MFARequired bool   `json:"mfa_required"`
+	return writeJSON(c, fiber.StatusOK, recoveryCodesJSON{Member: presentMember(m), RecoveryCodes: codes})
 }
 
 func (s *server) getSettings(c *fiber.Ctx) error {
@@ -183,7 +172,7 @@ func (s *server) getSettings(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	return writeJSON(c, fiber.StatusOK, settingsJSON{Object: "account_settings", MFARequired: required})
+	return writeJSON(c, fiber.StatusOK, presentSettings(required))
 }
 
 type settingsRequest struct {
@@ -209,5 +198,5 @@ func (s *server) updateSettings(c *fiber.Ctx) error {
 	if err := s.MFA.SetRequired(c.UserContext(), m, *req.MFARequired); err != nil {
 		return err
 	}
-	return writeJSON(c, fiber.StatusOK, settingsJSON{Object: "account_settings", MFARequired: *req.MFARequired})
+	return writeJSON(c, fiber.StatusOK, presentSettings(*req.MFARequired))
 }

@@ -15,11 +15,6 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/webhooks"
 )
 
-type endpointWithSecret struct {
-	Endpoint webhooks.EndpointView `json:"webhook_endpoint"`
-	Secret   string                `json:"webhook_secret"`
-}
-
 func (s *server) createEndpoint(c *fiber.Ctx) error {
 	var p webhooks.CreateParams
 	idem, err := s.decodeCreate(c, &p)
@@ -29,7 +24,7 @@ func (s *server) createEndpoint(c *fiber.Ctx) error {
 	pr := principal(c)
 	res, err := s.Webhooks.Create(c.UserContext(), pr.MerchantID, pr.Environment, p, idem,
 		func(e webhooks.Endpoint, secret string) (idempotency.Response, error) {
-			return renderAs[endpointWithSecret](fiber.StatusCreated)(endpointWithSecret{Endpoint: e.View(), Secret: secret})
+			return renderAs[endpointWithSecret](fiber.StatusCreated)(presentEndpointWithSecret(e, secret))
 		})
 	if err != nil {
 		return err
@@ -75,7 +70,7 @@ func (s *server) deleteEndpoint(c *fiber.Ctx) error {
 	if err := s.Webhooks.Delete(c.UserContext(), principal(c).MerchantID, id); err != nil {
 		return err
 	}
-	return writeJSON(c, fiber.StatusOK, fiber.Map{"id": id, "object": "webhook_endpoint", "deleted": true})
+	return writeJSON(c, fiber.StatusOK, presentDeleted("webhook_endpoint", id))
 }
 
 func (s *server) rotateSecret(c *fiber.Ctx) error {
@@ -88,7 +83,7 @@ func (s *server) rotateSecret(c *fiber.Ctx) error {
 		return err
 	}
 	c.Set(fiber.HeaderCacheControl, "no-store")
-	return writeJSON(c, fiber.StatusOK, endpointWithSecret{Endpoint: e.View(), Secret: secret})
+	return writeJSON(c, fiber.StatusOK, presentEndpointWithSecret(e, secret))
 }
 
 // sampleEvent is the body of a test delivery: a made-up charge (and refund)
@@ -167,7 +162,7 @@ func (s *server) recoverEndpoint(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	return writeJSON(c, fiber.StatusOK, fiber.Map{"object": "recovery", "since": events.Timestamp(since), "count": n, "dry_run": dry})
+	return writeJSON(c, fiber.StatusOK, presentRecovery(since, n, dry))
 }
 
 func (s *server) listDeliveries(c *fiber.Ctx) error {

@@ -17,6 +17,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/idempotency"
 	"github.com/gatehouse-pay/gatehouse/internal/ids"
 	"github.com/gatehouse-pay/gatehouse/internal/listing"
+	"github.com/gatehouse-pay/gatehouse/internal/money"
 	"github.com/gatehouse-pay/gatehouse/internal/outbox"
 	"github.com/gatehouse-pay/gatehouse/internal/providers"
 )
@@ -143,7 +144,7 @@ func (s *Service) Create(ctx context.Context, merchantID string, p CreateParams,
 	if p.Charge == nil || *p.Charge == "" {
 		return Result{}, apperr.Missing("charge")
 	}
-	if p.Amount != nil && (*p.Amount < 1 || *p.Amount > charges.MaxAmount) {
+	if p.Amount != nil && !money.ValidAmount(*p.Amount) {
 		return Result{}, apperr.Invalid("amount", "amount must be a positive integer (minor units).")
 	}
 	if p.Reason != nil && !contains(Reasons, *p.Reason) {
