@@ -13,6 +13,7 @@ import (
 // (authentication is never reached), and is closed; the three open ones are
 // still served. Once one of them is closed, a new connection is served.
 func TestConnectionLimit(t *testing.T) {
+	t.Parallel()
 	const limit = 3
 	st := newStack(t, stackOptions{apiEnv: []string{"HTTP_MAX_CONNS=3"}}, "connections beyond HTTP_MAX_CONNS")
 	base := st.replicas[0]
@@ -110,6 +111,7 @@ func TestConnectionLimit(t *testing.T) {
 // 200, as the kubelet's liveness and readiness probes ask them, each on a
 // new connection, and takes no place of the public port's.
 func TestProbePortAtConnectionLimit(t *testing.T) {
+	t.Parallel()
 	const limit = 2
 	st := newStack(t, stackOptions{apiEnv: []string{"HTTP_MAX_CONNS=2"}, probes: true}, "probes while the public port is full")
 	base, probes := st.replicas[0], st.probes[0]

@@ -126,6 +126,7 @@ func (b *silentProxy) restore() {
 // (DATABASE_CONNECT_TIMEOUT). Once the network is back, the same requests
 // succeed again.
 func TestPostgresBlackHole(t *testing.T) {
+	t.Parallel()
 	const statement, connect = 2 * time.Second, 2 * time.Second
 	redisPath := testenv.RedisServerPath(t)
 	db := testenv.NewDB(t)

@@ -516,6 +516,7 @@ func containsAny(b []byte, secrets ...string) (string, bool) {
 // routed, routing validation, `connector` and `provider` on charges, and
 // rules by currency, amount and card brand.
 func TestConnectorsAndRouting(t *testing.T) {
+	t.Parallel()
 	mock := startStripeMockProcess(t)
 	rec := newStripeRecorder(t, mock)
 	st := newStack(t, stackOptions{env: append(slices.Clone(routingStackEnv), "STRIPE_API_BASE="+rec.url()),
@@ -832,6 +833,7 @@ func TestConnectorsAndRouting(t *testing.T) {
 // and refunds go to the connector that took the money, a sandbox one or
 // Stripe (stripe-mock behind the recorder).
 func TestRoutingFailover(t *testing.T) {
+	t.Parallel()
 	mock := startStripeMockProcess(t)
 	rec := newStripeRecorder(t, mock)
 	st := newStack(t, stackOptions{env: append(slices.Clone(routingStackEnv), "STRIPE_API_BASE="+rec.url()),
@@ -1016,6 +1018,7 @@ func TestRoutingFailover(t *testing.T) {
 // 1.45 points), and every charge is captured at the connector it was routed
 // to.
 func TestRoutingSplit(t *testing.T) {
+	t.Parallel()
 	const (
 		charges = 1000
 		senders = 16
@@ -1123,6 +1126,7 @@ func TestRoutingSplit(t *testing.T) {
 // connector on replica 1 is followed by replica 2's next charges within a
 // second.
 func TestRoutingCacheAcrossReplicas(t *testing.T) {
+	t.Parallel()
 	st := newStack(t, stackOptions{env: routingStackEnv, workerEnv: routingWorkerEnv}, "routing cache")
 	m := newRoutingMerchant(t, st, "127.0.0.105", "cache")
 	x := m.sandboxConnector(t, "X", "")

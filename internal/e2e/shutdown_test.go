@@ -309,6 +309,7 @@ const sdLBLag = sdDelay / 4
 // balancer sends one, so the test sends none: it asserts what such clients see,
 // and nothing about how long any of it takes beyond the configured delays.
 func TestGracefulShutdownAPI(t *testing.T) {
+	t.Parallel()
 	began := time.Now()
 	st := newStack(t, stackOptions{env: sdStackEnv, workerEnv: sdWorkerEnv},
 		fmt.Sprintf("SHUTDOWN_DELAY %s, SHUTDOWN_TIMEOUT %s", sdDelay, sdTimeout))
@@ -825,6 +826,7 @@ func sdAttempts(t *testing.T, st *stack, deliveryID string) map[string]string {
 // Either way, after a restart every event reaches the endpoint, duplicates
 // carrying the same event id.
 func TestGracefulShutdownWorker(t *testing.T) {
+	t.Parallel()
 	began := time.Now()
 	st := newStack(t, stackOptions{env: sdStackEnv, workerEnv: sdWorkerEnv},
 		fmt.Sprintf("worker SHUTDOWN_TIMEOUT %s, WEBHOOK_TIMEOUT 6s", sdTimeout))

@@ -149,6 +149,7 @@ func revokeKey(t *testing.T, st *stack, c *http.Client, admin string, k apiKey) 
 //     429 rate_limited and Retry-After; that key still opens one on the other
 //     replica, and another merchant still opens one on the first.
 func TestEventStreamTenancy(t *testing.T) {
+	t.Parallel()
 	st := newStack(t, stackOptions{env: append(slices.Clone(webhooksStackEnv), "EVENT_STREAM_MAX_PER_MERCHANT=3"),
 		workerEnv: webhooksWorkerEnv}, "event stream tenancy")
 

@@ -390,6 +390,7 @@ func checkSpacing(t *testing.T, hits []hit) []time.Duration {
 // deliveries, secret rotation, and a worker killed with SIGKILL three times
 // while 1,000 events are delivered to two slow receivers (docs/reliability.md I1, F1).
 func TestWebhooksEndToEnd(t *testing.T) {
+	t.Parallel()
 	began := time.Now()
 	st := newStack(t, stackOptions{env: webhooksStackEnv, workerEnv: webhooksWorkerEnv},
 		fmt.Sprintf("schedule %s, timeout %s", whScheduleEnv(), whTimeout))
