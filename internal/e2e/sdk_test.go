@@ -24,7 +24,7 @@ import (
 	"testing"
 	"time"
 
-	"sigs.k8s.io/yaml"
+	"go.yaml.in/yaml/v3"
 )
 
 // flowSteps are the steps examples/go/internal/flow and
