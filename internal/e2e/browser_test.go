@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -294,9 +293,10 @@ func startCheckout(t *testing.T, st *stack, key apiKey) (string, *syncBuffer) {
 		t.Fatal(err)
 	}
 	bin := filepath.Join(t.TempDir(), "checkout")
+	// go test puts its GOROOT/bin first on PATH.
 	goTool, err := exec.LookPath("go")
 	if err != nil {
-		goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
+		t.Fatal(err)
 	}
 	build := exec.Command(goTool, "build", "-o", bin, "./examples/checkout")
 	build.Dir = root

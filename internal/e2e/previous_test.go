@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -167,9 +166,10 @@ func buildRelease(root, parent, commit string) (absent string, err error) {
 		return "", err
 	}
 	defer os.RemoveAll(tmp) // left only when the rename below did not happen
+	// go test puts its GOROOT/bin first on PATH.
 	goTool, err := exec.LookPath("go")
 	if err != nil {
-		goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
+		return "", err
 	}
 	cmd := exec.Command(goTool, "build", "-trimpath", "-buildvcs=false",
 		"-ldflags", "-X github.com/gatehouse-pay/gatehouse/internal/metrics.Version="+commit[:12],

@@ -15,7 +15,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -65,9 +64,11 @@ func buildBinaries(t *testing.T) binaries {
 			buildErr = err
 			return
 		}
+		// go test puts its GOROOT/bin first on PATH.
 		goTool, err := exec.LookPath("go")
 		if err != nil {
-			goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
+			buildErr = err
+			return
 		}
 		dir, err := os.MkdirTemp("", "gatehouse-e2e-")
 		if err != nil {
