@@ -79,7 +79,7 @@ func (e *environment) asynqFloor(ctx context.Context, rc *receiver, body []byte)
 	if err != nil {
 		return whThroughput{}, err
 	}
-	defer p.stop(5 * time.Second)
+	defer p.stop()
 	before := takeSnapshotOf([]int{p.pid()}, e.redis.pid(), e.postmaster, e.dbName)
 	for end := time.Now().Add(e.o.webhookWait); len(rc.floorSince(first)) < n && time.Now().Before(end) && ctx.Err() == nil; {
 		select {

@@ -69,15 +69,18 @@ func startProc(cmd *exec.Cmd) (*proc, error) {
 
 func (p *proc) pid() int { return p.cmd.Process.Pid }
 
-// stop ends the process with SIGTERM, then SIGKILL after grace.
-func (p *proc) stop(grace time.Duration) {
+// stopGrace is how long stop waits after SIGTERM before it kills.
+const stopGrace = 5 * time.Second
+
+// stop ends the process with SIGTERM, then SIGKILL after stopGrace.
+func (p *proc) stop() {
 	if p == nil {
 		return
 	}
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-p.exited:
-	case <-time.After(grace):
+	case <-time.After(stopGrace):
 		_ = p.cmd.Process.Kill()
 		<-p.exited
 	}
@@ -421,7 +424,7 @@ func (e *environment) close() {
 			if t.client != nil {
 				t.client.closeIdle()
 			}
-			t.proc.stop(5 * time.Second)
+			t.proc.stop()
 		}
 	}
 	if e.db != nil {
@@ -442,7 +445,7 @@ func (e *environment) close() {
 	if e.rdb != nil {
 		_ = e.rdb.close()
 	}
-	e.redis.stop(5 * time.Second)
+	e.redis.stop()
 	if e.dir != "" && !e.o.keep {
 		_ = os.RemoveAll(e.dir)
 	} else if e.dir != "" {

@@ -78,7 +78,7 @@ func (h hresult) outcome() outcome {
 
 func (e *environment) stopWorker() {
 	if e.worker != nil {
-		e.worker.proc.stop(5 * time.Second)
+		e.worker.proc.stop()
 		e.worker = nil
 	}
 }
@@ -266,7 +266,7 @@ func (e *environment) runL3(ctx context.Context) *l3Result {
 	var reps []*target
 	defer func() {
 		for _, t := range reps {
-			t.proc.stop(5 * time.Second)
+			t.proc.stop()
 		}
 	}()
 	for i := range 2 {

@@ -413,7 +413,7 @@ func (e *environment) webhooks(ctx context.Context, w *webhookResults) error {
 		return err
 	}
 	defer func() {
-		e.worker.proc.stop(5 * time.Second)
+		e.worker.proc.stop()
 		e.worker = nil
 	}()
 	// A fresh worker's first seconds, right after the drains, are not what
@@ -579,7 +579,7 @@ func (e *environment) drainNamed(ctx context.Context, rc *receiver, queue *asynq
 	var procs []*target
 	defer func() {
 		for _, p := range procs {
-			p.proc.stop(5 * time.Second)
+			p.proc.stop()
 		}
 	}()
 	pids := func() []int {
@@ -828,11 +828,11 @@ func (w *webhookResults) targets() table {
 func (w *webhookResults) text() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "\nWebhooks (charge.created to %d endpoints on a receiver in the harness, bin/worker):\n", w.Endpoints)
-	b.WriteString(w.targets().text("  "))
+	b.WriteString(w.targets().text())
 	b.WriteString("\n  Commit to first attempt (receipt minus the event's created_at):\n")
-	b.WriteString(w.latencyTable().text("  "))
+	b.WriteString(w.latencyTable().text())
 	b.WriteString("\n  Delivery throughput (CPU columns are µs per delivery):\n")
-	b.WriteString(w.throughputTable().text("  "))
+	b.WriteString(w.throughputTable().text())
 	for _, n := range w.Notes {
 		b.WriteString("  - " + n + "\n")
 	}
