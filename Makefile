@@ -26,7 +26,7 @@ OPENAPI   := api/openapi.yaml
 # The Kubernetes checks: a Go module of its own, so the Kubernetes API types stay
 # out of the binaries' go.mod.
 K8S_DIR   := deploy/k8s
-# The linters (staticcheck, unparam, misspell) are the `tool`s of
+# The linters (staticcheck, unparam, misspell) and stripe-mock are the `tool`s of
 # tools/go.mod, a module of its own, so that their dependencies stay out of the
 # binaries' go.mod. `go tool -modfile` builds one once into Go's build cache and
 # runs it in the current directory, on the module found there.
