@@ -23,6 +23,17 @@ PKG       ?= ./...
 TEST_FLAGS ?=
 BENCH     ?= .
 OPENAPI   := api/openapi.yaml
+# The Kubernetes checks: a Go module of its own, so the Kubernetes API types stay
+# out of the binaries' go.mod.
+K8S_DIR   := deploy/k8s
+# The linters (staticcheck, unparam, misspell) and stripe-mock are the `tool`s of
+# tools/go.mod, a module of its own, so that their dependencies stay out of the
+# binaries' go.mod. `go tool -modfile` builds one once into Go's build cache and
+# runs it in the current directory, on the module found there.
+GO_TOOL   := $(GO) tool -modfile=$(CURDIR)/tools/go.mod
+# Every file the spelling check reads: Go (comments and strings), Markdown, YAML.
+SPELL_FILES = $$(find . \( -path ./.git -o -path ./.dev -o -path ./bin -o -name node_modules -o -name testdata \) -prune -o \
+	\( -name '*.go' -o -name '*.md' -o -name '*.yaml' -o -name '*.yml' \) -print)
 REDOCLY_VERSION := 2.77.0
 
 # `make test` and `make chaos` run inside deploy/local/testenv.sh: it installs the
@@ -37,7 +48,7 @@ TESTENV := bash deploy/local/testenv.sh
 export REDOCLY_TELEMETRY := off
 export REDOCLY_SUPPRESS_UPDATE_NOTICE := true
 
-.PHONY: help build run test tools generate bench lint fmt fmt-check vet openapi-lint clean
+.PHONY: help build run test tools generate bench lint fmt fmt-check vet staticcheck unparam misspell openapi-lint clean
 
 help: ## Show the available targets
 	@echo 'Gatehouse: make <target>'
@@ -55,13 +66,23 @@ build: ## Build bin/api, bin/worker and bin/gatehouse (the CLI)
 run: ## Build and run api + worker locally with Postgres/Redis (deploy/local/run.sh)
 	@bash deploy/local/run.sh
 
-test: ## Install the test tools if missing, start Postgres/Redis if needed; gofmt check, go vet, OpenAPI lint, every test with -race
+test: ## Install the test tools if missing, start Postgres/Redis if needed; make lint, every test with -race
 	@$(TESTENV) $(MAKE) --no-print-directory test-in-env
 
 # test-in-env is `make test` once deploy/local/testenv.sh has set things up.
 .PHONY: test-in-env
-test-in-env: fmt-check vet openapi-lint
-	GATEHOUSE_REQUIRE_SERVICES=1 $(GO) test -race -count=1 -timeout 20m $(TEST_FLAGS) $(PKG)
+# The checks of deploy/k8s are a module of their own (K8S_DIR), which `go test ./...`
+# at the root does not enter; they run too when PKG is the default ./... . Both
+# runs go to the end; either one failing fails the target.
+test-in-env: lint
+	@status=0; \
+	echo '$(GO) test -race -count=1 -timeout 20m $(TEST_FLAGS) $(PKG)'; \
+	GATEHOUSE_REQUIRE_SERVICES=1 $(GO) test -race -count=1 -timeout 20m $(TEST_FLAGS) $(PKG) || status=1; \
+	if [ '$(PKG)' = ./... ]; then \
+		echo 'cd $(K8S_DIR) && $(GO) test -race -count=1 -timeout 10m $(TEST_FLAGS) ./...'; \
+		(cd $(K8S_DIR) && GATEHOUSE_REQUIRE_SERVICES=1 $(GO) test -race -count=1 -timeout 10m $(TEST_FLAGS) ./...) || status=1; \
+	fi; \
+	exit $$status
 
 # The clients of examples/ are generated, not committed: oapi-codegen is the
 # `tool` of examples/go/go.mod, openapi-typescript is in examples/typescript's lock.
@@ -112,7 +133,7 @@ fuzz: ## Run every Go fuzz target for FUZZTIME each (their seed corpora run in m
 bench-micro: ## Run the Go micro-benchmarks only (go test -bench, no unit tests)
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -timeout 20m $(PKG)
 
-lint: fmt-check vet openapi-lint ## gofmt check, go vet and the OpenAPI lint (redocly)
+lint: fmt-check vet staticcheck unparam misspell openapi-lint ## gofmt check, go vet, staticcheck, unparam, misspell and the OpenAPI lint (redocly)
 
 fmt: ## Format all Go files in place
 	@gofmt -w $$(find . \( -path ./.git -o -path ./.dev -o -path ./bin -o -name node_modules -o -name testdata \) -prune -o -name '*.go' -print)
@@ -124,8 +145,22 @@ fmt-check: ## Fail if any Go file is not gofmt-formatted
 	if [ -n "$$bad" ]; then echo 'These files need gofmt (run: make fmt):'; echo "$$bad"; exit 1; fi; \
 	echo 'fmt-check: ok'
 
-vet: ## go vet ./...
+vet: ## go vet ./... (and in deploy/k8s)
 	$(GO) vet ./...
+	cd $(K8S_DIR) && $(GO) vet ./...
+
+# staticcheck.conf says which checks run (all of them).
+staticcheck: ## staticcheck ./... (and in deploy/k8s)
+	$(GO_TOOL) staticcheck ./...
+	cd $(K8S_DIR) && $(GO_TOOL) staticcheck ./...
+
+unparam: ## unparam ./... (and in deploy/k8s): parameters never used, or always given the same value
+	$(GO_TOOL) unparam ./...
+	cd $(K8S_DIR) && $(GO_TOOL) unparam ./...
+
+misspell: ## Fail on a common misspelling in the Go, Markdown and YAML files
+	@$(GO_TOOL) misspell -error $(SPELL_FILES)
+	@echo 'misspell: ok'
 
 # The pinned Redocly CLI of bin/tools (make tools), or the same version through npx.
 openapi-lint: ## Lint api/openapi.yaml with Redocly CLI (needs Node.js)

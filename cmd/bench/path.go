@@ -110,7 +110,7 @@ func (e *environment) runPath(ctx context.Context) *pathResult {
 		rc.waitFor(ctx, m, 2*s.OK, 30*time.Second)
 		e.pathSettle(ctx, queue)
 	}
-	run := func(events float64, search bool) pathStep {
+	run := func(events float64, search bool) {
 		st := e.pathStep(ctx, rc, events, search, stmts)
 		r.Steps = append(r.Steps, st)
 		e.logf("path: %4.0f events/s for %s: %d/%d delivered, first attempt p50 %s p99 %s, %.0f delivered/s, %.2f cores busy; per charge API %s worker %s Postgres %s Redis %s",
@@ -123,7 +123,6 @@ func (e *environment) runPath(ctx context.Context) *pathResult {
 			}
 		}
 		e.pauseWorker(ctx)
-		return st
 	}
 	for _, ev := range e.o.pathRates {
 		if ctx.Err() != nil {
@@ -354,7 +353,7 @@ func (p *pathResult) verdict() string {
 func (p *pathResult) text() string {
 	var b strings.Builder
 	b.WriteString("\nOne endpoint, the whole path (charge created, authorized and captured by the worker, 2 events delivered; CPU per charge):\n")
-	b.WriteString(p.table().text("  "))
+	b.WriteString(p.table().text())
 	b.WriteString("  " + p.verdict() + "\n")
 	for _, s := range p.Steps {
 		fmt.Fprintf(&b, "  Postgres CPU per charge at %s events/s: %s; %s\n", rate(s.Events), s.PGKinds, s.WAL)

@@ -17,7 +17,8 @@ type table struct {
 	rows [][]string
 }
 
-func (t table) text(indent string) string {
+// text renders t as aligned columns, each row indented by two spaces.
+func (t table) text() string {
 	width := make([]int, len(t.head))
 	for _, r := range append([][]string{t.head}, t.rows...) {
 		for i, c := range r {
@@ -26,7 +27,7 @@ func (t table) text(indent string) string {
 	}
 	var b strings.Builder
 	for _, r := range append([][]string{t.head}, t.rows...) {
-		b.WriteString(indent)
+		b.WriteString("  ")
 		for i, c := range r {
 			pad := strings.Repeat(" ", width[i]-utf8.RuneCountInString(c))
 			if i == 0 {
@@ -256,7 +257,7 @@ func (r *results) text() string {
 	fmt.Fprintf(&b, "\nGatehouse POST /v1/charges, %s (took %s)\n", r.Start.Format("2006-01-02 15:04 MST"), r.End.Sub(r.Start).Round(time.Second))
 	fmt.Fprintf(&b, "%s\n%s\n%s\n\n", r.header(), r.method(), r.noiseLine())
 	if len(r.Steps) > 0 {
-		b.WriteString(r.summary().text("  "))
+		b.WriteString(r.summary().text())
 		fmt.Fprintf(&b, "\nRedis commands per charge at %s/s:\n", rate(r.refRate()))
 		for _, l := range r.redisLines() {
 			b.WriteString("  " + l + "\n")
@@ -264,7 +265,7 @@ func (r *results) text() string {
 	}
 	if t := r.scenarios(); len(t.rows) > 0 {
 		b.WriteString("\nLoad scenarios (L1-L4 and the login flood, docs/BENCHMARKS.md):\n")
-		b.WriteString(t.text("  "))
+		b.WriteString(t.text())
 		b.WriteString(r.scenarioDetails(false))
 	}
 	if r.Webhooks != nil {
@@ -275,7 +276,7 @@ func (r *results) text() string {
 	}
 	if len(r.Steps) > 0 {
 		b.WriteString("\nEvery step (CPU columns are µs per request; busy/others in cores of the whole machine):\n")
-		b.WriteString(r.steps().text("  "))
+		b.WriteString(r.steps().text())
 	}
 	for _, name := range []string{"project", "floor"} {
 		if p := r.Profiles[name]; p != "" {

@@ -100,7 +100,7 @@ func (r *results) scenarioDetails(md bool) string {
 		if md {
 			b.WriteString("\n" + title + "\n\n" + t.markdown())
 		} else {
-			b.WriteString("\n  " + title + "\n" + t.text("  "))
+			b.WriteString("\n  " + title + "\n" + t.text())
 		}
 	}
 	line := func(s string) {

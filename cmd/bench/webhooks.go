@@ -829,11 +829,11 @@ func (w *webhookResults) targets() table {
 func (w *webhookResults) text() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "\nWebhooks (charge.created to %d endpoints on a receiver in the harness, bin/worker):\n", w.Endpoints)
-	b.WriteString(w.targets().text("  "))
+	b.WriteString(w.targets().text())
 	b.WriteString("\n  Commit to first attempt (receipt minus the event's created_at):\n")
-	b.WriteString(w.latencyTable().text("  "))
+	b.WriteString(w.latencyTable().text())
 	b.WriteString("\n  Delivery throughput (CPU columns are µs per delivery):\n")
-	b.WriteString(w.throughputTable().text("  "))
+	b.WriteString(w.throughputTable().text())
 	for _, n := range w.Notes {
 		b.WriteString("  - " + n + "\n")
 	}

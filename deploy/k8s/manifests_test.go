@@ -106,23 +106,18 @@ func find[T any](m *manifests, kind, name string) (T, bool) {
 	return zero, false
 }
 
-// repoRoot is the directory holding go.mod.
+// repoRoot is the Gatehouse checkout: two levels above this package, which
+// is a module of its own (deploy/k8s/go.mod).
 func repoRoot(t *testing.T) string {
 	t.Helper()
-	dir, err := os.Getwd()
+	dir, err := filepath.Abs(filepath.Join("..", ".."))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("go.mod not found above the test directory")
-		}
-		dir = parent
+	if _, err := os.Stat(filepath.Join(dir, "cmd", "api")); err != nil {
+		t.Fatalf("%s does not look like the Gatehouse checkout: %v", dir, err)
 	}
+	return dir
 }
 
 // required reports whether a missing tool fails the tests rather than

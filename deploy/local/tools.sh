@@ -11,8 +11,9 @@
 # | tool                  | version          | how                                                        |
 # |-----------------------|------------------|------------------------------------------------------------|
 # | promtool, prometheus  | 2.53.3 (LTS)     | Go module github.com/prometheus/prometheus v0.53.3, go build |
-# | kustomize             | v5.5.0           | go install sigs.k8s.io/kustomize/kustomize/v5@v5.5.0        |
-# | stripe-mock           | v0.203.0         | go install github.com/stripe/stripe-mock@v0.203.0           |
+# | kustomize             | v5.5.0           | the `tool` of deploy/k8s/go.mod, go build                   |
+# | stripe-mock           | v0.203.0         | a `tool` of tools/go.mod, go build                          |
+# | staticcheck, unparam, misspell (make lint) | tools/go.mod | go tool (built once into Go's cache) |
 # | redocly (OpenAPI lint)| @redocly/cli 2.77.0 | npm install                                              |
 # | signature verifiers   | internal/webhooks/testdata/verify/package-lock.json | npm ci          |
 # | browser journeys      | internal/e2e/browser/package-lock.json (playwright-core) | npm ci     |
@@ -23,9 +24,13 @@
 #
 # Each tool is built once per machine into $GATEHOUSE_TOOLS_DIR (default
 # ~/.cache/gatehouse/tools) under NAME@VERSION, so clones share it, and linked
-# into bin/tools of this checkout, which `make test` puts first on PATH. Prometheus
-# is built inside its own module (its go.mod has replace directives, which
-# `go install pkg@version` refuses), with GOWORK=off. An install goes to a
+# into bin/tools of this checkout, which `make test` puts first on PATH.
+# kustomize and stripe-mock are `tool` lines of deploy/k8s/go.mod and
+# tools/go.mod, the only place their versions are written: they are built with
+# go build in that module, under NAME@VERSION+DIGEST, the digest being that of
+# the module's go.sum (its dependencies). Prometheus cannot be a `tool` line
+# (its go.mod has replace directives, which only apply in its own module), so
+# it is built inside its own module, with GOWORK=off. An install goes to a
 # temporary directory first and is renamed into place, so two runs at once
 # never see half a tool.
 set -euo pipefail
@@ -37,8 +42,10 @@ LINK_DIR=$ROOT/bin/tools
 PROMETHEUS_MODULE=github.com/prometheus/prometheus
 PROMETHEUS_VERSION=v0.53.3 # the Go module version of Prometheus 2.53.3
 PROMETHEUS_RELEASE=2.53.3
-KUSTOMIZE_VERSION=v5.5.0
-STRIPE_MOCK_VERSION=v0.203.0
+K8S_MODULE_DIR=$ROOT/deploy/k8s
+TOOLS_MODULE_DIR=$ROOT/tools
+KUSTOMIZE_PKG=sigs.k8s.io/kustomize/kustomize/v5
+STRIPE_MOCK_PKG=github.com/stripe/stripe-mock
 REDOCLY_VERSION=2.77.0
 VERIFY_DIR=$ROOT/internal/webhooks/testdata/verify
 BROWSER_DIR=$ROOT/internal/e2e/browser
@@ -74,20 +81,49 @@ settle() {
 	fi
 }
 
-# go_install NAME VERSION PKG: go install PKG@VERSION into TOOLS_DIR/NAME@VERSION.
-go_install() {
-	local name=$1 version=$2 pkg=$3 final tmp
-	final=$TOOLS_DIR/$name@$version
+# tool_version DIR PKG: the version of the module of PKG, a `tool` of DIR's go.mod.
+tool_version() {
+	local version
+	version=$(cd "$1" && go_env GOFLAGS=-mod=readonly go list -m -f '{{.Version}}' "$2") && [ -n "$version" ] ||
+		fail "$1/go.mod does not pin $2"
+	printf '%s\n' "$version"
+}
+
+# tool_dir NAME DIR PKG: TOOLS_DIR/NAME@VERSION+DIGEST for PKG, a `tool` of DIR's
+# go.mod; DIGEST is that of DIR's go.sum, so a change of a dependency builds anew.
+tool_dir() {
+	local digest
+	digest=$(sha256sum "$2/go.sum" | cut -c1-12)
+	printf '%s\n' "$TOOLS_DIR/$1@$(tool_version "$2" "$3")+$digest"
+}
+
+# go_tool_build NAME DIR PKG: go build PKG, a `tool` of the module in DIR, with
+# that module's versions, into tool_dir.
+go_tool_build() {
+	local name=$1 dir=$2 pkg=$3 final tmp
+	final=$(tool_dir "$name" "$dir" "$pkg")
 	[ -x "$final/$name" ] && return 0
-	log "installing $name $version (go install $pkg@$version)"
-	tmp=$(fresh_dir "$name@$version")
-	if ! (cd "$tmp" && go_env GOBIN="$tmp" go install "$pkg@$version") >"$tmp.log" 2>&1; then
+	log "building $name ${final##*@} (go build $pkg in ${dir#"$ROOT"/})"
+	tmp=$(fresh_dir "${final##*/}")
+	if ! (cd "$dir" && go_env GOFLAGS=-mod=readonly go build -trimpath -o "$tmp/$name" "$pkg") >"$tmp.log" 2>&1; then
 		cat "$tmp.log" >&2
 		rm -rf "$tmp" "$tmp.log"
-		fail "go install $pkg@$version failed (output above)"
+		fail "go build $pkg in $dir failed (output above)"
 	fi
 	rm -f "$tmp.log"
 	settle "$tmp" "$final"
+}
+
+# lint_tools_install: the linters of tools/go.mod, built into Go's build cache
+# so that make lint's `go tool -modfile=tools/go.mod ...` starts at once.
+lint_tools_install() {
+	local t out
+	for t in staticcheck unparam misspell; do
+		if ! out=$(cd "$ROOT" && go_env GOFLAGS=-mod=readonly go tool -modfile="$TOOLS_MODULE_DIR/go.mod" -n "$t" 2>&1); then
+			printf '%s\n' "$out" >&2
+			fail "building $t (go tool, tools/go.mod) failed (output above)"
+		fi
+	done
 }
 
 # prometheus_install: promtool and prometheus from the Prometheus module, built in
@@ -213,9 +249,13 @@ link() {
 }
 
 install_all() {
+	local kustomize_dir stripe_mock_dir
 	prometheus_install
-	go_install kustomize "$KUSTOMIZE_VERSION" sigs.k8s.io/kustomize/kustomize/v5
-	go_install stripe-mock "$STRIPE_MOCK_VERSION" github.com/stripe/stripe-mock
+	go_tool_build kustomize "$K8S_MODULE_DIR" "$KUSTOMIZE_PKG"
+	go_tool_build stripe-mock "$TOOLS_MODULE_DIR" "$STRIPE_MOCK_PKG"
+	kustomize_dir=$(tool_dir kustomize "$K8S_MODULE_DIR" "$KUSTOMIZE_PKG")
+	stripe_mock_dir=$(tool_dir stripe-mock "$TOOLS_MODULE_DIR" "$STRIPE_MOCK_PKG")
+	lint_tools_install
 	redocly_install
 	verifiers_install
 	browser_install
@@ -225,11 +265,11 @@ install_all() {
 
 	link "$TOOLS_DIR/prometheus@$PROMETHEUS_VERSION/promtool" promtool
 	link "$TOOLS_DIR/prometheus@$PROMETHEUS_VERSION/prometheus" prometheus
-	link "$TOOLS_DIR/kustomize@$KUSTOMIZE_VERSION/kustomize" kustomize
-	link "$TOOLS_DIR/stripe-mock@$STRIPE_MOCK_VERSION/stripe-mock" stripe-mock
+	link "$kustomize_dir/kustomize" kustomize
+	link "$stripe_mock_dir/stripe-mock" stripe-mock
 	link "$TOOLS_DIR/redocly@$REDOCLY_VERSION/node_modules/.bin/redocly" redocly
 	link "$PGBOUNCER" pgbouncer
-	log "ready in bin/tools: promtool and prometheus $PROMETHEUS_RELEASE, kustomize $KUSTOMIZE_VERSION, stripe-mock $STRIPE_MOCK_VERSION, redocly $REDOCLY_VERSION; signature verifiers; chromium and playwright-core; pgbouncer; oapi-codegen, openapi-typescript and openapi-fetch"
+	log "ready in bin/tools: promtool and prometheus $PROMETHEUS_RELEASE, kustomize ${kustomize_dir##*@}, stripe-mock ${stripe_mock_dir##*@}, redocly $REDOCLY_VERSION; signature verifiers; chromium and playwright-core; pgbouncer; oapi-codegen, openapi-typescript and openapi-fetch; staticcheck, unparam and misspell"
 }
 
 check_all() {

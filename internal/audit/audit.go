@@ -151,13 +151,12 @@ type Verifier struct {
 	seen    map[chainKey]bool
 	merch   map[string]bool
 
-	cur       chainKey
-	open      bool
-	broken    bool
-	next      int64 // the seq expected next
-	prev      []byte
-	lastEntry int64
-	sum       Summary
+	cur    chainKey
+	open   bool
+	broken bool
+	next   int64 // the seq expected next
+	prev   []byte
+	sum    Summary
 }
 
 type chainKey struct {

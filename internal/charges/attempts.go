@@ -21,9 +21,10 @@ const (
 	AttemptUnknown = "unknown"
 )
 
-// CauseFailover: an attempt failed in a way another connector may fix (a
-// soft decline, or an outage in which nothing was booked), and the charge
-// moves on to the next connector of its route. The charge stays created.
+// CauseFailover is the cause when an attempt failed in a way another
+// connector may fix (a soft decline, or an outage in which nothing was
+// booked), and the charge moves on to the next connector of its route. The
+// charge stays created.
 const CauseFailover = "failover"
 
 // Attempt is one try of a charge at one connector, as stored.
@@ -193,7 +194,7 @@ func (p *Processor) beginAttempt(ctx context.Context, c *Charge) (owner bool, er
 // moveOn ends the current attempt as failed with code and hands the charge
 // to the next connector of its route, in a new authorize task. The charge
 // stays created: nothing was taken.
-func (p *Processor) moveOn(ctx context.Context, c Charge, task outbox.Task, code string) error {
+func (p *Processor) moveOn(ctx context.Context, c Charge, code string) error {
 	next, _ := c.nextStep()
 	now := p.stamp()
 	a := c.currentAttempt(c.attemptStart(now))

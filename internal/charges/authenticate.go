@@ -142,7 +142,7 @@ func (p *Processor) requireAction(ctx context.Context, c Charge, task outbox.Tas
 // where it is.
 func (p *Processor) Authenticate(ctx context.Context, id string, final bool) error {
 	task := outbox.Task{Type: outbox.ChargeAuthenticate, RefID: id}
-	c, sealed, prov, err := p.load(ctx, id, task)
+	c, sealed, prov, err := p.load(ctx, id)
 	if err != nil {
 		return err
 	}

@@ -30,7 +30,7 @@ import (
 // stays, and the outbox sweeper sends the task again.
 func (p *Processor) Reverse(ctx context.Context, id string, final bool) error {
 	task := outbox.Task{Type: outbox.ChargeReverse, RefID: id}
-	c, sealed, prov, err := p.load(ctx, id, task)
+	c, sealed, prov, err := p.load(ctx, id)
 	if err != nil {
 		return err
 	}

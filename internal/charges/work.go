@@ -187,7 +187,7 @@ var ErrRetry = errors.New("charges: provider unavailable, retry later")
 // IdempotencyKey is the provider idempotency key of an operation on a charge.
 func IdempotencyKey(chargeID, op string) string { return "gh_" + chargeID + "_" + op }
 
-func (p *Processor) load(ctx context.Context, id string, task outbox.Task) (Charge, []byte, providers.Provider, error) {
+func (p *Processor) load(ctx context.Context, id string) (Charge, []byte, providers.Provider, error) {
 	c, sealed, err := p.store.ChargeForWork(ctx, id)
 	if err != nil {
 		return Charge{}, nil, nil, err
@@ -227,7 +227,7 @@ func (p *Processor) Authorize(ctx context.Context, id string, final bool) error 
 // task of its own, and two calls at once under one key only race.
 func (p *Processor) AuthorizeAttempt(ctx context.Context, id string, attempt int, final bool) error {
 	task := outbox.Task{Type: outbox.ChargeAuthorize, RefID: id}
-	c, sealed, prov, err := p.load(ctx, id, task)
+	c, sealed, prov, err := p.load(ctx, id)
 	if err != nil {
 		if apperr.KindOf(err) == apperr.KindNotFound {
 			return err
@@ -282,7 +282,7 @@ func (p *Processor) AuthorizeAttempt(ctx context.Context, id string, attempt int
 	if err != nil {
 		if code, ok := failoverCode(c, err, owner); ok {
 			p.observe(c.Provider, "authorize", failoverOutcome(err), elapsed)
-			return p.moveOn(ctx, c, task, code)
+			return p.moveOn(ctx, c, code)
 		}
 	}
 	if d, ok := providers.AsDecline(err); ok {
@@ -436,7 +436,7 @@ func (p *Processor) settle(ctx context.Context, id string, final bool, action st
 	if action == ActionVoid {
 		task.Type = outbox.ChargeVoid
 	}
-	c, _, prov, err := p.load(ctx, id, task)
+	c, _, prov, err := p.load(ctx, id)
 	if err != nil {
 		return err
 	}

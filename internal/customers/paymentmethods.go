@@ -43,9 +43,8 @@ type PaymentMethodView struct {
 
 // View returns the public form.
 func (m PaymentMethod) View() PaymentMethodView {
-	c := m.Card
 	return PaymentMethodView{ID: m.ID, Object: "payment_method", Type: "card", Customer: m.CustomerID,
-		Card:      charges.CardView{Brand: c.Brand, Last4: c.Last4, ExpMonth: c.ExpMonth, ExpYear: c.ExpYear, Fingerprint: c.Fingerprint},
+		Card:      charges.CardView(m.Card),
 		CreatedAt: events.Timestamp(m.CreatedAt)}
 }
 

@@ -128,12 +128,10 @@ func (v dashVariable) queryText() string {
 }
 
 type dashboard struct {
-	raw        any
-	panels     []dashPanel // charts only, in order
-	rows       int
-	variables  []dashVariable
-	hasUIDKey  bool
-	uidIsFixed bool
+	raw       any
+	panels    []dashPanel // charts only, in order
+	rows      int
+	variables []dashVariable
 }
 
 // loadDashboard reads the dashboard file and fails the test for every
@@ -649,6 +647,11 @@ func (tr *obsTraffic) burst(t *testing.T, key string, overLimit bool) {
 	want = map[string]string{toVoid: "voided", toCapture: "captured"}
 	got, _ = p.waitCharges(t, []string{toVoid, toCapture},
 		func(id, status string) bool { return status == want[id] }, 20*time.Second)
+	for id, w := range want {
+		if got[id].Status != w {
+			t.Errorf("charge %s: got %s, want %s", id, got[id].Status, w)
+		}
+	}
 	mustExpect(t, p.do(t, http.MethodGet, "/v1/charges?limit=5", ""), http.StatusOK, "")
 
 	// Refused authentications: an unknown key, and no key at all.

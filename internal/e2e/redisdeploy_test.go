@@ -100,9 +100,6 @@ func addrParams(servers []*harness.RedisServer, sep string) string {
 	return b.String()
 }
 
-// addr is the address of the first data node.
-func (d *redisDeploy) addr() string { return d.nodes[0].Addr() }
-
 // down reports whether the data nodes are stopped.
 func (d *redisDeploy) down() bool { return !d.nodes[0].Running() }
 

@@ -24,7 +24,7 @@ import (
 	"testing"
 	"time"
 
-	"sigs.k8s.io/yaml"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/gatehouse-pay/gatehouse/internal/testenv"
 	"github.com/gatehouse-pay/gatehouse/internal/testenv/harness"

@@ -746,10 +746,8 @@ func webhookFaultTest(t *testing.T, st *stack, bag *secretBag) {
 	m := newWebhookMerchant(t, st, bag, "127.0.0.44", "fault")
 	slowOK := func(hit, int) (int, time.Duration, http.Header) { return http.StatusOK, receiverTakes, nil }
 	rcvs := []*receiver{newReceiver(t, "fault-a", slowOK), newReceiver(t, "fault-b", slowOK)}
-	var eps []endpointJSON
 	for _, r := range rcvs {
-		ep, _ := m.endpoint(t, r.url(), "charge.created", "charge.captured")
-		eps = append(eps, ep)
+		m.endpoint(t, r.url(), "charge.created", "charge.captured")
 	}
 	// A third endpoint asks for order: it must see each charge's
 	// charge.created (sequence 1) before its charge.captured (2), kills or not.

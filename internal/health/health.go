@@ -28,6 +28,7 @@ func (c Checks) Exclude(values []string) (map[string]bool, error) {
 		for _, name := range strings.Split(v, ",") {
 			name = strings.TrimSpace(name)
 			if _, ok := c[name]; !ok {
+				//lint:ignore ST1005 the text is the API's message for ?exclude= (api/openapi.yaml), a sentence
 				return nil, fmt.Errorf("exclude must name readiness checks (%s).", strings.Join(c.Names(), ", "))
 			}
 			excluded[name] = true

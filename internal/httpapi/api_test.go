@@ -29,7 +29,7 @@ func TestLogin(t *testing.T) {
 			t.Fatalf("merchant: %v", m)
 		}
 		exp, err := time.Parse(time.RFC3339, r.body["expires_at"].(string))
-		if err != nil || exp.Sub(time.Now()) < 23*time.Hour+59*time.Minute || exp.Sub(time.Now()) > 24*time.Hour {
+		if err != nil || time.Until(exp) < 23*time.Hour+59*time.Minute || time.Until(exp) > 24*time.Hour {
 			t.Fatalf("expires_at %v is not 24 h from now (%v)", r.body["expires_at"], err)
 		}
 	})

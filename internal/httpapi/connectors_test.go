@@ -114,7 +114,7 @@ func TestConnectors(t *testing.T) {
 		{"negative latency", "POST", "/v1/connectors", `{"provider":"sandbox","name":"x","sandbox":{"latency_ms":-1}}`, "parameter_invalid", "sandbox.latency_ms"},
 		{"latency above 5 s", "POST", "/v1/connectors", `{"provider":"sandbox","name":"x","sandbox":{"latency_ms":5001}}`, "parameter_invalid", "sandbox.latency_ms"},
 		{"latency as a string", "POST", "/v1/connectors", `{"provider":"sandbox","name":"x","sandbox":{"latency_ms":"5"}}`, "parameter_invalid", "sandbox.latency_ms"},
-		{"unknown sandbox setting", "POST", "/v1/connectors", `{"provider":"sandbox","name":"x","sandbox":{"unavailible":true}}`, "parameter_invalid", "sandbox.unavailible"},
+		{"unknown sandbox setting", "POST", "/v1/connectors", `{"provider":"sandbox","name":"x","sandbox":{"unavailabel":true}}`, "parameter_invalid", "sandbox.unavailabel"},
 		{"sandbox setting in upper case", "POST", "/v1/connectors", `{"provider":"sandbox","name":"x","sandbox":{"LATENCY_MS":10}}`, "parameter_invalid", "sandbox.LATENCY_MS"},
 		{"unknown sandbox setting in a patch", "PATCH", "/v1/connectors/" + reh, `{"sandbox":{"bogus":1}}`, "parameter_invalid", "sandbox.bogus"},
 		{"sandbox settings of a stripe connector", "PATCH", "/v1/connectors/" + eu, `{"sandbox":{"unavailable":true}}`, "parameter_invalid", "sandbox"},

@@ -317,8 +317,9 @@ func (r *Recovery) dequeueOf(c *redis.Cmd) (string, bool) {
 		return "", false
 	}
 	first, _ := args[3].(string)
-	q, ok := strings.CutPrefix(first, "asynq:{")
-	if q, ok = strings.CutSuffix(q, "}:pending"); !ok || !r.watched[q] {
+	q, prefixed := strings.CutPrefix(first, "asynq:{")
+	q, ok := strings.CutSuffix(q, "}:pending")
+	if !prefixed || !ok || !r.watched[q] {
 		return "", false
 	}
 	for i, name := range []string{"paused", "active", "lease"} {
@@ -417,8 +418,8 @@ func (r *Recovery) doneOf(c *redis.Cmd) (q, id string, ok bool) {
 		return "", "", false
 	}
 	first, _ := args[3].(string)
-	q, ok = strings.CutPrefix(first, "asynq:{")
-	if q, ok = strings.CutSuffix(q, "}:active"); !ok || !r.watched[q] || !runsScript(c, asynqDoneSHA) {
+	q, prefixed := strings.CutPrefix(first, "asynq:{")
+	if q, ok = strings.CutSuffix(q, "}:active"); !prefixed || !ok || !r.watched[q] || !runsScript(c, asynqDoneSHA) {
 		return "", "", false
 	}
 	id, ok = args[8].(string)
@@ -703,7 +704,7 @@ func (r *Recovery) connected(ctx context.Context, ids []string) (map[string]bool
 	for _, id := range ids {
 		args = append(args, id)
 	}
-	var node redis.UniversalClient = r.rdb
+	node := r.rdb
 	if c, ok := r.rdb.(*redis.ClusterClient); ok {
 		n, err := c.MasterForKey(ctx, workersKey)
 		if err != nil {

@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -32,12 +31,12 @@ func ModuleRoot() (string, error) {
 	}
 }
 
-// GoTool is the go command: the one on PATH, or the toolchain's own.
+// GoTool is the go command on PATH; go test puts its own toolchain's first.
 func GoTool() string {
 	if p, err := exec.LookPath("go"); err == nil {
 		return p
 	}
-	return filepath.Join(runtime.GOROOT(), "bin", "go")
+	return "go" // the error comes from running it, naming the command
 }
 
 // Built is a set of commands built by Build.
