@@ -66,6 +66,24 @@ func TestDomainPackagesImportNoAdapters(t *testing.T) {
 	}
 }
 
+// TestResourceIsTheLowestLayer: internal/resource, the shapes of the API's
+// bodies, imports the standard library only, so every package may use it.
+func TestResourceIsTheLowestLayer(t *testing.T) {
+	pkg := module + "/internal/resource"
+	list := deps(t, pkg)
+	if len(list) == 0 {
+		t.Fatalf("%s is missing", pkg)
+	}
+	for _, dep := range list {
+		if dep == pkg {
+			continue
+		}
+		if first, _, _ := strings.Cut(dep, "/"); strings.Contains(first, ".") {
+			t.Errorf("%s imports %s (directly or through another package); it may use the standard library only", pkg, dep)
+		}
+	}
+}
+
 func TestNothingImportsCmd(t *testing.T) {
 	for _, dep := range deps(t, module+"/internal/...") {
 		if strings.HasPrefix(dep, module+"/cmd") {

@@ -10,6 +10,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/events"
 	"github.com/gatehouse-pay/gatehouse/internal/outbox"
 	"github.com/gatehouse-pay/gatehouse/internal/providers"
+	"github.com/gatehouse-pay/gatehouse/internal/resource"
 )
 
 // Attempt statuses.
@@ -38,27 +39,16 @@ type Attempt struct {
 	EndedAt           *time.Time `json:"ended_at"`
 }
 
-// AttemptView is the public form of an attempt.
-type AttemptView struct {
-	Connector         *string `json:"connector"`
-	Provider          string  `json:"provider"`
-	Status            string  `json:"status"`
-	FailureCode       *string `json:"failure_code"`
-	ProviderReference *string `json:"provider_reference"`
-	StartedAt         string  `json:"started_at"`
-	EndedAt           *string `json:"ended_at"`
-}
-
 // RouteStep is one connector of a charge's route.
 type RouteStep struct {
 	Connector string `json:"connector"`
 	Provider  string `json:"provider"`
 }
 
-func attemptViews(list []Attempt) []AttemptView {
-	out := make([]AttemptView, len(list))
+func attemptViews(list []Attempt) []resource.ChargeAttempt {
+	out := make([]resource.ChargeAttempt, len(list))
 	for i, a := range list {
-		v := AttemptView{Provider: a.Provider, Status: a.Status, FailureCode: a.FailureCode,
+		v := resource.ChargeAttempt{Provider: a.Provider, Status: a.Status, FailureCode: a.FailureCode,
 			ProviderReference: a.ProviderReference, StartedAt: events.Timestamp(a.StartedAt)}
 		if a.Connector != "" {
 			v.Connector = ptr(a.Connector)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gatehouse-pay/gatehouse/internal/events"
+	"github.com/gatehouse-pay/gatehouse/internal/resource"
 )
 
 // Statuses of api/openapi.yaml.
@@ -65,6 +66,11 @@ type Card struct {
 	Fingerprint *string
 }
 
+// View returns the public form.
+func (c Card) View() resource.Card {
+	return resource.Card{Brand: c.Brand, Last4: c.Last4, ExpMonth: c.ExpMonth, ExpYear: c.ExpYear, Fingerprint: c.Fingerprint}
+}
+
 // Charge is a payment of Amount in Currency through Provider.
 type Charge struct {
 	ID                string
@@ -115,73 +121,14 @@ type Charge struct {
 // Refundable is what can still be refunded.
 func (c Charge) Refundable() int64 { return c.AmountCaptured - c.AmountRefunded - c.AmountRefundHeld }
 
-// CardView is the public form of Card.
-type CardView struct {
-	Brand       string  `json:"brand"`
-	Last4       *string `json:"last4"`
-	ExpMonth    *int    `json:"exp_month"`
-	ExpYear     *int    `json:"exp_year"`
-	Fingerprint *string `json:"fingerprint"`
-}
-
-// View is the public form of a charge, in API responses and event bodies.
-type View struct {
-	ID                string             `json:"id"`
-	Object            string             `json:"object"`
-	Amount            int64              `json:"amount"`
-	AmountCaptured    int64              `json:"amount_captured"`
-	AmountRefunded    int64              `json:"amount_refunded"`
-	Currency          string             `json:"currency"`
-	Status            string             `json:"status"`
-	PaymentMethod     string             `json:"payment_method"`
-	Card              CardView           `json:"card"`
-	Provider          string             `json:"provider"`
-	ProviderReference *string            `json:"provider_reference"`
-	Environment       string             `json:"environment"`
-	Capture           bool               `json:"capture"`
-	Description       *string            `json:"description"`
-	Metadata          map[string]string  `json:"metadata"`
-	FailureCode       *string            `json:"failure_code"`
-	FailureMessage    *string            `json:"failure_message"`
-	Customer          *string            `json:"customer"`
-	OffSession        bool               `json:"off_session"`
-	Authentication    AuthenticationView `json:"authentication"`
-	NextAction        *NextAction        `json:"next_action"`
-	Connector         *string            `json:"connector"`
-	Attempts          []AttemptView      `json:"attempts"`
-	CreatedAt         string             `json:"created_at"`
-	UpdatedAt         string             `json:"updated_at"`
-}
-
-// AuthenticationView is the public form of Authentication.
-type AuthenticationView struct {
-	Status      string  `json:"status"`
-	CompletedAt *string `json:"completed_at"`
-}
-
 // Next action types.
 const (
 	NextActionRedirect    = "redirect_to_url"
 	NextActionGatehouseJS = "use_gatehouse_js"
 )
 
-// NextAction is what the cardholder must do for a charge that requires
-// action: follow a redirect (with the merchant's return_url), or let the
-// card field show the challenge (gatehouse.handleNextAction).
-type NextAction struct {
-	Type           string         `json:"type"`
-	RedirectToURL  *RedirectToURL `json:"redirect_to_url,omitempty"`
-	UseGatehouseJS *struct{}      `json:"use_gatehouse_js,omitempty"`
-}
-
-// RedirectToURL is the challenge page and where it sends the cardholder after.
-type RedirectToURL struct {
-	URL       string `json:"url"`
-	ReturnURL string `json:"return_url"`
-}
-
 // View returns the public form.
-func (c Charge) View() View {
+func (c Charge) View() resource.Charge {
 	md := c.Metadata
 	if md == nil {
 		md = map[string]string{}
@@ -190,7 +137,7 @@ func (c Charge) View() View {
 	if c.PaymentMethodID != nil {
 		pm = *c.PaymentMethodID
 	}
-	auth := AuthenticationView{Status: c.Authentication.Status}
+	auth := resource.Authentication{Status: c.Authentication.Status}
 	if auth.Status == "" {
 		auth.Status = AuthNotRequired
 	}
@@ -198,11 +145,11 @@ func (c Charge) View() View {
 		ts := events.Timestamp(*t)
 		auth.CompletedAt = &ts
 	}
-	return View{
+	return resource.Charge{
 		ID: c.ID, Object: "charge", Amount: c.Amount, AmountCaptured: c.AmountCaptured, AmountRefunded: c.AmountRefunded,
 		Currency: c.Currency, Status: c.Status, PaymentMethod: pm, Customer: c.CustomerID, OffSession: c.OffSession,
 		Authentication: auth, NextAction: c.nextAction(), Connector: c.ConnectorID, Attempts: attemptViews(c.Attempts),
-		Card:     CardView{Brand: c.Card.Brand, Last4: c.Card.Last4, ExpMonth: c.Card.ExpMonth, ExpYear: c.Card.ExpYear, Fingerprint: c.Card.Fingerprint},
+		Card:     c.Card.View(),
 		Provider: c.Provider, ProviderReference: c.ProviderReference, Environment: c.Environment,
 		Capture: c.Capture, Description: c.Description, Metadata: md,
 		FailureCode: c.FailureCode, FailureMessage: c.FailureMessage,
@@ -211,14 +158,14 @@ func (c Charge) View() View {
 }
 
 // nextAction is the charge's next action while it requires action.
-func (c Charge) nextAction() *NextAction {
+func (c Charge) nextAction() *resource.NextAction {
 	if c.Status != StatusRequiresAction || c.Authentication.NextActionURL == nil {
 		return nil
 	}
 	if c.ReturnURL == nil {
-		return &NextAction{Type: NextActionGatehouseJS, UseGatehouseJS: &struct{}{}}
+		return &resource.NextAction{Type: NextActionGatehouseJS, UseGatehouseJS: &struct{}{}}
 	}
-	return &NextAction{Type: NextActionRedirect, RedirectToURL: &RedirectToURL{URL: *c.Authentication.NextActionURL, ReturnURL: *c.ReturnURL}}
+	return &resource.NextAction{Type: NextActionRedirect, RedirectToURL: &resource.RedirectToURL{URL: *c.Authentication.NextActionURL, ReturnURL: *c.ReturnURL}}
 }
 
 // MarshalJSON renders the public form.

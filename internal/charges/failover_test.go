@@ -12,6 +12,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/outbox"
 	"github.com/gatehouse-pay/gatehouse/internal/providers"
 	"github.com/gatehouse-pay/gatehouse/internal/providers/providertest"
+	"github.com/gatehouse-pay/gatehouse/internal/resource"
 )
 
 // routed is a created charge whose route is conn_a then conn_b, at its
@@ -145,7 +146,7 @@ func TestSecondAttempt(t *testing.T) {
 	}
 	var body struct {
 		Data struct {
-			Charge charges.View `json:"charge"`
+			Charge resource.Charge `json:"charge"`
 		} `json:"data"`
 	}
 	if err := json.Unmarshal(tr.Event.Body, &body); err != nil {

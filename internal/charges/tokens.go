@@ -10,6 +10,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/events"
 	"github.com/gatehouse-pay/gatehouse/internal/idempotency"
 	"github.com/gatehouse-pay/gatehouse/internal/ids"
+	"github.com/gatehouse-pay/gatehouse/internal/resource"
 )
 
 // Card tokens (api/openapi.yaml). A checkout page
@@ -36,23 +37,11 @@ type Token struct {
 	ExpiresAt   time.Time
 }
 
-// TokenView is the public form of a token.
-type TokenView struct {
-	ID        string   `json:"id"`
-	Object    string   `json:"object"`
-	Type      string   `json:"type"`
-	Card      CardView `json:"card"`
-	Livemode  bool     `json:"livemode"`
-	Used      bool     `json:"used"`
-	CreatedAt string   `json:"created_at"`
-	ExpiresAt string   `json:"expires_at"`
-}
-
 // View returns the public form.
-func (t Token) View() TokenView {
-	return TokenView{
+func (t Token) View() resource.Token {
+	return resource.Token{
 		ID: t.ID, Object: "token", Type: "card",
-		Card:     CardView{Brand: t.Card.Brand, Last4: t.Card.Last4, ExpMonth: t.Card.ExpMonth, ExpYear: t.Card.ExpYear, Fingerprint: t.Card.Fingerprint},
+		Card:     t.Card.View(),
 		Livemode: t.Environment == "live", Used: t.Used,
 		CreatedAt: events.Timestamp(t.CreatedAt), ExpiresAt: events.Timestamp(t.ExpiresAt),
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/ids"
 	"github.com/gatehouse-pay/gatehouse/internal/keyring"
 	"github.com/gatehouse-pay/gatehouse/internal/listing"
+	"github.com/gatehouse-pay/gatehouse/internal/resource"
 )
 
 // Prefix is the id prefix of connectors.
@@ -98,29 +99,15 @@ type Connector struct {
 	DeletedAt *time.Time
 }
 
-// View is the public form of a connector: never its credentials.
-type View struct {
-	ID             string   `json:"id"`
-	Object         string   `json:"object"`
-	Provider       string   `json:"provider"`
-	Name           string   `json:"name"`
-	Enabled        bool     `json:"enabled"`
-	ServerAccount  bool     `json:"server_account"`
-	HasCredentials bool     `json:"has_credentials"`
-	Sandbox        *Sandbox `json:"sandbox,omitempty"`
-	CreatedAt      string   `json:"created_at"`
-	UpdatedAt      string   `json:"updated_at"`
-}
-
 // View returns the public form.
-func (c Connector) View() View {
-	v := View{ID: c.ID, Object: "connector", Provider: c.Provider, Name: c.Name, Enabled: c.Enabled,
+func (c Connector) View() resource.Connector {
+	v := resource.Connector{ID: c.ID, Object: "connector", Provider: c.Provider, Name: c.Name, Enabled: c.Enabled,
 		ServerAccount: c.ServerAccount, HasCredentials: c.Sealed != nil,
 		CreatedAt: events.Timestamp(c.CreatedAt), UpdatedAt: events.Timestamp(c.UpdatedAt)}
 	if c.Provider == ProviderSandbox {
-		s := Sandbox{}
+		s := resource.Sandbox{}
 		if c.Sandbox != nil {
-			s = *c.Sandbox
+			s = resource.Sandbox(*c.Sandbox)
 		}
 		v.Sandbox = &s
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/apperr"
 	"github.com/gatehouse-pay/gatehouse/internal/events"
 	"github.com/gatehouse-pay/gatehouse/internal/money"
+	"github.com/gatehouse-pay/gatehouse/internal/resource"
 )
 
 // Limits on routing (api/openapi.yaml).
@@ -65,25 +66,28 @@ type Weighted struct {
 	Weight    int    `json:"weight"`
 }
 
-// RoutingView is the public form of a merchant's routing.
-type RoutingView struct {
-	Object    string  `json:"object"`
-	Rules     []Rule  `json:"rules"`
-	Default   Route   `json:"default"`
-	UpdatedAt *string `json:"updated_at"`
-}
-
 // View returns the public form.
-func (r Routing) View() RoutingView {
-	v := RoutingView{Object: "routing", Rules: r.Rules, Default: r.Default}
-	if v.Rules == nil {
-		v.Rules = []Rule{}
+func (r Routing) View() resource.Routing {
+	v := resource.Routing{Object: "routing", Rules: make([]resource.RoutingRule, len(r.Rules)), Default: r.Default.view()}
+	for i, rule := range r.Rules {
+		v.Rules[i] = resource.RoutingRule{If: resource.RoutingCondition(rule.If), Then: rule.Then.view()}
 	}
 	if r.UpdatedAt != nil {
 		ts := events.Timestamp(*r.UpdatedAt)
 		v.UpdatedAt = &ts
 	}
 	return v
+}
+
+func (r Route) view() resource.Route {
+	out := resource.Route{Connectors: r.Connectors}
+	if r.Split != nil {
+		out.Split = make([]resource.RouteWeight, len(r.Split))
+		for i, w := range r.Split {
+			out.Split[i] = resource.RouteWeight(w)
+		}
+	}
+	return out
 }
 
 // RoutingParams is the body of PUT /v1/routing.

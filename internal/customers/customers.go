@@ -21,6 +21,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/ids"
 	"github.com/gatehouse-pay/gatehouse/internal/keyring"
 	"github.com/gatehouse-pay/gatehouse/internal/listing"
+	"github.com/gatehouse-pay/gatehouse/internal/resource"
 )
 
 // Limits on customer input (api/openapi.yaml); metadata has the limits of
@@ -55,24 +56,13 @@ type Customer struct {
 	UpdatedAt   time.Time
 }
 
-// View is the public form of a customer.
-type View struct {
-	ID          string            `json:"id"`
-	Object      string            `json:"object"`
-	Email       *string           `json:"email"`
-	Name        *string           `json:"name"`
-	Description *string           `json:"description"`
-	Metadata    map[string]string `json:"metadata"`
-	CreatedAt   string            `json:"created_at"`
-}
-
 // View returns the public form.
-func (c Customer) View() View {
+func (c Customer) View() resource.Customer {
 	md := c.Metadata
 	if md == nil {
 		md = map[string]string{}
 	}
-	return View{ID: c.ID, Object: "customer", Email: c.Email, Name: c.Name, Description: c.Description,
+	return resource.Customer{ID: c.ID, Object: "customer", Email: c.Email, Name: c.Name, Description: c.Description,
 		Metadata: md, CreatedAt: events.Timestamp(c.CreatedAt)}
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/ids"
 	"github.com/gatehouse-pay/gatehouse/internal/keyring"
 	"github.com/gatehouse-pay/gatehouse/internal/merchants"
+	"github.com/gatehouse-pay/gatehouse/internal/resource"
 	"github.com/gatehouse-pay/gatehouse/internal/store"
 	"github.com/gatehouse-pay/gatehouse/internal/testenv"
 )
@@ -67,21 +68,21 @@ func (f *fixture) customer(t *testing.T, merchantID string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var v customers.View
+	var v resource.Customer
 	if err := json.Unmarshal(r.Response.Body, &v); err != nil {
 		t.Fatal(err)
 	}
 	return v.ID
 }
 
-func (f *fixture) token(t *testing.T, merchantID, number string) charges.TokenView {
+func (f *fixture) token(t *testing.T, merchantID, number string) resource.Token {
 	t.Helper()
 	r, err := f.charge.CreateToken(context.Background(), merchantID, "sandbox", "key_1", charges.TokenParams{Card: rawCard(number)}, nil,
 		func(v any) (idempotency.Response, error) { return render(v) })
 	if err != nil {
 		t.Fatal(err)
 	}
-	var v charges.TokenView
+	var v resource.Token
 	if err := json.Unmarshal(r.Response.Body, &v); err != nil {
 		t.Fatal(err)
 	}
@@ -100,13 +101,13 @@ func cardParams(number string) *customers.CardParams {
 
 func tokenParams(id string) *customers.CardParams { return &customers.CardParams{Token: &id} }
 
-func (f *fixture) savePM(merchantID, customerID string, card *customers.CardParams, idem *idempotency.Request) (customers.PaymentMethodView, bool, error) {
+func (f *fixture) savePM(merchantID, customerID string, card *customers.CardParams, idem *idempotency.Request) (resource.PaymentMethod, bool, error) {
 	r, err := f.svc.CreatePaymentMethod(context.Background(), merchantID, "sandbox", customerID, customers.PaymentMethodParams{Card: card}, idem,
 		render[customers.PaymentMethod])
 	if err != nil {
-		return customers.PaymentMethodView{}, false, err
+		return resource.PaymentMethod{}, false, err
 	}
-	var v customers.PaymentMethodView
+	var v resource.PaymentMethod
 	err = json.Unmarshal(r.Response.Body, &v)
 	return v, r.Replayed, err
 }
@@ -171,7 +172,7 @@ func TestCustomerValidation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var v customers.View
+	var v resource.Customer
 	if err := json.Unmarshal(r.Response.Body, &v); err != nil || !customers.ValidID(v.ID) || v.Object != "customer" || len(*v.Email) != 512 {
 		t.Fatalf("created %s (%v)", r.Response.Body, err)
 	}

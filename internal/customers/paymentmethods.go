@@ -12,6 +12,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/idempotency"
 	"github.com/gatehouse-pay/gatehouse/internal/ids"
 	"github.com/gatehouse-pay/gatehouse/internal/listing"
+	"github.com/gatehouse-pay/gatehouse/internal/resource"
 )
 
 // PaymentMethod is a customer's saved card. The card itself is kept only
@@ -31,20 +32,10 @@ type PaymentMethod struct {
 	CreatedAt       time.Time
 }
 
-// PaymentMethodView is the public form of a payment method.
-type PaymentMethodView struct {
-	ID        string           `json:"id"`
-	Object    string           `json:"object"`
-	Type      string           `json:"type"`
-	Customer  string           `json:"customer"`
-	Card      charges.CardView `json:"card"`
-	CreatedAt string           `json:"created_at"`
-}
-
 // View returns the public form.
-func (m PaymentMethod) View() PaymentMethodView {
-	return PaymentMethodView{ID: m.ID, Object: "payment_method", Type: "card", Customer: m.CustomerID,
-		Card:      charges.CardView(m.Card),
+func (m PaymentMethod) View() resource.PaymentMethod {
+	return resource.PaymentMethod{ID: m.ID, Object: "payment_method", Type: "card", Customer: m.CustomerID,
+		Card:      m.Card.View(),
 		CreatedAt: events.Timestamp(m.CreatedAt)}
 }
 

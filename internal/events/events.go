@@ -1,7 +1,8 @@
 // Package events defines what Gatehouse tells merchants happened: the eight
-// event types of api/openapi.yaml and the event body, which is both what
-// GET /v1/events returns and what a webhook delivers. Events are written in
-// the same transaction as the state change they describe.
+// event types of api/openapi.yaml and the rendering of the event body
+// (resource.Event), which is both what GET /v1/events returns and what a
+// webhook delivers. Events are written in the same transaction as the state
+// change they describe.
 package events
 
 import (
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gatehouse-pay/gatehouse/internal/listing"
+	"github.com/gatehouse-pay/gatehouse/internal/resource"
 )
 
 // Event types.
@@ -54,30 +56,15 @@ type Event struct {
 	Sequence int
 }
 
-// Data is the "data" member of an event body.
-type Data struct {
-	Object string `json:"object"`
-	Charge any    `json:"charge"`
-	Refund any    `json:"refund,omitempty"`
-}
-
-// Body is an event as it is delivered (api/openapi.yaml).
-type Body struct {
-	ID        string `json:"id"`
-	Object    string `json:"object"`
-	EventType string `json:"event_type"`
-	CreatedAt string `json:"created_at"`
-	Data      Data   `json:"data"`
-}
-
-// New renders an event. charge and refund are the public forms of the objects
-// as they are after the change; refund is nil for charge events.
-func New(id, merchantID, environment, typ string, at time.Time, charge, refund any) (Event, error) {
-	data := Data{Object: "charge", Charge: charge}
+// New renders an event (resource.Event). charge and refund are the public
+// forms of the objects as they are after the change; refund is nil for
+// charge events.
+func New(id, merchantID, environment, typ string, at time.Time, charge resource.Charge, refund *resource.Refund) (Event, error) {
+	data := resource.EventData{Object: "charge", Charge: charge}
 	if refund != nil {
 		data.Object, data.Refund = "refund", refund
 	}
-	body, err := json.Marshal(Body{ID: id, Object: "event", EventType: typ, CreatedAt: Timestamp(at), Data: data})
+	body, err := json.Marshal(resource.Event{ID: id, Object: "event", EventType: typ, CreatedAt: Timestamp(at), Data: data})
 	if err != nil {
 		return Event{}, err
 	}

@@ -29,6 +29,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/keyring"
 	"github.com/gatehouse-pay/gatehouse/internal/listing"
 	"github.com/gatehouse-pay/gatehouse/internal/money"
+	"github.com/gatehouse-pay/gatehouse/internal/resource"
 )
 
 // The merchant dashboard (api/openapi.yaml): server-rendered pages
@@ -150,7 +151,7 @@ func newDashboard() *dashboard {
 type view struct {
 	Title    string
 	Nav      string
-	Merchant *merchantJSON
+	Merchant *resource.Merchant
 	CSRF     string
 	// Role is the signed-in member's, for what a page offers (Can).
 	Role      string

@@ -14,6 +14,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/apperr"
 	"github.com/gatehouse-pay/gatehouse/internal/connectors"
 	"github.com/gatehouse-pay/gatehouse/internal/listing"
+	"github.com/gatehouse-pay/gatehouse/internal/resource"
 )
 
 // The dashboard's connectors and routing: the list of connectors with the
@@ -92,7 +93,7 @@ func (s *server) dashCreateConnector(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	var made connectors.View
+	var made resource.Connector
 	if err := json.Unmarshal(res.Response.Body, &made); err != nil {
 		return apperr.Internal(err)
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/listing"
 	"github.com/gatehouse-pay/gatehouse/internal/money"
 	"github.com/gatehouse-pay/gatehouse/internal/refunds"
+	"github.com/gatehouse-pay/gatehouse/internal/resource"
 	"github.com/gatehouse-pay/gatehouse/internal/webhooks"
 )
 
@@ -126,7 +127,7 @@ func (s *server) dashCreateKey(c *fiber.Ctx) error {
 	}
 	created, replay, err := s.Keys.CreateOnce(c.UserContext(), principal(c).MerchantID, p, idem,
 		func(k apikeys.Key) (idempotency.Response, error) {
-			return renderAs[keyJSON](fiber.StatusCreated)(presentKey(k))
+			return renderAs[resource.APIKey](fiber.StatusCreated)(presentKey(k))
 		})
 	if err != nil {
 		return err
@@ -448,12 +449,12 @@ func (s *server) dashCreateEndpoint(c *fiber.Ctx) error {
 	merchant := principal(c).MerchantID
 	res, err := s.Webhooks.Create(c.UserContext(), merchant, apikeys.Sandbox, p, idem,
 		func(e webhooks.Endpoint, secret string) (idempotency.Response, error) {
-			return renderAs[endpointWithSecret](fiber.StatusCreated)(presentEndpointWithSecret(e, secret))
+			return renderAs[resource.WebhookEndpointWithSecret](fiber.StatusCreated)(presentEndpointWithSecret(e, secret))
 		})
 	if err != nil {
 		return err
 	}
-	var out endpointWithSecret
+	var out resource.WebhookEndpointWithSecret
 	if err := json.Unmarshal(res.Response.Body, &out); err != nil {
 		return apperr.Internal(err)
 	}

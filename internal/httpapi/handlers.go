@@ -12,10 +12,11 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/health"
 	"github.com/gatehouse-pay/gatehouse/internal/idempotency"
 	"github.com/gatehouse-pay/gatehouse/internal/ids"
+	"github.com/gatehouse-pay/gatehouse/internal/resource"
 )
 
 func (s *server) healthz(c *fiber.Ctx) error {
-	return writeJSON(c, fiber.StatusOK, healthJSON{Status: "ok"})
+	return writeJSON(c, fiber.StatusOK, resource.Health{Status: "ok"})
 }
 
 // readyz answers 200 only while every check answers and the process is not
@@ -46,7 +47,7 @@ func (s *server) readyz(c *fiber.Ctx) error {
 		e.Message = "Not ready: " + strings.Join(failed, ", ") + " unreachable."
 		return e
 	}
-	return writeJSON(c, fiber.StatusOK, readinessJSON{Checks: states, Status: "ok"})
+	return writeJSON(c, fiber.StatusOK, resource.Readiness{Checks: states, Status: "ok"})
 }
 
 type loginRequest struct {
@@ -79,7 +80,7 @@ func (s *server) login(c *fiber.Ctx) error {
 			return err
 		}
 		c.Set(fiber.HeaderCacheControl, "no-store")
-		return writeJSON(c, fiber.StatusOK, mfaChallengeJSON{Challenge: challenge, MFARequired: true})
+		return writeJSON(c, fiber.StatusOK, resource.MFAChallenge{Challenge: challenge, MFARequired: true})
 	}
 	return s.writeSession(c, l)
 }
@@ -138,7 +139,7 @@ func (s *server) createKey(c *fiber.Ctx) error {
 		var replay *idempotency.Response
 		created, replay, err = s.Keys.CreateOnce(c.UserContext(), principal(c).MerchantID, params, idem,
 			func(k apikeys.Key) (idempotency.Response, error) {
-				return renderAs[keyJSON](fiber.StatusCreated)(presentKey(k))
+				return renderAs[resource.APIKey](fiber.StatusCreated)(presentKey(k))
 			})
 		if err == nil && replay != nil {
 			c.Set(fiber.HeaderCacheControl, "no-store")

@@ -9,6 +9,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/apperr"
 	"github.com/gatehouse-pay/gatehouse/internal/ids"
 	"github.com/gatehouse-pay/gatehouse/internal/members"
+	"github.com/gatehouse-pay/gatehouse/internal/resource"
 )
 
 // actor is the signed-in member making a change to the team.
@@ -36,7 +37,7 @@ func (s *server) createMember(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	return writeJSON(c, fiber.StatusCreated, invitationJSON{Member: presentMember(inv.Member), SetupURL: s.setupURL(inv.Token)})
+	return writeJSON(c, fiber.StatusCreated, resource.Invitation{Member: presentMember(inv.Member), SetupURL: s.setupURL(inv.Token)})
 }
 
 func (s *server) listMembers(c *fiber.Ctx) error {

@@ -9,6 +9,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/auth"
 	"github.com/gatehouse-pay/gatehouse/internal/members"
 	"github.com/gatehouse-pay/gatehouse/internal/mfa"
+	"github.com/gatehouse-pay/gatehouse/internal/resource"
 )
 
 // Two-factor sign-in (internal/mfa, docs/team.md): enrollment, the second
@@ -161,7 +162,7 @@ func (s *server) confirmTOTP(c *fiber.Ctx) error {
 	}
 	m.MFAEnabled = true
 	c.Set(fiber.HeaderCacheControl, "no-store")
-	return writeJSON(c, fiber.StatusOK, recoveryCodesJSON{Member: presentMember(m), RecoveryCodes: codes})
+	return writeJSON(c, fiber.StatusOK, resource.RecoveryCodes{Member: presentMember(m), RecoveryCodes: codes})
 }
 
 func (s *server) getSettings(c *fiber.Ctx) error {

@@ -10,6 +10,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/members"
 	"github.com/gatehouse-pay/gatehouse/internal/merchants"
 	"github.com/gatehouse-pay/gatehouse/internal/mfa"
+	"github.com/gatehouse-pay/gatehouse/internal/resource"
 )
 
 // TestSmallBodiesBytes pins the exact bytes of the small answers: their
@@ -26,18 +27,18 @@ func TestSmallBodiesBytes(t *testing.T) {
 		want string
 	}{
 		{"deleted", presentDeleted("customer", "cus_1"), `{"deleted":true,"id":"cus_1","object":"customer"}`},
-		{"health", healthJSON{Status: "ok"}, `{"status":"ok"}`},
-		{"readiness", readinessJSON{Checks: map[string]string{"redis": "ok", "postgres": "ok"}, Status: "ok"},
+		{"health", resource.Health{Status: "ok"}, `{"status":"ok"}`},
+		{"readiness", resource.Readiness{Checks: map[string]string{"redis": "ok", "postgres": "ok"}, Status: "ok"},
 			`{"checks":{"postgres":"ok","redis":"ok"},"status":"ok"}`},
-		{"mfa challenge", mfaChallengeJSON{Challenge: "c", MFARequired: true}, `{"challenge":"c","mfa_required":true}`},
-		{"invitation", invitationJSON{Member: presentMember(member), SetupURL: "https://x/setup?token=t"},
+		{"mfa challenge", resource.MFAChallenge{Challenge: "c", MFARequired: true}, `{"challenge":"c","mfa_required":true}`},
+		{"invitation", resource.Invitation{Member: presentMember(member), SetupURL: "https://x/setup?token=t"},
 			`{"member":` + memberOut + `,"setup_url":"https://x/setup?token=t"}`},
 		{"session", presentSession(auth.Login{Token: "tok", ExpiresAt: at, Member: member}, merchant),
 			`{"expires_at":"2026-03-04T04:06:07.891Z","member":` + memberOut + `,"merchant":` + merchantOut + `,"token":"tok","token_type":"Bearer"}`},
 		{"enrollment", presentEnrollment(mfa.Enrollment{Secret: "S", URL: "otpauth://totp/x"}), `{"otpauth_url":"otpauth://totp/x","secret":"S"}`},
-		{"recovery codes", recoveryCodesJSON{Member: presentMember(member), RecoveryCodes: []string{"a", "b"}},
+		{"recovery codes", resource.RecoveryCodes{Member: presentMember(member), RecoveryCodes: []string{"a", "b"}},
 			`{"member":` + memberOut + `,"recovery_codes":["a","b"]}`},
-		{"no recovery codes", recoveryCodesJSON{Member: presentMember(member)}, `{"member":` + memberOut + `,"recovery_codes":null}`},
+		{"no recovery codes", resource.RecoveryCodes{Member: presentMember(member)}, `{"member":` + memberOut + `,"recovery_codes":null}`},
 		{"settings", presentSettings(true), `{"object":"account_settings","mfa_required":true}`},
 		{"recovery", presentRecovery(at, 3, true), `{"count":3,"dry_run":true,"object":"recovery","since":"2026-03-04T04:06:07.891Z"}`},
 		{"error", presentError(apperr.Invalid("amount", "bad"), "req"), `{"error":{"code":"parameter_invalid","message":"bad","param":"amount","request_id":"req"}}`},

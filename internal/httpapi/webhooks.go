@@ -12,6 +12,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/idempotency"
 	"github.com/gatehouse-pay/gatehouse/internal/ids"
 	"github.com/gatehouse-pay/gatehouse/internal/refunds"
+	"github.com/gatehouse-pay/gatehouse/internal/resource"
 	"github.com/gatehouse-pay/gatehouse/internal/webhooks"
 )
 
@@ -24,7 +25,7 @@ func (s *server) createEndpoint(c *fiber.Ctx) error {
 	pr := principal(c)
 	res, err := s.Webhooks.Create(c.UserContext(), pr.MerchantID, pr.Environment, p, idem,
 		func(e webhooks.Endpoint, secret string) (idempotency.Response, error) {
-			return renderAs[endpointWithSecret](fiber.StatusCreated)(presentEndpointWithSecret(e, secret))
+			return renderAs[resource.WebhookEndpointWithSecret](fiber.StatusCreated)(presentEndpointWithSecret(e, secret))
 		})
 	if err != nil {
 		return err
@@ -95,7 +96,7 @@ func sampleEvent(merchantID, environment string) func(string, time.Time) (events
 			Currency: "USD", Status: charges.StatusCreated, PaymentMethod: "card", Capture: true,
 			Card:     charges.Card{Brand: "visa", Last4: &last4, ExpMonth: &month, ExpYear: &year},
 			Provider: "sandbox", Metadata: map[string]string{"test": "true"}, CreatedAt: at, UpdatedAt: at}
-		var refund any
+		var refund *resource.Refund
 		switch typ {
 		case events.ChargeCaptured:
 			ch.Status, ch.AmountCaptured = charges.StatusCaptured, ch.Amount
@@ -114,7 +115,8 @@ func sampleEvent(merchantID, environment string) func(string, time.Time) (events
 			if typ == events.ChargeRefunded {
 				ch.Status = charges.StatusRefunded
 			} else {
-				refund = r.View()
+				view := r.View()
+				refund = &view
 			}
 		}
 		return events.New(ids.NewUUID(), merchantID, environment, typ, at, ch.View(), refund)

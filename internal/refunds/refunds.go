@@ -20,6 +20,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/money"
 	"github.com/gatehouse-pay/gatehouse/internal/outbox"
 	"github.com/gatehouse-pay/gatehouse/internal/providers"
+	"github.com/gatehouse-pay/gatehouse/internal/resource"
 )
 
 // Statuses.
@@ -48,28 +49,13 @@ type Refund struct {
 	UpdatedAt         time.Time
 }
 
-// View is the public form of a refund.
-type View struct {
-	ID          string            `json:"id"`
-	Object      string            `json:"object"`
-	Charge      string            `json:"charge"`
-	Amount      int64             `json:"amount"`
-	Currency    string            `json:"currency"`
-	Status      string            `json:"status"`
-	Reason      *string           `json:"reason"`
-	Metadata    map[string]string `json:"metadata"`
-	FailureCode *string           `json:"failure_code"`
-	CreatedAt   string            `json:"created_at"`
-	UpdatedAt   string            `json:"updated_at"`
-}
-
 // View returns the public form.
-func (r Refund) View() View {
+func (r Refund) View() resource.Refund {
 	md := r.Metadata
 	if md == nil {
 		md = map[string]string{}
 	}
-	return View{ID: r.ID, Object: "refund", Charge: r.ChargeID, Amount: r.Amount, Currency: r.Currency,
+	return resource.Refund{ID: r.ID, Object: "refund", Charge: r.ChargeID, Amount: r.Amount, Currency: r.Currency,
 		Status: r.Status, Reason: r.Reason, Metadata: md, FailureCode: r.FailureCode,
 		CreatedAt: events.Timestamp(r.CreatedAt), UpdatedAt: events.Timestamp(r.UpdatedAt)}
 }
@@ -180,7 +166,8 @@ func (s *Service) Create(ctx context.Context, merchantID string, p CreateParams,
 			r.Metadata = map[string]string{}
 		}
 		c.AmountRefundHeld += amount
-		ev, err := events.New(ids.NewUUID(), merchantID, c.Environment, events.RefundCreated, now, c.View(), r.View())
+		view := r.View()
+		ev, err := events.New(ids.NewUUID(), merchantID, c.Environment, events.RefundCreated, now, c.View(), &view)
 		if err != nil {
 			return Plan{}, apperr.Internal(err)
 		}
@@ -367,7 +354,8 @@ func (p *Processor) Process(ctx context.Context, id string, final bool) error {
 		after.Status, after.ProviderReference = StatusSucceeded, &res.Reference
 		return p.settle(ctx, c.Provider, after, task.ID(), func(r Refund, c charges.Charge) ([]events.Event, error) {
 			out := []events.Event{}
-			e, err := events.New(ids.NewUUID(), r.MerchantID, c.Environment, events.RefundSucceeded, r.UpdatedAt, c.View(), r.View())
+			view := r.View()
+			e, err := events.New(ids.NewUUID(), r.MerchantID, c.Environment, events.RefundSucceeded, r.UpdatedAt, c.View(), &view)
 			if err != nil {
 				return nil, err
 			}

@@ -23,6 +23,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/providers"
 	"github.com/gatehouse-pay/gatehouse/internal/providers/providertest"
 	"github.com/gatehouse-pay/gatehouse/internal/refunds"
+	"github.com/gatehouse-pay/gatehouse/internal/resource"
 )
 
 const chargeID = "0193a5c2-7f1e-7b3a-9c4d-2e8f6a1b3c5d"
@@ -221,7 +222,7 @@ func TestCreatePlan(t *testing.T) {
 			if string(plan.Response.Body) != string(res.Response.Body) || res.Replayed {
 				t.Errorf("answer %s, stored %s", res.Response.Body, plan.Response.Body)
 			}
-			var ev events.Body
+			var ev resource.Event
 			var data struct {
 				Object string
 				Charge map[string]any

@@ -22,6 +22,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/keyring"
 	"github.com/gatehouse-pay/gatehouse/internal/listing"
 	"github.com/gatehouse-pay/gatehouse/internal/outbox"
+	"github.com/gatehouse-pay/gatehouse/internal/resource"
 )
 
 // Delivery statuses.
@@ -80,27 +81,9 @@ func (e Endpoint) Status() string {
 	return EndpointDisabled
 }
 
-// EndpointView is the public form of an endpoint: never a secret.
-type EndpointView struct {
-	ID             string   `json:"id"`
-	Object         string   `json:"object"`
-	URL            string   `json:"url"`
-	Events         []string `json:"events"`
-	Active         bool     `json:"active"`
-	Status         string   `json:"status"`
-	DisabledReason *string  `json:"disabled_reason"`
-	DisabledAt     *string  `json:"disabled_at"`
-	Ordered        bool     `json:"ordered"`
-	Description    *string  `json:"description"`
-	MerchantID     string   `json:"merchant_id"`
-	Environment    string   `json:"environment"`
-	CreatedAt      string   `json:"created_at"`
-	UpdatedAt      string   `json:"updated_at"`
-}
-
 // View returns the public form.
-func (e Endpoint) View() EndpointView {
-	v := EndpointView{ID: e.ID, Object: "webhook_endpoint", URL: e.URL, Events: e.Events, Active: e.Active,
+func (e Endpoint) View() resource.WebhookEndpoint {
+	v := resource.WebhookEndpoint{ID: e.ID, Object: "webhook_endpoint", URL: e.URL, Events: e.Events, Active: e.Active,
 		Status: e.Status(), Ordered: e.Ordered, Description: e.Description, MerchantID: e.MerchantID, Environment: e.Environment,
 		CreatedAt: events.Timestamp(e.CreatedAt), UpdatedAt: events.Timestamp(e.UpdatedAt)}
 	if !e.Active {
@@ -153,42 +136,17 @@ type Delivery struct {
 	OrderedObject *string
 }
 
-// AttemptView is the public form of an attempt.
-type AttemptView struct {
-	Attempt      int     `json:"attempt"`
-	StartedAt    string  `json:"started_at"`
-	DurationMS   int     `json:"duration_ms"`
-	StatusCode   *int    `json:"status_code"`
-	Error        *string `json:"error"`
-	ResponseBody *string `json:"response_body"`
-}
-
-// DeliveryView is the public form of a delivery with its attempts.
-type DeliveryView struct {
-	ID            string        `json:"id"`
-	Object        string        `json:"object"`
-	Endpoint      string        `json:"endpoint"`
-	EventID       string        `json:"event_id"`
-	EventType     string        `json:"event_type"`
-	Status        string        `json:"status"`
-	Test          bool          `json:"test"`
-	Attempts      []AttemptView `json:"attempts"`
-	NextAttemptAt *string       `json:"next_attempt_at"`
-	CreatedAt     string        `json:"created_at"`
-	UpdatedAt     string        `json:"updated_at"`
-}
-
 // View returns the public form.
-func (d Delivery) View() DeliveryView {
-	v := DeliveryView{ID: d.ID, Object: "webhook_delivery", Endpoint: d.EndpointID, EventID: d.EventID,
-		EventType: d.EventType, Status: d.Status, Test: d.Test, Attempts: make([]AttemptView, 0, len(d.Log)),
+func (d Delivery) View() resource.WebhookDelivery {
+	v := resource.WebhookDelivery{ID: d.ID, Object: "webhook_delivery", Endpoint: d.EndpointID, EventID: d.EventID,
+		EventType: d.EventType, Status: d.Status, Test: d.Test, Attempts: make([]resource.WebhookAttempt, 0, len(d.Log)),
 		CreatedAt: events.Timestamp(d.CreatedAt), UpdatedAt: events.Timestamp(d.UpdatedAt)}
 	if d.NextAttemptAt != nil && d.Status == StatusPending {
 		s := events.Timestamp(*d.NextAttemptAt)
 		v.NextAttemptAt = &s
 	}
 	for _, a := range d.Log {
-		v.Attempts = append(v.Attempts, AttemptView{Attempt: a.Attempt, StartedAt: events.Timestamp(a.StartedAt),
+		v.Attempts = append(v.Attempts, resource.WebhookAttempt{Attempt: a.Attempt, StartedAt: events.Timestamp(a.StartedAt),
 			DurationMS: a.DurationMS, StatusCode: a.StatusCode, Error: a.Error, ResponseBody: a.ResponseBody})
 	}
 	return v

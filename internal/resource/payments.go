@@ -1,0 +1,131 @@
+package resource
+
+// Charge is the charge object: the answer of the charge endpoints and the
+// data of every event.
+type Charge struct {
+	ID                string            `json:"id"`
+	Object            string            `json:"object"` // "charge"
+	Amount            int64             `json:"amount"`
+	AmountCaptured    int64             `json:"amount_captured"`
+	AmountRefunded    int64             `json:"amount_refunded"`
+	Currency          string            `json:"currency"`
+	Status            string            `json:"status"`
+	PaymentMethod     string            `json:"payment_method"`
+	Card              Card              `json:"card"`
+	Provider          string            `json:"provider"`
+	ProviderReference *string           `json:"provider_reference"`
+	Environment       string            `json:"environment"`
+	Capture           bool              `json:"capture"`
+	Description       *string           `json:"description"`
+	Metadata          map[string]string `json:"metadata"`
+	FailureCode       *string           `json:"failure_code"`
+	FailureMessage    *string           `json:"failure_message"`
+	Customer          *string           `json:"customer"`
+	OffSession        bool              `json:"off_session"`
+	Authentication    Authentication    `json:"authentication"`
+	NextAction        *NextAction       `json:"next_action"`
+	Connector         *string           `json:"connector"`
+	Attempts          []ChargeAttempt   `json:"attempts"`
+	CreatedAt         string            `json:"created_at"`
+	UpdatedAt         string            `json:"updated_at"`
+}
+
+// Card is a card as Gatehouse shows it: never the number or the CVC.
+type Card struct {
+	Brand       string  `json:"brand"`
+	Last4       *string `json:"last4"`
+	ExpMonth    *int    `json:"exp_month"`
+	ExpYear     *int    `json:"exp_year"`
+	Fingerprint *string `json:"fingerprint"`
+}
+
+// Authentication is a charge's cardholder authentication (3-D Secure).
+type Authentication struct {
+	Status      string  `json:"status"`
+	CompletedAt *string `json:"completed_at"`
+}
+
+// NextAction is what the cardholder must do for a charge that requires
+// action: follow a redirect (with the merchant's return_url), or let the
+// card field show the challenge (gatehouse.handleNextAction).
+type NextAction struct {
+	Type           string         `json:"type"` // "redirect_to_url" or "use_gatehouse_js"
+	RedirectToURL  *RedirectToURL `json:"redirect_to_url,omitempty"`
+	UseGatehouseJS *struct{}      `json:"use_gatehouse_js,omitempty"`
+}
+
+// RedirectToURL is the challenge page and where it sends the cardholder after.
+type RedirectToURL struct {
+	URL       string `json:"url"`
+	ReturnURL string `json:"return_url"`
+}
+
+// ChargeAttempt is one try of a charge at one connector.
+type ChargeAttempt struct {
+	Connector         *string `json:"connector"`
+	Provider          string  `json:"provider"`
+	Status            string  `json:"status"`
+	FailureCode       *string `json:"failure_code"`
+	ProviderReference *string `json:"provider_reference"`
+	StartedAt         string  `json:"started_at"`
+	EndedAt           *string `json:"ended_at"`
+}
+
+// CardFieldAction is what the card field learns of a charge: its status
+// and, while the cardholder's answer is awaited, the challenge page.
+type CardFieldAction struct {
+	Charge         string         `json:"charge"`
+	Status         string         `json:"status"`
+	FailureCode    *string        `json:"failure_code"`
+	Authentication Authentication `json:"authentication"`
+	ChallengeURL   *string        `json:"challenge_url"`
+}
+
+// Token is a card token, made with a public key.
+type Token struct {
+	ID        string `json:"id"`
+	Object    string `json:"object"` // "token"
+	Type      string `json:"type"`   // "card"
+	Card      Card   `json:"card"`
+	Livemode  bool   `json:"livemode"`
+	Used      bool   `json:"used"`
+	CreatedAt string `json:"created_at"`
+	ExpiresAt string `json:"expires_at"`
+}
+
+// Refund is the refund object: the answer of the refund endpoints and the
+// data of the refund events.
+type Refund struct {
+	ID          string            `json:"id"`
+	Object      string            `json:"object"` // "refund"
+	Charge      string            `json:"charge"`
+	Amount      int64             `json:"amount"`
+	Currency    string            `json:"currency"`
+	Status      string            `json:"status"`
+	Reason      *string           `json:"reason"`
+	Metadata    map[string]string `json:"metadata"`
+	FailureCode *string           `json:"failure_code"`
+	CreatedAt   string            `json:"created_at"`
+	UpdatedAt   string            `json:"updated_at"`
+}
+
+// Customer is a merchant's customer.
+type Customer struct {
+	ID          string            `json:"id"`
+	Object      string            `json:"object"` // "customer"
+	Email       *string           `json:"email"`
+	Name        *string           `json:"name"`
+	Description *string           `json:"description"`
+	Metadata    map[string]string `json:"metadata"`
+	CreatedAt   string            `json:"created_at"`
+}
+
+// PaymentMethod is a customer's saved card.
+type PaymentMethod struct {
+	ID        string `json:"id"`
+	Object    string `json:"object"` // "payment_method"
+	Type      string `json:"type"`   // "card"
+	Customer  string `json:"customer"`
+	Card      Card   `json:"card"`
+	CreatedAt string `json:"created_at"`
+}
