@@ -5,8 +5,9 @@
 // response against api/openapi.yaml. The package has no non-test code.
 //
 // Every test has its own stack (database, redis-server, ports), so the tests
-// run side by side (t.Parallel, as many at once as go test's -parallel, by
-// default GOMAXPROCS): most of their time is spent waiting on timers, leases
-// and retries. The fault tests at full scale (make chaos) and measurements
-// such as TestRedisCostPerCharge run one at a time.
+// run side by side (t.Parallel). Most of their time is spent waiting on
+// timers, leases and retries: without a -parallel flag, TestMain lets twice
+// GOMAXPROCS of them, and at least 4, run at once. The fault tests at full
+// scale (make chaos) and measurements such as TestRedisCostPerCharge run one
+// at a time.
 package e2e

@@ -6,12 +6,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -26,7 +28,20 @@ import (
 // exitTimeout is how long a process may take to drain and exit after SIGTERM.
 const exitTimeout = 15 * time.Second
 
+// waitingParallel is how many tests run at once when go test is not given
+// -parallel: twice GOMAXPROCS, at least 4. A test here spends most of its
+// time waiting on timers, leases and retries, not on the CPU.
+func waitingParallel() int { return max(4, 2*runtime.GOMAXPROCS(0)) }
+
 func TestMain(m *testing.M) {
+	flag.Parse()
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if !given {
+		if err := flag.Set("test.parallel", strconv.Itoa(waitingParallel())); err != nil {
+			panic(err)
+		}
+	}
 	code := m.Run()
 	harness.RemoveBuilds()
 	os.Exit(code)
