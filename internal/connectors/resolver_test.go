@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,27 +13,10 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/keyring"
 	"github.com/gatehouse-pay/gatehouse/internal/merchants"
 	"github.com/gatehouse-pay/gatehouse/internal/providers"
+	"github.com/gatehouse-pay/gatehouse/internal/providers/providertest"
 	"github.com/gatehouse-pay/gatehouse/internal/store"
 	"github.com/gatehouse-pay/gatehouse/internal/testenv"
 )
-
-// booking answers every authorization and counts them.
-type booking struct{ calls atomic.Int64 }
-
-func (b *booking) Name() string { return "sandbox" }
-func (b *booking) Authorize(context.Context, providers.AuthorizeRequest) (providers.Result, error) {
-	b.calls.Add(1)
-	return providers.Result{Reference: "ref"}, nil
-}
-func (b *booking) Capture(context.Context, providers.CaptureRequest) (providers.Result, error) {
-	return providers.Result{}, nil
-}
-func (b *booking) Void(context.Context, providers.VoidRequest) (providers.Result, error) {
-	return providers.Result{}, nil
-}
-func (b *booking) Refund(context.Context, providers.RefundRequest) (providers.Result, error) {
-	return providers.Result{}, nil
-}
 
 // TestResolver: each connector has a circuit of its own (two sandbox
 // connectors at one provider: one rehearsing an outage opens only its
@@ -74,13 +56,13 @@ func TestResolver(t *testing.T) {
 	own := create(connectors.CreateParams{Provider: ptr("stripe"), Name: ptr("own"),
 		Credentials: &map[string]string{"secret_key": "sk_test_resolver"}})
 
-	sandbox := &booking{}
+	sandbox := &providertest.Fake{}
 	var built []string
 	now := time.Now()
 	r := connectors.NewResolver(s, keys, providers.Registry{"sandbox": sandbox},
 		func(c connectors.Connector, cr connectors.Credentials) (providers.Provider, error) {
 			built = append(built, cr.SecretKey)
-			return &booking{}, nil
+			return &providertest.Fake{}, nil
 		},
 		func(name string, p providers.Provider) providers.Provider {
 			return providers.NamedBreaker(name, p, providers.BreakerOptions{Failures: 3, OpenFor: time.Hour})
@@ -104,8 +86,8 @@ func TestResolver(t *testing.T) {
 	if err := authorize(down.ID); !errors.Is(err, providers.ErrCircuitOpen) || !providers.NotSent(err) {
 		t.Fatalf("after three outages the connector's circuit is open: %v", err)
 	}
-	if err := authorize(up.ID); err != nil || sandbox.calls.Load() != 1 {
-		t.Fatalf("the other sandbox connector is closed: %v, %d calls", err, sandbox.calls.Load())
+	if err := authorize(up.ID); err != nil || len(sandbox.Authorizes()) != 1 {
+		t.Fatalf("the other sandbox connector is closed: %v, %d calls", err, len(sandbox.Authorizes()))
 	}
 
 	// The rehearsal turns into a decline once the worker reads it again.

@@ -13,46 +13,29 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/keyring"
 	"github.com/gatehouse-pay/gatehouse/internal/outbox"
 	"github.com/gatehouse-pay/gatehouse/internal/providers"
+	"github.com/gatehouse-pay/gatehouse/internal/providers/providertest"
 	"github.com/gatehouse-pay/gatehouse/internal/store"
 	"github.com/gatehouse-pay/gatehouse/internal/testenv"
 )
 
 // processingProvider accepts every payment as processing (as Stripe leaves a
 // PaymentIntent processing) and answers lookups from payments, in turn; the
-// last one repeats.
-type processingProvider struct {
-	payments   []providers.Payment
-	authorizes int
-	lookups    int
-}
-
-func (p *processingProvider) Name() string { return "sandbox" }
-
-func (p *processingProvider) Authorize(context.Context, providers.AuthorizeRequest) (providers.Result, error) {
-	p.authorizes++
-	return providers.Result{Reference: "pi_processing", Pending: true}, nil
-}
-
-func (p *processingProvider) Capture(context.Context, providers.CaptureRequest) (providers.Result, error) {
-	return providers.Result{}, errors.New("not expected")
-}
-
-func (p *processingProvider) Void(context.Context, providers.VoidRequest) (providers.Result, error) {
-	return providers.Result{}, errors.New("not expected")
-}
-
-func (p *processingProvider) Refund(context.Context, providers.RefundRequest) (providers.Result, error) {
-	return providers.Result{}, errors.New("not expected")
-}
-
-func (p *processingProvider) LookupRefund(context.Context, providers.RefundLookup) (providers.Result, error) {
-	return providers.Result{}, errors.New("not expected")
-}
-
-func (p *processingProvider) LookupPayment(context.Context, string) (providers.Payment, error) {
-	i := min(p.lookups, len(p.payments)-1)
-	p.lookups++
-	return p.payments[i], nil
+// last one repeats. A capture, a void or a refund is not expected.
+func processingProvider(payments ...providers.Payment) *providertest.FakeLookup {
+	notExpected := func() (providers.Result, error) { return providers.Result{}, providertest.ErrNotExpected }
+	p := &providertest.FakeLookup{Fake: &providertest.Fake{
+		AuthorizeFn: func(context.Context, providers.AuthorizeRequest) (providers.Result, error) {
+			return providers.Result{Reference: "pi_processing", Pending: true}, nil
+		},
+		CaptureFn: func(context.Context, providers.CaptureRequest) (providers.Result, error) { return notExpected() },
+		VoidFn:    func(context.Context, providers.VoidRequest) (providers.Result, error) { return notExpected() },
+		RefundFn:  func(context.Context, providers.RefundRequest) (providers.Result, error) { return notExpected() },
+	}}
+	p.LookupPaymentFn = func(context.Context, string) (providers.Payment, error) {
+		// This lookup is recorded already: the first is number 1.
+		return payments[min(len(p.PaymentLookups()), len(payments))-1], nil
+	}
+	return p
 }
 
 // A payment the provider accepted and left processing is never guessed: the
@@ -102,7 +85,7 @@ func TestProcessingPaymentIsFollowedUntilFinal(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			prov := &processingProvider{payments: []providers.Payment{processing, processing, c.final}}
+			prov := processingProvider(processing, processing, c.final)
 			p := charges.NewProcessor(s, providers.Registry{"sandbox": prov}, keys, time.Second, time.Now, slog.New(slog.DiscardHandler), nil)
 
 			type state struct {
@@ -142,8 +125,8 @@ func TestProcessingPaymentIsFollowedUntilFinal(t *testing.T) {
 			if st.status != c.wantStatus || st.sealed || st.queued {
 				t.Errorf("final: %+v; want %s, the card purged, the task done", st, c.wantStatus)
 			}
-			if prov.authorizes != 1 || prov.lookups != 3 {
-				t.Errorf("authorizations sent %d, lookups %d; want 1 and 3", prov.authorizes, prov.lookups)
+			if a, l := len(prov.Authorizes()), len(prov.PaymentLookups()); a != 1 || l != 3 {
+				t.Errorf("authorizations sent %d, lookups %d; want 1 and 3", a, l)
 			}
 			got, err := s.ChargeByID(ctx, m.ID, ch.ID)
 			if err != nil {
@@ -161,8 +144,8 @@ func TestProcessingPaymentIsFollowedUntilFinal(t *testing.T) {
 				t.Errorf("event %q, want %q", typ, c.wantEvent)
 			}
 			// A task sent again after that is a no-op.
-			if err := p.Authorize(ctx, ch.ID, false); err != nil || prov.authorizes != 1 || prov.lookups != 3 {
-				t.Errorf("a repeat: err %v, %d authorizations, %d lookups", err, prov.authorizes, prov.lookups)
+			if err := p.Authorize(ctx, ch.ID, false); err != nil || len(prov.Authorizes()) != 1 || len(prov.PaymentLookups()) != 3 {
+				t.Errorf("a repeat: err %v, %d authorizations, %d lookups", err, len(prov.Authorizes()), len(prov.PaymentLookups()))
 			}
 		})
 	}
