@@ -11,7 +11,11 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	mrand "math/rand/v2"
 	"net"
+	"os"
+	"strconv"
+	"strings"
 	"sync"
 )
 
@@ -19,10 +23,37 @@ import (
 var portsGiven sync.Map
 
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago and
-// that it has not returned before in this process: the kernel may hand a
-// port just closed out again, and a stack's processes take theirs only once
-// all are chosen.
+// that it has not returned before in this process: a stack's processes take
+// their ports only once all are chosen.
+//
+// Where the kernel says which ports it hands out as the local end of
+// outgoing connections (Linux: ip_local_port_range), the port is drawn at
+// random below that range. A port from inside it could be taken by any
+// connection of the machine, the stack's own to PostgreSQL, PgBouncer and
+// Redis included, between the moment it is chosen and the moment its server
+// binds it; then the server fails with "address already in use".
 func FreePort() (int, error) {
+	lo, hi, ok := belowEphemeral()
+	if !ok {
+		return kernelPort()
+	}
+	for range 1000 {
+		port := lo + mrand.IntN(hi-lo)
+		if _, given := portsGiven.LoadOrStore(port, true); given {
+			continue
+		}
+		ln, err := net.Listen("tcp", Loopback(port))
+		if err != nil {
+			continue // in use
+		}
+		ln.Close()
+		return port, nil
+	}
+	return 0, fmt.Errorf("find a free port: none free in %d-%d after 1000 tries", lo, hi-1)
+}
+
+// kernelPort is a port the kernel picks as free, not returned before.
+func kernelPort() (int, error) {
 	for {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -34,6 +65,25 @@ func FreePort() (int, error) {
 			return port, nil
 		}
 	}
+}
+
+// belowEphemeral is the range [lo, hi) FreePort draws from: from 10000 up
+// to the first port the kernel hands to outgoing connections. ok is false
+// where the kernel does not say, or leaves fewer than 4096 ports below.
+func belowEphemeral() (lo, hi int, ok bool) {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0, 0, false
+	}
+	fields := strings.Fields(string(b))
+	if len(fields) != 2 {
+		return 0, 0, false
+	}
+	first, err := strconv.Atoi(fields[0])
+	if err != nil || first-10000 < 4096 {
+		return 0, 0, false
+	}
+	return 10000, first, true
 }
 
 // FreeAddr is FreePort as a host:port address on 127.0.0.1.

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -31,6 +32,29 @@ func TestFreePortNeverRepeats(t *testing.T) {
 			t.Fatalf("port %d is not free: %v", port, err)
 		}
 		ln.Close() // closed at once: the kernel may well offer it again
+	}
+}
+
+// TestFreePortBelowEphemeral: where the kernel says which ports it gives
+// outgoing connections, FreePort hands out none of them.
+func TestFreePortBelowEphemeral(t *testing.T) {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		t.Skipf("the kernel does not say which ports are ephemeral: %v", err)
+	}
+	fields := strings.Fields(string(b))
+	first, err := strconv.Atoi(fields[0])
+	if err != nil || first < 10000+4096 {
+		t.Skipf("ephemeral ports start at %q: FreePort asks the kernel", fields[0])
+	}
+	for range 200 {
+		port, err := harness.FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if port < 10000 || port >= first {
+			t.Fatalf("port %d, want one in 10000-%d, below the ephemeral ports", port, first-1)
+		}
 	}
 }
 
