@@ -98,11 +98,14 @@ tool_dir() {
 }
 
 # go_tool_build NAME DIR PKG: go build PKG, a `tool` of the module in DIR, with
-# that module's versions, into tool_dir.
+# that module's versions, into tool_dir, and print that directory.
 go_tool_build() {
 	local name=$1 dir=$2 pkg=$3 final tmp
 	final=$(tool_dir "$name" "$dir" "$pkg")
-	[ -x "$final/$name" ] && return 0
+	if [ -x "$final/$name" ]; then
+		printf '%s\n' "$final"
+		return 0
+	fi
 	log "building $name ${final##*@} (go build $pkg in ${dir#"$ROOT"/})"
 	tmp=$(fresh_dir "${final##*/}")
 	if ! (cd "$dir" && go_env GOFLAGS=-mod=readonly go build -trimpath -o "$tmp/$name" "$pkg") >"$tmp.log" 2>&1; then
@@ -112,6 +115,7 @@ go_tool_build() {
 	fi
 	rm -f "$tmp.log"
 	settle "$tmp" "$final"
+	printf '%s\n' "$final"
 }
 
 # lint_tools_install: the linters of tools/go.mod, built into Go's build cache
@@ -251,10 +255,8 @@ link() {
 install_all() {
 	local kustomize_dir stripe_mock_dir
 	prometheus_install
-	go_tool_build kustomize "$K8S_MODULE_DIR" "$KUSTOMIZE_PKG"
-	go_tool_build stripe-mock "$TOOLS_MODULE_DIR" "$STRIPE_MOCK_PKG"
-	kustomize_dir=$(tool_dir kustomize "$K8S_MODULE_DIR" "$KUSTOMIZE_PKG")
-	stripe_mock_dir=$(tool_dir stripe-mock "$TOOLS_MODULE_DIR" "$STRIPE_MOCK_PKG")
+	kustomize_dir=$(go_tool_build kustomize "$K8S_MODULE_DIR" "$KUSTOMIZE_PKG")
+	stripe_mock_dir=$(go_tool_build stripe-mock "$TOOLS_MODULE_DIR" "$STRIPE_MOCK_PKG")
 	lint_tools_install
 	redocly_install
 	verifiers_install
