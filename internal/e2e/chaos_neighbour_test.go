@@ -144,12 +144,15 @@ func quantile(sorted []time.Duration, q float64) time.Duration {
 // TestChaosF12NoisyNeighbour is F12: merchant A has ten endpoints that accept
 // a connection and never answer, and a steady stream of charges; merchant B
 // has one fast endpoint and a steady stream of charges. B's commit-to-first-
-// attempt p99, as B's receiver sees it, beside A stays within 1.5x of its
-// figure alone (plus f12Floor). Without the per-merchant cap A's attempts
+// attempt p99 (p50 at smoke scale), as B's receiver sees it, beside A stays
+// within 1.5x of its figure alone (plus f12Floor). Without the per-merchant cap A's attempts
 // hold every delivery slot of the worker and B's first attempts wait for
 // A's to time out.
+//
+// It compares two phases run one after the other, so it runs on its own at
+// both scales (no t.Parallel): beside the package's other tests, whose load
+// comes and goes between the phases, the comparison measures them.
 func TestChaosF12NoisyNeighbour(t *testing.T) {
-	chaosParallel(t)
 	st, b := chaosStack(t, "127.0.12.2", stackOptions{env: []string{"WEBHOOK_TIMEOUT=" + f12Timeout.String()}})
 	a := newWebhookMerchant(t, st, &secretBag{}, "127.0.12.1", "noisy")
 	rcv := newReceiver(t, "b", always(200))
@@ -225,13 +228,19 @@ func TestChaosF12NoisyNeighbour(t *testing.T) {
 		t.Errorf("delivery queues: %d tasks archived, want 0", archived)
 	}
 
-	p99Alone, p99Beside := quantile(alone, 0.99), quantile(beside, 0.99)
-	limit := p99Alone*3/2 + f12Floor
-	t.Logf("F12 figures: scale %s; B alone: %d events, p50 %s, p99 %s; B beside A: %d events, p50 %s, p99 %s (limit %s); A: %d charges, %d attempts to its dead endpoints (WEBHOOK_TIMEOUT %s); deliveries put back or retried %.0f/s; archived %d",
-		chaosScale("smoke", "full"), len(alone), quantile(alone, 0.5).Round(time.Millisecond), p99Alone.Round(time.Millisecond),
-		len(beside), quantile(beside, 0.5).Round(time.Millisecond), p99Beside.Round(time.Millisecond), limit.Round(time.Millisecond),
+	// The promise is about p99, asserted at full scale on a quiet machine.
+	// At smoke scale the other packages of make test share the two cores,
+	// so the two slowest of B's events measure the machine as much as the
+	// worker; the median does not, and a missing cap moves it by seconds
+	// (see f12Floor).
+	name, q := chaosScale("p50", "p99"), chaosScale(0.5, 0.99)
+	asserted, besideQ := quantile(alone, q), quantile(beside, q)
+	limit := asserted*3/2 + f12Floor
+	t.Logf("F12 figures: scale %s; B alone: %d events, p50 %s, p99 %s; B beside A: %d events, p50 %s, p99 %s (%s limit %s); A: %d charges, %d attempts to its dead endpoints (WEBHOOK_TIMEOUT %s); deliveries put back or retried %.0f/s; archived %d",
+		chaosScale("smoke", "full"), len(alone), quantile(alone, 0.5).Round(time.Millisecond), quantile(alone, 0.99).Round(time.Millisecond),
+		len(beside), quantile(beside, 0.5).Round(time.Millisecond), quantile(beside, 0.99).Round(time.Millisecond), name, limit.Round(time.Millisecond),
 		len(noiseShots), tried, f12Timeout, churn, archived)
-	if p99Beside > limit {
-		t.Errorf("B's first-attempt p99 beside A's dead endpoints is %s, above 1.5x its %s alone plus %s", p99Beside, p99Alone, f12Floor)
+	if besideQ > limit {
+		t.Errorf("B's first-attempt %s beside A's dead endpoints is %s, above 1.5x its %s alone plus %s", name, besideQ, asserted, f12Floor)
 	}
 }

@@ -8,6 +8,6 @@
 // run side by side (t.Parallel). Most of their time is spent waiting on
 // timers, leases and retries: without a -parallel flag, TestMain lets twice
 // GOMAXPROCS of them, and at least 4, run at once. The fault tests at full
-// scale (make chaos) and measurements such as TestRedisCostPerCharge run one
-// at a time.
+// scale (make chaos), and tests that compare figures measured at different
+// times (TestRedisCostPerCharge, F12's noisy neighbour) run one at a time.
 package e2e
