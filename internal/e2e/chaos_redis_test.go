@@ -29,6 +29,7 @@ func clusterSuite() []namedTest {
 		suite = append(suite,
 			namedTest{"ChargesEndToEnd", TestChargesEndToEnd},
 			namedTest{"WebhooksEndToEnd", TestWebhooksEndToEnd},
+			namedTest{"WebhooksWorkerKilled", TestWebhooksWorkerKilled},
 			namedTest{"IdempotentCreationAcrossReplicas", TestIdempotentCreationAcrossReplicas},
 			namedTest{"EventStreamEndToEnd", TestEventStreamEndToEnd},
 			namedTest{"WebhookEndpointHealth", TestWebhookEndpointHealth},
