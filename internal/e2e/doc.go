@@ -6,8 +6,8 @@
 //
 // Every test has its own stack (database, redis-server, ports), so the tests
 // run side by side (t.Parallel). Most of their time is spent waiting on
-// timers, leases and retries: without a -parallel flag, TestMain lets twice
-// GOMAXPROCS of them, and at least 4, run at once. The fault tests at full
+// timers, leases and retries: without a -parallel flag, TestMain lets one
+// more than GOMAXPROCS of them, and at least 3, run at once. The fault tests at full
 // scale (make chaos), and tests that compare figures measured at different
 // times (TestRedisCostPerCharge, F12's noisy neighbour) run one at a time.
 package e2e
