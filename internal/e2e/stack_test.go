@@ -32,9 +32,9 @@ const exitTimeout = 15 * time.Second
 // -parallel: one more than GOMAXPROCS, at least 3. A test here spends much
 // of its time waiting on timers, leases and retries, not on the CPU; but
 // each runs two API replicas, a worker, Redis and PgBouncer, and inside
-// make test another package shares the cores, so more at once (4 on two
-// cores) left the machine so loaded that attempts to a 200 ms receiver
-// timed out.
+// make test another package shares the cores. With 4 at once on two cores
+// API calls took 170 ms, and workers fell seconds behind the faults the
+// tests time.
 func waitingParallel() int { return max(3, runtime.GOMAXPROCS(0)+1) }
 
 func TestMain(m *testing.M) {

@@ -417,9 +417,9 @@ func TestWebhooksEndToEnd(t *testing.T) {
 // not cut into TestWebhooksEndToEnd's schedules and the two run side by side.
 //
 // Its attempts get killTimeout, not whTimeout: the test is about kills, and
-// on a loaded machine an attempt to a 200 ms receiver can outlast 500 ms.
-// A timeout cuts the endpoint's window to one attempt at a time, and the
-// backlog put back at that pace would outlast the drain bound.
+// on a loaded machine an attempt to a 200 ms receiver can outlast 500 ms. A
+// timeout cuts the endpoint's window to one attempt at a time, and a
+// backlog put back at that pace can outlast the drain bound.
 func TestWebhooksWorkerKilled(t *testing.T) {
 	t.Parallel()
 	const killTimeout = 5 * time.Second
