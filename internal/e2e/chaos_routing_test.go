@@ -175,9 +175,12 @@ func TestChaosConnectorFailover(t *testing.T) {
 	// At full scale the load runs on while the faults come, every phase
 	// seconds. At smoke scale, on two cores shared with the rest of make
 	// test, the worker can fall more than a phase behind the load, and a
-	// phase's charges would be routed under the next phase's faults (all
-	// of them at C). So there the load pauses before each fault until every
+	// phase's charges would be routed under the next phase's faults (in
+	// one run none reached S). So there the load pauses before each fault until every
 	// charge sent has settled, and each phase has its own phase of load.
+	unsettled := func() int64 {
+		return queryInt(t, st.db, `SELECT count(*) FROM charges WHERE merchant_id = $1 AND status = 'created'`, m.id)
+	}
 	phaseStart := began
 	next := func(p int, what string, fault func()) {
 		time.Sleep(time.Until(phaseStart.Add(phase)))
@@ -188,7 +191,7 @@ func TestChaosConnectorFailover(t *testing.T) {
 			mu.Unlock()
 			from := time.Now()
 			for deadline := from.Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-				if inflight.Load() == 0 && queryInt(t, st.db, `SELECT count(*) FROM charges WHERE merchant_id = $1 AND status = 'created'`, m.id) == 0 {
+				if inflight.Load() == 0 && unsettled() == 0 {
 					break
 				}
 				if time.Now().After(deadline) {
@@ -224,7 +227,7 @@ func TestChaosConnectorFailover(t *testing.T) {
 
 	// Every charge settles.
 	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(250 * time.Millisecond) {
-		n := queryInt(t, st.db, `SELECT count(*) FROM charges WHERE merchant_id = $1 AND status = 'created'`, m.id)
+		n := unsettled()
 		if n == 0 {
 			break
 		}
