@@ -32,10 +32,15 @@ func pgbouncerWanted() bool { return os.Getenv("GATEHOUSE_E2E_PGBOUNCER") != "0"
 
 // pgbouncerPath finds pgbouncer on PATH or where Debian's package puts it.
 // Without it the stack connects directly, or the test fails under
-// GATEHOUSE_REQUIRE_SERVICES=1.
+// GATEHOUSE_REQUIRE_SERVICES=1. The path is the installed file, not the
+// link in the checkout's bin/tools: as root PgBouncer runs as postgres,
+// who may not enter the checkout (a clone under a 0700 directory).
 func pgbouncerPath(t *testing.T) string {
 	t.Helper()
 	if p, err := exec.LookPath("pgbouncer"); err == nil {
+		if real, err := filepath.EvalSymlinks(p); err == nil {
+			return real
+		}
 		return p
 	}
 	if _, err := os.Stat("/usr/sbin/pgbouncer"); err == nil {
