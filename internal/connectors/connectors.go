@@ -395,7 +395,7 @@ func (s *Service) credentials(c *Connector, in *map[string]string, required bool
 		return apperr.Missing("credentials.secret_key")
 	}
 	if !(strings.HasPrefix(key, "sk_test_") || strings.HasPrefix(key, "rk_test_")) || len(key) > 255 || strings.ContainsAny(key, " \t\r\n\x00") {
-		return apperr.Invalid("credentials.secret_key", "credentials.secret_key must be a Stripe test secret or restricted key (sk_test_..., rk_test_...).")
+		return apperr.Invalid("credentials.secret_key", "credentials.secret_key must be a Stripe secret or restricted key of test mode (sk_test_..., rk_test_...).")
 	}
 	plain, err := json.Marshal(Credentials{SecretKey: key})
 	if err != nil {
