@@ -164,9 +164,9 @@ func retention(cfg config.Config) store.Retention {
 	return store.Retention{Events: cfg.EventRetention, WebhookLog: cfg.WebhookLogRetention}
 }
 
-// verifyAudit checks the audit log's chains and prints what it found: a
-// summary, then each broken chain's first broken entry. It reports false
-// when a chain is broken.
+// verifyAudit checks the audit log's chains and months and prints what it
+// found: a summary, then each month dropped unrecorded and each broken
+// chain's first broken entry. It reports false when anything is broken.
 func verifyAudit(ctx context.Context, getenv func(string) string, stdout io.Writer) (bool, error) {
 	pool, err := openDB(ctx, getenv)
 	if err != nil {
@@ -178,11 +178,14 @@ func verifyAudit(ctx context.Context, getenv func(string) string, stdout io.Writ
 		return false, err
 	}
 	fmt.Fprintf(stdout, "audit log: %d entries in %d chains of %d merchants checked\n", sum.Entries, sum.Chains, sum.Merchants)
+	for _, m := range sum.Missing {
+		fmt.Fprintf(stdout, "BROKEN: %s\n", m.Error())
+	}
 	for _, b := range sum.Broken {
 		fmt.Fprintf(stdout, "BROKEN: merchant %s chain %d seq %d: %s\n", b.MerchantID, b.Chain, b.Seq, b.Reason)
 	}
-	if len(sum.Broken) > 0 {
-		fmt.Fprintf(stdout, "audit log: %d broken chain(s)\n", len(sum.Broken))
+	if !sum.Intact() {
+		fmt.Fprintf(stdout, "audit log: %d broken chain(s), %d month(s) dropped unrecorded\n", len(sum.Broken), len(sum.Missing))
 		return false, nil
 	}
 	fmt.Fprintln(stdout, "audit log: intact")

@@ -10,6 +10,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
+	"sort"
 	"time"
 )
 
@@ -139,6 +140,38 @@ type Summary struct {
 	// Broken are the first broken link of each broken chain, in the order
 	// they were found.
 	Broken []Break
+	// Missing are the months whose partition was made and is gone without
+	// its drop being recorded, oldest first.
+	Missing []Month
+}
+
+// Intact reports whether the check found nothing wrong.
+func (s Summary) Intact() bool { return len(s.Broken) == 0 && len(s.Missing) == 0 }
+
+// Month is one month of the log: the first instant of the UTC month and
+// its partition's name.
+type Month struct {
+	Month     time.Time
+	Partition string
+}
+
+func (m Month) Error() string {
+	return fmt.Sprintf("month %s (partition %s): the partition is gone and its drop was not recorded (dropped outside retention)",
+		m.Month.UTC().Format("2006-01"), m.Partition)
+}
+
+// MissingMonths returns the months of made (every partition ever made)
+// whose partition is neither present nor recorded as dropped by retention,
+// oldest first: a month removed behind retention's back.
+func MissingMonths(made []Month, present, dropped map[string]bool) []Month {
+	var out []Month
+	for _, m := range made {
+		if !present[m.Partition] && !dropped[m.Partition] {
+			out = append(out, m)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Month.Before(out[j].Month) })
+	return out
 }
 
 // Verifier checks chains fed to it entry by entry, ordered by merchant,
@@ -156,7 +189,10 @@ type Verifier struct {
 	broken bool
 	next   int64 // the seq expected next
 	prev   []byte
-	sum    Summary
+	// anchored: prev is the chain's anchor, the hash recorded when
+	// retention dropped the month of its last entry.
+	anchored bool
+	sum      Summary
 }
 
 type chainKey struct {
@@ -185,9 +221,9 @@ func (v *Verifier) start(k chainKey) {
 	v.seen[k] = true
 	v.merch[k.merchant] = true
 	v.sum.Chains++
-	v.next, v.prev = 1, Genesis
+	v.next, v.prev, v.anchored = 1, Genesis, false
 	if a, ok := v.anchors[k]; ok {
-		v.next, v.prev = a.Seq+1, a.Hash
+		v.next, v.prev, v.anchored = a.Seq+1, a.Hash, true
 	}
 }
 
@@ -215,12 +251,14 @@ func (v *Verifier) Add(e Entry) {
 		v.fail(e.Seq, "seq %d appears again", e.Seq)
 	case e.Seq > v.next:
 		v.fail(v.next, "entry missing (the next entry found is seq %d)", e.Seq)
+	case !bytes.Equal(e.PrevHash, v.prev) && v.anchored:
+		v.fail(e.Seq, "its previous hash does not match the last hash recorded for seq %d when retention dropped its month (the chain was cut or rewritten there)", e.Seq-1)
 	case !bytes.Equal(e.PrevHash, v.prev):
 		v.fail(e.Seq, "its previous hash does not match the hash of seq %d (that entry was changed or replaced)", e.Seq-1)
 	case !bytes.Equal(e.ComputeHash(), e.Hash):
 		v.fail(e.Seq, "its hash does not match its content (the entry was changed)")
 	default:
-		v.next, v.prev = e.Seq+1, e.Hash
+		v.next, v.prev, v.anchored = e.Seq+1, e.Hash, false
 	}
 }
 
@@ -240,7 +278,7 @@ func (v *Verifier) end() {
 	case h.Seq >= v.next:
 		v.fail(v.next, "entry missing (the chain's head is seq %d)", h.Seq)
 	case h.Seq < v.next-1:
-		v.fail(h.Seq+1, "entry after the chain's head (seq %d)", h.Seq)
+		v.fail(h.Seq+1, "entry after the chain's head (seq %d): the head was moved back (reset) behind its last entry, seq %d", h.Seq, v.next-1)
 	case !bytes.Equal(h.Hash, v.prev):
 		v.fail(h.Seq, "the chain's head hash does not match its last entry")
 	}

@@ -181,3 +181,35 @@ func TestRecordIsWrittenOnce(t *testing.T) {
 		t.Fatal("a context without a record claims one")
 	}
 }
+
+// A month made and neither there nor recorded as dropped is missing; one
+// recorded by retention, or still there, is not.
+func TestMissingMonths(t *testing.T) {
+	month := func(m time.Month) audit.Month {
+		at := time.Date(2026, m, 1, 0, 0, 0, 0, time.UTC)
+		return audit.Month{Month: at, Partition: "audit_log_" + at.Format("2006_01")}
+	}
+	made := []audit.Month{month(3), month(1), month(2), month(4)}
+	present := map[string]bool{month(4).Partition: true, month(2).Partition: true}
+	dropped := map[string]bool{month(1).Partition: true}
+	got := audit.MissingMonths(made, present, dropped)
+	if len(got) != 1 || got[0] != month(3) || !strings.Contains(got[0].Error(), "month 2026-03 (partition audit_log_2026_03)") {
+		t.Fatalf("missing %+v, want March 2026 alone", got)
+	}
+	if sum := (audit.Summary{Missing: got}); sum.Intact() {
+		t.Error("a summary with a missing month is intact")
+	}
+}
+
+// A head moved back behind the chain's last entry is named as such.
+func TestVerifierFindsHeadMovedBack(t *testing.T) {
+	entries := chain("mer_a", 1, 3, audit.Genesis)
+	v := audit.NewVerifier(nil, []audit.Link{{MerchantID: "mer_a", Chain: 0, Seq: 1, Hash: entries[0].Hash}})
+	for _, e := range entries {
+		v.Add(e)
+	}
+	sum := v.Finish()
+	if len(sum.Broken) != 1 || sum.Broken[0].Seq != 2 || !strings.Contains(sum.Broken[0].Reason, "moved back") {
+		t.Fatalf("broken %+v, want seq 2 named, the head moved back", sum.Broken)
+	}
+}

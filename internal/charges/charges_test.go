@@ -285,6 +285,23 @@ func TestCreateValidation(t *testing.T) {
 		{"token and cvc", func(p *charges.CreateParams) { p.Card = &charges.CardInput{Token: ptr("tok_visa"), CVC: ptr("123")} }, "parameter_invalid", "card", apperr.KindInvalid},
 		{"token blank", func(p *charges.CreateParams) { p.Card = &charges.CardInput{Token: ptr("   ")} }, "parameter_invalid", "card.token", apperr.KindInvalid},
 		{"token 256", func(p *charges.CreateParams) { p.Card = &charges.CardInput{Token: long(256, "t")} }, "parameter_invalid", "card.token", apperr.KindInvalid},
+		// Without connectors a charge goes to the server's own account,
+		// which takes only the provider's documented test tokens.
+		{"token of the server's account", func(p *charges.CreateParams) { p.Card = &charges.CardInput{Token: ptr("pm_1QxGh1LkdIwHu7ixkq9V3wLs")} }, "parameter_invalid", "card.token", apperr.KindInvalid},
+		{"made-up test token", func(p *charges.CreateParams) { p.Card = &charges.CardInput{Token: ptr("pm_card_visa_x")} }, "parameter_invalid", "card.token", apperr.KindInvalid},
+		{"test token tok_", func(p *charges.CreateParams) {
+			p.Card = &charges.CardInput{Token: ptr("tok_chargeDeclinedExpiredCard")}
+		}, "", "", 0},
+		{"return_url", func(p *charges.CreateParams) { p.ReturnURL = ptr("https://shop.example/done?x=1") }, "", "", 0},
+		{"return_url with address and port", func(p *charges.CreateParams) { p.ReturnURL = ptr("http://127.0.0.1:8080/r") }, "", "", 0},
+		{"return_url wildcard", func(p *charges.CreateParams) { p.ReturnURL = ptr("https://*") }, "parameter_invalid", "return_url", apperr.KindInvalid},
+		{"return_url directive", func(p *charges.CreateParams) { p.ReturnURL = ptr("https://evil.example;sandbox/x") }, "parameter_invalid", "return_url", apperr.KindInvalid},
+		{"return_url script", func(p *charges.CreateParams) { p.ReturnURL = ptr("javascript:alert(1)") }, "parameter_invalid", "return_url", apperr.KindInvalid},
+		{"return_url user", func(p *charges.CreateParams) { p.ReturnURL = ptr("https://user:pw@x.example") }, "parameter_invalid", "return_url", apperr.KindInvalid},
+		{"return_url no scheme", func(p *charges.CreateParams) { p.ReturnURL = ptr("//x.example") }, "parameter_invalid", "return_url", apperr.KindInvalid},
+		{"return_url relative", func(p *charges.CreateParams) { p.ReturnURL = ptr("/done") }, "parameter_invalid", "return_url", apperr.KindInvalid},
+		{"return_url space", func(p *charges.CreateParams) { p.ReturnURL = ptr("https://x.example/a b") }, "parameter_invalid", "return_url", apperr.KindInvalid},
+		{"return_url too long", func(p *charges.CreateParams) { p.ReturnURL = ptr("https://x.example/" + *long(2048, "a")) }, "parameter_invalid", "return_url", apperr.KindInvalid},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -910,4 +927,37 @@ func TestSettle(t *testing.T) {
 			}
 		}
 	})
+}
+
+func TestValidReturnURL(t *testing.T) {
+	for u, want := range map[string]bool{
+		"https://shop.example/done?x=1":               true,
+		"http://127.0.0.1:8080/r":                     true,
+		"HTTPS://Shop.Example:443/a;b,c?d=e&f#g":      true,
+		"http://[::1]:3000/":                          true,
+		"https://xn--bcher-kva.example/":              true,
+		"https://*":                                   false,
+		"https://*.example/":                          false,
+		"https://evil.example;sandbox/x":              false,
+		"https://evil.example,other.example/":         false,
+		"https://evil.example%3Bsandbox/":             false,
+		"javascript:alert(1)":                         false,
+		"https://user:pw@x.example":                   false,
+		"https://@x.example/":                         false,
+		"//x.example":                                 false,
+		"/done":                                       false,
+		"https://x.example/a b":                       false,
+		"https://x.example/\"onload=":                 false,
+		"https://x.example/'":                         false,
+		"https://x.example\n/":                        false,
+		"https://x.example:99999/":                    false,
+		"https://x.example:/":                         false,
+		"https://[::1%25eth0]/":                       false,
+		"https://" + strings.Repeat("a", 64) + ".ex/": false,
+		"https://x.example/" + strings.Repeat("a", charges.MaxReturnURLLen): false,
+	} {
+		if got := charges.ValidReturnURL(u); got != want {
+			t.Errorf("ValidReturnURL(%q) = %v, want %v", u, got, want)
+		}
+	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/listing"
 	"github.com/gatehouse-pay/gatehouse/internal/money"
 	"github.com/gatehouse-pay/gatehouse/internal/outbox"
+	"github.com/gatehouse-pay/gatehouse/internal/providers"
 )
 
 // Limits on charge input (api/openapi.yaml).
@@ -214,7 +215,8 @@ func (s *Service) route(ctx context.Context, c *Charge, p CreateParams) error {
 		if p.Connector != nil {
 			return apperr.Invalid("connector", "Connectors are not available on this server.")
 		}
-		return nil
+		// Without connectors every charge goes to the server's own account.
+		return serverAccountToken(c)
 	}
 	in := connectors.PlanInput{Connector: p.Connector, Provider: p.Provider, Currency: c.Currency, Amount: c.Amount, CardBrand: c.Card.Brand}
 	plan, err := s.router.Plan(ctx, c.MerchantID, in, s.maxAttempts)
@@ -225,11 +227,34 @@ func (s *Service) route(ctx context.Context, c *Charge, p CreateParams) error {
 		// A provider's own token (pm_..., tok_...) means nothing at
 		// another connector: no fallbacks.
 		plan = plan[:1]
+		if plan[0].ServerAccount {
+			if err := serverAccountToken(c); err != nil {
+				return err
+			}
+		}
 	}
 	c.ConnectorID, c.Provider = &plan[0].ID, plan[0].Provider
 	c.Route = make([]RouteStep, len(plan))
 	for i, r := range plan {
 		c.Route[i] = RouteStep{Connector: r.ID, Provider: r.Provider}
+	}
+	return nil
+}
+
+// errServerAccountToken refuses a provider token on the server's own
+// account at its provider (api/openapi.yaml, card.token).
+var errServerAccountToken = apperr.Invalid("card.token", "On the server's own account at a provider, card.token must be a token "+
+	"made with your public key (ctok_...) or one of the provider's documented test tokens (tok_visa, pm_card_visa, ...).")
+
+// serverAccountToken checks the provider token of c, a charge that goes
+// to the server's own account at its provider (the one STRIPE_SECRET_KEY
+// names, or the sandbox): only the provider's documented test tokens are
+// taken there, so that no merchant can name an object of the operator's
+// account (another customer's saved card, say). A merchant's own connector
+// takes any token of its own account.
+func serverAccountToken(c *Charge) error {
+	if c.CardToken != nil && !providers.TestToken(*c.CardToken) {
+		return errServerAccountToken
 	}
 	return nil
 }

@@ -2,7 +2,9 @@ package charges
 
 import (
 	"context"
+	"net"
 	"net/url"
+	"strconv"
 	"strings"
 
 	"github.com/gatehouse-pay/gatehouse/internal/apperr"
@@ -43,9 +45,9 @@ func (s *Service) customerFields(c *Charge, p CreateParams) error {
 		c.OffSession = true
 	}
 	if p.ReturnURL != nil {
-		u, err := url.Parse(*p.ReturnURL)
-		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || len(*p.ReturnURL) > MaxReturnURLLen {
-			return apperr.Invalid("return_url", "return_url must be an absolute http or https URL of at most %d characters.", MaxReturnURLLen)
+		if !ValidReturnURL(*p.ReturnURL) {
+			return apperr.Invalid("return_url", "return_url must be an absolute http or https URL with a plain host name or IP address "+
+				"(an optional port, no user name, password or wildcard), of at most %d characters.", MaxReturnURLLen)
 		}
 		if c.OffSession {
 			return apperr.Invalid("return_url", "An off-session charge has no cardholder to return: send either off_session or return_url.")
@@ -88,4 +90,77 @@ func (s *Service) useCustomer(ctx context.Context, n *NewCharge) error {
 	}
 	c.Card = saved.Card
 	return nil
+}
+
+// ValidReturnURL reports whether u may be a charge's return_url: an
+// absolute http or https URL of at most MaxReturnURLLen characters, made
+// only of the characters RFC 3986 allows (no space, quote, angle bracket,
+// backslash or control character), whose authority is a plain host name or
+// IP address with an optional port: no user name or password, no wildcard,
+// nothing a header or a policy could be built from. The cardholder is sent
+// there after the challenge, so nothing else in it is trusted either.
+func ValidReturnURL(u string) bool {
+	if len(u) > MaxReturnURLLen || !uriChars(u) {
+		return false
+	}
+	lower := strings.ToLower(u)
+	if !strings.HasPrefix(lower, "https://") && !strings.HasPrefix(lower, "http://") {
+		return false
+	}
+	parsed, err := url.Parse(u)
+	if err != nil || parsed.Opaque != "" || parsed.User != nil || parsed.Host == "" {
+		return false
+	}
+	host, port := parsed.Hostname(), parsed.Port()
+	if strings.HasSuffix(parsed.Host, ":") {
+		return false // a colon with no port
+	}
+	if port != "" {
+		n, err := strconv.Atoi(port)
+		if err != nil || n < 1 || n > 65535 || port[0] == '0' {
+			return false
+		}
+	}
+	if strings.HasPrefix(parsed.Host, "[") {
+		ip := net.ParseIP(host)
+		return ip != nil && ip.To4() == nil && !strings.Contains(host, "%")
+	}
+	return hostName(host)
+}
+
+// uriChars reports whether s holds only the characters of RFC 3986
+// (unreserved, reserved and '%') less the single quote.
+func uriChars(s string) bool {
+	for i := 0; i < len(s); i++ {
+		b := s[i]
+		switch {
+		case 'a' <= b && b <= 'z', 'A' <= b && b <= 'Z', '0' <= b && b <= '9':
+		case strings.IndexByte("-._~:/?#[]@!$&()*+,;=%", b) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// hostName reports whether h is a DNS host name (letters, digits and
+// hyphens in dot-separated labels of 1 to 63 characters, at most 253 in
+// all, an optional final dot) or an IPv4 address.
+func hostName(h string) bool {
+	h = strings.TrimSuffix(h, ".")
+	if h == "" || len(h) > 253 {
+		return false
+	}
+	for _, label := range strings.Split(h, ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for i := 0; i < len(label); i++ {
+			b := label[i]
+			if !('a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || '0' <= b && b <= '9' || b == '-') {
+				return false
+			}
+		}
+	}
+	return true
 }

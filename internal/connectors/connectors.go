@@ -250,6 +250,9 @@ func errNotFound() error { return apperr.NotFound("connector") }
 
 // Create checks p and stores a new connector of the merchant.
 func (s *Service) Create(ctx context.Context, merchantID string, p CreateParams, idem *idempotency.Request, render func(Connector) (idempotency.Response, error)) (Result, error) {
+	if err := refuseLive(p.Credentials); err != nil {
+		return Result{}, err
+	}
 	if p.Provider == nil || *p.Provider == "" {
 		return Result{}, apperr.Missing("provider")
 	}
@@ -311,6 +314,9 @@ func (s *Service) List(ctx context.Context, merchantID string, p listing.Params)
 // Update changes a connector's name, credentials, enabled flag or sandbox
 // rehearsal.
 func (s *Service) Update(ctx context.Context, merchantID, id string, p UpdateParams) (Connector, error) {
+	if err := refuseLive(p.Credentials); err != nil {
+		return Connector{}, err
+	}
 	if p.Name != nil {
 		if err := checkName(*p.Name); err != nil {
 			return Connector{}, err
@@ -388,9 +394,8 @@ func (s *Service) credentials(c *Connector, in *map[string]string, required bool
 	if key == "" {
 		return apperr.Missing("credentials.secret_key")
 	}
-	if !(strings.HasPrefix(key, "sk_test_") || strings.HasPrefix(key, "sk_live_") || strings.HasPrefix(key, "rk_test_") ||
-		strings.HasPrefix(key, "rk_live_")) || len(key) > 255 || strings.ContainsAny(key, " \t\r\n\x00") {
-		return apperr.Invalid("credentials.secret_key", "credentials.secret_key must be a Stripe secret or restricted key (sk_test_..., sk_live_...).")
+	if !(strings.HasPrefix(key, "sk_test_") || strings.HasPrefix(key, "rk_test_")) || len(key) > 255 || strings.ContainsAny(key, " \t\r\n\x00") {
+		return apperr.Invalid("credentials.secret_key", "credentials.secret_key must be a Stripe secret or restricted key of test mode (sk_test_..., rk_test_...).")
 	}
 	plain, err := json.Marshal(Credentials{SecretKey: key})
 	if err != nil {
@@ -401,6 +406,38 @@ func (s *Service) credentials(c *Connector, in *map[string]string, required bool
 		return apperr.Internal(err)
 	}
 	c.Sealed = sealed
+	return nil
+}
+
+// livePrefixes are the prefixes of the providers' live-mode credentials:
+// Stripe's live secret and restricted keys, and its live publishable key
+// (never a secret, but live all the same).
+var livePrefixes = []string{"sk_live_", "rk_live_", "pk_live_"}
+
+// LiveCredential reports whether key is a live-mode credential of a
+// provider.
+func LiveCredential(key string) bool {
+	k := strings.ToLower(strings.TrimSpace(key))
+	for _, p := range livePrefixes {
+		if strings.HasPrefix(k, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// refuseLive answers live_mode_disabled (403) for credentials that hold a
+// live-mode credential anywhere: live mode is not activated, so no
+// connector takes one, whatever else the request says.
+func refuseLive(in *map[string]string) error {
+	if in == nil {
+		return nil
+	}
+	for _, v := range *in {
+		if LiveCredential(v) {
+			return apperr.LiveMode()
+		}
+	}
 	return nil
 }
 

@@ -116,6 +116,13 @@ func (s Snapshot) connector(id string) (Connector, bool) {
 type Ref struct {
 	ID       string
 	Provider string
+	// ServerAccount: the connector uses the server's own account at its
+	// provider (see Connector.ServerAccount).
+	ServerAccount bool
+}
+
+func refOf(c Connector) Ref {
+	return Ref{ID: c.ID, Provider: c.Provider, ServerAccount: c.ServerAccount}
 }
 
 // PlanInput is what routing reads of a charge.
@@ -264,19 +271,19 @@ func Plan(snap Snapshot, in PlanInput, fallback string, maxAttempts int, pick fu
 		if !ok || !c.Enabled {
 			return nil, apperr.Invalid("connector", "connector must be one of your enabled connectors.")
 		}
-		return []Ref{{ID: c.ID, Provider: c.Provider}}, nil
+		return []Ref{refOf(c)}, nil
 	case in.Provider != nil:
 		c, ok := firstOf(snap, *in.Provider)
 		if !ok {
 			return nil, apperr.Invalid("provider", "You have no enabled connector of provider %q.", *in.Provider)
 		}
-		return []Ref{{ID: c.ID, Provider: c.Provider}}, nil
+		return []Ref{refOf(c)}, nil
 	case snap.Routing == nil:
 		c, ok := firstOf(snap, fallback)
 		if !ok {
 			return nil, apperr.New(apperr.KindConflict, apperr.CodeInvalidState, "You have no enabled connector of the default provider %q; set a routing.", fallback)
 		}
-		return []Ref{{ID: c.ID, Provider: c.Provider}}, nil
+		return []Ref{refOf(c)}, nil
 	}
 	route := snap.Routing.Default
 	for _, r := range snap.Routing.Rules {
@@ -288,7 +295,7 @@ func Plan(snap Snapshot, in PlanInput, fallback string, maxAttempts int, pick fu
 	var out []Ref
 	for _, id := range route.order(pick) {
 		if c, ok := snap.connector(id); ok && c.Enabled {
-			out = append(out, Ref{ID: c.ID, Provider: c.Provider})
+			out = append(out, refOf(c))
 		}
 	}
 	if len(out) == 0 {

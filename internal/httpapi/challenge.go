@@ -31,6 +31,10 @@ var challengePages = template.Must(template.ParseFS(challengeFiles, "challenge/c
 
 // challengeCSP: no inline script; forms post to this origin; any page may
 // frame it, since the card field shows it in a frame of the merchant's page.
+// It is a constant: no text of a request or a charge ever enters it. The
+// way on to the merchant's return_url after a form's answer is a link on
+// the page (followed by challenge.js), never a redirect of the form's post,
+// which form-action would have to allow.
 const challengeCSP = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; " +
 	"base-uri 'none'; frame-ancestors *; form-action 'self'"
 
@@ -64,6 +68,8 @@ type challengeView struct {
 
 type doneView struct {
 	Title, Message, ChargeID, Answer string
+	// ReturnURL is the merchant's return_url with ?charge=<id>, "" for none.
+	ReturnURL string
 }
 
 // challengePage shows the emulated issuer's page of a charge that waits.
@@ -76,7 +82,7 @@ func (s *server) challengePage(c *fiber.Ctx) error {
 		return challengeError(err)
 	}
 	v := challengeView{Amount: money.Format(ch.Amount, ch.Currency), Brand: ch.Card.Brand, Last4: deref(ch.Card.Last4), Action: c.Path()}
-	return s.renderChallenge(c, ch, "challenge.html", v)
+	return s.renderChallenge(c, "challenge.html", v)
 }
 
 // challengeAnswer records the cardholder's Complete or Fail.
@@ -86,7 +92,7 @@ func (s *server) challengeAnswer(c *fiber.Ctx) error {
 	if err != nil {
 		return challengeError(err)
 	}
-	return s.challengeOver(c, ch, answer)
+	return s.challengeOver(c, ch, answer, false)
 }
 
 // challengeReturn is where a provider's challenge page sends the cardholder.
@@ -95,23 +101,31 @@ func (s *server) challengeReturn(c *fiber.Ctx) error {
 	if err != nil {
 		return challengeError(err)
 	}
-	return s.challengeOver(c, ch, providers.AnswerReturned)
+	return s.challengeOver(c, ch, providers.AnswerReturned, true)
 }
 
-// challengeOver sends the cardholder on: to return_url with ?charge=<id>,
-// or, without one, to a page that tells the card field.
-func (s *server) challengeOver(c *fiber.Ctx, ch charges.Charge, answer string) error {
-	if ch.ReturnURL != nil {
-		if to, err := withCharge(*ch.ReturnURL, ch.ID); err == nil {
-			c.Set(fiber.HeaderCacheControl, "no-store")
-			return c.Redirect(to, fiber.StatusSeeOther)
-		}
-	}
+// challengeOver sends the cardholder on to return_url with ?charge=<id>:
+// by a redirect when the provider's page sent the browser here (redirect
+// true), and after the emulated page's form by a page whose link goes
+// there (challenge.js follows it at once), so that the form's post is
+// never redirected off this origin. Without a return_url (or with one
+// stored before return_url was checked as it is now, which is not
+// followed) the page tells the card field.
+func (s *server) challengeOver(c *fiber.Ctx, ch charges.Charge, answer string, redirect bool) error {
 	v := doneView{Title: "Authentication complete", Message: "You can close this window.", ChargeID: ch.ID, Answer: answer}
 	if answer == providers.AnswerFailed {
 		v.Title = "Authentication failed"
 	}
-	return s.renderChallenge(c, ch, "done.html", v)
+	if ch.ReturnURL != nil && charges.ValidReturnURL(*ch.ReturnURL) {
+		if to, err := withCharge(*ch.ReturnURL, ch.ID); err == nil && charges.ValidReturnURL(to) {
+			if redirect {
+				c.Set(fiber.HeaderCacheControl, "no-store")
+				return c.Redirect(to, fiber.StatusSeeOther)
+			}
+			v.ReturnURL, v.Message = to, "Returning you to the shop."
+		}
+	}
+	return s.renderChallenge(c, "done.html", v)
 }
 
 // withCharge adds charge=<id> to the query of u.
@@ -126,21 +140,13 @@ func withCharge(u, chargeID string) (string, error) {
 	return parsed.String(), nil
 }
 
-func (s *server) renderChallenge(c *fiber.Ctx, ch charges.Charge, page string, v any) error {
+func (s *server) renderChallenge(c *fiber.Ctx, page string, v any) error {
 	var buf bytes.Buffer
 	if err := challengePages.ExecuteTemplate(&buf, page, v); err != nil {
 		return apperr.Internal(err)
 	}
-	csp := challengeCSP
-	if ch.ReturnURL != nil {
-		// The form's answer redirects to the merchant's page: form-action
-		// must allow it, or the browser stops at the redirect.
-		if u, err := url.Parse(*ch.ReturnURL); err == nil {
-			csp += " " + u.Scheme + "://" + u.Host
-		}
-	}
 	c.Set(fiber.HeaderContentType, fiber.MIMETextHTMLCharsetUTF8)
-	c.Set(fiber.HeaderContentSecurityPolicy, csp)
+	c.Set(fiber.HeaderContentSecurityPolicy, challengeCSP)
 	c.Set(fiber.HeaderXContentTypeOptions, "nosniff")
 	c.Set(fiber.HeaderReferrerPolicy, "no-referrer")
 	c.Set(fiber.HeaderCacheControl, "no-store")

@@ -92,7 +92,7 @@ func TestConnectors(t *testing.T) {
 	if sb := obj(p.body["sandbox"]); sb["unavailable"] != false || sb["decline_code"] != nil || sb["latency_ms"] != 20.0 {
 		t.Fatalf("cleared: %s", p.raw)
 	}
-	p = h.do("PATCH", "/v1/connectors/"+eu, `{"credentials":{"secret_key":"rk_live_abc"},"name":"Stripe EU (main)"}`, auth...)
+	p = h.do("PATCH", "/v1/connectors/"+eu, `{"credentials":{"secret_key":"rk_test_abc"},"name":"Stripe EU (main)"}`, auth...)
 	if p.status != 200 || p.body["name"] != "Stripe EU (main)" || p.body["has_credentials"] != true {
 		t.Fatalf("new credentials: %s", p.raw)
 	}
@@ -258,5 +258,82 @@ func TestRouting(t *testing.T) {
 	var routed int
 	if err := h.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM charges WHERE merchant_id = $1 AND connector_id IS NULL`, a.merchantID).Scan(&routed); err != nil || routed != 0 {
 		t.Errorf("%d charges without a connector (%v), want 0", routed, err)
+	}
+}
+
+// Live mode is not activated: a connector never takes live-mode
+// credentials (Stripe's sk_live_, rk_live_, pk_live_), on creation or in a
+// patch, whatever else the body says: 403 live_mode_disabled with the
+// contract's message, and nothing is stored.
+func TestConnectorsRefuseLiveCredentials(t *testing.T) {
+	h := newHarness(t, paymentsEnv)
+	a := h.account("live@example.com")
+	auth := bearer(a.secret)
+	own := h.newConnector(t, a.secret, `{"provider":"stripe","name":"Own","credentials":{"secret_key":"`+stripeTestKey+`"}}`).body["id"].(string)
+	server := idsOf(h.do("GET", "/v1/connectors?limit=100", "", auth...))
+	before := h.state(t, "")
+	sealed := func() string {
+		var s string
+		if err := h.db.Pool.QueryRow(context.Background(), `SELECT encode(credentials_sealed, 'hex') || updated_at::text FROM connectors WHERE id = $1`, own).Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	was := sealed()
+	for _, c := range []struct{ method, path, body string }{
+		{"POST", "/v1/connectors", `{"provider":"stripe","name":"Live","credentials":{"secret_key":"sk_live_51QxYzLiveKey"}}`},
+		{"POST", "/v1/connectors", `{"provider":"stripe","name":"Live","credentials":{"secret_key":"rk_live_51QxYzLiveKey"}}`},
+		{"POST", "/v1/connectors", `{"provider":"stripe","name":"Live","credentials":{"secret_key":" SK_LIVE_51QxYzLiveKey "}}`},
+		{"POST", "/v1/connectors", `{"provider":"stripe","name":"Live","credentials":{"secret_key":"pk_live_51QxYzLiveKey"}}`},
+		{"POST", "/v1/connectors", `{"provider":"stripe","name":"","credentials":{"secret_key":"sk_live_51QxYzLiveKey"}}`},
+		{"POST", "/v1/connectors", `{"provider":"sandbox","name":"Live","credentials":{"secret_key":"sk_live_51QxYzLiveKey"}}`},
+		{"PATCH", "/v1/connectors/" + own, `{"credentials":{"secret_key":"sk_live_51QxYzLiveKey"}}`},
+		{"PATCH", "/v1/connectors/" + own, `{"credentials":{"secret_key":"rk_live_51QxYzLiveKey"},"name":"Renamed"}`},
+		{"PATCH", "/v1/connectors/" + server[len(server)-1], `{"credentials":{"secret_key":"sk_live_51QxYzLiveKey"}}`},
+	} {
+		r := h.with(t).do(c.method, c.path, c.body, auth...)
+		if r.status != 403 || r.errCode() != "live_mode_disabled" || r.errField("message") != "Live mode is not activated" {
+			t.Errorf("%s %s %s: %d %s, want 403 live_mode_disabled", c.method, c.path, c.body, r.status, r.raw)
+		}
+	}
+	if diff := stateDiff(before, h.state(t, "")); diff != "" {
+		t.Errorf("live credentials changed the database: %s", diff)
+	}
+	if now := sealed(); now != was {
+		t.Error("a patch with live credentials changed the connector's credentials")
+	}
+	if r := h.do("GET", "/v1/connectors/"+own, "", auth...); r.body["name"] != "Own" {
+		t.Errorf("after the refused patches: %s", r.raw)
+	}
+}
+
+// On a server-account connector (the server's own account at its
+// provider) card.token takes only the merchant's own card tokens and the
+// provider's documented test tokens: any other provider token could name an
+// object of the operator's account. It is refused before any provider call
+// and nothing is created. A merchant's own Stripe connector takes tokens
+// of its own account.
+func TestServerAccountTakesOnlyTestTokens(t *testing.T) {
+	h := newHarness(t, paymentsEnv)
+	a := h.account("tok@example.com")
+	auth := bearer(a.secret)
+	own := h.newConnector(t, a.secret, `{"provider":"stripe","name":"Own","credentials":{"secret_key":"`+stripeTestKey+`"}}`).body["id"].(string)
+	want(t, h.do("GET", "/v1/connectors", "", auth...), 200, "") // makes the server-account connectors
+	before := h.state(t, "")
+	for _, tok := range []string{"pm_1QxGh1LkdIwHu7ixkq9V3wLs", "pm_card_visa_x", "tok_1QxGh1LkdIwHu7ix", "card_1QxGh1LkdIwHu7ix", "src_1QxGh1Lkd", "cus_QxGh1Lkd"} {
+		r := h.with(t).do("POST", "/v1/charges", chargeJSON(token(tok)), auth...)
+		if r.status != 400 || r.errCode() != "parameter_invalid" || r.errField("param") != "card.token" {
+			t.Errorf("card.token %s on the server's account: %d %s, want 400 parameter_invalid card.token", tok, r.status, r.raw)
+		}
+	}
+	if diff := stateDiff(before, h.state(t, "")); diff != "" {
+		t.Errorf("refused tokens changed the database: %s", diff)
+	}
+	for _, tok := range []string{"pm_card_visa", "tok_mastercard", "pm_card_chargeDeclinedInsufficientFunds"} {
+		h.createCharge(t, a.secret, chargeJSON(token(tok)))
+	}
+	c := h.createCharge(t, a.secret, chargeJSON(token("pm_1QxGh1LkdIwHu7ixkq9V3wLs"), set("connector", own)))
+	if c.body["connector"] != own {
+		t.Errorf("a token of the merchant's own Stripe account: %s", c.raw)
 	}
 }

@@ -50,6 +50,46 @@ type AuthorizeRequest struct {
 	Authenticated bool
 }
 
+// stripeTestTokens are the test tokens and test PaymentMethods Stripe
+// documents (https://docs.stripe.com/testing): they stand for test cards,
+// exist in every Stripe account in test mode, and name nothing of anyone's.
+var stripeTestTokens = func() map[string]bool {
+	names := []string{
+		// Cards by brand.
+		"visa", "visa_debit", "visa_cartesBancaires", "mastercard", "mastercard_debit", "mastercard_prepaid",
+		"mastercard_cartesBancaires", "amex", "discover", "diners", "jcb", "unionpay", "cartesBancaires", "interac",
+		// Cards by country.
+		"us", "ar", "br", "ca", "mx", "at", "be", "bg", "ch", "cy", "cz", "de", "dk", "ee", "es", "fi", "fr", "gb",
+		"gr", "hr", "hu", "ie", "it", "li", "lt", "lu", "lv", "mt", "nl", "no", "pl", "pt", "ro", "se", "si", "sk",
+		"ae", "au", "cn", "hk", "in", "jp", "my", "nz", "sg", "th",
+		// Declines.
+		"chargeDeclined", "chargeDeclinedInsufficientFunds", "chargeDeclinedLostCard", "chargeDeclinedStolenCard",
+		"chargeDeclinedExpiredCard", "chargeDeclinedIncorrectCvc", "chargeDeclinedProcessingError",
+		"chargeDeclinedFraudulent", "chargeDeclinedVelocityLimitExceeded", "visa_chargeDeclined",
+		"visa_chargeDeclinedInsufficientFunds", "visa_chargeDeclinedLostCard", "visa_chargeDeclinedStolenCard",
+		"chargeCustomerFail", "riskLevelElevated", "riskLevelHighest", "radarBlock", "cvcCheckFail", "avsFail",
+		"avsLine1Fail", "avsZipFail", "avsUnchecked", "refundFail", "createDispute", "createDisputeProductNotReceived",
+		"createDisputeInquiry", "createEarlyFraudWarning", "bypassPending", "bypassPendingInternational",
+		// Authentication (3-D Secure).
+		"authenticationRequired", "authenticationRequiredOnSetup", "authenticationRequiredChargeDeclinedInsufficientFunds",
+		"authenticationRequiredSetupForOffSession", "threeDSecure2Required", "threeDSecureRequired",
+		"threeDSecureOptional", "threeDSecureRequiredChargeDeclined", "threeDSecureRequiredProcessingError",
+	}
+	m := make(map[string]bool, 2*len(names))
+	for _, n := range names {
+		m["pm_card_"+n], m["tok_"+n] = true, true
+	}
+	return m
+}()
+
+// TestToken reports whether token is one of the test tokens a provider
+// documents (Stripe's tok_visa, pm_card_visa, ...; the sandbox takes the
+// same names). On the server's own account at a provider these are the only
+// provider tokens a charge may name: any other (pm_..., tok_..., an id of
+// the account's own objects) would let a merchant name objects of the
+// operator's account.
+func TestToken(token string) bool { return stripeTestTokens[token] }
+
 // CaptureRequest captures Amount (at most the authorized amount) of an authorization.
 type CaptureRequest struct {
 	IdempotencyKey string

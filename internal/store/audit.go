@@ -135,7 +135,8 @@ func (s *Store) MaintainAuditLog(ctx context.Context, now time.Time) (created, d
 }
 
 // VerifyAudit checks every chain of the audit log in one snapshot, entry by
-// entry from its anchor to its head, and returns what it found.
+// entry from its anchor to its head, and every month's partition ever made
+// (there, or its drop recorded by retention), and returns what it found.
 func (s *Store) VerifyAudit(ctx context.Context) (audit.Summary, error) {
 	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
@@ -158,6 +159,10 @@ func (s *Store) VerifyAudit(ctx context.Context) (audit.Summary, error) {
 	if err != nil {
 		return audit.Summary{}, fmt.Errorf("store: audit heads: %w", err)
 	}
+	missing, err := missingMonths(ctx, tx)
+	if err != nil {
+		return audit.Summary{}, err
+	}
 	v := audit.NewVerifier(anchors, heads)
 	rows, err := tx.Query(ctx, `SELECT `+auditColumns+` FROM audit_log ORDER BY merchant_id, chain, seq`)
 	if err != nil {
@@ -174,5 +179,43 @@ func (s *Store) VerifyAudit(ctx context.Context) (audit.Summary, error) {
 	if err := rows.Err(); err != nil {
 		return audit.Summary{}, fmt.Errorf("store: audit log: %w", err)
 	}
-	return v.Finish(), nil
+	sum := v.Finish()
+	sum.Missing = missing
+	return sum, nil
+}
+
+// missingMonths reads every month's partition ever made
+// (audit_partition_months), those of audit_log now and the drops retention
+// recorded (audit_partition_drops), and returns the months gone unrecorded.
+func missingMonths(ctx context.Context, tx pgx.Tx) ([]audit.Month, error) {
+	rows, _ := tx.Query(ctx, `SELECT month, partition FROM audit_partition_months ORDER BY month`)
+	made, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (audit.Month, error) {
+		var m audit.Month
+		err := r.Scan(&m.Month, &m.Partition)
+		return m, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: audit partitions made: %w", err)
+	}
+	names := func(query string) (map[string]bool, error) {
+		rows, _ := tx.Query(ctx, query)
+		list, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return nil, err
+		}
+		set := make(map[string]bool, len(list))
+		for _, n := range list {
+			set[n] = true
+		}
+		return set, nil
+	}
+	present, err := names(`SELECT c.relname::text FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = 'audit_log'::regclass`)
+	if err != nil {
+		return nil, fmt.Errorf("store: audit partitions: %w", err)
+	}
+	dropped, err := names(`SELECT partition FROM audit_partition_drops`)
+	if err != nil {
+		return nil, fmt.Errorf("store: audit partition drops: %w", err)
+	}
+	return audit.MissingMonths(made, present, dropped), nil
 }

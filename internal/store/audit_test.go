@@ -297,10 +297,10 @@ func TestAuditRetentionDropsOldMonthsAndKeepsTheChainChecked(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := db.Pool.Exec(ctx, `INSERT INTO audit_heads (merchant_id, chain, seq, hash, at) VALUES ($1, 0, 5, $2, $3)`,
-		m.ID, last.Hash, last.At); err != nil {
-		t.Fatal(err)
-	}
+	// The head, set where those entries end (the guard on audit_heads lets
+	// a head start only at seq 0: a superuser seeds it here).
+	tamper(t, db.Pool, `INSERT INTO audit_heads (merchant_id, chain, seq, hash, at) VALUES ($1, 0, 5, $2, $3)`,
+		m.ID, last.Hash, last.At)
 	for i := 0; i < 3; i++ {
 		if _, err := db.Pool.Exec(ctx, `SELECT audit_append($1, $2, 0, 'api_key', 'key_1', 'charge.create', 'charge', 'new', '192.0.2.1', 'ua', 'req')`,
 			ids.New("al"), m.ID); err != nil {
@@ -341,5 +341,123 @@ func TestAuditRetentionDropsOldMonthsAndKeepsTheChainChecked(t *testing.T) {
 	tamper(t, db.Pool, `DELETE FROM audit_log WHERE merchant_id = $1 AND chain = 0 AND seq = 6`, m.ID)
 	if sum, err := s.VerifyAudit(ctx); err != nil || len(sum.Broken) != 1 || sum.Broken[0].Seq != 6 {
 		t.Fatalf("verify after deleting seq 6: %+v %v", sum.Broken, err)
+	}
+}
+
+// bypass runs each statement with the triggers and event triggers off, as a
+// superuser can.
+func bypass(t *testing.T, pool *pgxpool.Pool, qs ...string) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, `SET session_replication_role = replica`); err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Exec(ctx, `SET session_replication_role = DEFAULT`) //nolint:errcheck
+	for _, q := range qs {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+}
+
+// The application's database role cannot move a chain's head back, remove
+// it, detach or drop a month of the log, switch the guards off, replace the
+// log's functions, or record a drop or an anchor of its own: the database
+// refuses each (migrations/00020_audit_guards.sql), and nothing changes.
+func TestAuditGuardsRefuseTheAppRole(t *testing.T) {
+	db := testenv.NewDB(t)
+	s := store.New(db.Pool)
+	m := newMerchant(t, s, "guards@example.com")
+	ctx := context.Background()
+	for i := 0; i < 3; i++ {
+		if _, err := db.Pool.Exec(ctx, `SELECT audit_append($1, $2, 0, 'api_key', 'key_1', 'charge.create', 'charge', 'x', '192.0.2.1', 'ua', 'req')`,
+			ids.New("al"), m.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var partition string
+	if err := db.Pool.QueryRow(ctx, `SELECT tableoid::regclass::text FROM audit_log LIMIT 1`).Scan(&partition); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		`UPDATE audit_heads SET seq = 0, hash = decode(repeat('00', 32), 'hex')`,
+		`UPDATE audit_heads SET seq = 2, hash = (SELECT hash FROM audit_log WHERE seq = 2)`,
+		`UPDATE audit_heads SET seq = 4`,
+		`DELETE FROM audit_heads`,
+		`TRUNCATE audit_heads`,
+		`INSERT INTO audit_heads (merchant_id, chain, seq, hash, at) VALUES ('mer_other', 0, 7, '\x00', now())`,
+		`ALTER TABLE audit_log DETACH PARTITION ` + partition,
+		`ALTER TABLE audit_log DETACH PARTITION ` + partition + ` CONCURRENTLY`,
+		`DROP TABLE ` + partition,
+		`DROP TABLE audit_heads`,
+		`ALTER TABLE audit_heads DISABLE TRIGGER ALL`,
+		`ALTER TABLE audit_log DISABLE TRIGGER audit_log_append_only`,
+		`ALTER TABLE ` + partition + ` RENAME TO audit_kept`,
+		`DROP TRIGGER audit_heads_forward_only ON audit_heads`,
+		`CREATE OR REPLACE FUNCTION audit_refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$`,
+		`CREATE TRIGGER audit_zz BEFORE UPDATE ON audit_heads FOR EACH ROW EXECUTE FUNCTION audit_refuse()`,
+		`CREATE RULE audit_skip AS ON UPDATE TO audit_heads DO INSTEAD NOTHING`,
+		`INSERT INTO audit_partition_drops (month, partition) VALUES (date_trunc('month', now()), 'audit_log_' || to_char(now(), 'YYYY_MM'))`,
+		`INSERT INTO audit_anchors (merchant_id, chain, seq, hash, at, month) SELECT merchant_id, chain, seq, hash, at, date_trunc('month', at) FROM audit_log WHERE seq = 3`,
+		`DELETE FROM audit_partition_months`,
+		`INSERT INTO audit_partition_months (month, partition) VALUES ('2020-01-01', 'audit_log_2020_01')`,
+	} {
+		if _, err := db.Pool.Exec(ctx, q); err == nil {
+			t.Errorf("%s: accepted, want it refused", q)
+		}
+	}
+	if sum := mustVerify(t, s); sum.Entries != 3 {
+		t.Fatalf("%d entries after the refusals, want 3", sum.Entries)
+	}
+	// What the log needs still works: appending, next months' partitions.
+	if _, err := db.Pool.Exec(ctx, `SELECT audit_append($1, $2, 0, 'api_key', 'key_1', 'charge.create', 'charge', 'x', '192.0.2.1', 'ua', 'req')`,
+		ids.New("al"), m.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.MaintainAuditLog(ctx, time.Now().AddDate(0, 6, 0)); err != nil {
+		t.Fatal(err)
+	}
+	mustVerify(t, s)
+}
+
+// A month dropped behind retention's back (detached and dropped with the
+// guards off, as a superuser can) and a head moved back: verify names the
+// month's partition and the chain.
+func TestVerifyFindsUnrecordedDropAndResetHead(t *testing.T) {
+	db := testenv.NewDB(t)
+	s := store.New(db.Pool)
+	m := newMerchant(t, s, "dropped@example.com")
+	ctx := context.Background()
+	for chain := 0; chain < 2; chain++ {
+		for i := 0; i < 3; i++ {
+			if _, err := db.Pool.Exec(ctx, `SELECT audit_append($1, $2, $3, 'api_key', 'key_1', 'charge.create', 'charge', 'x', '192.0.2.1', 'ua', 'req')`,
+				ids.New("al"), m.ID, chain); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	mustVerify(t, s)
+	// A month ahead, empty: its drop loses no entry but still shows.
+	ahead := "audit_log_" + time.Now().UTC().AddDate(0, 2, -time.Now().UTC().Day()+1).Format("2006_01")
+	bypass(t, db.Pool, `ALTER TABLE audit_log DETACH PARTITION `+ahead, `DROP TABLE `+ahead,
+		`UPDATE audit_heads SET seq = 1, hash = (SELECT hash FROM audit_log l WHERE l.merchant_id = audit_heads.merchant_id AND l.chain = 1 AND l.seq = 1) WHERE chain = 1`)
+	sum, err := s.VerifyAudit(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sum.Missing) != 1 || sum.Missing[0].Partition != ahead || !strings.Contains(sum.Missing[0].Error(), "not recorded") {
+		t.Errorf("months missing: %+v, want %s", sum.Missing, ahead)
+	}
+	if len(sum.Broken) != 1 || sum.Broken[0].MerchantID != m.ID || sum.Broken[0].Chain != 1 || sum.Broken[0].Seq != 2 ||
+		!strings.Contains(sum.Broken[0].Reason, "moved back") {
+		t.Errorf("broken chains: %+v, want merchant %s chain 1 seq 2, its head moved back", sum.Broken, m.ID)
+	}
+	if sum.Intact() {
+		t.Error("verify says intact")
 	}
 }
