@@ -2,10 +2,8 @@ package e2e
 
 import (
 	"fmt"
-	"html"
 	"net/http"
 	"net/url"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -108,23 +106,6 @@ func (f *authFlow) answer(t *testing.T, link, answer string) exchange {
 	return e
 }
 
-// returnLink is where the page after the emulated issuer's form sends
-// the cardholder: its link to the return_url, which its script follows.
-// The form's post is never redirected off the gateway's origin, so the
-// page's policy names no other.
-func returnLink(t *testing.T, e exchange) *url.URL {
-	t.Helper()
-	m := regexp.MustCompile(`id="return-link"[^>]* href="([^"]*)"`).FindSubmatch(e.body)
-	if m == nil {
-		t.Fatalf("the page after the answer has no link to the return_url:\n%s", e.body)
-	}
-	u, err := url.Parse(html.UnescapeString(string(m[1])))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return u
-}
-
 func (f *authFlow) page(t *testing.T, link string) exchange {
 	t.Helper()
 	e, err := send(f.browser, http.MethodGet, link, "", "")
@@ -171,10 +152,10 @@ func TestThreeDSecure(t *testing.T) {
 				t.Fatalf("%s: the challenge page has no Complete form or no strict policy: %s", tc.number, page.body)
 			}
 			e := f.answer(t, link, tc.answer)
-			mustExpect(t, e, http.StatusOK, "")
-			loc := returnLink(t, e)
-			if loc.Host != "shop.example" || loc.Query().Get("charge") != c.ID || loc.Query().Get("order") != "7" {
-				t.Fatalf("%s: sent to %q, want the return_url with charge=%s", tc.number, loc, c.ID)
+			mustExpect(t, e, http.StatusSeeOther, "")
+			loc, err := url.Parse(e.header("Location"))
+			if err != nil || loc.Host != "shop.example" || loc.Query().Get("charge") != c.ID || loc.Query().Get("order") != "7" {
+				t.Fatalf("%s: sent to %q, want the return_url with charge=%s", tc.number, e.header("Location"), c.ID)
 			}
 			// The link is single-use.
 			mustExpect(t, f.answer(t, link, "succeeded"), http.StatusConflict, "invalid_state")
@@ -218,7 +199,7 @@ func TestThreeDSecure(t *testing.T) {
 		}
 		mustExpect(t, f.answer(t, linkA, "succeeded"), http.StatusConflict, "invalid_state")
 		// The other charge is untouched and still answerable.
-		mustExpect(t, f.answer(t, linkB, "succeeded"), http.StatusOK, "")
+		mustExpect(t, f.answer(t, linkB, "succeeded"), http.StatusSeeOther, "")
 		if got := f.wait(t, b.ID, 20*time.Second, "requires_action"); got.Status != "captured" {
 			t.Errorf("charge b: %s", got.Status)
 		}
@@ -350,7 +331,7 @@ func TestSavedCardsOffSession(t *testing.T) {
 	if on.Status != "requires_action" {
 		t.Fatalf("on session: %s", on.Status)
 	}
-	mustExpect(t, f.answer(t, on.NextAction.RedirectToURL.URL, "succeeded"), http.StatusOK, "")
+	mustExpect(t, f.answer(t, on.NextAction.RedirectToURL.URL, "succeeded"), http.StatusSeeOther, "")
 	if got := f.wait(t, on.ID, 20*time.Second, "requires_action"); got.Status != "captured" {
 		t.Fatalf("on session after the challenge: %s", got.Status)
 	}

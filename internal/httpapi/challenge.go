@@ -29,14 +29,14 @@ var challengeFiles embed.FS
 
 var challengePages = template.Must(template.ParseFS(challengeFiles, "challenge/challenge.html", "challenge/done.html"))
 
-// challengeCSP: no inline script; forms post to this origin; any page may
-// frame it, since the card field shows it in a frame of the merchant's page.
-// It is a constant: no text of a request or a charge ever enters it. The
-// way on to the merchant's return_url after a form's answer is a link on
-// the page (followed by challenge.js), never a redirect of the form's post,
-// which form-action would have to allow.
+// challengeCSP: no inline script; any page may frame it, since the card
+// field shows it in a frame of the merchant's page. It is a constant: no
+// text of a request or a charge ever enters it. The forms post to this
+// origin, whose answer redirects to the merchant's return_url; browsers
+// apply form-action to that redirect too, so it admits any http(s) target
+// by scheme rather than naming the return_url's host.
 const challengeCSP = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; " +
-	"base-uri 'none'; frame-ancestors *; form-action 'self'"
+	"base-uri 'none'; frame-ancestors *; form-action 'self' http: https:"
 
 func (s *server) challengeRoutes(app *fiber.App, limit fiber.Handler) {
 	const js, css = "text/javascript; charset=utf-8", "text/css; charset=utf-8"
@@ -68,8 +68,6 @@ type challengeView struct {
 
 type doneView struct {
 	Title, Message, ChargeID, Answer string
-	// ReturnURL is the merchant's return_url with ?charge=<id>, "" for none.
-	ReturnURL string
 }
 
 // challengePage shows the emulated issuer's page of a charge that waits.
@@ -92,7 +90,7 @@ func (s *server) challengeAnswer(c *fiber.Ctx) error {
 	if err != nil {
 		return challengeError(err)
 	}
-	return s.challengeOver(c, ch, answer, false)
+	return s.challengeOver(c, ch, answer)
 }
 
 // challengeReturn is where a provider's challenge page sends the cardholder.
@@ -101,28 +99,21 @@ func (s *server) challengeReturn(c *fiber.Ctx) error {
 	if err != nil {
 		return challengeError(err)
 	}
-	return s.challengeOver(c, ch, providers.AnswerReturned, true)
+	return s.challengeOver(c, ch, providers.AnswerReturned)
 }
 
-// challengeOver sends the cardholder on to return_url with ?charge=<id>:
-// by a redirect when the provider's page sent the browser here (redirect
-// true), and after the emulated page's form by a page whose link goes
-// there (challenge.js follows it at once), so that the form's post is
-// never redirected off this origin. Without a return_url (or with one
-// stored before return_url was checked as it is now, which is not
-// followed) the page tells the card field.
-func (s *server) challengeOver(c *fiber.Ctx, ch charges.Charge, answer string, redirect bool) error {
+// challengeOver sends the cardholder on: to return_url with ?charge=<id>,
+// or, without one (or with one stored before return_url was checked as it
+// is now, which is not followed), to a page that tells the card field.
+func (s *server) challengeOver(c *fiber.Ctx, ch charges.Charge, answer string) error {
 	v := doneView{Title: "Authentication complete", Message: "You can close this window.", ChargeID: ch.ID, Answer: answer}
 	if answer == providers.AnswerFailed {
 		v.Title = "Authentication failed"
 	}
 	if ch.ReturnURL != nil && charges.ValidReturnURL(*ch.ReturnURL) {
 		if to, err := withCharge(*ch.ReturnURL, ch.ID); err == nil && charges.ValidReturnURL(to) {
-			if redirect {
-				c.Set(fiber.HeaderCacheControl, "no-store")
-				return c.Redirect(to, fiber.StatusSeeOther)
-			}
-			v.ReturnURL, v.Message = to, "Returning you to the shop."
+			c.Set(fiber.HeaderCacheControl, "no-store")
+			return c.Redirect(to, fiber.StatusSeeOther)
 		}
 	}
 	return s.renderChallenge(c, "done.html", v)
