@@ -9,8 +9,9 @@
 -- as associated data) under a random data key of its own, in
 -- card_sealed_own; the data key, wrapped by a key derived from
 -- ENCRYPTION_KEY, is a row of payment_method_keys, deleted with the method
--- in the same transaction. Once it is gone, no copy of the sealed card can
--- be opened.
+-- in the same transaction. Once it is gone, a copy of the sealed card opens
+-- only with a copy of the wrapped key that outlived the row (its dead row
+-- version until vacuumed, freed page space, WAL, backups: docs/customers.md).
 --
 -- The previous release reads and writes card_sealed only, and keeps
 -- working on this schema: a method it saves (card_sealed_own NULL, no key

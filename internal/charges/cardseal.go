@@ -17,8 +17,9 @@ import (
 // authorizes nothing), sealed under a random data key of its own, with the
 // method and merchant ids as associated data; the data key is stored apart,
 // wrapped by keyring.PurposeCardDataKey, and deleted with the method, after
-// which no copy of the sealed card (a dead row version, WAL, a backup) can
-// be opened. These check, fingerprint and seal a card for any owner, and
+// which a copy of the sealed card (a dead row version, WAL, a backup) opens
+// only with a copy of the wrapped key that outlived it (docs/customers.md
+// says where one may). These check, fingerprint and seal a card for any owner, and
 // move a sealed card from one owner to another without it leaving this
 // package in clear.
 

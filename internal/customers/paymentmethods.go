@@ -169,8 +169,9 @@ func (s *Service) ListPaymentMethods(ctx context.Context, merchantID, customerID
 }
 
 // DeletePaymentMethod deletes a customer's payment method, its sealed card
-// and its data key with it, in one transaction: whatever copy of the sealed
-// card remains (a dead row version, WAL, a backup) can no longer be opened.
+// and its data key with it, in one transaction: a copy of the sealed card
+// left behind (a dead row version, WAL, a backup) then opens only with a
+// copy of the wrapped key that outlived it (docs/customers.md).
 // Any miss (customer or method) is NotFound of the method.
 func (s *Service) DeletePaymentMethod(ctx context.Context, merchantID, customerID, id string) error {
 	if !ValidID(customerID) || !ValidPaymentMethodID(id) {
