@@ -30,6 +30,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/charges"
 	"github.com/gatehouse-pay/gatehouse/internal/config"
 	"github.com/gatehouse-pay/gatehouse/internal/connectors"
+	"github.com/gatehouse-pay/gatehouse/internal/customers"
 	"github.com/gatehouse-pay/gatehouse/internal/health"
 	"github.com/gatehouse-pay/gatehouse/internal/jobs"
 	"github.com/gatehouse-pay/gatehouse/internal/keyring"
@@ -199,12 +200,13 @@ func work(ctx context.Context, getenv func(string) string, stderr io.Writer) err
 			}),
 		Refunds: refunds.NewProcessor(db, registry, cfg.ProviderTimeout, time.Now, log, observe).WithQueue(queue).WithOutcomes(refundOutcome).
 			WithWindows(cfg.ProviderIdempotencyWindow, cfg.ProviderOutcomeUnknownAfter),
-		Webhooks: deliverer,
-		Store:    db,
-		Queue:    queue,
-		Config:   cfg,
-		Log:      log,
-		Metrics:  jm,
+		Webhooks:   deliverer,
+		Store:      db,
+		SavedCards: customers.NewCardHousekeeping(db, keys),
+		Queue:      queue,
+		Config:     cfg,
+		Log:        log,
+		Metrics:    jm,
 	}
 
 	srv := jobs.NewServers(qrdb, log, cfg, deliveryQueues)

@@ -58,10 +58,11 @@ type CreateParams struct {
 // MaxReturnURLLen bounds return_url.
 const MaxReturnURLLen = 2048
 
-// secretCard is the part of the card sealed until the provider answers.
+// secretCard is the part of the card sealed until the provider answers. A
+// saved card, and a charge's copy of one, has no CVC.
 type secretCard struct {
 	Number   string `json:"n"`
-	CVC      string `json:"c"`
+	CVC      string `json:"c,omitempty"`
 	ExpMonth int    `json:"m"`
 	ExpYear  int    `json:"y"`
 }

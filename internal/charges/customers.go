@@ -18,6 +18,11 @@ type CustomerStore interface {
 	// SavedCard returns the merchant's payment method pmID, otherwise an
 	// error of kind NotFound.
 	SavedCard(ctx context.Context, merchantID, pmID string) (SavedCard, error)
+	// ConvertSavedCard stores to as the card of the legacy saved card c
+	// (see SavedCard.Legacy), its data key in the same transaction, if the
+	// method still exists and still holds c.Sealed; otherwise it does
+	// nothing. It reports whether it stored.
+	ConvertSavedCard(ctx context.Context, c SavedCard, to SealedCard) (bool, error)
 }
 
 // WithCustomers lets the service charge customers and their saved cards.
@@ -62,7 +67,9 @@ func (s *Service) customerFields(c *Charge, p CreateParams) error {
 var errSavedCardUnusable = apperr.Invalid("card.payment_method", "card.payment_method is not a saved card of this customer.")
 
 // useCustomer checks the charge's customer and, for a saved card, fills n
-// with the card's summary and the card re-sealed under the charge's id.
+// with the card's summary and the card, without its CVC, re-sealed under the
+// charge's id. A card saved by a release before data keys is converted
+// first (its CVC dropped, sealed under a data key of its own).
 func (s *Service) useCustomer(ctx context.Context, n *NewCharge) error {
 	c := &n.Charge
 	if c.CustomerID == nil {
@@ -85,7 +92,16 @@ func (s *Service) useCustomer(ctx context.Context, n *NewCharge) error {
 	if err != nil {
 		return err
 	}
-	if n.Sealed, err = ResealCard(s.keys, saved.Sealed, saved.PaymentMethodID, c.ID); err != nil {
+	if saved.Legacy() {
+		to, err := ConvertSavedCard(s.keys, saved)
+		if err != nil {
+			return err
+		}
+		if _, err := s.customers.ConvertSavedCard(ctx, saved, to); err != nil {
+			return err
+		}
+	}
+	if n.Sealed, err = chargeCopy(s.keys, saved, c.ID); err != nil {
 		return err
 	}
 	c.Card = saved.Card

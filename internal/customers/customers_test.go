@@ -42,7 +42,7 @@ func newFixture(t *testing.T) *fixture {
 	}
 	now := func() time.Time { return testNow }
 	f := &fixture{db: db, st: st, keys: keys, svc: customers.NewService(st, keys, now),
-		charge: charges.NewService(st, nil, keys, []string{"sandbox"}, "sandbox", now, nil).WithTokens(st)}
+		charge: charges.NewService(st, noQueue{}, keys, []string{"sandbox"}, "sandbox", now, nil).WithTokens(st).WithCustomers(st)}
 	for _, email := range []string{"a@example.com", "b@example.com"} {
 		m := merchants.Merchant{ID: ids.New("mer"), Email: email, Name: "n", PasswordHash: "h", CreatedAt: testNow}
 		if err := st.CreateMerchant(context.Background(), m); err != nil {
@@ -112,13 +112,40 @@ func (f *fixture) savePM(merchantID, customerID string, card *customers.CardPara
 	return v, r.Replayed, err
 }
 
-func (f *fixture) sealedOf(t *testing.T, pmID string) []byte {
+// savedOf returns the method's card as stored, and checks it the way every
+// saved card must be: sealed under its data key, which opens only with the
+// method's and merchant's ids, holding the number and no CVC; its old
+// column holds a seal of nothing.
+func (f *fixture) savedOf(t *testing.T, merchantID, pmID, number string) charges.SavedCard {
 	t.Helper()
-	var sealed []byte
-	if err := f.db.Pool.QueryRow(context.Background(), `SELECT card_sealed FROM payment_methods WHERE id = $1`, pmID).Scan(&sealed); err != nil {
+	c, err := f.st.SavedCard(context.Background(), merchantID, pmID)
+	if err != nil {
 		t.Fatal(err)
 	}
-	return sealed
+	if c.Legacy() {
+		t.Fatalf("%s is not sealed under a data key of its own", pmID)
+	}
+	got, _, _, cvc, err := charges.OpenSavedCard(f.keys, c)
+	if err != nil || got != number || cvc != "" {
+		t.Fatalf("the saved card %s: number %t, CVC %q kept (%v)", pmID, got == number, cvc, err)
+	}
+	for _, sealed := range [][]byte{c.Own, c.Sealed, c.Key} {
+		if bytes.Contains(sealed, []byte(number[len(number)-4:])) {
+			t.Fatalf("%s holds the number in clear", pmID)
+		}
+	}
+	if plain, err := f.keys.Open(keyring.PurposeCard, c.Sealed, []byte(pmID)); err != nil || len(plain) != 0 {
+		t.Fatalf("the old column of %s: %d bytes (%v), want a seal of nothing", pmID, len(plain), err)
+	}
+	if _, err := f.keys.Open(keyring.PurposeCard, c.Own, []byte(pmID)); err == nil {
+		t.Fatalf("the card of %s opens under the card key", pmID)
+	}
+	other := c
+	other.MerchantID = "mer_other"
+	if _, _, _, _, err := charges.OpenSavedCard(f.keys, other); err == nil {
+		t.Fatalf("the card of %s opens as another merchant's", pmID)
+	}
+	return c
 }
 
 func wantParam(t *testing.T, name string, err error, param string) {
@@ -218,17 +245,7 @@ func TestPaymentMethodFromRawCard(t *testing.T) {
 		*pm.Card.Last4 != "4242" || *pm.Card.ExpYear != 2030 || *pm.Card.Fingerprint != wantFP {
 		t.Fatalf("payment method %+v", pm)
 	}
-	sealed := f.sealedOf(t, pm.ID)
-	plain, err := f.keys.Open(keyring.PurposeCard, sealed, []byte(pm.ID))
-	if err != nil || !bytes.Contains(plain, []byte("4242424242424242")) || !bytes.Contains(plain, []byte(`"123"`)) {
-		t.Fatalf("the sealed card under the method's id: %v", err)
-	}
-	if _, err := f.keys.Open(keyring.PurposeCard, sealed, []byte(cus)); err == nil {
-		t.Fatal("the sealed card opens under another id")
-	}
-	if bytes.Contains(sealed, []byte("4242")) {
-		t.Fatal("the sealed card holds the number in clear")
-	}
+	f.savedOf(t, f.a, pm.ID, "4242424242424242")
 	// The same card of the same merchant has the same fingerprint; another
 	// merchant's differs.
 	again, _, err := f.savePM(f.a, f.customer(t, f.a), cardParams("4242424242424242"), nil)
@@ -284,11 +301,8 @@ func TestPaymentMethodFromToken(t *testing.T) {
 	if pm.Card.Brand != "mastercard" || *pm.Card.Last4 != "4444" || *pm.Card.Fingerprint != *tok.Card.Fingerprint {
 		t.Fatalf("payment method %+v of token %+v", pm, tok)
 	}
-	sealed := f.sealedOf(t, pm.ID)
-	if plain, err := f.keys.Open(keyring.PurposeCard, sealed, []byte(pm.ID)); err != nil || !bytes.Contains(plain, []byte("5555555555554444")) {
-		t.Fatalf("the card under the method's id: %v", err)
-	}
-	if _, err := f.keys.Open(keyring.PurposeCard, sealed, []byte(tok.ID)); err == nil {
+	saved := f.savedOf(t, f.a, pm.ID, "5555555555554444")
+	if _, err := f.keys.Open(keyring.PurposeCard, saved.Own, []byte(tok.ID)); err == nil {
 		t.Fatal("the method's card still opens under the token's id")
 	}
 	var tokenID *string

@@ -849,8 +849,10 @@ func (s *stack) logLinesOf(ids ...string) string {
 // it is; then two of its API replicas and its worker take one merchant
 // through sign-in, keys (one revoked, refused on both replicas), a webhook
 // endpoint, charges captured at once, captured and voided by request, a
-// refund, the lists and gets of charges, refunds, events and deliveries, the
-// dashboard's pages, and the worker's periodic tasks (outbox sweep,
+// refund, a saved card saved, charged off session and deleted (and one this
+// release saved under a data key, charged to a processing_error failure and
+// deleted with its customer, data key included), the lists and gets of
+// charges, refunds, events and deliveries, the dashboard's pages, and the worker's periodic tasks (outbox sweep,
 // retention and sessions prunes); every event reaches the endpoint; every
 // answer matches that release's api/openapi.yaml; no process logs an error
 // or a failed task.
@@ -900,6 +902,39 @@ func TestPreviousReleaseOnNewSchema(t *testing.T) {
 	}
 	want := map[string]string{captured: "captured", toCapture: "captured", toVoid: "voided"}
 	m.waitCharges(t, ids, func(id, s string) bool { return s == want[id] }, 30*time.Second)
+
+	// A saved card: saved (in card_sealed alone, with its CVC, as that
+	// release seals it), charged, deleted (its data key, once this release
+	// has converted it, goes by ON DELETE CASCADE).
+	e = m.do(t, http.MethodPost, "/v1/customers", `{"email":"prev@example.com"}`)
+	mustExpect(t, e, http.StatusCreated, "")
+	var cus struct{ ID string }
+	decode(t, e, &cus)
+	e = m.do(t, http.MethodPost, "/v1/customers/"+cus.ID+"/payment_methods",
+		fmt.Sprintf(`{"card":{"number":"4242424242424242","exp_month":12,"exp_year":%d,"cvc":"123"}}`, time.Now().Year()+2))
+	mustExpect(t, e, http.StatusCreated, "")
+	var pm struct{ ID string }
+	decode(t, e, &pm)
+	e = m.do(t, http.MethodPost, "/v1/charges", `{"amount":900,"currency":"usd","customer":"`+cus.ID+`","card":{"payment_method":"`+pm.ID+`"},"off_session":true}`)
+	mustExpect(t, e, http.StatusCreated, "")
+	var savedCharge chargeJSON
+	decode(t, e, &savedCharge)
+	m.waitCharges(t, []string{savedCharge.ID}, func(_, s string) bool { return s == "captured" }, 30*time.Second)
+	mustExpect(t, m.do(t, http.MethodDelete, "/v1/customers/"+cus.ID+"/payment_methods/"+pm.ID, ""), http.StatusOK, "")
+	// A card this release saved, under its data key, which that release
+	// cannot open: its charge fails processing_error, without an error.
+	ownKeyed := savedByThisRelease(t, st, m.id, cus.ID, "5555555555554444")
+	e = m.do(t, http.MethodPost, "/v1/charges", `{"amount":900,"currency":"usd","customer":"`+cus.ID+`","card":{"payment_method":"`+ownKeyed+`"}}`)
+	mustExpect(t, e, http.StatusCreated, "")
+	decode(t, e, &savedCharge)
+	got, _ := m.waitCharges(t, []string{savedCharge.ID}, func(_, s string) bool { return s != "created" }, 30*time.Second)
+	if c := got[savedCharge.ID]; c.Status != "failed" || c.FailureCode == nil || *c.FailureCode != "processing_error" {
+		t.Errorf("the previous release's charge of a card under a data key: %s %v, want failed processing_error", c.Status, c.FailureCode)
+	}
+	mustExpect(t, m.do(t, http.MethodDelete, "/v1/customers/"+cus.ID, ""), http.StatusOK, "")
+	if n := queryInt(t, st.db, `SELECT count(*) FROM payment_method_keys WHERE payment_method_id = $1`, ownKeyed); n != 0 {
+		t.Errorf("the previous release deleted a customer and left the data key of its card")
+	}
 
 	// Lists and gets.
 	for _, path := range []string{"/v1/charges?limit=5", "/v1/charges/" + captured, "/v1/refunds?limit=5", "/v1/refunds/" + refund.ID,

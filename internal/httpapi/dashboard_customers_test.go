@@ -147,11 +147,14 @@ func TestDashboardCustomers(t *testing.T) {
 	if r.status != 303 || r.location != "/dashboard/customers/"+buyer+"?notice=card_deleted" {
 		t.Fatalf("delete the card: %d to %q\n%.400s", r.status, r.location, r.body)
 	}
-	if n := h.count(t, `SELECT count(*) FROM payment_methods WHERE id = $1`, pmMaster); n != 0 {
-		t.Errorf("the deleted card's row is still there")
+	if n := h.count(t, `SELECT count(*) FROM payment_methods WHERE id = $1`, pmMaster) +
+		h.count(t, `SELECT count(*) FROM payment_method_keys WHERE payment_method_id = $1`, pmMaster); n != 0 {
+		t.Errorf("the deleted card's row or data key is still there")
 	}
 	if p := d.get(r.location); !slices.Equal(rowsOf(p.body, "data-payment-method"), []string{pmVisa}) || !strings.Contains(p.body, `id="notice"`) {
 		t.Errorf("after the deletion the page lists %v", rowsOf(p.body, "data-payment-method"))
+	} else if strings.Contains(p.body, "erased") || !strings.Contains(p.body, "with the key that sealed it") {
+		t.Errorf("the notice and forms claim more than a deletion does:\n%s", p.body)
 	}
 	if r := d.post("/dashboard/customers/"+buyer+"/payment_methods/"+pmMaster+"/delete", nil); r.status != 404 {
 		t.Errorf("deleting it again: %d, want 404", r.status)
@@ -161,7 +164,8 @@ func TestDashboardCustomers(t *testing.T) {
 	if r.status != 303 || r.location != "/dashboard/customers?notice=customer_deleted" {
 		t.Fatalf("delete the customer: %d to %q\n%.400s", r.status, r.location, r.body)
 	}
-	if n := h.count(t, `SELECT count(*) FROM customers WHERE id = $1`, buyer) + h.count(t, `SELECT count(*) FROM payment_methods WHERE customer_id = $1`, buyer); n != 0 {
+	if n := h.count(t, `SELECT count(*) FROM customers WHERE id = $1`, buyer) + h.count(t, `SELECT count(*) FROM payment_methods WHERE customer_id = $1`, buyer) +
+		h.count(t, `SELECT count(*) FROM payment_method_keys WHERE payment_method_id = $1`, pmVisa); n != 0 {
 		t.Errorf("%d rows of the deleted customer remain", n)
 	}
 	if p := d.get("/dashboard/customers"); !slices.Equal(rowsOf(p.body, "data-customer"), []string{other}) {

@@ -20,6 +20,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/auth"
 	"github.com/gatehouse-pay/gatehouse/internal/charges"
 	"github.com/gatehouse-pay/gatehouse/internal/config"
+	"github.com/gatehouse-pay/gatehouse/internal/customers"
 	"github.com/gatehouse-pay/gatehouse/internal/logging"
 	"github.com/gatehouse-pay/gatehouse/internal/metrics"
 	"github.com/gatehouse-pay/gatehouse/internal/outbox"
@@ -62,10 +63,12 @@ type Handlers struct {
 	Refunds  *refunds.Processor
 	Webhooks *webhooks.Deliverer
 	Store    Maintenance
-	Queue    *Queue
-	Config   config.Config
-	Log      *slog.Logger
-	Metrics  *metrics.Jobs
+	// SavedCards is the housekeeping of saved cards; nil skips it.
+	SavedCards *customers.CardHousekeeping
+	Queue      *Queue
+	Config     config.Config
+	Log        *slog.Logger
+	Metrics    *metrics.Jobs
 }
 
 // Maintenance is the store's housekeeping side.

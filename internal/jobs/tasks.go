@@ -46,6 +46,10 @@ const (
 	// card tokens, and keeps the partitions of events, webhook deliveries
 	// and the audit log: created ahead, dropped after their retention.
 	TypeRetentionPrune = "retention:prune"
+	// TypeSavedCardsHousekeeping converts the saved cards an earlier
+	// release sealed with their CVC under the card key, and vacuums the
+	// data keys of deleted payment methods away.
+	TypeSavedCardsHousekeeping = "payment_methods:housekeeping"
 )
 
 // payload is the body of every object task: the id and nothing else, so no
@@ -119,6 +123,13 @@ func NewRetentionPruneTask(period time.Duration) *asynq.Task {
 		asynq.Unique(period*5/6), asynq.Timeout(10*time.Minute))
 }
 
+// NewSavedCardsHousekeepingTask returns the housekeeping of saved cards:
+// one per period however many workers schedule it.
+func NewSavedCardsHousekeepingTask() *asynq.Task {
+	return asynq.NewTask(TypeSavedCardsHousekeeping, nil, asynq.Queue("maintenance"), asynq.MaxRetry(3),
+		asynq.Unique(50*time.Second), asynq.Timeout(10*time.Minute))
+}
+
 // PrunePeriod is how often the retention prune runs: hourly, or a sixth of
 // the shorter of the events' and the delivery log's retention when that is
 // less (30 s for 3 minutes), so partitions are dropped about a width after
@@ -139,6 +150,7 @@ func Register(s *asynq.Scheduler, prunePeriod time.Duration) error {
 		{"@hourly", NewSessionsPruneTask()},
 		{"@every 10s", NewOutboxSweepTask()},
 		{"@every " + prunePeriod.String(), NewRetentionPruneTask(prunePeriod)},
+		{"@every 1m", NewSavedCardsHousekeepingTask()},
 	} {
 		if _, err := s.Register(p.spec, p.task); err != nil {
 			return err
@@ -154,6 +166,7 @@ func (h *Handlers) Mux() *asynq.ServeMux {
 	mux.HandleFunc(TypeSessionsPrune, h.HandleSessionsPrune)
 	mux.HandleFunc(TypeOutboxSweep, h.HandleOutboxSweep)
 	mux.HandleFunc(TypeRetentionPrune, h.HandleRetentionPrune)
+	mux.HandleFunc(TypeSavedCardsHousekeeping, h.HandleSavedCardsHousekeeping)
 	mux.HandleFunc(TypeChargeAuthorize, h.HandleChargeAuthorize)
 	mux.HandleFunc(TypeChargeCapture, h.provider(h.Charges.Capture))
 	mux.HandleFunc(TypeChargeVoid, h.provider(h.Charges.Void))
@@ -173,6 +186,29 @@ func (h *Handlers) HandleSessionsPrune(ctx context.Context, _ *asynq.Task) error
 		return err
 	}
 	h.Log.InfoContext(ctx, "pruned expired sessions", "count", n)
+	return nil
+}
+
+// savedCardsBatch is how many legacy saved cards the housekeeping reads at
+// a time.
+const savedCardsBatch = 200
+
+// HandleSavedCardsHousekeeping converts the legacy saved cards and vacuums
+// the data keys of deleted payment methods (customers.CardHousekeeping).
+func (h *Handlers) HandleSavedCardsHousekeeping(ctx context.Context, _ *asynq.Task) error {
+	if h.SavedCards == nil {
+		return nil
+	}
+	r, err := h.SavedCards.Run(ctx, savedCardsBatch)
+	if err != nil {
+		return err
+	}
+	if r.Converted > 0 || r.Unreadable > 0 {
+		h.Log.InfoContext(ctx, "converted saved cards to data keys", "converted", r.Converted, "unreadable", r.Unreadable)
+	}
+	if r.Unreadable > 0 {
+		h.Log.WarnContext(ctx, "saved cards that ENCRYPTION_KEY cannot open were left as they are", "count", r.Unreadable)
+	}
 	return nil
 }
 

@@ -1,17 +1,20 @@
 // Package keyring derives Gatehouse's working keys from ENCRYPTION_KEY and
 // offers the few primitives built on them: AES-256-GCM sealing of data kept
-// encrypted at rest (card data until the provider answers, webhook secrets)
-// and keyed fingerprints (card fingerprints, idempotency request hashes) from
-// which the input cannot be recovered by guessing.
+// encrypted at rest (card data until the provider answers, webhook secrets),
+// random data keys kept wrapped by a derived key (a saved card's, which
+// dies with it), and keyed fingerprints (card fingerprints, idempotency
+// request hashes) from which the input cannot be recovered by guessing.
 package keyring
 
 import (
+	"bytes"
 	"crypto/aes"
 	"crypto/cipher"
 	"crypto/hkdf"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"hash"
 	"sync"
@@ -27,6 +30,9 @@ const (
 	PurposeChallenge   = "gatehouse challenge link v1"
 	PurposeConnector   = "gatehouse connector credentials v1"
 	PurposeTOTP        = "gatehouse totp secrets v1"
+	// PurposeCardDataKey wraps the data key of each saved card (see
+	// NewDataKey); the card itself is sealed under its data key.
+	PurposeCardDataKey = "gatehouse saved card data keys v1"
 )
 
 // Keyring holds the master key and the keys derived from it, derived once
@@ -64,6 +70,10 @@ func (k *Keyring) Seal(purpose string, plaintext, aad []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	return seal(gcm, plaintext, aad)
+}
+
+func seal(gcm cipher.AEAD, plaintext, aad []byte) ([]byte, error) {
 	nonce := make([]byte, gcm.NonceSize(), gcm.NonceSize()+len(plaintext)+gcm.Overhead())
 	if _, err := rand.Read(nonce); err != nil {
 		return nil, err
@@ -77,6 +87,10 @@ func (k *Keyring) Open(purpose string, sealed, aad []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	return open(gcm, sealed, aad)
+}
+
+func open(gcm cipher.AEAD, sealed, aad []byte) ([]byte, error) {
 	if len(sealed) < gcm.NonceSize() {
 		return nil, errors.New("keyring: sealed data too short")
 	}
@@ -101,6 +115,91 @@ func (k *Keyring) aead(purpose string) (cipher.AEAD, error) {
 	}
 	k.aeads.Store(purpose, a)
 	return a, nil
+}
+
+// DataKeySize is the length of a data key: AES-256.
+const DataKeySize = 32
+
+// DataKey is a random AES-256-GCM key of one owner (a saved card), kept only
+// wrapped by a derived key: once its wrapped form is deleted, whatever it
+// sealed cannot be opened, wherever copies of the sealed bytes remain.
+type DataKey struct {
+	aead cipher.AEAD
+}
+
+// NewDataKey returns a fresh random data key and its wrapped form: the key
+// sealed for purpose (e.g. PurposeCardDataKey) with aad binding it to its
+// owner.
+func (k *Keyring) NewDataKey(purpose string, aad []byte) (DataKey, []byte, error) {
+	raw := make([]byte, DataKeySize)
+	defer clear(raw)
+	if _, err := rand.Read(raw); err != nil {
+		return DataKey{}, nil, err
+	}
+	dk, err := newDataKey(raw)
+	if err != nil {
+		return DataKey{}, nil, err
+	}
+	wrapped, err := k.Seal(purpose, raw, aad)
+	if err != nil {
+		return DataKey{}, nil, err
+	}
+	return dk, wrapped, nil
+}
+
+// OpenDataKey unwraps what NewDataKey returned, with the same purpose and aad.
+func (k *Keyring) OpenDataKey(purpose string, wrapped, aad []byte) (DataKey, error) {
+	raw, err := k.Open(purpose, wrapped, aad)
+	if err != nil {
+		return DataKey{}, err
+	}
+	defer clear(raw)
+	if len(raw) != DataKeySize {
+		return DataKey{}, errors.New("keyring: a wrapped data key of the wrong size")
+	}
+	return newDataKey(raw)
+}
+
+func newDataKey(raw []byte) (DataKey, error) {
+	block, err := aes.NewCipher(raw)
+	if err != nil {
+		return DataKey{}, err
+	}
+	a, err := cipher.NewGCM(block)
+	if err != nil {
+		return DataKey{}, err
+	}
+	return DataKey{aead: a}, nil
+}
+
+// Seal encrypts plaintext under the data key with AES-256-GCM, the nonce
+// prefixed; aad binds the ciphertext to its owner.
+func (d DataKey) Seal(plaintext, aad []byte) ([]byte, error) {
+	if d.aead == nil {
+		return nil, errors.New("keyring: no data key")
+	}
+	return seal(d.aead, plaintext, aad)
+}
+
+// Open decrypts what Seal produced under the same data key and aad.
+func (d DataKey) Open(sealed, aad []byte) ([]byte, error) {
+	if d.aead == nil {
+		return nil, errors.New("keyring: no data key")
+	}
+	return open(d.aead, sealed, aad)
+}
+
+// AssociatedData joins parts (owner ids) into associated data, each part
+// length-prefixed so that different splits never collide.
+func AssociatedData(parts ...string) []byte {
+	var b bytes.Buffer
+	var n [8]byte
+	for _, p := range parts {
+		binary.BigEndian.PutUint64(n[:], uint64(len(p)))
+		b.Write(n[:])
+		b.WriteString(p)
+	}
+	return b.Bytes()
 }
 
 // MAC returns HMAC-SHA256 under the purpose's key over the parts, each

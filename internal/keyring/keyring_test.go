@@ -82,3 +82,54 @@ func TestConcurrentUse(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// A data key seals under its own key: what it sealed opens with the key
+// unwrapped under the same purpose and owner, never with the derived keys,
+// another data key, or the key unwrapped for another owner.
+func TestDataKey(t *testing.T) {
+	k, err := New(bytes.Repeat([]byte{7}, 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner := AssociatedData("payment_method", "pm_1", "mer_1")
+	dk, wrapped, err := k.NewDataKey(PurposeCardDataKey, owner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sealed, err := dk.Seal([]byte("4242424242424242"), owner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := k.OpenDataKey(PurposeCardDataKey, wrapped, owner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := again.Open(sealed, owner); err != nil || string(got) != "4242424242424242" {
+		t.Fatalf("Open = %q, %v", got, err)
+	}
+	other, _, err := k.NewDataKey(PurposeCardDataKey, owner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, open := range map[string]func() ([]byte, error){
+		"another data key": func() ([]byte, error) { return other.Open(sealed, owner) },
+		"the card key":     func() ([]byte, error) { return k.Open(PurposeCard, sealed, owner) },
+		"another owner":    func() ([]byte, error) { return dk.Open(sealed, AssociatedData("payment_method", "pm_1", "mer_2")) },
+		"the key unwrapped for another owner": func() ([]byte, error) {
+			_, err := k.OpenDataKey(PurposeCardDataKey, wrapped, AssociatedData("payment_method", "pm_2", "mer_1"))
+			return nil, err
+		},
+		"the key unwrapped for another purpose": func() ([]byte, error) {
+			_, err := k.OpenDataKey(PurposeCard, wrapped, owner)
+			return nil, err
+		},
+		"no key": func() ([]byte, error) { return DataKey{}.Open(sealed, owner) },
+	} {
+		if _, err := open(); err == nil {
+			t.Errorf("%s: opened", name)
+		}
+	}
+	if bytes.Equal(AssociatedData("ab", "c"), AssociatedData("a", "bc")) {
+		t.Error("AssociatedData: two splits collide")
+	}
+}

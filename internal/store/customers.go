@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 
 	"github.com/jackc/pgx/v5"
 
@@ -79,14 +80,17 @@ func (s *Store) UpdateCustomer(ctx context.Context, merchantID, id string, p cus
 }
 
 const (
-	lockCustomer          = `SELECT 1 FROM customers WHERE id = $1 AND merchant_id = $2 FOR UPDATE`
+	lockCustomer       = `SELECT 1 FROM customers WHERE id = $1 AND merchant_id = $2 FOR UPDATE`
+	deleteCustomerKeys = `DELETE FROM payment_method_keys k USING payment_methods m
+WHERE k.payment_method_id = m.id AND m.customer_id = $1 AND m.merchant_id = $2`
 	deleteCustomerMethods = `DELETE FROM payment_methods WHERE customer_id = $1 AND merchant_id = $2`
 	deleteCustomer        = `DELETE FROM customers WHERE id = $1 AND merchant_id = $2`
 )
 
 // DeleteCustomer implements customers.Store: the customer's row is locked
-// (a payment method being saved for it waits, then finds it gone), its
-// payment methods are deleted, sealed cards included, then the customer.
+// (a payment method being saved for it waits, then finds it gone), the data
+// keys of its payment methods are deleted, then the methods, sealed cards
+// included, then the customer, in one transaction.
 func (s *Store) DeleteCustomer(ctx context.Context, merchantID, id string) error {
 	return s.inTx(ctx, func(tx pgx.Tx) error {
 		var one int
@@ -94,6 +98,7 @@ func (s *Store) DeleteCustomer(ctx context.Context, merchantID, id string) error
 			return mapErr(err, "customer")
 		}
 		b := &pgx.Batch{}
+		b.Queue(deleteCustomerKeys, id, merchantID)
 		b.Queue(deleteCustomerMethods, id, merchantID)
 		b.Queue(deleteCustomer, id, merchantID)
 		return mapErr(tx.SendBatch(ctx, b).Close(), "customer")
@@ -121,10 +126,13 @@ func scanPaymentMethod(row pgx.Row, extra ...any) (customers.PaymentMethod, erro
 const (
 	// shareCustomer holds the customer while a payment method is saved for
 	// it: a concurrent deletion waits for the method, then deletes it too.
-	shareCustomer       = `SELECT 1 FROM customers WHERE id = $1 AND merchant_id = $2 FOR KEY SHARE`
-	insertPaymentMethod = `INSERT INTO payment_methods (id, merchant_id, environment, customer_id, card_brand,
-	card_last4, card_exp_month, card_exp_year, card_fingerprint, card_sealed, token_id, created_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`
+	shareCustomer = `SELECT 1 FROM customers WHERE id = $1 AND merchant_id = $2 FOR KEY SHARE`
+	// insertPaymentMethod writes the method and its data key's row in one
+	// statement.
+	insertPaymentMethod = `WITH m AS (INSERT INTO payment_methods (id, merchant_id, environment, customer_id, card_brand,
+	card_last4, card_exp_month, card_exp_year, card_fingerprint, card_sealed, card_sealed_own, token_id, created_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) RETURNING id)
+INSERT INTO payment_method_keys (payment_method_id, wrapped_key) SELECT id, $14 FROM m`
 	// useTokenForMethod marks a token used by a payment method and clears
 	// its copy of the card; a token used or expired meanwhile matches no row.
 	useTokenForMethod = `UPDATE card_tokens SET used_at = $4, payment_method_id = $5, card_sealed = NULL
@@ -140,8 +148,12 @@ func (s *Store) CreatePaymentMethod(ctx context.Context, n customers.NewPaymentM
 		if err := tx.QueryRow(ctx, shareCustomer, m.CustomerID, m.MerchantID).Scan(&one); err != nil {
 			return mapErr(err, "customer")
 		}
+		if n.Sealed.Own == nil || n.Sealed.Key == nil || n.Sealed.Stub == nil {
+			return apperr.Internal(errors.New("store: a payment method without its sealed card and data key"))
+		}
 		_, err := tx.Exec(ctx, insertPaymentMethod, m.ID, m.MerchantID, m.Environment, m.CustomerID, m.Card.Brand,
-			m.Card.Last4, m.Card.ExpMonth, m.Card.ExpYear, m.Card.Fingerprint, n.Sealed, m.TokenID, m.CreatedAt)
+			m.Card.Last4, m.Card.ExpMonth, m.Card.ExpYear, m.Card.Fingerprint, n.Sealed.Stub, n.Sealed.Own, m.TokenID, m.CreatedAt,
+			n.Sealed.Key)
 		if err != nil || n.TokenID == "" {
 			return mapErr(err, "payment_method")
 		}
@@ -171,10 +183,16 @@ func (s *Store) ListPaymentMethods(ctx context.Context, merchantID, customerID s
 		func(r pgx.Row) (customers.PaymentMethod, error) { return scanPaymentMethod(r) }, "payment_method")
 }
 
-const deletePaymentMethod = `DELETE FROM payment_methods WHERE id = $1 AND customer_id = $2 AND merchant_id = $3`
+// deletePaymentMethod deletes the method's data key and the method in one
+// statement; the foreign key's ON DELETE CASCADE is a second guard (and
+// what deletes the key when a release before data keys deletes a method).
+const deletePaymentMethod = `WITH k AS (DELETE FROM payment_method_keys k USING payment_methods m
+	WHERE k.payment_method_id = m.id AND m.id = $1 AND m.customer_id = $2 AND m.merchant_id = $3)
+DELETE FROM payment_methods WHERE id = $1 AND customer_id = $2 AND merchant_id = $3`
 
 // DeletePaymentMethod deletes a customer's payment method, its sealed card
-// with it: NotFound unless the method is the merchant's customer's.
+// and its data key with it: NotFound unless the method is the merchant's
+// customer's.
 func (s *Store) DeletePaymentMethod(ctx context.Context, merchantID, customerID, id string) error {
 	return s.audited(ctx, func(q dbtx) error { return deletePaymentMethodOn(ctx, q, merchantID, customerID, id) })
 }
@@ -190,17 +208,87 @@ func deletePaymentMethodOn(ctx context.Context, q dbtx, merchantID, customerID, 
 	return nil
 }
 
-const selectSavedCard = `SELECT ` + paymentMethodColumns + `, card_sealed FROM payment_methods WHERE id = $1 AND merchant_id = $2`
+// savedCardColumns are a saved card's: the method's, its sealed card in
+// both forms and its wrapped data key (NULL for a card not yet converted).
+const savedCardColumns = paymentMethodColumns + `, card_sealed, card_sealed_own,
+	(SELECT k.wrapped_key FROM payment_method_keys k WHERE k.payment_method_id = payment_methods.id)`
+
+func scanSavedCard(row pgx.Row) (charges.SavedCard, error) {
+	var c charges.SavedCard
+	m, err := scanPaymentMethod(row, &c.Sealed, &c.Own, &c.Key)
+	if err != nil {
+		return charges.SavedCard{}, err
+	}
+	c.PaymentMethodID, c.MerchantID, c.CustomerID, c.Environment = m.ID, m.MerchantID, m.CustomerID, m.Environment
+	c.Card, c.TokenID, c.AuthenticatedAt = m.Card, m.TokenID, m.AuthenticatedAt
+	return c, nil
+}
+
+const selectSavedCard = `SELECT ` + savedCardColumns + ` FROM payment_methods WHERE id = $1 AND merchant_id = $2`
 
 // SavedCard returns the merchant's payment method id with its sealed card
-// (sealed under the method's id; charges.ResealCard moves it to a charge),
-// or NotFound.
+// and wrapped data key (charges takes a copy of the card from them), or
+// NotFound.
 func (s *Store) SavedCard(ctx context.Context, merchantID, id string) (charges.SavedCard, error) {
-	var sealed []byte
-	m, err := scanPaymentMethod(s.pool.QueryRow(ctx, selectSavedCard, id, merchantID), &sealed)
+	c, err := scanSavedCard(s.pool.QueryRow(ctx, selectSavedCard, id, merchantID))
+	return c, mapErr(err, "payment_method")
+}
+
+const selectLegacySavedCards = `SELECT ` + savedCardColumns + ` FROM payment_methods
+WHERE card_sealed_own IS NULL AND id > $1 ORDER BY id LIMIT $2`
+
+// LegacySavedCards implements customers.CardStore.
+func (s *Store) LegacySavedCards(ctx context.Context, after string, limit int) ([]charges.SavedCard, error) {
+	rows, err := s.pool.Query(ctx, selectLegacySavedCards, after, limit)
 	if err != nil {
-		return charges.SavedCard{}, mapErr(err, "payment_method")
+		return nil, mapErr(err, "payment_method")
 	}
-	return charges.SavedCard{PaymentMethodID: m.ID, CustomerID: m.CustomerID, Environment: m.Environment,
-		Card: m.Card, TokenID: m.TokenID, AuthenticatedAt: m.AuthenticatedAt, Sealed: sealed}, nil
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (charges.SavedCard, error) { return scanSavedCard(r) })
+	return out, mapErr(err, "payment_method")
+}
+
+// convertSavedCard replaces a legacy card by its conversion and writes the
+// data key's row, in one statement, if the method still holds the legacy
+// card.
+const convertSavedCard = `WITH m AS (UPDATE payment_methods SET card_sealed = $3, card_sealed_own = $4
+	WHERE id = $1 AND merchant_id = $2 AND card_sealed_own IS NULL AND card_sealed = $5 RETURNING id)
+INSERT INTO payment_method_keys (payment_method_id, wrapped_key) SELECT id, $6 FROM m`
+
+// ConvertSavedCard implements charges.CustomerStore.
+func (s *Store) ConvertSavedCard(ctx context.Context, c charges.SavedCard, to charges.SealedCard) (bool, error) {
+	if to.Own == nil || to.Key == nil || to.Stub == nil {
+		return false, apperr.Internal(errors.New("store: a conversion without its sealed card and data key"))
+	}
+	tag, err := s.pool.Exec(ctx, convertSavedCard, c.PaymentMethodID, c.MerchantID, to.Stub, to.Own, c.Sealed, to.Key)
+	if err != nil {
+		return false, mapErr(err, "payment_method")
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// mayVacuum says whether this connection's role may vacuum a table (owns
+// it, or is a superuser); VACUUM only warns, and skips it, otherwise.
+const mayVacuum = `SELECT pg_has_role(current_user, relowner, 'USAGE') FROM pg_class WHERE oid = $1::regclass`
+
+// VacuumSavedCards implements customers.CardStore: it vacuums
+// payment_method_keys (cheap: one small row per method, and the pages
+// without dead rows are skipped), so that the rows of deleted data keys stop
+// being rows of the table as soon as no transaction can still see them,
+// instead of at autovacuum's next round; and payment_methods when cards
+// were converted, for their legacy row versions. A table the role may not
+// vacuum is skipped.
+func (s *Store) VacuumSavedCards(ctx context.Context, converted bool) (keys, methods bool, err error) {
+	vacuum := func(table string) (bool, error) {
+		var may bool
+		if err := s.pool.QueryRow(ctx, mayVacuum, table).Scan(&may); err != nil || !may {
+			return false, mapErr(err, table)
+		}
+		_, err := s.pool.Exec(ctx, `VACUUM `+table)
+		return err == nil, mapErr(err, table)
+	}
+	if keys, err = vacuum("payment_method_keys"); err != nil || !converted {
+		return keys, false, err
+	}
+	methods, err = vacuum("payment_methods")
+	return keys, methods, err
 }

@@ -30,6 +30,11 @@ func newCustomer(t *testing.T, s *store.Store, merchantID string, email *string)
 
 func str(s string) *string { return &s }
 
+// sealedAs is a stand-in of a sealed card and data key, named by tag.
+func sealedAs(tag string) charges.SealedCard {
+	return charges.SealedCard{Own: []byte(tag), Key: []byte("key-" + tag), Stub: []byte("stub-" + tag)}
+}
+
 // savedCard is a payment method of a raw card with sealed bytes of its own.
 func savedCard(t *testing.T, s *store.Store, c customers.Customer, sealed string) customers.PaymentMethod {
 	t.Helper()
@@ -37,7 +42,7 @@ func savedCard(t *testing.T, s *store.Store, c customers.Customer, sealed string
 	m := customers.PaymentMethod{ID: ids.New("pm"), MerchantID: c.MerchantID, Environment: c.Environment, CustomerID: c.ID,
 		Card:      charges.Card{Brand: "visa", Last4: &last4, ExpMonth: &month, ExpYear: &year, Fingerprint: &fp},
 		CreatedAt: time.Now().UTC().Truncate(time.Millisecond)}
-	if _, err := s.CreatePaymentMethod(context.Background(), customers.NewPaymentMethod{Method: m, Sealed: []byte(sealed)}); err != nil {
+	if _, err := s.CreatePaymentMethod(context.Background(), customers.NewPaymentMethod{Method: m, Sealed: sealedAs(sealed)}); err != nil {
 		t.Fatal(err)
 	}
 	return m
@@ -131,7 +136,8 @@ func TestPaymentMethodStore(t *testing.T) {
 		t.Fatalf("b lists a's customer's methods: %v", err)
 	}
 	got, err := s.SavedCard(ctx, a.ID, pm1.ID)
-	if err != nil || string(got.Sealed) != "sealed-1" || got.CustomerID != c1.ID || *got.Card.Fingerprint != "fp" {
+	if err != nil || string(got.Own) != "sealed-1" || string(got.Key) != "key-sealed-1" || string(got.Sealed) != "stub-sealed-1" ||
+		got.Legacy() || got.CustomerID != c1.ID || got.MerchantID != a.ID || *got.Card.Fingerprint != "fp" {
 		t.Fatalf("saved card: %+v %v", got, err)
 	}
 	if _, err := s.SavedCard(ctx, b.ID, pm1.ID); apperr.KindOf(err) != apperr.KindNotFound {
@@ -139,7 +145,7 @@ func TestPaymentMethodStore(t *testing.T) {
 	}
 	orphan := pm1
 	orphan.ID, orphan.MerchantID = ids.New("pm"), b.ID
-	if _, err := s.CreatePaymentMethod(ctx, customers.NewPaymentMethod{Method: orphan, Sealed: []byte("x")}); apperr.KindOf(err) != apperr.KindNotFound {
+	if _, err := s.CreatePaymentMethod(ctx, customers.NewPaymentMethod{Method: orphan, Sealed: sealedAs("x")}); apperr.KindOf(err) != apperr.KindNotFound {
 		t.Fatalf("b saves a card for a's customer: %v", err)
 	}
 
@@ -155,8 +161,11 @@ func TestPaymentMethodStore(t *testing.T) {
 		t.Fatalf("customer deletion: %v; its method %d rows, another customer's %d", err, left(pm2.ID), left(pm3.ID))
 	}
 	var sealedLeft int
-	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM payment_methods WHERE card_sealed IN ('sealed-1', 'sealed-2')`).Scan(&sealedLeft); err != nil || sealedLeft != 0 {
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM payment_methods WHERE card_sealed_own IN ('sealed-1', 'sealed-2')`).Scan(&sealedLeft); err != nil || sealedLeft != 0 {
 		t.Fatalf("%d sealed cards of deleted methods left (%v)", sealedLeft, err)
+	}
+	if keys := countRows(t, db, `SELECT count(*) FROM payment_method_keys`); keys != 1 {
+		t.Fatalf("%d data keys left, want pm3's alone", keys)
 	}
 }
 
@@ -181,7 +190,7 @@ func TestPaymentMethodFromTokenStore(t *testing.T) {
 	method := func() customers.NewPaymentMethod {
 		m := customers.PaymentMethod{ID: ids.New("pm"), MerchantID: a.ID, Environment: "sandbox", CustomerID: c.ID,
 			Card: tk.Card, TokenID: &tk.ID, CreatedAt: now}
-		return customers.NewPaymentMethod{Method: m, Sealed: []byte("resealed-" + m.ID), TokenID: tk.ID}
+		return customers.NewPaymentMethod{Method: m, Sealed: sealedAs("resealed-" + m.ID), TokenID: tk.ID}
 	}
 
 	const n = 6
@@ -217,8 +226,8 @@ func TestPaymentMethodFromTokenStore(t *testing.T) {
 	}
 	var stored []byte
 	var tokenID string
-	if err := db.Pool.QueryRow(ctx, `SELECT card_sealed, token_id FROM payment_methods`).Scan(&stored, &tokenID); err != nil ||
-		!bytes.Equal(stored, made[won].Sealed) || tokenID != tk.ID {
+	if err := db.Pool.QueryRow(ctx, `SELECT card_sealed_own, token_id FROM payment_methods`).Scan(&stored, &tokenID); err != nil ||
+		!bytes.Equal(stored, made[won].Sealed.Own) || tokenID != tk.ID {
 		t.Fatalf("the method stored: sealed %q, token %q (%v)", stored, tokenID, err)
 	}
 	if _, _, err := s.UsableToken(ctx, a.ID, "sandbox", tk.ID, now); apperr.KindOf(err) != apperr.KindNotFound {
@@ -272,7 +281,7 @@ func TestPaymentMethodRacesCustomerDeletion(t *testing.T) {
 		var wg sync.WaitGroup
 		var createErr, deleteErr error
 		wg.Go(func() {
-			_, createErr = s.CreatePaymentMethod(ctx, customers.NewPaymentMethod{Method: m, Sealed: []byte("sealed")})
+			_, createErr = s.CreatePaymentMethod(ctx, customers.NewPaymentMethod{Method: m, Sealed: sealedAs("sealed")})
 		})
 		wg.Go(func() { deleteErr = s.DeleteCustomer(ctx, a.ID, c.ID) })
 		wg.Wait()
@@ -288,6 +297,9 @@ func TestPaymentMethodRacesCustomerDeletion(t *testing.T) {
 		}
 		if n := countRows(t, db, `SELECT count(*) FROM payment_methods WHERE customer_id = $1`, c.ID); n != 0 {
 			t.Fatalf("a method outlived its customer (saved %d, refused %d)", saved, refused)
+		}
+		if n := countRows(t, db, `SELECT count(*) FROM payment_method_keys WHERE payment_method_id = $1`, m.ID); n != 0 {
+			t.Fatalf("a data key outlived its customer (saved %d, refused %d)", saved, refused)
 		}
 	}
 	t.Logf("20 races: %d cards saved then deleted with their customer, %d refused as the customer was gone", saved, refused)
