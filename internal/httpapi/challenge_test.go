@@ -2,6 +2,7 @@ package httpapi_test
 
 import (
 	"context"
+	"net/http"
 	"net/url"
 	"strings"
 	"testing"
@@ -106,7 +107,7 @@ func TestChallengePagePolicyIsConstant(t *testing.T) {
 		if page.status != 200 || page.header.Get("Content-Security-Policy") != policy {
 			t.Fatalf("challenge page of return_url %s: %d, policy %q, want %q", ret, page.status, page.header.Get("Content-Security-Policy"), policy)
 		}
-		done := h.do("POST", link.Path, "answer=succeeded", "Content-Type", "application/x-www-form-urlencoded")
+		done := h.doWith(noRedirects, "POST", link.Path, "answer=succeeded", "Content-Type", "application/x-www-form-urlencoded")
 		if done.status != 303 || done.header.Get("Content-Security-Policy") != "" && done.header.Get("Content-Security-Policy") != policy {
 			t.Fatalf("after the answer (return_url %s): %d, policy %q, want 303 and %q\n%s", ret, done.status,
 				done.header.Get("Content-Security-Policy"), policy, done.raw)
@@ -117,6 +118,10 @@ func TestChallengePagePolicyIsConstant(t *testing.T) {
 		}
 	}
 }
+
+// noRedirects is a client that stops at a redirect, to read its Location.
+var noRedirects = &http.Client{Timeout: 15 * time.Second,
+	CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 
 func want200(t *testing.T, r response) {
 	t.Helper()
