@@ -469,8 +469,8 @@ func (s *server) guardAccount(c *fiber.Ctx, email string) (attempted func(error)
 // the merchant being the one this replica saw own the key before (the
 // script checks it against the entry). The first request of a key on a
 // replica, and every request on a Redis Cluster (where the merchant's
-// window is in another slot), count the merchant's limit in a second
-// round trip. A miss, a revoked or malformed entry, or an unreachable
+// window is in another slot than the key's), count the merchant's limit in
+// a second round trip. A miss, a revoked or malformed entry, or an unreachable
 // Redis takes the usual way: the key service's lookup (Postgres when the
 // cache cannot answer), then the limits alone in the same windows (the
 // replica's own memory when Redis is down). A key that does not
@@ -512,7 +512,9 @@ func (s *server) resolveLimited(c *fiber.Ctx, allowed accept, l keyLimits) (auth
 	if err != nil {
 		return auth.Principal{}, ratelimit.Decision{}, err
 	}
-	d := s.Limiter.Allow(ctx, l.key.name, apikeys.Tag(apikeys.Digest(token)), l.key.limit)
+	tag := apikeys.Tag(apikeys.Digest(token))
+	s.owners.put(tag, e.MerchantID)
+	d := s.Limiter.Allow(ctx, l.key.name, tag, l.key.limit)
 	return keyPrincipal(e), s.merchantLimit(ctx, l, e.MerchantID, d), nil
 }
 
