@@ -128,7 +128,7 @@ func (s *MerchantSlots) Take(ctx context.Context, merchantID string) (release fu
 	if (g.running < s.limit && len(g.queue) == 0) || mustRun(ctx) {
 		g.running++
 		s.mu.Unlock()
-		return s.releaser(merchantID, g), nil
+		return s.releaser(g), nil
 	}
 	fast := g.tookSet && g.took < FastCall
 	if fast && time.Duration(len(g.queue)+1)*g.took/time.Duration(s.limit) < waitBudget {
@@ -136,7 +136,7 @@ func (s *MerchantSlots) Take(ctx context.Context, merchantID string) (release fu
 		g.queue = append(g.queue, ready)
 		s.mu.Unlock()
 		if s.await(ctx, g, ready) {
-			return s.releaser(merchantID, g), nil
+			return s.releaser(g), nil
 		}
 		s.mu.Lock()
 	}
@@ -190,7 +190,7 @@ func (s *MerchantSlots) gate(merchantID string) *merchantGate {
 }
 
 // releaser frees a slot of g once, recording the call's duration.
-func (s *MerchantSlots) releaser(merchantID string, g *merchantGate) func() {
+func (s *MerchantSlots) releaser(g *merchantGate) func() {
 	start := s.now()
 	var once sync.Once
 	return func() {
