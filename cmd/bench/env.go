@@ -191,6 +191,7 @@ func (e *environment) apiEnv(addr string) []string {
 		"METRICS_ADDR=127.0.0.1:0",
 		"LOG_LEVEL=warn",
 		"RATE_LIMIT_CHARGES=100000000/1m",
+		"RATE_LIMIT_CHARGES_MERCHANT=100000000/1m",
 		"RATE_LIMIT_DEFAULT=100000/1m",
 		"RATE_LIMIT_LOGIN=100000000/1m", // the login flood measures hashing, not the per-IP refusal
 		"SHUTDOWN_TIMEOUT=2s",

@@ -185,12 +185,15 @@ func work(ctx context.Context, getenv func(string) string, stderr io.Writer) err
 		WithHealth(cfg.WebhookDisableAfter, func(reason string) { wm.EndpointsDisabled.WithLabelValues(reason).Inc() }).
 		WithMerchantSlots(cfg.WebhookMerchantSlots).WithQueue(queue.EnqueueIn).
 		WithHandOffs(func(reason string) { wm.HandOffs.WithLabelValues(reason).Inc() })
+	// One merchant's provider calls hold at most PROVIDER_MERCHANT_SLOTS of
+	// the provider pool's slots; the others are put back (jobs counts them).
+	slots := providers.NewMerchantSlots(cfg.ProviderMerchantSlots, time.Now)
 	chargeOutcome := func(provider, status string) { pm.Charges.WithLabelValues(provider, status).Inc() }
 	refundOutcome := func(provider, status string) { pm.Refunds.WithLabelValues(provider, status).Inc() }
 	handlers := &jobs.Handlers{
 		Auth: auth.NewService(nil, db, cache.New(rdb), nil, nil, time.Now, log),
 		Charges: charges.NewProcessor(db, registry, keys, cfg.ProviderTimeout, time.Now, log, observe).WithQueue(queue).WithOutcomes(chargeOutcome).
-			WithWindows(cfg.ProviderIdempotencyWindow, cfg.ProviderOutcomeUnknownAfter).
+			WithWindows(cfg.ProviderIdempotencyWindow, cfg.ProviderOutcomeUnknownAfter).WithSlots(slots).
 			WithAuthentication(cfg.AuthenticationTimeout, charges.NewLinks(cfg.PublicURL, keys), queue.EnqueueAt).
 			WithAttempts(func(a charges.Attempt, failover bool) {
 				pm.Attempts.WithLabelValues(a.Connector, a.Provider, a.Status).Inc()
@@ -199,7 +202,7 @@ func work(ctx context.Context, getenv func(string) string, stderr io.Writer) err
 				}
 			}),
 		Refunds: refunds.NewProcessor(db, registry, cfg.ProviderTimeout, time.Now, log, observe).WithQueue(queue).WithOutcomes(refundOutcome).
-			WithWindows(cfg.ProviderIdempotencyWindow, cfg.ProviderOutcomeUnknownAfter),
+			WithWindows(cfg.ProviderIdempotencyWindow, cfg.ProviderOutcomeUnknownAfter).WithSlots(slots),
 		Webhooks:   deliverer,
 		Store:      db,
 		SavedCards: customers.NewCardHousekeeping(db, keys),

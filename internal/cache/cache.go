@@ -246,6 +246,11 @@ func (c *Cache) Gate(digest []byte) ratelimit.Gate {
 	return ratelimit.Gate{Key: keyKey(digest), Open: "|" + stateActive}
 }
 
+// OwnedBy is how the entries of the merchant's keys begin, so that a
+// limiter script that reads an entry can tell whose key it is
+// (ratelimit.Also).
+func (c *Cache) OwnedBy(merchantID string) string { return merchantID + "|" }
+
 // Decode reads an entry from its stored value.
 func (c *Cache) Decode(value string) (apikeys.Entry, bool) {
 	e, err := decodeEntry(value)

@@ -154,6 +154,13 @@ func (p *Processor) Authenticate(ctx context.Context, id string, final bool) err
 		if exp := c.Authentication.ExpiresAt; exp != nil && p.now().Before(*exp) {
 			return p.done(ctx, task) // not yet: the timeout task comes back
 		}
+	}
+	release, err := p.slot(ctx, c)
+	if err != nil {
+		return err
+	}
+	defer release()
+	if c.Authentication.Answer == nil {
 		return p.expire(ctx, c, prov, task, final)
 	}
 	return p.resume(ctx, c, sealed, prov, task, *c.Authentication.Answer, final)

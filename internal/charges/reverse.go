@@ -44,6 +44,11 @@ func (p *Processor) Reverse(ctx context.Context, id string, final bool) error {
 	if err != nil {
 		return err
 	}
+	release, err := p.slot(ctx, c)
+	if err != nil {
+		return err
+	}
+	defer release()
 	start := time.Now()
 	cctx, cancel := context.WithTimeout(ctx, p.timeout)
 	res, err := prov.Authorize(cctx, providers.AuthorizeRequest{

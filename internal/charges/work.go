@@ -84,6 +84,23 @@ type Processor struct {
 	schedule    func(ctx context.Context, t outbox.Task, at time.Time) error
 	// attempted, when set, is told of every attempt that ended.
 	attempted func(a Attempt, failover bool)
+	// slots bound the provider calls of one merchant at once (nil: no bound).
+	slots *providers.MerchantSlots
+}
+
+// WithSlots bounds the provider calls one merchant runs at once in this
+// process (PROVIDER_MERCHANT_SLOTS). A task whose merchant is at the cap
+// makes no call and writes nothing: it returns the *providers.PutBack of
+// slots.Take, and the queue runs it again later.
+func (p *Processor) WithSlots(s *providers.MerchantSlots) *Processor {
+	p.slots = s
+	return p
+}
+
+// slot takes one of the charge's merchant's slots before the task's first
+// write and provider call (see WithSlots).
+func (p *Processor) slot(ctx context.Context, c Charge) (release func(), err error) {
+	return p.slots.Take(ctx, c.MerchantID)
 }
 
 // WithAttempts makes the processor report every attempt that ended
@@ -260,6 +277,11 @@ func (p *Processor) AuthorizeAttempt(ctx context.Context, id string, attempt int
 		return nil
 	}
 	if c.ProviderReference != nil {
+		release, err := p.slot(ctx, c)
+		if err != nil {
+			return err
+		}
+		defer release()
 		return p.follow(ctx, c, prov, task, final)
 	}
 	if savedCardExpired(c, p.now()) {
@@ -269,6 +291,11 @@ func (p *Processor) AuthorizeAttempt(ctx context.Context, id string, attempt int
 	if err != nil {
 		return p.fail(ctx, c, task, "processing_error", "The card data could not be read.")
 	}
+	release, err := p.slot(ctx, c)
+	if err != nil {
+		return err
+	}
+	defer release()
 	c.attemptStarted = p.stamp()
 	owner, err := p.beginAttempt(ctx, &c)
 	if err != nil {
@@ -278,6 +305,7 @@ func (p *Processor) AuthorizeAttempt(ctx context.Context, id string, attempt int
 	cctx, cancel := context.WithTimeout(ctx, p.timeout)
 	res, err := prov.Authorize(cctx, p.authorizeRequest(c, card))
 	cancel()
+	release() // the outcome is recorded without the slot
 	elapsed := time.Since(start)
 	if err != nil {
 		if code, ok := failoverCode(c, err, owner); ok {
@@ -445,6 +473,11 @@ func (p *Processor) settle(ctx context.Context, id string, final bool, action st
 		p.observe(c.Provider, action, OutcomeNoop, 0)
 		return p.done(ctx, task)
 	}
+	release, err := p.slot(ctx, c)
+	if err != nil {
+		return err
+	}
+	defer release()
 	if action == ActionCapture {
 		return p.capture(ctx, c, prov, task, final)
 	}

@@ -230,6 +230,10 @@ type Config struct {
 	RateLimitLoginAccount Limit `env:"RATE_LIMIT_LOGIN_ACCOUNT" envDefault:"20/15m" by:"api"`
 	// Per API key, `POST /v1/charges`.
 	RateLimitCharges Limit `env:"RATE_LIMIT_CHARGES" envDefault:"100/1m" by:"api"`
+	// Per merchant, `POST /v1/charges`, over all its keys, as well as
+	// per key: keys are not limited in number, so a merchant cannot raise
+	// its charge rate by making more of them.
+	RateLimitChargesMerchant Limit `env:"RATE_LIMIT_CHARGES_MERCHANT" envDefault:"1000/1m" by:"api"`
 	// Per client IP, every other `/v1` route, and every failed
 	// authentication on `POST /v1/charges`.
 	RateLimitDefault Limit `env:"RATE_LIMIT_DEFAULT" envDefault:"500/1m" by:"api"`
@@ -283,6 +287,12 @@ type Config struct {
 	// Provider outages in a row that open a provider's circuit breaker for
 	// 30 s.
 	ProviderBreakerFailures int `env:"PROVIDER_BREAKER_FAILURES" envDefault:"20" min:"1" by:"worker"`
+	// Provider calls (authorizations, captures, voids, refunds,
+	// authentications) one worker process runs at once for one merchant,
+	// of its 50 provider slots, so one merchant's slow connector or flood
+	// of charges cannot delay another's. The default is a quarter of the
+	// slots. See [Provider slots](background.md#provider-slots).
+	ProviderMerchantSlots int `env:"PROVIDER_MERCHANT_SLOTS" envDefault:"12" min:"1" max:"50" by:"worker"`
 	// How long a charge in `requires_action` waits for the cardholder
 	// (3-D Secure) before it fails `authentication_expired`.
 	AuthenticationTimeout time.Duration `env:"AUTHENTICATION_TIMEOUT" envDefault:"1h" min:"1s" by:"worker"`

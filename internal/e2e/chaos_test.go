@@ -52,7 +52,7 @@ func chaosParallel(t *testing.T) {
 // chaosStackEnv: webhooks on a compressed schedule to loopback receivers,
 // quick provider retries, limits far above the load.
 var chaosStackEnv = append(slices.Clone(webhooksStackEnv),
-	"RATE_LIMIT_CHARGES=1000000/1m", "RATE_LIMIT_DEFAULT=1000000/1m", "PROVIDER_BREAKER_FAILURES=100000")
+	"RATE_LIMIT_CHARGES=1000000/1m", "RATE_LIMIT_CHARGES_MERCHANT=1000000/1m", "RATE_LIMIT_DEFAULT=1000000/1m", "PROVIDER_BREAKER_FAILURES=100000")
 
 var chaosWorkerEnv = webhooksWorkerEnv
 

@@ -24,7 +24,7 @@ import (
 
 // Settings of the charges stack. The PROVIDER_* settings go to the API
 // replicas too: the replica that enqueues a provider task stamps it with
-// MaxRetry = PROVIDER_MAX_ATTEMPTS-1 and Timeout = PROVIDER_TIMEOUT+30s
+// MaxRetry = PROVIDER_MAX_ATTEMPTS (one in reserve) and Timeout = PROVIDER_TIMEOUT+30s
 // (internal/jobs/tasks.go, Queue.NewTask), so a worker-only setting would not bound
 // the attempts of tasks the API enqueued.
 // providerTimeout is twenty times the sandbox's latency: only the silent
@@ -44,6 +44,7 @@ var chargesStackEnv = []string{
 	fmt.Sprintf("PROVIDER_MAX_ATTEMPTS=%d", providerMaxAttempts),
 	// 200 charges of the fault test plus the others, and polling, in one minute.
 	"RATE_LIMIT_CHARGES=2000/1m",
+	"RATE_LIMIT_CHARGES_MERCHANT=2000/1m",
 	"RATE_LIMIT_DEFAULT=20000/1m",
 }
 

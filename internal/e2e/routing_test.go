@@ -34,7 +34,7 @@ import (
 // tasks they enqueue with them), so a connector that is down is left after
 // two tries about a second apart.
 var routingStackEnv = []string{
-	"RATE_LIMIT_CHARGES=1000000/1m", "RATE_LIMIT_DEFAULT=1000000/1m",
+	"RATE_LIMIT_CHARGES=1000000/1m", "RATE_LIMIT_CHARGES_MERCHANT=1000000/1m", "RATE_LIMIT_DEFAULT=1000000/1m",
 	"PROVIDER_TIMEOUT=2s", "PROVIDER_RETRY_BASE=50ms", "PROVIDER_RETRY_MAX=200ms", "PROVIDER_MAX_ATTEMPTS=2",
 }
 

@@ -369,6 +369,55 @@ func TestChargesRouteIsLimitedPerKey(t *testing.T) {
 	want(t, h.do("POST", "/v1/charges", `{}`, bearer(other)...), 400, "parameter_missing")
 }
 
+// POST /v1/charges is limited per merchant over all its keys as well as
+// per key: the merchant's keys share its window, a request over either
+// limit is answered 429 with Retry-After, every answer carries the
+// RateLimit-* headers of the limit closer to refusing, a request refused by
+// its key's limit spends nothing of the merchant's, and another merchant is
+// not affected.
+func TestChargesRouteIsLimitedPerMerchant(t *testing.T) {
+	h := newHarness(t, func(env map[string]string) {
+		env["RATE_LIMIT_CHARGES"] = "3/1m"
+		env["RATE_LIMIT_CHARGES_MERCHANT"] = "5/1m"
+	})
+	a := h.account("ada@example.com")
+	b := h.account("bob@example.com")
+	_, second := h.newKey(a.token)
+	_, third := h.newKey(a.token)
+	for i, c := range []struct {
+		secret           string
+		status           int
+		code             string
+		limit, remaining string
+	}{
+		{a.secret, 400, "parameter_missing", "3", "2"},
+		{a.secret, 400, "parameter_missing", "3", "1"},
+		{a.secret, 400, "parameter_missing", "3", "0"},
+		{a.secret, 429, "rate_limited", "3", "0"}, // the key's limit: not counted for the merchant
+		{second, 400, "parameter_missing", "5", "1"},
+		{second, 400, "parameter_missing", "5", "0"},
+		{second, 429, "rate_limited", "5", "0"}, // the merchant's limit
+		{third, 429, "rate_limited", "5", "0"},  // a fresh key does not help
+		{b.secret, 400, "parameter_missing", "3", "2"},
+	} {
+		r := h.do("POST", "/v1/charges", `{}`, bearer(c.secret)...)
+		want(t, r, c.status, c.code)
+		if got, rem := r.header.Get("RateLimit-Limit"), r.header.Get("RateLimit-Remaining"); got != c.limit || rem != c.remaining {
+			t.Fatalf("request %d: RateLimit-Limit %q Remaining %q, want %s and %s", i, got, rem, c.limit, c.remaining)
+		}
+		if reset, err := strconv.Atoi(r.header.Get("RateLimit-Reset")); err != nil || reset < 0 || reset > 60 {
+			t.Fatalf("request %d: RateLimit-Reset %q", i, r.header.Get("RateLimit-Reset"))
+		}
+		if n, err := strconv.Atoi(r.header.Get("Retry-After")); c.status == 429 && (err != nil || n < 1 || n > 60) {
+			t.Fatalf("request %d: Retry-After %q", i, r.header.Get("Retry-After"))
+		}
+	}
+	n, err := h.rdb.ZCard(context.Background(), "gh:rl:charges_merchant:"+a.merchantID).Result()
+	if err != nil || n != 5 {
+		t.Fatalf("the merchant's window holds %d (%v), want 5", n, err)
+	}
+}
+
 // redisKeys records the Redis keys each command names.
 type redisKeys struct {
 	mu   sync.Mutex
@@ -413,8 +462,10 @@ func (r *redisKeys) authCommands() [][]string {
 }
 
 // A charge with a key whose entry is cached reads the entry and counts the
-// request against the key's limit in one Redis round trip, on keys of one
-// Redis Cluster slot; a revoked key is refused and not counted.
+// request against the key's limit and its merchant's in one Redis round
+// trip, the key's entry and window on keys of one Redis Cluster slot (on a
+// cluster the merchant's window, in another slot, takes a second); a
+// revoked key is refused and not counted.
 func TestChargeRouteReadsKeyAndLimitInOneRoundTrip(t *testing.T) {
 	h := newHarness(t, func(env map[string]string) { env["RATE_LIMIT_CHARGES"] = "5/1m" })
 	a := h.account("ada@example.com")
@@ -435,7 +486,12 @@ func TestChargeRouteReadsKeyAndLimitInOneRoundTrip(t *testing.T) {
 			t.Fatalf("request %d: %d commands on the key's entry and limits, want 1: %q", i+2, len(cmds), cmds)
 		}
 		var tags []string
+		merchantWindow := false
 		for _, arg := range cmds[0] {
+			if arg == "gh:rl:charges_merchant:"+a.merchantID {
+				merchantWindow = true
+				continue
+			}
 			if strings.HasPrefix(arg, "gh:") {
 				open, end := strings.Index(arg, "{"), strings.Index(arg, "}")
 				if open < 0 || end < open {
@@ -444,8 +500,8 @@ func TestChargeRouteReadsKeyAndLimitInOneRoundTrip(t *testing.T) {
 				tags = append(tags, arg[open:end+1])
 			}
 		}
-		if len(tags) != 2 || tags[0] != tags[1] {
-			t.Fatalf("keys of the script %q: hash tags %q, want two equal", cmds[0], tags)
+		if len(tags) != 2 || tags[0] != tags[1] || !merchantWindow {
+			t.Fatalf("keys of the script %q: hash tags %q, want two equal, and the merchant's window", cmds[0], tags)
 		}
 	}
 	// Revoked: refused, and the window (4 of 5 used) is left alone.

@@ -1,12 +1,14 @@
 package httpapi
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"net/netip"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -302,14 +304,16 @@ func (s *server) authenticate(allowed accept) fiber.Handler {
 // window frees: a flood of unknown keys costs Postgres at most about the
 // limit of lookups per window, and valid traffic pays no extra round trip.
 //
-// perKey, when not nil, is the key's own limit (the charge route's): the
-// request is counted under perKey.name against the key, in the same Redis
-// round trip that reads the key's cache entry (apikeys.AuthenticateLimited),
-// and answered 429 over it.
-func (s *server) authenticateCounted(allowed accept, name string, l config.Limit, perKey *namedLimit) fiber.Handler {
+// perKey, when not nil, is the key's own limit and its merchant's (the
+// charge route's): the request is counted against the key, in the same
+// Redis round trip that reads the key's cache entry, then against the key's
+// merchant over all its keys (see resolveLimited), and answered 429 over
+// either.
+func (s *server) authenticateCounted(allowed accept, name string, l config.Limit, perKey *keyLimits) fiber.Handler {
 	s.Limiter.Declare(name)
 	if perKey != nil {
-		s.Limiter.Declare(perKey.name)
+		s.Limiter.Declare(perKey.key.name)
+		s.Limiter.Declare(perKey.merchant.name)
 	}
 	return func(c *fiber.Ctx) error {
 		ip := s.clientIP(c).String()
@@ -357,6 +361,54 @@ func (s *server) authenticateCounted(allowed accept, name string, l config.Limit
 type namedLimit struct {
 	name  string
 	limit config.Limit
+}
+
+// keyLimits are the limits of a route limited per API key: the key's own,
+// and its merchant's over all its keys.
+type keyLimits struct {
+	key, merchant namedLimit
+}
+
+// keyOwners remembers, per replica, which merchant owns the keys it has
+// authenticated (by the key's Redis tag), so that the charge route's
+// script can count a request against the merchant's limit in the same
+// round trip as the key's (ratelimit.Limiter.AllowGatedAlso). A key never
+// changes merchant; the script checks the guess against the key's entry.
+// Only authenticated keys are remembered, at most maxKeyOwners of them.
+type keyOwners struct {
+	mu     sync.Mutex
+	owners map[string]string
+}
+
+// maxKeyOwners bounds keyOwners: when full it starts again empty.
+const maxKeyOwners = 10_000
+
+func (k *keyOwners) get(tag string) (string, bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	m, ok := k.owners[tag]
+	return m, ok
+}
+
+func (k *keyOwners) put(tag, merchantID string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.owners == nil || len(k.owners) >= maxKeyOwners {
+		k.owners = map[string]string{}
+	}
+	k.owners[tag] = merchantID
+}
+
+// tighter is the decision of two limits of one request that the caller
+// sees: the one that refused it, else the one with fewer requests left.
+func tighter(key, merchant ratelimit.Decision) ratelimit.Decision {
+	switch {
+	case !key.Allowed:
+		return key
+	case !merchant.Allowed, merchant.Remaining < key.Remaining:
+		return merchant
+	}
+	return key
 }
 
 // loginAccount names the per-account budget of failed logins.
@@ -408,16 +460,24 @@ func (s *server) guardAccount(c *fiber.Ctx, email string) (attempted func(error)
 }
 
 // resolveLimited is resolve for a route that takes only secret keys, which
-// also counts the request under the key's own limit l, whose identity is
-// apikeys.Tag of the secret's digest, and returns its decision. When the
-// key's entry is cached as active (the usual case) both take one Redis round
-// trip: the limiter's script reads the entry (KeyCache's gate) and counts the
-// request. A miss, a revoked or malformed entry, or an unreachable Redis
-// takes the usual way: the key service's lookup (Postgres when the cache
-// cannot answer), then the limit alone in the same window (the replica's own
-// memory when Redis is down). A key that does not authenticate is not
-// counted.
-func (s *server) resolveLimited(c *fiber.Ctx, allowed accept, l namedLimit) (auth.Principal, ratelimit.Decision, error) {
+// also counts the request under the key's own limit, whose identity is
+// apikeys.Tag of the secret's digest, and, when the key allows it, under
+// its merchant's limit over all its keys; it returns the decision the
+// caller sees (see tighter). When the key's entry is cached as active (the
+// usual case) all of it takes one Redis round trip: the limiter's script
+// reads the entry (KeyCache's gate) and counts the request under both,
+// the merchant being the one this replica saw own the key before (the
+// script checks it against the entry). The first request of a key on a
+// replica, and every request on a Redis Cluster (where the merchant's
+// window is in another slot than the key's), count the merchant's limit in
+// a second round trip. A miss, a revoked or malformed entry, or an unreachable
+// Redis takes the usual way: the key service's lookup (Postgres when the
+// cache cannot answer), then the limits alone in the same windows (the
+// replica's own memory when Redis is down). A key that does not
+// authenticate is not counted; a request its key's limit refuses is not
+// counted against the merchant; one the merchant's limit refuses stays
+// counted against its key.
+func (s *server) resolveLimited(c *fiber.Ctx, allowed accept, l keyLimits) (auth.Principal, ratelimit.Decision, error) {
 	token, err := bearer(c)
 	if err != nil {
 		return auth.Principal{}, ratelimit.Decision{}, err
@@ -432,10 +492,19 @@ func (s *server) resolveLimited(c *fiber.Ctx, allowed accept, l namedLimit) (aut
 	ctx := c.UserContext()
 	if s.KeyCache != nil && apikeys.Lookable(token) {
 		digest := apikeys.Digest(token)
-		d, v, counted, err := s.Limiter.AllowGated(ctx, l.name, apikeys.Tag(digest), l.limit, s.KeyCache.Gate(digest))
-		if err == nil && counted {
-			if e, ok := s.KeyCache.Decode(v); ok && s.Keys.Usable(e) {
-				return keyPrincipal(e), d, nil
+		tag := apikeys.Tag(digest)
+		var also *ratelimit.Also
+		if m, ok := s.owners.get(tag); ok {
+			also = &ratelimit.Also{Name: l.merchant.name, Key: m, Limit: l.merchant.limit, Prefix: s.KeyCache.OwnedBy(m)}
+		}
+		g, err := s.Limiter.AllowGatedAlso(ctx, l.key.name, tag, l.key.limit, s.KeyCache.Gate(digest), also)
+		if err == nil && g.Counted {
+			if e, ok := s.KeyCache.Decode(g.Value); ok && s.Keys.Usable(e) {
+				s.owners.put(tag, e.MerchantID)
+				if !g.AlsoCounted {
+					return keyPrincipal(e), s.merchantLimit(ctx, l, e.MerchantID, g.Decision), nil
+				}
+				return keyPrincipal(e), tighter(g.Decision, g.Also), nil
 			}
 		}
 	}
@@ -443,8 +512,20 @@ func (s *server) resolveLimited(c *fiber.Ctx, allowed accept, l namedLimit) (aut
 	if err != nil {
 		return auth.Principal{}, ratelimit.Decision{}, err
 	}
-	d := s.Limiter.Allow(ctx, l.name, apikeys.Tag(apikeys.Digest(token)), l.limit)
-	return keyPrincipal(e), d, nil
+	tag := apikeys.Tag(apikeys.Digest(token))
+	s.owners.put(tag, e.MerchantID)
+	d := s.Limiter.Allow(ctx, l.key.name, tag, l.key.limit)
+	return keyPrincipal(e), s.merchantLimit(ctx, l, e.MerchantID, d), nil
+}
+
+// merchantLimit counts a request its key's limit allowed (key) under the
+// merchant's limit and returns the decision the caller sees; one the key's
+// limit refused is returned as it is, not counted again.
+func (s *server) merchantLimit(ctx context.Context, l keyLimits, merchantID string, key ratelimit.Decision) ratelimit.Decision {
+	if !key.Allowed {
+		return key
+	}
+	return tighter(key, s.Limiter.Allow(ctx, l.merchant.name, merchantID, l.merchant.limit))
 }
 
 // bearer is the token of the Authorization header.

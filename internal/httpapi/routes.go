@@ -52,7 +52,9 @@ func (s *server) routes(app *fiber.App) {
 	app.Delete("/v1/me/members/:id", perIP, session, s.deleteMember)
 	app.Get("/v1/audit_log", perIP, session, s.listAuditLog)
 
-	app.Post("/v1/charges", s.authenticateCounted(acceptKey, "default", cfg.RateLimitDefault, &namedLimit{"charges", cfg.RateLimitCharges}), s.createCharge)
+	app.Post("/v1/charges", s.authenticateCounted(acceptKey, "default", cfg.RateLimitDefault, &keyLimits{
+		key: namedLimit{"charges", cfg.RateLimitCharges}, merchant: namedLimit{"charges_merchant", cfg.RateLimitChargesMerchant},
+	}), s.createCharge)
 	app.Options(tokensPath, tokensPreflight)
 	app.Post(tokensPath, allowAnyOrigin, perIP, s.authenticatePublic, s.limitByKey("tokens", cfg.RateLimitPublicKey), s.createToken)
 	app.Get("/v1/charges", perIP, secret, s.listCharges)

@@ -51,6 +51,8 @@ const readLimit = 32 * BodyLimit
 type KeyGate interface {
 	Gate(digest []byte) ratelimit.Gate
 	Decode(value string) (apikeys.Entry, bool)
+	// OwnedBy is the prefix of the values of the merchant's keys' entries.
+	OwnedBy(merchantID string) string
 }
 
 // Deps are everything the API needs.
@@ -93,6 +95,7 @@ type server struct {
 	Deps
 	trusted trustedProxies
 	dash    *dashboard
+	owners  keyOwners // see resolveLimited
 }
 
 // NewServer returns the API as a Fiber app with every route registered.

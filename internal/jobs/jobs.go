@@ -24,6 +24,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/logging"
 	"github.com/gatehouse-pay/gatehouse/internal/metrics"
 	"github.com/gatehouse-pay/gatehouse/internal/outbox"
+	"github.com/gatehouse-pay/gatehouse/internal/providers"
 	"github.com/gatehouse-pay/gatehouse/internal/refunds"
 	"github.com/gatehouse-pay/gatehouse/internal/store"
 	"github.com/gatehouse-pay/gatehouse/internal/tracing"
@@ -115,11 +116,18 @@ func (h *Handlers) observe(next asynq.Handler) asynq.Handler {
 		}
 		err := next.ProcessTask(ctx, t)
 		outcome := "ok"
+		var back *providers.PutBack
 		switch {
+		case err != nil && isExhausted(err):
+			outcome = "error"
+			h.Log.WarnContext(ctx, "task failed", "type", t.Type(), "err", err)
 		case err != nil && isSkip(err):
 			outcome = "skipped"
 		case err != nil && isRetryIn(err):
 			outcome = "rescheduled"
+		case errors.As(err, &back):
+			outcome = "rescheduled"
+			h.Metrics.PutBacks.WithLabelValues(back.Reason).Inc()
 		case err != nil:
 			outcome = "error"
 			h.Log.WarnContext(ctx, "task failed", "type", t.Type(), "err", err)
@@ -168,7 +176,7 @@ func serverConfig(log *slog.Logger, cfg config.Config, p Pool) asynq.Config {
 		ErrorHandler: asynq.ErrorHandlerFunc(func(ctx context.Context, t *asynq.Task, err error) {
 			retried, _ := asynq.GetRetryCount(ctx)
 			maxRetry, _ := asynq.GetMaxRetry(ctx)
-			if retried >= maxRetry {
+			if retried >= maxRetry || isExhausted(err) {
 				log.ErrorContext(ctx, "task gave up", "type", t.Type(), "retried", retried, "err", err)
 			}
 		}),

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gatehouse-pay/gatehouse/internal/apperr"
 	"github.com/gatehouse-pay/gatehouse/internal/config"
+	"github.com/gatehouse-pay/gatehouse/internal/providers"
 	"github.com/gatehouse-pay/gatehouse/internal/webhooks"
 )
 
@@ -28,6 +29,10 @@ func retryDelay(cfg config.Config) asynq.RetryDelayFunc {
 		var next *webhooks.RetryIn
 		if errors.As(err, &next) {
 			return next.Delay
+		}
+		var back *providers.PutBack
+		if errors.As(err, &back) {
+			return back.Delay
 		}
 		if isProviderTask(t.Type()) {
 			return Jitter(Backoff(n+1, cfg.ProviderRetryBase, cfg.ProviderRetryMax), rand.Int64N)
@@ -49,8 +54,44 @@ const (
 	unavailableRetryMax  = 30 * time.Second
 )
 
-// isFailure: a delivery waiting for its next scheduled attempt is not a failure.
-func isFailure(err error) bool { return !isRetryIn(err) }
+// isFailure: a delivery waiting for its next scheduled attempt is not a
+// failure, nor a provider task put back because its merchant's slots are
+// taken: asynq then moves the task, under its own id, to run again after
+// the delay without counting a retry.
+func isFailure(err error) bool { return !isRetryIn(err) && !isPutBack(err) }
+
+// isPutBack reports a provider task put back (see providers.MerchantSlots).
+func isPutBack(err error) bool {
+	var back *providers.PutBack
+	return errors.As(err, &back)
+}
+
+// exhausted is the failure of a provider task's last attempt. A provider
+// task has one retry more than its attempts (see Queue.NewTask), so that
+// asynq, which gives up a task that fails with no retry left, whatever the
+// error, can still put the last attempt back when its merchant is at the
+// cap; a last attempt that fails is given up here instead (SkipRetry), as
+// before: the task is archived and the outbox sweeper starts it again.
+type exhausted struct{ err error }
+
+func (e *exhausted) Error() string { return e.err.Error() }
+
+func (e *exhausted) Unwrap() []error { return []error{e.err, asynq.SkipRetry} }
+
+// lastAttempt gives up err, the failure of a provider task's last
+// attempt (final), unless it is no failure at all.
+func lastAttempt(err error, final bool) error {
+	if err == nil || !final || isSkip(err) || !isFailure(err) {
+		return err
+	}
+	return &exhausted{err: err}
+}
+
+// isExhausted reports a failure lastAttempt gave up.
+func isExhausted(err error) bool {
+	var e *exhausted
+	return errors.As(err, &e)
+}
 
 func isProviderTask(typ string) bool {
 	switch typ {

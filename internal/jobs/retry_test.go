@@ -14,6 +14,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/config"
 	"github.com/gatehouse-pay/gatehouse/internal/jobs"
 	"github.com/gatehouse-pay/gatehouse/internal/outbox"
+	"github.com/gatehouse-pay/gatehouse/internal/providers"
 	"github.com/gatehouse-pay/gatehouse/internal/webhooks"
 )
 
@@ -50,6 +51,7 @@ func TestRetryDelay(t *testing.T) {
 		{"delivery, on its schedule", 0, &webhooks.RetryIn{Delay: 7 * time.Minute}, deliver, 7 * time.Minute, 7 * time.Minute},
 		{"delivery, another failure", 0, errors.New("boom"), deliver, 15 * time.Second, 45 * time.Second},
 		{"provider task, database down", 1, down, authorize, 3 * cfg.ProviderRetryBase / 2, 2 * cfg.ProviderRetryBase},
+		{"provider task, put back", 3, &providers.PutBack{Delay: 1700 * time.Millisecond, Reason: providers.PutBackMerchantSlow}, authorize, 1700 * time.Millisecond, 1700 * time.Millisecond},
 	} {
 		if got := delay(c.n, c.err, c.task); got < c.min || got > c.max {
 			t.Errorf("%s: retry %d after %v, want %v to %v", c.name, c.n, got, c.min, c.max)

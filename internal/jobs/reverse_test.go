@@ -41,7 +41,7 @@ func TestReverseAttemptsCoverTheWindow(t *testing.T) {
 // The tasks whose outcome may be unknown while money may have moved
 // (charge:reverse, charge:capture, refund:process) go to the critical queue
 // with the attempts of ReverseAttempts and their id as the outbox row's; the
-// others keep PROVIDER_MAX_ATTEMPTS.
+// others keep PROVIDER_MAX_ATTEMPTS; each has one retry in reserve.
 func TestReverseTaskOptions(t *testing.T) {
 	testenv.NewRedis(t, testenv.RedisDBJobs)
 	redisOpt, err := asynq.ParseRedisURI(testenv.RedisURLFor(testenv.RedisDBJobs))
@@ -56,7 +56,9 @@ func TestReverseTaskOptions(t *testing.T) {
 	defer client.Close()
 	inspector := asynq.NewInspector(redisOpt)
 	defer inspector.Close()
-	window := jobs.ReverseAttempts(cfg.ProviderRetryBase, cfg.ProviderRetryMax) - 1
+	// One retry more than the attempts: the reserve a put-back of the last
+	// attempt needs (see jobs.Queue.NewTask).
+	window := jobs.ReverseAttempts(cfg.ProviderRetryBase, cfg.ProviderRetryMax)
 	for _, c := range []struct {
 		typ      string
 		maxRetry int
@@ -65,8 +67,8 @@ func TestReverseTaskOptions(t *testing.T) {
 		{outbox.ChargeReverse, window, 2*cfg.ProviderTimeout + 30*time.Second},
 		{outbox.ChargeCapture, window, 2*cfg.ProviderTimeout + 30*time.Second},
 		{outbox.RefundProcess, window, 2*cfg.ProviderTimeout + 30*time.Second},
-		{outbox.ChargeAuthorize, cfg.ProviderMaxAttempts - 1, cfg.ProviderTimeout + 30*time.Second},
-		{outbox.ChargeVoid, cfg.ProviderMaxAttempts - 1, cfg.ProviderTimeout + 30*time.Second},
+		{outbox.ChargeAuthorize, cfg.ProviderMaxAttempts, cfg.ProviderTimeout + 30*time.Second},
+		{outbox.ChargeVoid, cfg.ProviderMaxAttempts, cfg.ProviderTimeout + 30*time.Second},
 	} {
 		task := outbox.Task{Type: c.typ, RefID: ids.NewUUID()}
 		if err := jobs.NewQueue(client, inspector, cfg).Enqueue(context.Background(), task); err != nil {

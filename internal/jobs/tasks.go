@@ -19,6 +19,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/config"
 	"github.com/gatehouse-pay/gatehouse/internal/idempotency"
 	"github.com/gatehouse-pay/gatehouse/internal/outbox"
+	"github.com/gatehouse-pay/gatehouse/internal/providers"
 )
 
 // Task types. The object tasks are the outbox's: written with the state
@@ -88,17 +89,22 @@ func (q *Queue) newTask(t outbox.Task, headers map[string]string) (*asynq.Task, 
 		return asynq.NewTaskWithHeaders(t.Type, body, headers, asynq.TaskID(t.QueueID()), asynq.Queue(q.queueOf(t)),
 			asynq.MaxRetry(25), asynq.Timeout(q.cfg.WebhookTimeout+30*time.Second)), nil
 	}
+	// A provider task has one retry more than its attempts: asynq gives up
+	// a task that returns any error with no retry left, and the last
+	// attempt too must be able to be put back when its merchant is at the
+	// cap (see providers.MerchantSlots). The handlers give up a last
+	// attempt that fails themselves (see lastAttempt).
 	if untilKnown(t.Type) {
 		// Two provider calls at most: the request sent again, then the
 		// release (reverse) or a lookup (a pending capture or refund).
 		return asynq.NewTaskWithHeaders(t.Type, body, headers, asynq.TaskID(t.QueueID()), asynq.Queue(q.queueOf(t)),
-			asynq.MaxRetry(ReverseAttempts(q.cfg.ProviderRetryBase, q.cfg.ProviderRetryMax)-1),
+			asynq.MaxRetry(ReverseAttempts(q.cfg.ProviderRetryBase, q.cfg.ProviderRetryMax)),
 			asynq.Timeout(2*q.cfg.ProviderTimeout+30*time.Second)), nil
 	}
 	return asynq.NewTaskWithHeaders(t.Type, body, headers,
 		asynq.TaskID(t.QueueID()),
 		asynq.Queue(q.queueOf(t)),
-		asynq.MaxRetry(q.cfg.ProviderMaxAttempts-1),
+		asynq.MaxRetry(q.cfg.ProviderMaxAttempts),
 		asynq.Timeout(q.cfg.ProviderTimeout+30*time.Second),
 	), nil
 }
@@ -221,8 +227,22 @@ func (h *Handlers) provider(process func(ctx context.Context, id string, final b
 		if err != nil {
 			return err
 		}
-		return skipMissing(process(ctx, id, finalAttempt(ctx, t.Type(), h.Config)))
+		final := finalAttempt(ctx, t.Type(), h.Config)
+		return lastAttempt(skipMissing(process(runnable(ctx), id, final)), final)
 	}
+}
+
+// runnable marks ctx providers.MustRun when the task has no retry left, so
+// that asynq would give it up rather than put it back: a task an earlier
+// release enqueued, with one retry fewer (see Queue.NewTask). Its call then
+// takes a slot even when its merchant is at the cap.
+func runnable(ctx context.Context) context.Context {
+	retried, _ := asynq.GetRetryCount(ctx)
+	maxRetry, _ := asynq.GetMaxRetry(ctx)
+	if retried >= maxRetry {
+		return providers.MustRun(ctx)
+	}
+	return ctx
 }
 
 // HandleChargeAuthorize authorizes a charge at its current connector; a
@@ -233,7 +253,8 @@ func (h *Handlers) HandleChargeAuthorize(ctx context.Context, t *asynq.Task) err
 		return err
 	}
 	taskID, _ := asynq.GetTaskID(ctx)
-	return skipMissing(h.Charges.AuthorizeAttempt(ctx, id, AttemptOf(taskID, id), finalAttempt(ctx, t.Type(), h.Config)))
+	final := finalAttempt(ctx, t.Type(), h.Config)
+	return lastAttempt(skipMissing(h.Charges.AuthorizeAttempt(runnable(ctx), id, AttemptOf(taskID, id), final)), final)
 }
 
 // AttemptOf is the attempt in the queue id of a charge:authorize task

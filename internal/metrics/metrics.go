@@ -107,6 +107,10 @@ func NewHTTP(reg prometheus.Registerer) *HTTP {
 type Jobs struct {
 	Processed *prometheus.CounterVec   // type, outcome
 	Duration  *prometheus.HistogramVec // type
+	// PutBacks counts the provider tasks put back without a call because
+	// their merchant's slots were taken, by reason (the PutBack reasons of
+	// providers).
+	PutBacks *prometheus.CounterVec
 }
 
 // NewJobs creates and registers the worker's task metrics.
@@ -121,8 +125,15 @@ func NewJobs(reg prometheus.Registerer) *Jobs {
 			Help:    "Task processing time by task type.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 12),
 		}, []string{"type"}),
+		PutBacks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "gatehouse", Name: "provider_put_backs_total",
+			Help: "Provider tasks put back without a call because their merchant held all its PROVIDER_MERCHANT_SLOTS in the worker, by reason (merchant_slow, merchant_busy).",
+		}, []string{"reason"}),
 	}
-	reg.MustRegister(m.Processed, m.Duration)
+	reg.MustRegister(m.Processed, m.Duration, m.PutBacks)
+	for _, r := range []string{"merchant_slow", "merchant_busy"} {
+		m.PutBacks.WithLabelValues(r)
+	}
 	return m
 }
 

@@ -27,7 +27,9 @@ func TestConstructorsRegister(t *testing.T) {
 			"gatehouse_http_connections_open":          1,
 			"gatehouse_http_connections_refused_total": 1,
 		}},
-		{"NewJobs", func(reg prometheus.Registerer) { metrics.NewJobs(reg) }, map[string]int{}},
+		{"NewJobs", func(reg prometheus.Registerer) { metrics.NewJobs(reg) }, map[string]int{
+			"gatehouse_provider_put_backs_total": 2, // merchant_slow and merchant_busy
+		}},
 		{"NewProviders", func(reg prometheus.Registerer) { metrics.NewProviders(reg) }, map[string]int{}},
 		{"NewWebhooks", func(reg prometheus.Registerer) { metrics.NewWebhooks(reg) }, map[string]int{
 			"gatehouse_webhook_attempts_total":              2, // succeeded and failed, attempt 1

@@ -112,11 +112,14 @@ type Limiter struct {
 	log     *slog.Logger
 	// degraded is 1 while Redis is failing, so the log says so once per outage.
 	degraded atomic.Bool
+	// cluster: rdb is a Redis Cluster, where one script touches one slot.
+	cluster bool
 }
 
 // New returns a Limiter on rdb.
 func New(rdb redis.UniversalClient, metrics *Metrics, log *slog.Logger) *Limiter {
-	return &Limiter{rdb: rdb, local: NewLocal(time.Now), over: newOverMemo(time.Now, maxOverKeys), metrics: metrics, log: log}
+	_, cluster := rdb.(*redis.ClusterClient)
+	return &Limiter{rdb: rdb, local: NewLocal(time.Now), over: newOverMemo(time.Now, maxOverKeys), metrics: metrics, log: log, cluster: cluster}
 }
 
 // Declare creates the zero-valued series of a named limit, so dashboards and
@@ -307,6 +310,111 @@ func (l *Limiter) AllowGated(ctx context.Context, name, key string, limit config
 	d = decisionOf(limit, allowed, count, reset)
 	l.record(name, key, d)
 	return d, value, true, nil
+}
+
+// Also is a second limit of a request, counted after the first one of
+// AllowGatedAlso: the limit of the one that owns the first key (the
+// merchant that owns an API key). It is counted only when the gate's value
+// begins with Prefix (the gate's entry names that owner), so a wrong guess
+// of the owner counts nothing.
+type Also struct {
+	Name   string
+	Key    string
+	Limit  config.Limit
+	Prefix string
+}
+
+// gatedAlso is gatedWindow with a second window: KEYS[3], ARGV[5] its limit,
+// ARGV[6] its window (µs), ARGV[7] the prefix the gate's value must have
+// (Also.Prefix).
+// The second window is counted only when the first allowed the request; it
+// returns gatedWindow's answer followed by the second's allowed (-1: not
+// counted), count and reset.
+var gatedAlso = redis.NewScript(`
+local v = redis.call('GET', KEYS[2])
+local open = ARGV[4]
+if not v or string.len(v) < string.len(open) or string.sub(v, -string.len(open)) ~= open then
+  return {-1, 0, 0, v or '', -1, 0, 0}
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local function slide(key, limit, window)
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
+  local count = redis.call('ZCARD', key)
+  local allowed = 0
+  if count < limit then
+    redis.call('ZADD', key, now, ARGV[3])
+    count = count + 1
+    allowed = 1
+  end
+  redis.call('PEXPIRE', key, math.floor(window / 1000) + 1000)
+  local reset = 0
+  local oldest = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+  if oldest[2] then
+    reset = tonumber(oldest[2]) + window - now
+  end
+  return allowed, count, reset
+end
+local allowed, count, reset = slide(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]))
+local prefix = ARGV[7]
+if allowed == 1 and prefix ~= '' and string.sub(v, 1, string.len(prefix)) == prefix then
+  local a2, c2, r2 = slide(KEYS[3], tonumber(ARGV[5]), tonumber(ARGV[6]))
+  return {allowed, count, reset, v, a2, c2, r2}
+end
+return {allowed, count, reset, v, -1, 0, 0}`)
+
+// Gated is what AllowGatedAlso found: the gate's value, whether the gate
+// was open and the request counted under the first limit (Counted, then
+// Decision), and whether it was counted under the second too (AlsoCounted,
+// then Also).
+type Gated struct {
+	Decision    Decision
+	Value       string
+	Counted     bool
+	Also        Decision
+	AlsoCounted bool
+}
+
+// AllowGatedAlso is AllowGated that also counts the request under a second
+// limit, in the same script, when the first allows it and the gate's value
+// begins with also.Prefix. On a Redis Cluster the second window lives in another
+// slot, and a script may touch one slot only: there, and when also is nil,
+// it is AllowGated, and the caller counts the second limit with Allow
+// (AlsoCounted false), as it does when the owner was not the one guessed.
+// A request the second limit refuses stays counted under the first. It
+// does not fall back: see AllowGated.
+func (l *Limiter) AllowGatedAlso(ctx context.Context, name, key string, limit config.Limit, gate Gate, also *Also) (Gated, error) {
+	if also == nil || l.cluster {
+		d, v, counted, err := l.AllowGated(ctx, name, key, limit, gate)
+		return Gated{Decision: d, Value: v, Counted: counted}, err
+	}
+	res, err := gatedAlso.Run(ctx, l.rdb, []string{windowKey(name, key), gate.Key, windowKey(also.Name, also.Key)},
+		limit.N, limit.Window.Microseconds(), newMember(), gate.Open,
+		also.Limit.N, also.Limit.Window.Microseconds(), also.Prefix).Slice()
+	if err != nil {
+		return Gated{}, err
+	}
+	if len(res) != 7 {
+		return Gated{}, errors.New("ratelimit: unexpected answer from the gated windows")
+	}
+	n := make([]int64, len(res))
+	for i, r := range res {
+		n[i], _ = r.(int64)
+	}
+	value, _ := res[3].(string)
+	if n[0] < 0 {
+		return Gated{Value: value}, nil
+	}
+	if l.degraded.Swap(false) {
+		l.log.InfoContext(ctx, "rate limiter back on redis", "limit", name)
+	}
+	g := Gated{Decision: decisionOf(limit, n[0], n[1], n[2]), Value: value, Counted: true}
+	l.record(name, key, g.Decision)
+	if n[4] >= 0 {
+		g.Also, g.AlsoCounted = decisionOf(also.Limit, n[4], n[5], n[6]), true
+		l.record(also.Name, also.Key, g.Also)
+	}
+	return g, nil
 }
 
 // Local is an in-memory sliding-window log with the same semantics as the

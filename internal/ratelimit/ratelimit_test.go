@@ -303,3 +303,70 @@ func TestAllowGated(t *testing.T) {
 		t.Fatalf("Redis down: counted %v err %v; want an error for the caller's fallback", counted, err)
 	}
 }
+
+// AllowGatedAlso counts a request under the key's limit and, when that
+// allows it and the gate's entry is the owner's, under the owner's limit in
+// the same script, in the windows Allow uses for the same names and keys.
+// Two keys of one owner share its limit; a refusal by the key's limit does
+// not count against the owner; a wrong owner counts nothing of it.
+func TestAllowGatedAlso(t *testing.T) {
+	rdb := testenv.NewRedis(t, testenv.RedisDBRateLimit)
+	l, _ := newLimiter(t, rdb)
+	ctx := context.Background()
+	perKey := config.Limit{N: 2, Window: time.Minute}
+	perOwner := config.Limit{N: 3, Window: time.Minute}
+	gateA := ratelimit.Gate{Key: "gh:gate:{a}", Open: "|active"}
+	gateB := ratelimit.Gate{Key: "gh:gate:{b}", Open: "|active"}
+	rdb.Set(ctx, gateA.Key, "mer_1|a|sandbox|active", time.Minute)
+	rdb.Set(ctx, gateB.Key, "mer_1|b|sandbox|active", time.Minute)
+	also := &ratelimit.Also{Name: "charges_merchant", Key: "mer_1", Limit: perOwner, Prefix: "mer_1|"}
+	owner := func() int64 { return rdb.ZCard(ctx, "gh:rl:charges_merchant:mer_1").Val() }
+
+	for i, c := range []struct {
+		gate                  ratelimit.Gate
+		key                   string
+		also                  *ratelimit.Also
+		keyAllowed, alsoCount bool
+		ownerAllowed          bool
+		ownerEntries          int64
+	}{
+		{gateA, "{a}", also, true, true, true, 1},
+		{gateA, "{a}", also, true, true, true, 2},
+		{gateA, "{a}", also, false, false, false, 2}, // the key's limit refuses: not counted for the owner
+		{gateB, "{b}", &ratelimit.Also{Name: "charges_merchant", Key: "mer_2", Limit: perOwner, Prefix: "mer_2|"}, true, false, false, 2},
+		{gateB, "{b}", also, true, true, true, 3},
+		{gateB, "{b}", also, false, false, false, 3},
+	} {
+		g, err := l.AllowGatedAlso(ctx, "charges", c.key, perKey, c.gate, c.also)
+		if err != nil || !g.Counted || g.Decision.Allowed != c.keyAllowed || g.AlsoCounted != c.alsoCount ||
+			(c.alsoCount && g.Also.Allowed != c.ownerAllowed) {
+			t.Fatalf("request %d: %+v err %v; want key allowed %v, owner counted %v allowed %v", i, g, err, c.keyAllowed, c.alsoCount, c.ownerAllowed)
+		}
+		if n := owner(); n != c.ownerEntries {
+			t.Fatalf("request %d: the owner's window holds %d, want %d", i, n, c.ownerEntries)
+		}
+	}
+	// The owner is at its limit: a third key's request is refused by it,
+	// and Allow sees the same window.
+	gateC := ratelimit.Gate{Key: "gh:gate:{c}", Open: "|active"}
+	rdb.Set(ctx, gateC.Key, "mer_1|c|sandbox|active", time.Minute)
+	g, err := l.AllowGatedAlso(ctx, "charges", "{c}", perKey, gateC, also)
+	if err != nil || !g.Decision.Allowed || !g.AlsoCounted || g.Also.Allowed || g.Also.Remaining != 0 || g.Also.RetryAfter() < 1 {
+		t.Fatalf("third key: %+v err %v; want the owner's refusal", g, err)
+	}
+	if d := l.Allow(ctx, "charges_merchant", "mer_1", perOwner); d.Allowed {
+		t.Fatalf("Allow on the owner's window: %+v, want refused", d)
+	}
+	// A closed gate counts nothing.
+	rdb.Set(ctx, gateC.Key, "mer_1|c|sandbox|revoked", time.Minute)
+	if g, err := l.AllowGatedAlso(ctx, "charges", "{c}", perKey, gateC, also); err != nil || g.Counted || g.AlsoCounted {
+		t.Fatalf("closed gate: %+v err %v", g, err)
+	}
+	if n := rdb.ZCard(ctx, "gh:rl:charges:{c}").Val(); n != 1 {
+		t.Fatalf("the third key's window holds %d, want 1", n)
+	}
+	// Without Also it is AllowGated.
+	if g, err := l.AllowGatedAlso(ctx, "charges", "{d}", perKey, ratelimit.Gate{Key: "gh:gate:{d}", Open: "|active"}, nil); err != nil || g.Counted || g.AlsoCounted {
+		t.Fatalf("no gate, no also: %+v err %v", g, err)
+	}
+}

@@ -220,6 +220,16 @@ type Processor struct {
 	settled      func(provider, status string)
 	window       time.Duration
 	unknownAfter time.Duration
+	slots        *providers.MerchantSlots
+}
+
+// WithSlots bounds the provider calls one merchant runs at once in this
+// process (PROVIDER_MERCHANT_SLOTS), as charges.Processor.WithSlots does: a
+// refund whose merchant is at the cap makes no call and writes nothing, and
+// Process returns the *providers.PutBack.
+func (p *Processor) WithSlots(s *providers.MerchantSlots) *Processor {
+	p.slots = s
+	return p
 }
 
 // WithOutcomes makes the processor report each refund it settles (succeeded
@@ -322,6 +332,11 @@ func (p *Processor) Process(ctx context.Context, id string, final bool) error {
 		// reached it: the outcome is unknown until the provider is back.
 		return p.unknown(ctx, r, final, now, fmt.Errorf("%w: provider %q of connector %s: %w", providers.ErrUnavailable, c.Provider, deref(c.ConnectorID), err))
 	}
+	release, err := p.slots.Take(ctx, r.MerchantID)
+	if err != nil {
+		return err
+	}
+	defer release()
 	key := charges.IdempotencyKey(r.ID, "refund")
 	lookup := providers.RefundLookup{Reference: *c.ProviderReference, RefundID: r.ID, IdempotencyKey: key}
 	look, canLook := prov.(providers.Lookup)
