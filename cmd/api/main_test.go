@@ -13,6 +13,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/gatehouse-pay/gatehouse/internal/ids"
+	"github.com/gatehouse-pay/gatehouse/internal/members"
+	"github.com/gatehouse-pay/gatehouse/internal/store"
 	"github.com/gatehouse-pay/gatehouse/internal/testenv"
 )
 
@@ -105,9 +108,21 @@ func TestMigrateAndMerchantCreate(t *testing.T) {
 		t.Fatalf("output carries the password or its hash: %s", stdout.String())
 	}
 
-	stderr.Reset()
-	if code := run(ctx, args, env, &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), "already exists") {
-		t.Fatalf("duplicate: exit %d, stderr %q", code, stderr.String())
+	// An email that belongs to members of other merchants makes a merchant
+	// too (member emails are unique per merchant): an invited member's, and
+	// another merchant's owner's, who then owns both.
+	invited := members.Member{ID: ids.New("mem"), MerchantID: m["id"].(string), Email: "dev@example.com", Role: "developer", CreatedAt: time.Now()}
+	if err := store.New(db.Pool).CreateMember(ctx, invited, nil, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, email := range []string{"Dev@Example.com", "shop@example.com"} {
+		stdout.Reset()
+		stderr.Reset()
+		args := []string{"merchant", "create", "--email", email, "--password", "long enough password", "--name", "Another"}
+		var another map[string]any
+		if code := run(ctx, args, env, &stdout, &stderr); code != 0 || json.Unmarshal(stdout.Bytes(), &another) != nil || another["id"] == m["id"] {
+			t.Fatalf("merchant create with the email of a member elsewhere (%s): exit %d: %s%s", email, code, stdout.String(), stderr.String())
+		}
 	}
 	stderr.Reset()
 	if code := run(ctx, []string{"merchant", "create", "--email", "x@example.com", "--password", "short", "--name", "X"}, env, &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), "Password") {

@@ -64,12 +64,21 @@ const LiveModeMessage = "Live mode is not activated"
 
 // Error is an error with a kind, a public code and message, an optional
 // parameter name, and an optional internal cause that is logged but never shown.
+// Merchants is set only on a sign-in that must name its merchant: the
+// accounts the caller proved the password of, to choose from.
 type Error struct {
-	Kind    Kind
-	Code    string
-	Message string
-	Param   string
-	Err     error
+	Kind      Kind
+	Code      string
+	Message   string
+	Param     string
+	Err       error
+	Merchants []Merchant
+}
+
+// Merchant names an account a sign-in may choose.
+type Merchant struct {
+	ID   string
+	Name string
 }
 
 func (e *Error) Error() string {

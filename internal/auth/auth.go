@@ -92,12 +92,24 @@ type Cache interface {
 	SetSessionState(ctx context.Context, sessionID, state string, ttl time.Duration) error
 }
 
-// MemberFinder finds the member signing in, and the member of a session:
+// MemberFinder finds the members signing in, and the member of a session:
 // every session request reads its member, so a role change or a removal
-// holds on every replica from the next request on.
+// holds on every replica from the next request on. An address may belong to
+// members of several merchants: MemberByEmail finds the one of a merchant
+// (KindNotFound when there is none); MembershipsByEmail returns at most
+// limit of them, of any merchants, those that can sign in first, then the
+// oldest.
 type MemberFinder interface {
-	MemberByEmail(ctx context.Context, email string) (members.Member, error)
+	MemberByEmail(ctx context.Context, merchantID, email string) (members.Member, error)
+	MembershipsByEmail(ctx context.Context, email string, limit int) ([]members.Member, error)
 	MemberByID(ctx context.Context, merchantID, id string) (members.Member, error)
+}
+
+// PasswordChecker checks a password against stored hashes, one answer per
+// hash; an empty hash is checked against a dummy that costs the same and
+// never matches. Hasher is the one in use.
+type PasswordChecker interface {
+	VerifyEach(ctx context.Context, hashes []string, password string) ([]bool, error)
 }
 
 // Service logs merchants in and out and authenticates session tokens.
@@ -105,14 +117,14 @@ type Service struct {
 	members MemberFinder
 	store   Store
 	cache   Cache
-	hasher  *Hasher
+	hasher  PasswordChecker
 	tokens  *Tokens
 	now     func() time.Time
 	log     *slog.Logger
 }
 
 // NewService wires the session service.
-func NewService(m MemberFinder, store Store, cache Cache, hasher *Hasher, tokens *Tokens, now func() time.Time, log *slog.Logger) *Service {
+func NewService(m MemberFinder, store Store, cache Cache, hasher PasswordChecker, tokens *Tokens, now func() time.Time, log *slog.Logger) *Service {
 	return &Service{members: m, store: store, cache: cache, hasher: hasher, tokens: tokens, now: now, log: log}
 }
 
@@ -123,13 +135,25 @@ const activeCacheTTL = 5 * time.Minute
 
 // Login is the result of a successful sign-in: a session, or, for a member
 // with two-factor sign-in on, SecondFactor and no session yet (the caller
-// opens one with OpenSession once the member's code is checked).
+// opens one with OpenSession once the member's code is checked), or, when
+// the password opened several memberships of the address and no merchant
+// was named, Choices and no session: the members whose merchant the caller
+// must choose from (and sign in again naming it).
 type Login struct {
 	Token        string
 	ExpiresAt    time.Time
 	Member       members.Member
 	SecondFactor bool
+	Choices      []members.Member
 }
+
+// SignInChecks is how many of an address's memberships a sign-in without a
+// merchant checks the password against. Every such sign-in checks exactly
+// this many hashes, padding with dummies, so that neither its answer nor
+// its time tells whether the address belongs to no account, one or several.
+// A sign-in that names its merchant checks one. An address with more
+// memberships reaches the others by naming their merchant.
+const SignInChecks = 3
 
 // ErrInvalidCredentials is the one answer to a wrong email or a wrong password.
 var errInvalidCredentials = apperr.Unauthenticated(apperr.CodeInvalidCredentials, "Invalid email or password.")
@@ -138,31 +162,67 @@ var errInvalidCredentials = apperr.Unauthenticated(apperr.CodeInvalidCredentials
 // member has two-factor sign-in on: then it answers SecondFactor without a
 // session. A wrong email and a wrong password give the same error after the
 // same amount of hashing.
-func (s *Service) Login(ctx context.Context, email, password string) (Login, error) {
+//
+// An address may belong to members of several merchants, each with its own
+// password. merchantID, when set, names the merchant to sign in to: one
+// hash is checked, the member's or a dummy. Without it, the password is
+// checked against SignInChecks memberships of the address (see there): if
+// it opens one, that member signs in; if it opens several, the answer is
+// Choices, naming only those.
+func (s *Service) Login(ctx context.Context, email, password, merchantID string) (Login, error) {
 	if email == "" {
 		return Login{}, apperr.Missing("email")
 	}
 	if password == "" {
 		return Login{}, apperr.Missing("password")
 	}
+	if merchantID != "" && !ids.Valid("mer", merchantID) {
+		return Login{}, apperr.Invalid("merchant", "merchant must be the id of an account (mer_...).")
+	}
 	if len(password) > merchants.MaxPasswordLen {
 		return Login{}, errInvalidCredentials
 	}
-	m, err := s.members.MemberByEmail(ctx, merchants.NormalizeEmail(email))
-	if err != nil && apperr.KindOf(err) != apperr.KindNotFound {
+	email = merchants.NormalizeEmail(email)
+	var candidates []members.Member
+	checks := SignInChecks
+	if merchantID != "" {
+		checks = 1
+		m, err := s.members.MemberByEmail(ctx, merchantID, email)
+		switch {
+		case err == nil:
+			candidates = []members.Member{m}
+		case apperr.KindOf(err) != apperr.KindNotFound:
+			return Login{}, err
+		}
+	} else {
+		var err error
+		if candidates, err = s.members.MembershipsByEmail(ctx, email, SignInChecks); err != nil {
+			return Login{}, err
+		}
+	}
+	hashes := make([]string, checks) // "" for a dummy check
+	for i, m := range candidates[:min(len(candidates), checks)] {
+		hashes[i] = m.PasswordHash
+	}
+	ok, err := s.hasher.VerifyEach(ctx, hashes, password)
+	if err != nil {
 		return Login{}, err
 	}
-	ok, verr := s.hasher.Verify(ctx, m.PasswordHash, password) // m is zero when unknown: a dummy hash runs
-	if verr != nil {
-		return Login{}, verr
+	var opened []members.Member
+	for i, m := range candidates[:min(len(candidates), checks)] {
+		if ok[i] {
+			opened = append(opened, m)
+		}
 	}
-	if err != nil || !ok {
+	switch {
+	case len(opened) == 0:
 		return Login{}, errInvalidCredentials
+	case len(opened) > 1:
+		return Login{Choices: opened}, nil
+	case opened[0].MFAEnabled:
+		return Login{Member: opened[0], SecondFactor: true}, nil
 	}
-	if m.MFAEnabled {
-		return Login{Member: m, SecondFactor: true}, nil
-	}
-	return s.OpenSession(ctx, m)
+	return s.OpenSession(ctx, opened[0])
 }
 
 // OpenSession opens a 24-hour session for m, whose credentials (and second

@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/subtle"
@@ -8,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/crypto/argon2"
@@ -32,9 +34,10 @@ var b64 = base64.RawStdEncoding
 // 503s instead of a queue that grows without bound, exhausting memory and
 // starving other requests.
 type Hasher struct {
-	sem   chan struct{}
-	wait  time.Duration
-	dummy string
+	sem     chan struct{}
+	wait    time.Duration
+	dummy   string
+	checked atomic.Int64
 }
 
 // MaxHashWait is how long a hash waits for a free slot before the request is
@@ -95,34 +98,70 @@ func (h *Hasher) Hash(ctx context.Context, password string) (string, error) {
 // checked against a dummy so that an unknown account costs the same time as a
 // wrong password.
 func (h *Hasher) Verify(ctx context.Context, encoded, password string) (bool, error) {
-	dummy := encoded == ""
-	if dummy {
-		encoded = h.dummy
+	ok, err := h.VerifyEach(ctx, []string{encoded}, password)
+	if err != nil {
+		return false, err
 	}
+	return ok[0], nil
+}
+
+// VerifyEach reports, for each hash, whether password matches it, an empty
+// one checked against the dummy as Verify does. Every hash is checked, in
+// one hashing slot taken once, so the time depends on how many hashes there
+// are, not on which of them match or are dummies.
+func (h *Hasher) VerifyEach(ctx context.Context, hashes []string, password string) ([]bool, error) {
+	checks := make([]parsedHash, len(hashes))
+	for i, encoded := range hashes {
+		c, err := parseHash(cmp.Or(encoded, h.dummy))
+		if err != nil {
+			return nil, err
+		}
+		checks[i] = c
+	}
+	if err := h.acquire(ctx); err != nil {
+		return nil, err
+	}
+	defer h.release()
+	out := make([]bool, len(checks))
+	for i, c := range checks {
+		got := argon2.IDKey([]byte(password), c.salt, c.passes, c.memory, c.threads, uint32(len(c.key)))
+		out[i] = subtle.ConstantTimeCompare(got, c.key) == 1 && hashes[i] != ""
+	}
+	h.checked.Add(int64(len(checks)))
+	return out, nil
+}
+
+// parsedHash is an argon2id PHC string taken apart.
+type parsedHash struct {
+	salt, key      []byte
+	passes, memory uint32
+	threads        uint8
+}
+
+func parseHash(encoded string) (parsedHash, error) {
 	var version, memory, passes int
 	var threads uint8
 	parts := strings.Split(encoded, "$")
 	if len(parts) != 6 || parts[1] != "argon2id" {
-		return false, errors.New("auth: unsupported password hash")
+		return parsedHash{}, errors.New("auth: unsupported password hash")
 	}
 	if _, err := fmt.Sscanf(parts[2], "v=%d", &version); err != nil || version != argon2.Version {
-		return false, errors.New("auth: unsupported argon2 version")
+		return parsedHash{}, errors.New("auth: unsupported argon2 version")
 	}
 	if _, err := fmt.Sscanf(parts[3], "m=%d,t=%d,p=%d", &memory, &passes, &threads); err != nil {
-		return false, errors.New("auth: bad argon2 parameters")
+		return parsedHash{}, errors.New("auth: bad argon2 parameters")
 	}
 	salt, err := b64.DecodeString(parts[4])
 	if err != nil {
-		return false, errors.New("auth: bad argon2 salt")
+		return parsedHash{}, errors.New("auth: bad argon2 salt")
 	}
-	want, err := b64.DecodeString(parts[5])
+	key, err := b64.DecodeString(parts[5])
 	if err != nil {
-		return false, errors.New("auth: bad argon2 key")
+		return parsedHash{}, errors.New("auth: bad argon2 key")
 	}
-	if err := h.acquire(ctx); err != nil {
-		return false, err
-	}
-	got := argon2.IDKey([]byte(password), salt, uint32(passes), uint32(memory), threads, uint32(len(want)))
-	h.release()
-	return subtle.ConstantTimeCompare(got, want) == 1 && !dummy, nil
+	return parsedHash{salt: salt, key: key, passes: uint32(passes), memory: uint32(memory), threads: threads}, nil
 }
+
+// Checked is how many password hashes (dummies included) this Hasher has
+// checked: what a sign-in costs, which must not depend on the account.
+func (h *Hasher) Checked() int64 { return h.checked.Load() }

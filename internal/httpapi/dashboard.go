@@ -509,22 +509,32 @@ func dashboardAsset(name, contentType string) fiber.Handler {
 }
 
 // loginPage is the sign-in form, with a fresh nonce cookie for its token.
+// ?merchant= names the account to sign in to, for an address that belongs
+// to more accounts than a sign-in without one checks.
 func (s *server) loginPage(c *fiber.Ctx) error {
-	return s.renderLogin(c, fiber.StatusOK, "", "")
+	v := loginView{}
+	if m := c.Query("merchant"); ids.Valid("mer", m) {
+		v.Merchant = strings.Clone(m)
+	}
+	return s.renderLogin(c, fiber.StatusOK, v, "")
 }
 
+// loginView is the sign-in form's state: the email typed, and the account
+// named, or the accounts to choose from when the password opened several.
 type loginView struct {
-	Email string
+	Email     string
+	Merchant  string
+	Merchants []apperr.Merchant
 }
 
-func (s *server) renderLogin(c *fiber.Ctx, status int, email, failure string) error {
+func (s *server) renderLogin(c *fiber.Ctx, status int, data loginView, failure string) error {
 	var b [16]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return apperr.Internal(err)
 	}
 	nonce := hex.EncodeToString(b[:])
 	s.setCookie(c, loginCookie, nonce, dashboardPath+"/login", time.Now().Add(time.Hour))
-	v := view{Title: "Sign in", CSRF: s.loginToken(nonce), Error: failure, Notice: notices[c.Query("notice")], Data: loginView{Email: email}}
+	v := view{Title: "Sign in", CSRF: s.loginToken(nonce), Error: failure, Notice: notices[c.Query("notice")], Data: data}
 	return s.render(c, status, "login", v)
 }
 
@@ -543,20 +553,24 @@ func (s *server) signedOutForm(c *fiber.Ctx) (string, error) {
 }
 
 // dashLogin signs in with the same limits and the same session as
-// POST /v1/auth/login.
+// POST /v1/auth/login. When the password opened several accounts, the form
+// comes back with a choice of those (and the password to type again).
 func (s *server) dashLogin(c *fiber.Ctx) error {
 	nonce, err := s.signedOutForm(c)
 	if err != nil {
 		return err
 	}
-	email, password := form(c, "email"), strings.Clone(c.FormValue("password"))
+	email, password, merchant := form(c, "email"), strings.Clone(c.FormValue("password")), form(c, "merchant")
 	attempted, err := s.guardLogin(c, email, password)
 	if err != nil {
 		return err
 	}
-	l, err := s.Auth.Login(s.auditedSignIn(c, "session.create"), email, password)
-	if err != nil || !l.SecondFactor {
+	l, err := s.Auth.Login(s.auditedSignIn(c, "session.create"), email, password, merchant)
+	if err != nil || l.Token != "" {
 		attempted(err) // as login: a password step alone is no sign-in
+	}
+	if err == nil && l.Choices != nil {
+		err = s.chooseMerchant(c, l.Choices)
 	}
 	if err != nil {
 		ae, ok := apperr.As(err)
@@ -566,7 +580,14 @@ func (s *server) dashLogin(c *fiber.Ctx) error {
 		if ae.Kind == apperr.KindUnauthenticated {
 			s.Metrics.AuthFailures.WithLabelValues(ae.Code).Inc()
 		}
-		return s.renderLogin(c, statusOf[ae.Kind], email, ae.Message)
+		v := loginView{Email: email, Merchants: ae.Merchants}
+		if ids.Valid("mer", merchant) {
+			v.Merchant = merchant
+		}
+		if ae.Merchants != nil {
+			return s.renderLogin(c, fiber.StatusOK, v, "This email belongs to several accounts: choose one, and enter its password again.")
+		}
+		return s.renderLogin(c, statusOf[ae.Kind], v, ae.Message)
 	}
 	if l.SecondFactor {
 		challenge, err := s.challenge(c, l.Member)

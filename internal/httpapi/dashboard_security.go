@@ -164,7 +164,7 @@ func (s *server) dashLoginMFA(c *fiber.Ctx) error {
 		case apperr.CodeInvalidCredentials:
 			return s.renderLoginMFA(c, fiber.StatusUnauthorized, nonce, challenge, mfa.ErrWrongCode.Message)
 		case apperr.CodeInvalidToken:
-			return s.renderLogin(c, fiber.StatusUnauthorized, "", mfa.ErrBadChallenge.Message)
+			return s.renderLogin(c, fiber.StatusUnauthorized, loginView{}, mfa.ErrBadChallenge.Message)
 		}
 		return err
 	}

@@ -442,8 +442,12 @@ func (fakeSessions) DeleteSessionsExpiredBefore(context.Context, time.Time) (int
 // oneOwner has no one to sign in, and every session's member is an owner.
 type oneOwner struct{}
 
-func (oneOwner) MemberByEmail(context.Context, string) (members.Member, error) {
+func (oneOwner) MemberByEmail(context.Context, string, string) (members.Member, error) {
 	return members.Member{}, apperr.NotFound("member")
+}
+
+func (oneOwner) MembershipsByEmail(context.Context, string, int) ([]members.Member, error) {
+	return nil, nil
 }
 
 func (oneOwner) MemberByID(_ context.Context, merchantID, id string) (members.Member, error) {

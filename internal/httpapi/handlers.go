@@ -12,6 +12,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/health"
 	"github.com/gatehouse-pay/gatehouse/internal/idempotency"
 	"github.com/gatehouse-pay/gatehouse/internal/ids"
+	"github.com/gatehouse-pay/gatehouse/internal/members"
 	"github.com/gatehouse-pay/gatehouse/internal/resource"
 )
 
@@ -53,6 +54,7 @@ func (s *server) readyz(c *fiber.Ctx) error {
 type loginRequest struct {
 	Email    string `json:"email"`
 	Password string `json:"password"`
+	Merchant string `json:"merchant"`
 }
 
 func (s *server) login(c *fiber.Ctx) error {
@@ -64,15 +66,19 @@ func (s *server) login(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	l, err := s.Auth.Login(s.auditedSignIn(c, "session.create"), req.Email, req.Password)
-	if err != nil || !l.SecondFactor {
-		// The password step of a two-factor sign-in is no sign-in yet: it
-		// does not make the address known to the account.
+	l, err := s.Auth.Login(s.auditedSignIn(c, "session.create"), req.Email, req.Password, req.Merchant)
+	if err != nil || l.Token != "" {
+		// The password step of a two-factor sign-in, or of one that must
+		// name its merchant, is no sign-in yet: it does not make the
+		// address known to the account.
 		attempted(err)
 	}
 	if err != nil {
 		s.countAuthFailure(err)
 		return err
+	}
+	if l.Choices != nil {
+		return s.chooseMerchant(c, l.Choices)
 	}
 	if l.SecondFactor {
 		challenge, err := s.challenge(c, l.Member)
@@ -83,6 +89,23 @@ func (s *server) login(c *fiber.Ctx) error {
 		return writeJSON(c, fiber.StatusOK, resource.MFAChallenge{Challenge: challenge, MFARequired: true})
 	}
 	return s.writeSession(c, l)
+}
+
+// chooseMerchant is the answer to a password that opened memberships of
+// several merchants, when the sign-in named none: 400 parameter_missing on
+// merchant, listing those merchants, and only those.
+func (s *server) chooseMerchant(c *fiber.Ctx, choices []members.Member) error {
+	e := &apperr.Error{Kind: apperr.KindInvalid, Code: apperr.CodeParameterMissing, Param: "merchant",
+		Message: "This email belongs to several accounts: sign in again with merchant set to the id of the one you want."}
+	for _, m := range choices {
+		mer, err := s.Merchants.Get(c.UserContext(), m.MerchantID)
+		if err != nil {
+			return err
+		}
+		e.Merchants = append(e.Merchants, apperr.Merchant{ID: mer.ID, Name: mer.Name})
+	}
+	c.Set(fiber.HeaderCacheControl, "no-store")
+	return e
 }
 
 func (s *server) logout(c *fiber.Ctx) error {

@@ -151,6 +151,38 @@ func TestTwoFactorChallengeEnds(t *testing.T) {
 	want(t, h.do("POST", "/v1/auth/mfa", `{"challenge":"`+challenge+`","code":"`+totpNow(t, secret, 1)+`"}`), 401, "invalid_token")
 }
 
+// TestTwoFactorConcurrentCodes: 60 wrong codes sent at once against one
+// challenge check at most five: each is counted before it is compared, so
+// every answer after the fifth says the challenge is spent, and then so
+// does the right code.
+func TestTwoFactorConcurrentCodes(t *testing.T) {
+	h := newHarness(t, authzEnv)
+	const email, password = "ada@example.com", "correct horse battery"
+	h.merchant(email, password)
+	secret, _ := h.enrollMFA(h.login(email, password))
+	challenge := challengeOf(t, h.do("POST", "/v1/auth/login", `{"email":"`+email+`","password":"`+password+`"}`))
+	wrong := "000000"
+	for offset := int64(-2); offset <= 2; offset++ {
+		if totpNow(t, secret, offset) == wrong {
+			wrong = "999999"
+		}
+	}
+	const n = 60
+	answers := burst(t, n, func(int) (response, error) {
+		return h.with(t).try("POST", "/v1/auth/mfa", `{"challenge":"`+challenge+`","code":"`+wrong+`"}`)
+	})
+	codes := map[string]int{}
+	for _, r := range answers {
+		codes[strconv.Itoa(r.status)+" "+r.errCode()]++
+	}
+	if codes["401 invalid_credentials"] > mfa.ChallengeFailures || codes["401 invalid_credentials"]+codes["401 invalid_token"] != n {
+		t.Fatalf("%d wrong codes at once: %v; want at most %d checked (invalid_credentials), the rest refused (invalid_token)",
+			n, codes, mfa.ChallengeFailures)
+	}
+	want(t, h.do("POST", "/v1/auth/mfa", `{"challenge":"`+challenge+`","code":"`+totpNow(t, secret, 1)+`"}`), 401, "invalid_token")
+	t.Logf("%d wrong codes at once: %v", n, codes)
+}
+
 // TestTwoFactorCodesLimited: wrong codes spend the account's budget of
 // failed sign-ins with wrong passwords; once it is spent, codes are refused
 // 429 from addresses that never completed a sign-in, the right one too,

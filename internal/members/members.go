@@ -44,8 +44,10 @@ type Member struct {
 func OwnerID(merchantID string) string { return "mem_" + strings.TrimPrefix(merchantID, "mer_") }
 
 // Store persists members. MemberByID and MemberByEmail return KindNotFound
-// when there is none (removed members are not found by email). CreateMember
-// returns KindConflict when the email belongs to a member already.
+// when there is none (removed members are not found by email). Emails are
+// unique per merchant: CreateMember returns KindConflict when the email
+// belongs to a current member of the same merchant, and never because of a
+// member of another.
 // UpdateRole and RemoveMember run check on the member and the account's
 // current owners, under a lock that keeps them current until the change
 // commits, and change nothing when check fails; RemoveMember also revokes
@@ -56,7 +58,7 @@ type Store interface {
 	CreateMember(ctx context.Context, m Member, setupDigest []byte, setupExpires time.Time) error
 	ListMembers(ctx context.Context, merchantID string, p listing.Params) (listing.Page[Member], error)
 	MemberByID(ctx context.Context, merchantID, id string) (Member, error)
-	MemberByEmail(ctx context.Context, email string) (Member, error)
+	MemberByEmail(ctx context.Context, merchantID, email string) (Member, error)
 	CompleteSetup(ctx context.Context, digest []byte, passwordHash string, now time.Time) (Member, error)
 	UpdateRole(ctx context.Context, merchantID, id, role string, now time.Time, check func(m Member, owners int) error) (Member, error)
 	RemoveMember(ctx context.Context, merchantID, id string, now time.Time, check func(m Member, owners int) error) (Member, error)
@@ -111,6 +113,10 @@ var (
 
 // Invite adds a member who signs in once they set a password with the
 // returned token (valid SetupTTL, once). Only an owner invites an owner.
+// An address that is a member of the same merchant already is refused; one
+// that is a member of other merchants is invited like any other, so that
+// the answer tells nothing about other accounts: the person gets a
+// membership of its own here, with its own password and second factor.
 func (s *Service) Invite(ctx context.Context, a Actor, email, role string) (Invited, error) {
 	email = merchants.NormalizeEmail(email)
 	switch {

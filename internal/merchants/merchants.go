@@ -23,13 +23,12 @@ type Merchant struct {
 	CreatedAt    time.Time
 }
 
-// Store persists merchants. MerchantByID and MerchantByEmail return a
-// KindNotFound error when there is none; CreateMerchant returns a KindConflict
-// error when the email is taken.
+// Store persists merchants. MerchantByID returns a KindNotFound error when
+// there is none. An email is no key of a merchant: the first owner may be a
+// member, even the owner, of other merchants too.
 type Store interface {
 	CreateMerchant(ctx context.Context, m Merchant) error
 	MerchantByID(ctx context.Context, id string) (Merchant, error)
-	MerchantByEmail(ctx context.Context, email string) (Merchant, error)
 }
 
 // Hasher turns a password into a storable hash.
@@ -56,11 +55,14 @@ const (
 	MaxPasswordLen = 256
 )
 
-// NormalizeEmail lower-cases and trims an address; emails are unique in this form.
+// NormalizeEmail lower-cases and trims an address; member emails are unique
+// per merchant in this form.
 func NormalizeEmail(email string) string { return strings.ToLower(strings.TrimSpace(email)) }
 
-// Create validates the input and stores a new merchant. It returns
-// KindInvalid errors naming the bad parameter, including a taken email.
+// Create validates the input and stores a new merchant and its first owner.
+// It returns KindInvalid errors naming the bad parameter. An email that
+// belongs to members of other merchants is no obstacle: the owner is a
+// membership of its own, with its own password.
 func (s *Service) Create(ctx context.Context, email, password, name string) (Merchant, error) {
 	email = NormalizeEmail(email)
 	name = strings.TrimSpace(name)
@@ -90,9 +92,6 @@ func (s *Service) Create(ctx context.Context, email, password, name string) (Mer
 		CreatedAt:    s.now().UTC().Truncate(time.Millisecond),
 	}
 	if err := s.store.CreateMerchant(ctx, m); err != nil {
-		if apperr.KindOf(err) == apperr.KindConflict {
-			return Merchant{}, apperr.Invalid("email", "A merchant with this email already exists.")
-		}
 		return Merchant{}, err
 	}
 	return m, nil

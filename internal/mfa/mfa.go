@@ -41,7 +41,9 @@ const (
 	RecoveryCodes = 10
 	// ChallengeTTL is how long the second step of a sign-in waits.
 	ChallengeTTL = 5 * time.Minute
-	// ChallengeFailures is how many wrong codes end a challenge.
+	// ChallengeFailures is how many codes a challenge checks at most: each
+	// check is counted before the code is compared, so concurrent wrong
+	// codes cannot check more, and the last wrong one ends it.
 	ChallengeFailures = 5
 )
 
@@ -57,7 +59,10 @@ type Challenge struct {
 // policy. SetPendingTOTP returns ErrEnabled for a member who has
 // two-factor sign-in on; EnableTOTP returns ErrNoEnrollment when the
 // pending secret is no longer the one given. PendingTOTP, TOTPSecret and
-// MFAChallenge return KindNotFound when there is none.
+// MFAChallenge return KindNotFound when there is none. AttemptMFAChallenge
+// counts one code against the unexpired challenge in one atomic step, when
+// it has counted fewer than max, and returns how many it may still count;
+// KindNotFound when it may not (gone, expired or spent).
 type Store interface {
 	SetPendingTOTP(ctx context.Context, merchantID, memberID string, sealed []byte, now time.Time) error
 	PendingTOTP(ctx context.Context, merchantID, memberID string) ([]byte, error)
@@ -68,7 +73,7 @@ type Store interface {
 	RecoveryCodesLeft(ctx context.Context, memberID string) (int, error)
 	CreateMFAChallenge(ctx context.Context, c Challenge) error
 	MFAChallenge(ctx context.Context, digest []byte, now time.Time) (Challenge, error)
-	FailMFAChallenge(ctx context.Context, digest []byte, max int) error
+	AttemptMFAChallenge(ctx context.Context, digest []byte, now time.Time, max int) (left int, err error)
 	ConsumeMFAChallenge(ctx context.Context, digest []byte, now time.Time) (bool, error)
 	DeleteMFAChallengesExpiredBefore(ctx context.Context, t time.Time) (int64, error)
 	MFARequired(ctx context.Context, merchantID string) (bool, error)
@@ -363,14 +368,24 @@ func (s *Service) Challenged(ctx context.Context, token string) (Challenge, erro
 	return c, err
 }
 
-// Redeem completes the challenge c of m with code: a wrong code counts
-// against the challenge (ChallengeFailures end it) and is ErrWrongCode; a
-// right one uses the challenge up.
+// Redeem completes the challenge c of m with code. Each code is counted
+// against the challenge before it is compared, in one atomic update, so
+// that ChallengeFailures codes at most are ever checked, however many
+// arrive at once; a challenge that has counted them answers
+// ErrBadChallenge, the right code too. A wrong code is ErrWrongCode (the
+// last one ends the challenge); a right one uses the challenge up.
 func (s *Service) Redeem(ctx context.Context, c Challenge, m members.Member, code string) error {
+	left, err := s.store.AttemptMFAChallenge(ctx, c.Digest, s.now().UTC(), ChallengeFailures)
+	if apperr.KindOf(err) == apperr.KindNotFound {
+		return ErrBadChallenge
+	}
+	if err != nil {
+		return err
+	}
 	if err := s.Verify(ctx, m, code); err != nil {
-		if apperr.CodeOf(err) == apperr.CodeInvalidCredentials {
-			if ferr := s.store.FailMFAChallenge(ctx, c.Digest, ChallengeFailures); ferr != nil {
-				return ferr
+		if left == 0 && apperr.CodeOf(err) == apperr.CodeInvalidCredentials {
+			if _, cerr := s.store.ConsumeMFAChallenge(ctx, c.Digest, s.now().UTC()); cerr != nil {
+				return cerr
 			}
 		}
 		return err

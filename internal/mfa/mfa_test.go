@@ -124,14 +124,15 @@ func (s *memStore) MFAChallenge(_ context.Context, digest []byte, now time.Time)
 	return c, nil
 }
 
-func (s *memStore) FailMFAChallenge(_ context.Context, digest []byte, max int) error {
+func (s *memStore) AttemptMFAChallenge(_ context.Context, digest []byte, now time.Time, max int) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.failures[string(digest)]++
-	if s.failures[string(digest)] >= max {
-		delete(s.challenges, string(digest))
+	c, ok := s.challenges[string(digest)]
+	if !ok || !c.ExpiresAt.After(now) || s.failures[string(digest)] >= max {
+		return 0, apperr.NotFound("challenge")
 	}
-	return nil
+	s.failures[string(digest)]++
+	return max - s.failures[string(digest)], nil
 }
 
 func (s *memStore) ConsumeMFAChallenge(_ context.Context, digest []byte, now time.Time) (bool, error) {

@@ -18,6 +18,15 @@ type ErrorDetail struct {
 	Message   string `json:"message"`
 	Param     string `json:"param,omitempty"`
 	RequestID string `json:"request_id"`
+	// Merchants answers a sign-in that must name its merchant: the
+	// accounts the password opened.
+	Merchants []MerchantChoice `json:"merchants,omitempty"`
+}
+
+// MerchantChoice is an account a sign-in may choose.
+type MerchantChoice struct {
+	ID   string `json:"id"`
+	Name string `json:"name"`
 }
 
 // Deleted answers the deletion of any object.

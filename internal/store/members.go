@@ -51,12 +51,26 @@ func (s *Store) MemberByID(ctx context.Context, merchantID, id string) (members.
 	return m, mapErr(err, "member")
 }
 
-const selectMemberByEmail = `SELECT ` + memberColumns + ` FROM members WHERE lower(email) = lower($1) AND removed_at IS NULL`
+const selectMemberByEmail = `SELECT ` + memberColumns + ` FROM members WHERE merchant_id = $1 AND lower(email) = lower($2) AND removed_at IS NULL`
 
-// MemberByEmail returns the current member with that email (any case) or NotFound.
-func (s *Store) MemberByEmail(ctx context.Context, email string) (members.Member, error) {
-	m, err := scanMember(s.pool.QueryRow(ctx, selectMemberByEmail, email))
+// MemberByEmail returns the merchant's current member with that email (any
+// case) or NotFound.
+func (s *Store) MemberByEmail(ctx context.Context, merchantID, email string) (members.Member, error) {
+	m, err := scanMember(s.pool.QueryRow(ctx, selectMemberByEmail, merchantID, email))
 	return m, mapErr(err, "member")
+}
+
+// Those that can sign in (a password set) first, then the oldest.
+const selectMembershipsByEmail = `SELECT ` + memberColumns + ` FROM members WHERE lower(email) = lower($1) AND removed_at IS NULL
+ORDER BY password_hash IS NULL, created_at, id LIMIT $2`
+
+// MembershipsByEmail returns at most limit current members with that email
+// (any case), of any merchants: those that can sign in first, then the
+// oldest.
+func (s *Store) MembershipsByEmail(ctx context.Context, email string, limit int) ([]members.Member, error) {
+	rows, _ := s.pool.Query(ctx, selectMembershipsByEmail, email, limit)
+	ms, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (members.Member, error) { return scanMember(r) })
+	return ms, mapErr(err, "member")
 }
 
 const completeSetup = `UPDATE members SET password_hash = $2, setup_digest = NULL, setup_expires_at = NULL, updated_at = $3

@@ -42,7 +42,7 @@ func TestMembersMigration(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := store.New(db.Pool)
-	m, err := s.MemberByEmail(ctx, "OLD@example.com")
+	m, err := s.MemberByEmail(ctx, merchantID, "OLD@example.com")
 	if err != nil {
 		t.Fatal(err)
 	}

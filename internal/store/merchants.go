@@ -15,8 +15,8 @@ const merchantColumns = `id, email, name, password_hash, created_at`
 const insertMerchant = `INSERT INTO merchants (` + merchantColumns + `) VALUES ($1, $2, $3, $4, $5)`
 
 // CreateMerchant stores m and its first member, its owner, who signs in
-// with m's email and password; an email taken by a merchant or a member is
-// a Conflict.
+// with m's email and password. The email may belong to merchants and
+// members of other accounts (migration 00019).
 func (s *Store) CreateMerchant(ctx context.Context, m merchants.Merchant) error {
 	return s.inTx(ctx, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, insertMerchant, m.ID, m.Email, m.Name, m.PasswordHash, m.CreatedAt); err != nil {
@@ -32,13 +32,6 @@ const selectMerchantByID = `SELECT ` + merchantColumns + ` FROM merchants WHERE 
 // MerchantByID returns the merchant or NotFound.
 func (s *Store) MerchantByID(ctx context.Context, id string) (merchants.Merchant, error) {
 	return s.oneMerchant(ctx, selectMerchantByID, id)
-}
-
-const selectMerchantByEmail = `SELECT ` + merchantColumns + ` FROM merchants WHERE lower(email) = lower($1)`
-
-// MerchantByEmail returns the merchant with that email (any case) or NotFound.
-func (s *Store) MerchantByEmail(ctx context.Context, email string) (merchants.Merchant, error) {
-	return s.oneMerchant(ctx, selectMerchantByEmail, email)
 }
 
 func (s *Store) oneMerchant(ctx context.Context, query string, arg string) (merchants.Merchant, error) {

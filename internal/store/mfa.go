@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -117,19 +116,19 @@ func (s *Store) MFAChallenge(ctx context.Context, digest []byte, now time.Time) 
 	return c, mapErr(err, "challenge")
 }
 
-// FailMFAChallenge counts a wrong code against the challenge and deletes
-// it once it has seen max.
-func (s *Store) FailMFAChallenge(ctx context.Context, digest []byte, max int) error {
-	var failures int
-	err := s.pool.QueryRow(ctx, `UPDATE mfa_challenges SET failures = failures + 1 WHERE digest = $1 RETURNING failures`, digest).Scan(&failures)
-	if errors.Is(err, pgx.ErrNoRows) || err == nil && failures < max {
-		return nil
-	}
+// AttemptMFAChallenge counts one code against the unexpired challenge with
+// digest when it has counted fewer than max, in one statement, so that
+// concurrent codes never check more than max; it returns how many it may
+// still count, or NotFound (gone, expired or spent). The column keeps its
+// name of migration 00015, failures: a right code ends the challenge.
+func (s *Store) AttemptMFAChallenge(ctx context.Context, digest []byte, now time.Time, max int) (int, error) {
+	var counted int
+	err := s.pool.QueryRow(ctx, `UPDATE mfa_challenges SET failures = failures + 1
+WHERE digest = $1 AND expires_at > $2 AND failures < $3 RETURNING failures`, digest, now, max).Scan(&counted)
 	if err != nil {
-		return mapErr(err, "challenge")
+		return 0, mapErr(err, "challenge")
 	}
-	_, err = s.pool.Exec(ctx, `DELETE FROM mfa_challenges WHERE digest = $1`, digest)
-	return mapErr(err, "challenge")
+	return max - counted, nil
 }
 
 // ConsumeMFAChallenge deletes the unexpired challenge; false when there was
