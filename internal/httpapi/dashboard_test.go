@@ -178,7 +178,7 @@ var dashRoutes = map[string]dashRoute{
 	"POST /dashboard/team/:id/role":       {ok: 303, idKind: kindMember, form: url.Values{"role": {"support"}}},
 	"POST /dashboard/team/:id/remove":     {ok: 303, idKind: kindMember},
 	"GET /dashboard/keys":                 {ok: 200, lists: kindAPIKey},
-	"POST /dashboard/keys":                {ok: 200, form: url.Values{"name": {"dash"}}},
+	"POST /dashboard/keys":                {ok: 200, form: url.Values{"name": {"dash"}, "type": {"restricted"}}},
 	"POST /dashboard/keys/:id/revoke":     {ok: 303, idKind: kindAPIKey},
 	"POST /dashboard/keys/:id/roll":       {ok: 200, idKind: kindAPIKey, form: url.Values{"expires_in": {"60"}}},
 	"GET /dashboard/charges":              {ok: 200, lists: kindCharge},
