@@ -6,6 +6,9 @@
 // the truth when the cache is down or was flushed. Digests that match no key
 // are never cached: a caller choosing them could grow the cache without bound
 // (the per-address limit of failed authentications bounds their lookups).
+//
+// A key is made (created or rolled) by a member and records it; it never
+// holds more than that member's role (Maker).
 package apikeys
 
 import (
