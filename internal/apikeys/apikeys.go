@@ -6,6 +6,9 @@
 // the truth when the cache is down or was flushed. Digests that match no key
 // are never cached: a caller choosing them could grow the cache without bound
 // (the per-address limit of failed authentications bounds their lookups).
+//
+// A key is made (created or rolled) by a member and records it; it never
+// holds more than that member's role (Maker).
 package apikeys
 
 import (
@@ -60,6 +63,9 @@ type Key struct {
 	// ExpiresAt is set when the key was rolled: it is refused from then on,
 	// as if revoked.
 	ExpiresAt *time.Time
+	// CreatedBy is the member who made the key, by creating it or rolling
+	// the key it replaced; "" for a key made before makers were recorded.
+	CreatedBy string
 }
 
 // Type is TypeSecret or TypeRestricted.
@@ -85,6 +91,14 @@ func entryOf(k Key) Entry {
 	return e
 }
 
+// Filter narrows a list of keys. CreatedBy keeps the keys that member made;
+// Active keeps the keys that are neither revoked nor rolled (a rolled key is
+// on its way out).
+type Filter struct {
+	CreatedBy string
+	Active    bool
+}
+
 // Store persists keys. KeyByDigest, KeyByID and RevokeKey return
 // KindNotFound when there is no such key (for that merchant). RevokeKey is
 // idempotent and keeps the first revocation time. RollKey stores next and
@@ -94,7 +108,7 @@ func entryOf(k Key) Entry {
 type Store interface {
 	RollKey(ctx context.Context, merchantID, oldID string, next Key, expiresAt time.Time, revoke bool) (Key, error)
 	CreateKey(ctx context.Context, k Key) error
-	ListKeys(ctx context.Context, merchantID string, p listing.Params) (listing.Page[Key], error)
+	ListKeys(ctx context.Context, merchantID string, f Filter, p listing.Params) (listing.Page[Key], error)
 	KeyByDigest(ctx context.Context, digest []byte) (Key, error)
 	KeyByPublicKey(ctx context.Context, publicKey string) (Key, error)
 	KeyByID(ctx context.Context, merchantID, id string) (Key, error)
@@ -190,16 +204,59 @@ type Created struct {
 // Params are what a new key is made of. Environment "" means sandbox; Type
 // "" means a secret key. A restricted key does what Permissions grant and
 // nothing else (nothing at all when they are empty); a secret key takes no
-// permissions.
+// permissions. Maker is the member making it.
 type Params struct {
 	Environment string
 	Name        string
 	Type        string
 	Permissions authz.Permissions
+	Maker       Maker
 }
 
-// Create issues a key pair for the merchant. Environment "live" is refused
-// with live_mode_disabled.
+// Maker is the member who creates or rolls a key. A key never holds more
+// than its maker's role: a secret key may do everything a key can, so only
+// a role that may do all of it (owner, admin) makes one; any other role
+// makes restricted keys whose access to every resource is at most the
+// role's. The key records MemberID as its creator.
+type Maker struct {
+	MemberID string
+	Role     string
+}
+
+// mayMake refuses, with permission_denied, a key of type typ whose access
+// is beyond the maker's role. For a new key the error names the request
+// field at fault; a roll names none (the key is what it is).
+func (m Maker) mayMake(typ string, access authz.Permissions, rolling bool) error {
+	role := authz.RolePermissions(m.Role)
+	r, beyond := access.Beyond(role)
+	if !beyond {
+		return nil
+	}
+	const rule = "a key never holds more than the role of the member who makes it"
+	e := &apperr.Error{Kind: apperr.KindForbidden, Code: apperr.CodePermissionDenied}
+	switch {
+	case rolling:
+		e.Message = "This " + typ + " key has " + access[r].String() + " access to " + string(r) + ", more than the " + m.Role +
+			" role, so a " + m.Role + " cannot roll it: " + rule + ". Ask an owner or admin."
+	case typ == TypeSecret:
+		e.Param = "type"
+		e.Message = "Only owners and admins make secret keys: " + rule + ". " +
+			"Make a restricted key (\"type\": \"restricted\") with permissions within the " + m.Role + " role."
+	default:
+		e.Param = "permissions." + string(r)
+		has := role[r].String() + " access"
+		if role[r] == authz.None {
+			has = "no access"
+		}
+		e.Message = "The " + m.Role + " role has " + has + " to " + string(r) + ", so a key it makes cannot have " +
+			access[r].String() + " access: " + rule + "."
+	}
+	return e
+}
+
+// Create issues a key pair for the merchant, made by p.Maker. Environment
+// "live" is refused with live_mode_disabled; a key beyond the maker's role
+// with permission_denied (see Maker), and nothing is stored.
 func (s *Service) Create(ctx context.Context, merchantID string, p Params) (Created, error) {
 	c, err := s.newKey(merchantID, p)
 	if err != nil {
@@ -241,6 +298,13 @@ func (s *Service) newKey(merchantID string, p Params) (Created, error) {
 	default:
 		return Created{}, apperr.Invalid("type", "type must be secret or restricted.")
 	}
+	typ, access := TypeSecret, authz.SecretKey
+	if perms != nil {
+		typ, access = TypeRestricted, perms
+	}
+	if err := p.Maker.mayMake(typ, access, false); err != nil {
+		return Created{}, err
+	}
 	secret := newSecret(prefix)
 	k := Key{
 		Permissions:  perms,
@@ -252,13 +316,18 @@ func (s *Service) newKey(merchantID string, p Params) (Created, error) {
 		SecretDigest: Digest(secret),
 		SecretLast4:  secret[len(secret)-4:],
 		CreatedAt:    s.now().UTC().Truncate(time.Millisecond),
+		CreatedBy:    p.Maker.MemberID,
 	}
 	return Created{Key: k, Secret: secret}, nil
 }
 
-// List returns one page of the merchant's keys, newest first.
-func (s *Service) List(ctx context.Context, merchantID string, p listing.Params) (listing.Page[Key], error) {
-	return s.store.ListKeys(ctx, merchantID, p)
+// List returns one page of the merchant's keys that f keeps, newest first.
+// A CreatedBy that is not a member id is parameter_invalid on created_by.
+func (s *Service) List(ctx context.Context, merchantID string, f Filter, p listing.Params) (listing.Page[Key], error) {
+	if f.CreatedBy != "" && !ids.Valid("mem", f.CreatedBy) {
+		return listing.Page[Key]{}, apperr.Invalid("created_by", "created_by must be a member id (mem_...).")
+	}
+	return s.store.ListKeys(ctx, merchantID, f, p)
 }
 
 // maxSecretLen bounds the secrets that are looked up at all.

@@ -108,7 +108,7 @@ func (m *memStore) CreateKey(_ context.Context, k Key) error {
 	m.keys[k.ID] = k
 	return nil
 }
-func (m *memStore) ListKeys(context.Context, string, listing.Params) (listing.Page[Key], error) {
+func (m *memStore) ListKeys(context.Context, string, Filter, listing.Params) (listing.Page[Key], error) {
 	return listing.Page[Key]{}, nil
 }
 func (m *memStore) KeyByDigest(_ context.Context, d []byte) (Key, error) {
@@ -196,6 +196,9 @@ func (c *memCache) SetKey(_ context.Context, d []byte, e Entry, _ time.Duration)
 	return nil
 }
 
+// owner makes the keys of the tests that are not about makers.
+var owner = Maker{MemberID: "mem_owner", Role: authz.Owner}
+
 func newTestService(now *time.Time) (*Service, *memStore, *memCache) {
 	st, c := &memStore{keys: map[string]Key{}}, &memCache{entries: map[string]Entry{}}
 	return NewService(st, c, func() time.Time { return *now }, slog.New(slog.NewTextHandler(io.Discard, nil))), st, c
@@ -227,7 +230,7 @@ func TestRestrictedKeys(t *testing.T) {
 	s, _, _ := newTestService(&now)
 	ctx := context.Background()
 	perms := authz.Permissions{authz.Charges: authz.Write, authz.Refunds: authz.None}
-	c, err := s.Create(ctx, "mer_1", Params{Name: "r", Type: TypeRestricted, Permissions: perms})
+	c, err := s.Create(ctx, "mer_1", Params{Name: "r", Type: TypeRestricted, Permissions: perms, Maker: owner})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,7 +245,7 @@ func TestRestrictedKeys(t *testing.T) {
 		t.Fatalf("access %v", e.Access())
 	}
 	// Nothing at all is allowed, and grants nothing.
-	none, err := s.Create(ctx, "mer_1", Params{Type: TypeRestricted})
+	none, err := s.Create(ctx, "mer_1", Params{Type: TypeRestricted, Maker: owner})
 	if err != nil || none.Key.Permissions == nil || len(none.Key.Access().Names()) != 0 {
 		t.Fatalf("restricted key without permissions: %+v, %v", none.Key, err)
 	}
@@ -250,16 +253,16 @@ func TestRestrictedKeys(t *testing.T) {
 		p     Params
 		param string
 	}{
-		{Params{Type: "admin"}, "type"},
-		{Params{Permissions: authz.Permissions{authz.Charges: authz.Read}}, "permissions"},
-		{Params{Type: TypeSecret, Permissions: authz.Permissions{}}, "permissions"},
+		{Params{Type: "admin", Maker: owner}, "type"},
+		{Params{Permissions: authz.Permissions{authz.Charges: authz.Read}, Maker: owner}, "permissions"},
+		{Params{Type: TypeSecret, Permissions: authz.Permissions{}, Maker: owner}, "permissions"},
 	} {
 		_, err := s.Create(ctx, "mer_1", tc.p)
 		if e, ok := apperr.As(err); !ok || e.Code != apperr.CodeParameterInvalid || e.Param != tc.param {
 			t.Errorf("Create(%+v) = %v, want parameter_invalid on %s", tc.p, err, tc.param)
 		}
 	}
-	sk, err := s.Create(ctx, "mer_1", Params{})
+	sk, err := s.Create(ctx, "mer_1", Params{Maker: owner})
 	if err != nil || !strings.HasPrefix(sk.Secret, SecretTestPrefix) || sk.Key.Type() != TypeSecret || len(sk.Secret) != 44 {
 		t.Fatalf("secret key %q (%v)", sk.Secret, err)
 	}
@@ -270,25 +273,25 @@ func TestRoll(t *testing.T) {
 	s, st, cache := newTestService(&now)
 	ctx := context.Background()
 	perms := authz.Permissions{authz.Charges: authz.Write}
-	old, err := s.Create(ctx, "mer_1", Params{Name: "checkout", Type: TypeRestricted, Permissions: perms})
+	old, err := s.Create(ctx, "mer_1", Params{Name: "checkout", Type: TypeRestricted, Permissions: perms, Maker: owner})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Authenticate(ctx, old.Secret); err != nil { // cached as active
 		t.Fatal(err)
 	}
-	if _, err := s.Roll(ctx, "mer_2", old.Key.ID, time.Hour); apperr.KindOf(err) != apperr.KindNotFound {
+	if _, err := s.Roll(ctx, "mer_2", old.Key.ID, time.Hour, owner); apperr.KindOf(err) != apperr.KindNotFound {
 		t.Fatalf("another merchant's roll: %v", err)
 	}
-	if _, err := s.Roll(ctx, "mer_1", old.Key.ID, MaxRollOverlap+time.Second); apperr.CodeOf(err) != apperr.CodeParameterInvalid {
+	if _, err := s.Roll(ctx, "mer_1", old.Key.ID, MaxRollOverlap+time.Second, owner); apperr.CodeOf(err) != apperr.CodeParameterInvalid {
 		t.Fatalf("roll beyond the limit: %v", err)
 	}
 	cache.down = true
-	if _, err := s.Roll(ctx, "mer_1", old.Key.ID, time.Hour); apperr.KindOf(err) != apperr.KindUnavailable || st.keys[old.Key.ID].ExpiresAt != nil {
+	if _, err := s.Roll(ctx, "mer_1", old.Key.ID, time.Hour, owner); apperr.KindOf(err) != apperr.KindUnavailable || st.keys[old.Key.ID].ExpiresAt != nil {
 		t.Fatalf("roll with the cache down: %v, stored %+v", err, st.keys[old.Key.ID])
 	}
 	cache.down = false
-	r, err := s.Roll(ctx, "mer_1", old.Key.ID, time.Hour)
+	r, err := s.Roll(ctx, "mer_1", old.Key.ID, time.Hour, owner)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -309,7 +312,7 @@ func TestRoll(t *testing.T) {
 	if st.lookups != lookups+1 { // the new key's first use
 		t.Fatalf("%d lookups during the overlap", st.lookups-lookups)
 	}
-	if _, err := s.Roll(ctx, "mer_1", old.Key.ID, time.Hour); apperr.CodeOf(err) != apperr.CodeInvalidState {
+	if _, err := s.Roll(ctx, "mer_1", old.Key.ID, time.Hour, owner); apperr.CodeOf(err) != apperr.CodeInvalidState {
 		t.Fatalf("rolling a rolled key: %v", err)
 	}
 	now = now.Add(time.Hour)
@@ -324,7 +327,7 @@ func TestRoll(t *testing.T) {
 		t.Fatalf("the refilled entry %+v forgot the expiry", e)
 	}
 	// Rolling with no overlap revokes at once.
-	r2, err := s.Roll(ctx, "mer_1", r.Key.ID, 0)
+	r2, err := s.Roll(ctx, "mer_1", r.Key.ID, 0, owner)
 	if err != nil || r2.Old.RevokedAt == nil {
 		t.Fatalf("roll now: %+v, %v", r2.Old, err)
 	}
@@ -334,10 +337,100 @@ func TestRoll(t *testing.T) {
 	if _, err := s.Authenticate(ctx, r2.Secret); err != nil {
 		t.Fatalf("the key that replaced it: %v", err)
 	}
-	if _, err := s.Roll(ctx, "mer_1", r.Key.ID, 0); apperr.CodeOf(err) != apperr.CodeInvalidState {
+	if _, err := s.Roll(ctx, "mer_1", r.Key.ID, 0, owner); apperr.CodeOf(err) != apperr.CodeInvalidState {
 		t.Fatalf("rolling a revoked key: %v", err)
 	}
-	if _, err := s.Roll(ctx, "mer_1", "key_nope", 0); apperr.KindOf(err) != apperr.KindNotFound {
+	if _, err := s.Roll(ctx, "mer_1", "key_nope", 0, owner); apperr.KindOf(err) != apperr.KindNotFound {
 		t.Fatalf("rolling no key: %v", err)
+	}
+}
+
+// TestKeysWithinTheMakersRole: a key never holds more than the role of the
+// member who makes it. Only owners and admins make secret keys; every role
+// makes restricted keys up to its own access and no further; a refused key
+// is not stored; a roll obeys the same rule and records who rolled.
+func TestKeysWithinTheMakersRole(t *testing.T) {
+	now := time.Now()
+	s, st, _ := newTestService(&now)
+	ctx := context.Background()
+	stored := func() int { st.mu.Lock(); defer st.mu.Unlock(); return len(st.keys) }
+	denied := func(err error, param string) bool {
+		e, ok := apperr.As(err)
+		return ok && e.Kind == apperr.KindForbidden && e.Code == apperr.CodePermissionDenied && e.Param == param
+	}
+	for _, role := range authz.Roles {
+		maker := Maker{MemberID: "mem_" + role, Role: role}
+		rp := authz.RolePermissions(role)
+		mayAll := role == authz.Owner || role == authz.Admin
+		for _, typ := range []string{"", TypeSecret} {
+			before := stored()
+			c, err := s.Create(ctx, "mer_1", Params{Type: typ, Maker: maker})
+			switch {
+			case mayAll && (err != nil || c.Key.CreatedBy != maker.MemberID):
+				t.Errorf("%s: secret key (type %q): %+v, %v", role, typ, c.Key, err)
+			case !mayAll && !denied(err, "type"):
+				t.Errorf("%s: secret key (type %q): %v, want permission_denied on type", role, typ, err)
+			case !mayAll && stored() != before:
+				t.Errorf("%s: a refused secret key was stored", role)
+			}
+		}
+		// The fullest restricted key the role may make.
+		own := authz.Permissions{}
+		for _, r := range authz.KeyResources {
+			own[r] = rp[r]
+		}
+		c, err := s.Create(ctx, "mer_1", Params{Type: TypeRestricted, Permissions: own, Maker: maker})
+		if err != nil || c.Key.CreatedBy != maker.MemberID {
+			t.Fatalf("%s: a key with the role's own access: %+v, %v", role, c.Key, err)
+		}
+		// One level more on any resource is refused, naming it.
+		for _, r := range authz.KeyResources {
+			if rp[r] == authz.Write {
+				continue
+			}
+			more := authz.Permissions{r: rp[r] + 1}
+			before := stored()
+			if _, err := s.Create(ctx, "mer_1", Params{Type: TypeRestricted, Permissions: more, Maker: maker}); !denied(err, "permissions."+string(r)) {
+				t.Errorf("%s: %s %s: %v, want permission_denied on permissions.%s", role, r, more[r], err, r)
+			}
+			if stored() != before {
+				t.Errorf("%s: a refused key was stored", role)
+			}
+		}
+	}
+
+	// Rolling: a developer cannot roll the owner's secret key, nor an
+	// admin's key with refunds write; nothing changes. It rolls its own key,
+	// and an admin rolls it too: the new key is the roller's.
+	dev := Maker{MemberID: "mem_dev", Role: authz.Developer}
+	admin := Maker{MemberID: "mem_admin", Role: authz.Admin}
+	sk, err := s.Create(ctx, "mer_1", Params{Maker: owner})
+	if err != nil {
+		t.Fatal(err)
+	}
+	refunder, err := s.Create(ctx, "mer_1", Params{Type: TypeRestricted, Permissions: authz.Permissions{authz.Refunds: authz.Write}, Maker: admin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []Key{sk.Key, refunder.Key} {
+		before := stored()
+		if _, err := s.Roll(ctx, "mer_1", k.ID, time.Hour, dev); !denied(err, "") {
+			t.Errorf("a developer rolls %s key %s: %v, want permission_denied", k.Type(), k.ID, err)
+		}
+		if stored() != before || st.keys[k.ID].ExpiresAt != nil || st.keys[k.ID].RevokedAt != nil {
+			t.Errorf("a refused roll changed %+v", st.keys[k.ID])
+		}
+	}
+	mine, err := s.Create(ctx, "mer_1", Params{Name: "hooks", Type: TypeRestricted, Permissions: authz.Permissions{authz.WebhookEndpoints: authz.Write}, Maker: dev})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.Roll(ctx, "mer_1", mine.Key.ID, 0, dev)
+	if err != nil || r.Key.CreatedBy != dev.MemberID || r.Key.Name != "hooks" || !r.Key.Access().Allows(authz.WebhookEndpoints, authz.Write) {
+		t.Fatalf("a developer rolls its own key: %+v, %v", r.Key, err)
+	}
+	r, err = s.Roll(ctx, "mer_1", r.Key.ID, 0, admin)
+	if err != nil || r.Key.CreatedBy != admin.MemberID || r.Key.Type() != TypeRestricted {
+		t.Fatalf("an admin rolls the developer's key: %+v, %v", r.Key, err)
 	}
 }

@@ -26,8 +26,11 @@ type Rolled struct {
 // expiry, or revoked when overlap is 0) and commits in Postgres only once
 // that write succeeded, and answers KindUnavailable, having changed nothing,
 // when it cannot. A key that is revoked or was rolled already is a
-// KindConflict invalid_state; a key of another merchant is not found.
-func (s *Service) Roll(ctx context.Context, merchantID, id string, overlap time.Duration) (Rolled, error) {
+// KindConflict invalid_state; a key of another merchant is not found. The
+// maker must be able to make the key it rolls (see Maker): otherwise the
+// answer is permission_denied and nothing changes. The new key records the
+// maker as its creator.
+func (s *Service) Roll(ctx context.Context, merchantID, id string, overlap time.Duration, maker Maker) (Rolled, error) {
 	if overlap < 0 || overlap > MaxRollOverlap {
 		return Rolled{}, apperr.Invalid("expires_in", "expires_in must be 0 to %d seconds.", int(MaxRollOverlap/time.Second))
 	}
@@ -38,10 +41,13 @@ func (s *Service) Roll(ctx context.Context, merchantID, id string, overlap time.
 	if err != nil {
 		return Rolled{}, err
 	}
+	if err := maker.mayMake(old.Type(), old.Access(), true); err != nil {
+		return Rolled{}, err
+	}
 	if err := rollable(old); err != nil {
 		return Rolled{}, err
 	}
-	c, err := s.newKey(merchantID, Params{Environment: old.Environment, Name: old.Name, Type: old.Type(), Permissions: old.Permissions})
+	c, err := s.newKey(merchantID, Params{Environment: old.Environment, Name: old.Name, Type: old.Type(), Permissions: old.Permissions, Maker: maker})
 	if err != nil {
 		return Rolled{}, err
 	}

@@ -169,6 +169,19 @@ func ParseKeyPermissions(param string, in map[string]string) (Permissions, error
 	return p, nil
 }
 
+// Beyond returns the first resource of KeyResources (in their order) on
+// which p grants more than ceiling, and false when p stays within it. A key
+// never holds more than the role of the member who makes it: its access is
+// checked against the role's with this.
+func (p Permissions) Beyond(ceiling Permissions) (Resource, bool) {
+	for _, r := range KeyResources {
+		if p[r] > ceiling[r] {
+			return r, true
+		}
+	}
+	return "", false
+}
+
 // Strings is p as resource to level for every key resource, for responses.
 func (p Permissions) Strings() map[string]string {
 	out := make(map[string]string, len(KeyResources))

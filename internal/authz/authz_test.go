@@ -50,3 +50,38 @@ func TestParseKeyPermissions(t *testing.T) {
 		t.Errorf("Strings: %v", got)
 	}
 }
+
+// TestBeyond: only owners and admins reach everything a secret key does;
+// every role's own key resources are within it, and one level more on any
+// resource is beyond it.
+func TestBeyond(t *testing.T) {
+	for _, role := range Roles {
+		rp := RolePermissions(role)
+		_, beyond := SecretKey.Beyond(rp)
+		if want := role == Owner || role == Admin; beyond == want {
+			t.Errorf("%s: a secret key beyond the role is %v", role, beyond)
+		}
+		own := Permissions{}
+		for _, r := range KeyResources {
+			own[r] = rp[r]
+		}
+		if r, ok := own.Beyond(rp); ok {
+			t.Errorf("%s: its own permissions are beyond it on %s", role, r)
+		}
+		for _, r := range KeyResources {
+			if rp[r] == Write {
+				continue
+			}
+			more := Permissions{r: rp[r] + 1}
+			if got, ok := more.Beyond(rp); !ok || got != r {
+				t.Errorf("%s: %s %s is not beyond the role (%s, %v)", role, r, more[r], got, ok)
+			}
+		}
+	}
+	if _, ok := (Permissions{}).Beyond(nil); ok {
+		t.Error("a key with nothing is beyond an unknown role")
+	}
+	if r, ok := (Permissions{Connectors: Write}).Beyond(RolePermissions(Developer)); !ok || r != Connectors {
+		t.Errorf("a developer's key with connectors write: %s %v", r, ok)
+	}
+}

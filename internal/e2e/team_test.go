@@ -48,12 +48,12 @@ func TestTeamAcrossReplicas(t *testing.T) {
 	mustExpect(t, st.do(t, c, http.MethodPost, r1+"/v1/auth/setup", "", body), http.StatusBadRequest, "parameter_invalid")
 
 	dev := st.sessionToken(t, c, email, password)
-	mustExpect(t, st.do(t, c, http.MethodPost, r2+"/v1/me/api_keys", dev, `{"name":"dev"}`), http.StatusCreated, "")
+	mustExpect(t, st.do(t, c, http.MethodPost, r2+"/v1/me/api_keys", dev, `{"name":"dev","type":"restricted","permissions":{"events":"read"}}`), http.StatusCreated, "")
 	mustExpect(t, st.do(t, c, http.MethodGet, r2+"/v1/me/members", dev, ""), http.StatusForbidden, "permission_denied")
 
 	// Demoted on replica 1: refused on replica 2 at the next request.
 	mustExpect(t, st.do(t, c, http.MethodPatch, r1+"/v1/me/members/"+inv.Member.ID, owner, `{"role":"viewer"}`), http.StatusOK, "")
-	mustExpect(t, st.do(t, c, http.MethodPost, r2+"/v1/me/api_keys", dev, `{"name":"viewer"}`), http.StatusForbidden, "permission_denied")
+	mustExpect(t, st.do(t, c, http.MethodPost, r2+"/v1/me/api_keys", dev, `{"name":"viewer","type":"restricted"}`), http.StatusForbidden, "permission_denied")
 	mustExpect(t, st.do(t, c, http.MethodGet, r2+"/v1/me/api_keys", dev, ""), http.StatusOK, "")
 
 	// Removed on replica 2: its session is refused on both at once.

@@ -145,7 +145,7 @@ var authzRoutes = map[string]authzRoute{
 	"GET /v1/me/settings":           {auth: sessionOnly, ok: 200},
 	"PATCH /v1/me/settings":         {auth: sessionOnly, ok: 200, body: fixed(`{"mfa_required":false}`)},
 	"GET /v1/me":                    {auth: sessionOrKey, ok: 200},
-	"POST /v1/me/api_keys":          {auth: sessionOnly, ok: 201, body: fixed(`{"name":"matrix"}`)},
+	"POST /v1/me/api_keys":          {auth: sessionOnly, ok: 201, body: fixed(`{"name":"matrix","type":"restricted"}`)},
 	"GET /v1/me/api_keys":           {auth: sessionOrKey, ok: 200, lists: kindAPIKey},
 	"DELETE /v1/me/api_keys/:id":    {auth: keyOnly, ok: 200, idKind: kindAPIKey},
 	"POST /v1/me/api_keys/:id/roll": {auth: sessionOnly, ok: 201, idKind: kindAPIKey, body: fixed(`{"expires_in":60}`)},

@@ -247,7 +247,7 @@ var notices = map[string]string{
 	"conn_deleted":     "Connector deleted. Charges it took keep using it for captures, voids and refunds.",
 	"routing_saved":    "Routing saved. New charges follow it on every replica.",
 	"role_changed":     "Role changed. It applies from the member's next request.",
-	"member_removed":   "Member removed. Their sessions have ended on every replica.",
+	"member_removed":   "Member removed. Their sessions have ended on every replica; the keys they made keep working until you revoke them.",
 	"password_set":     "Password set. Sign in with your email and the new password.",
 	"mfa_required":     "Your account requires two-factor sign-in. Set it up here to continue.",
 	"mfa_policy_on":    "Two-factor sign-in is now required: members without it can only set it up until they do.",

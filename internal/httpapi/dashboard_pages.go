@@ -20,6 +20,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/idempotency"
 	"github.com/gatehouse-pay/gatehouse/internal/ids"
 	"github.com/gatehouse-pay/gatehouse/internal/listing"
+	"github.com/gatehouse-pay/gatehouse/internal/members"
 	"github.com/gatehouse-pay/gatehouse/internal/money"
 	"github.com/gatehouse-pay/gatehouse/internal/refunds"
 	"github.com/gatehouse-pay/gatehouse/internal/resource"
@@ -44,10 +45,56 @@ type keysView struct {
 	Keys    []apikeys.Key
 	Created *apikeys.Created
 	// Rolled is set when Created replaced this key.
-	Rolled    *apikeys.Key
-	Replay    bool
-	Pager     *pager
-	Resources []authz.Resource
+	Rolled *apikeys.Key
+	Replay bool
+	Pager  *pager
+	// Resources are what the form offers: each key resource with the
+	// levels within the member's role. CanSecret is set when the role may
+	// make secret keys (a key never holds more than its maker's role).
+	Resources []keyResource
+	CanSecret bool
+	// CreatedBy is the list's filter, a member id or "".
+	CreatedBy string
+	// creators are the makers of the listed keys, when the member may see
+	// the team; role is the member's.
+	creators map[string]members.Member
+	role     string
+}
+
+// keyResource is one resource of the key form and the levels it offers.
+type keyResource struct {
+	Resource authz.Resource
+	Levels   []string
+}
+
+// Creator is the member who made k, when the page may show it (owners and
+// admins see the team), or nil.
+func (v keysView) Creator(k apikeys.Key) *members.Member {
+	if m, ok := v.creators[k.CreatedBy]; ok {
+		return &m
+	}
+	return nil
+}
+
+// MayRoll reports whether the member's role could make k, which a roll
+// remakes.
+func (v keysView) MayRoll(k apikeys.Key) bool {
+	_, beyond := k.Access().Beyond(authz.RolePermissions(v.role))
+	return !beyond
+}
+
+// keyForm is what the key form offers to role.
+func keyForm(role string) (resources []keyResource, canSecret bool) {
+	rp := authz.RolePermissions(role)
+	for _, r := range authz.KeyResources {
+		kr := keyResource{Resource: r}
+		for a := authz.None; a <= rp[r]; a++ {
+			kr.Levels = append(kr.Levels, a.String())
+		}
+		resources = append(resources, kr)
+	}
+	_, beyond := authz.SecretKey.Beyond(rp)
+	return resources, !beyond
 }
 
 // keyPermissions is a restricted key's permissions for people:
@@ -80,11 +127,17 @@ func (s *server) keysPage(c *fiber.Ctx) error {
 }
 
 func (s *server) renderKeys(c *fiber.Ctx, created *apikeys.Created, rolled *apikeys.Key, replay bool) error {
-	pg, err := newPager(c, dashboardPath+"/keys", func(id string) bool { return ids.Valid("key", id) }, nil)
+	p := principal(c)
+	f := apikeys.Filter{CreatedBy: strings.Clone(c.Query("created_by"))}
+	var filters url.Values
+	if f.CreatedBy != "" {
+		filters = url.Values{"created_by": {f.CreatedBy}}
+	}
+	pg, err := newPager(c, dashboardPath+"/keys", func(id string) bool { return ids.Valid("key", id) }, filters)
 	if err != nil {
 		return err
 	}
-	page, err := s.Keys.List(c.UserContext(), principal(c).MerchantID, pg.params)
+	page, err := s.Keys.List(c.UserContext(), p.MerchantID, f, pg.params)
 	if err != nil {
 		return err
 	}
@@ -93,8 +146,27 @@ func (s *server) renderKeys(c *fiber.Ctx, created *apikeys.Created, rolled *apik
 	if err != nil {
 		return err
 	}
-	v.Canonical, v.Data = dashboardPath+"/keys", keysView{Keys: keys, Created: created, Rolled: rolled, Replay: replay, Pager: pg,
-		Resources: authz.KeyResources}
+	kv := keysView{Keys: keys, Created: created, Rolled: rolled, Replay: replay, Pager: pg, CreatedBy: f.CreatedBy, role: p.Role}
+	kv.Resources, kv.CanSecret = keyForm(p.Role)
+	if v.Can(string(authz.Members), "read") {
+		// The makers of the page's keys (a page has few), so the owner
+		// sees whose keys they are and which makers were removed.
+		kv.creators = map[string]members.Member{}
+		for _, k := range keys {
+			if _, seen := kv.creators[k.CreatedBy]; seen || k.CreatedBy == "" {
+				continue
+			}
+			m, err := s.Members.Get(c.UserContext(), p.MerchantID, k.CreatedBy)
+			if err != nil {
+				if apperr.KindOf(err) == apperr.KindNotFound {
+					continue
+				}
+				return err
+			}
+			kv.creators[k.CreatedBy] = m
+		}
+	}
+	v.Canonical, v.Data = dashboardPath+"/keys", kv
 	return s.render(c, fiber.StatusOK, "keys", v)
 }
 
@@ -103,7 +175,7 @@ func (s *server) renderKeys(c *fiber.Ctx, created *apikeys.Created, rolled *apik
 // history entry so that a reload shows the list without it.
 func (s *server) dashCreateKey(c *fiber.Ctx) error {
 	name, typ := form(c, "name"), form(c, "type")
-	p := apikeys.Params{Environment: apikeys.Sandbox, Name: name, Type: typ}
+	p := apikeys.Params{Environment: apikeys.Sandbox, Name: name, Type: typ, Maker: maker(c)}
 	fields := []string{name, typ}
 	if typ == apikeys.TypeRestricted {
 		levels := map[string]string{}
@@ -148,7 +220,7 @@ func (s *server) dashRollKey(c *fiber.Ctx) error {
 	if secs < 0 || secs > int(apikeys.MaxRollOverlap/time.Second) {
 		return apperr.Invalid("expires_in", "expires_in must be 0 to %d seconds.", int(apikeys.MaxRollOverlap/time.Second))
 	}
-	r, err := s.Keys.Roll(c.UserContext(), principal(c).MerchantID, id(c), time.Duration(secs)*time.Second)
+	r, err := s.Keys.Roll(c.UserContext(), principal(c).MerchantID, id(c), time.Duration(secs)*time.Second, maker(c))
 	if err != nil {
 		return err
 	}

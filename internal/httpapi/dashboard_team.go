@@ -3,11 +3,13 @@ package httpapi
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"net/url"
 	"strings"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
 
+	"github.com/gatehouse-pay/gatehouse/internal/apikeys"
 	"github.com/gatehouse-pay/gatehouse/internal/apperr"
 	"github.com/gatehouse-pay/gatehouse/internal/authz"
 	"github.com/gatehouse-pay/gatehouse/internal/members"
@@ -21,6 +23,18 @@ type teamView struct {
 	Pager   *pager
 	// MFARequired is the account's two-factor policy (owners change it).
 	MFARequired bool
+	// Review is shown after a removal: the keys the removed member made
+	// that still work.
+	Review *reviewView
+}
+
+// reviewView is a removed member and the keys it made that still work,
+// for the owner to review: a removal does not revoke them.
+type reviewView struct {
+	Member members.Member
+	Keys   []apikeys.Key
+	// More is set when the member made more such keys than are shown.
+	More bool
 }
 
 type invitedView struct {
@@ -53,11 +67,37 @@ func (s *server) renderTeamWith(c *fiber.Ctx, status int, invited *invitedView, 
 			return err
 		}
 	}
+	review, err := s.review(c, strings.Clone(c.Query("review")))
+	if err != nil {
+		return err
+	}
 	v.Canonical = dashboardPath + "/team"
 	v.Error = failure
 	v.Data = teamView{Members: pageItems(pg, page, func(m members.Member) string { return m.ID }), Roles: authz.Roles,
-		Self: principal(c).MemberID, Invited: invited, Pager: pg, MFARequired: required}
+		Self: principal(c).MemberID, Invited: invited, Pager: pg, MFARequired: required, Review: review}
 	return s.render(c, status, "team", v)
+}
+
+// review is what the team page shows after the removal of the member id
+// names: nil unless id is a removed member of the account.
+func (s *server) review(c *fiber.Ctx, id string) (*reviewView, error) {
+	if id == "" || !validMemberID(id) {
+		return nil, nil
+	}
+	m, err := s.Members.Get(c.UserContext(), principal(c).MerchantID, id)
+	switch {
+	case apperr.KindOf(err) == apperr.KindNotFound:
+		return nil, nil
+	case err != nil:
+		return nil, err
+	case m.RemovedAt == nil:
+		return nil, nil
+	}
+	keys, err := s.keysToReview(c, m.ID)
+	if err != nil {
+		return nil, err
+	}
+	return &reviewView{Member: m, Keys: keys.Items, More: keys.HasMore}, nil
 }
 
 // dashInvite invites a member and shows the setup link this once.
@@ -76,11 +116,15 @@ func (s *server) dashMemberRole(c *fiber.Ctx) error {
 	return redirectNotice(c, dashboardPath+"/team", "role_changed")
 }
 
+// dashRemoveMember removes a member and leads to the team page listing the
+// keys it made that still work, for review.
 func (s *server) dashRemoveMember(c *fiber.Ctx) error {
-	if _, err := s.Members.Remove(c.UserContext(), actor(c), id(c)); err != nil {
+	m, err := s.Members.Remove(c.UserContext(), actor(c), id(c))
+	if err != nil {
 		return err
 	}
-	return redirectNotice(c, dashboardPath+"/team", "member_removed")
+	dashboardHeaders(c)
+	return c.Redirect(dashboardPath+"/team?"+url.Values{"notice": {"member_removed"}, "review": {m.ID}}.Encode(), fiber.StatusSeeOther)
 }
 
 type setupView struct{ Token string }

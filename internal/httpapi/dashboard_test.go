@@ -151,6 +151,9 @@ type dashRoute struct {
 	// formOf, when set, is the owner's form (it names the owner's objects).
 	formOf func(a *authzFixture) url.Values
 	ok     int // the owner's status
+	// matrixForm is what TestRoleMatrix posts, an empty form when nil: a
+	// form every role the route allows may send.
+	matrixForm url.Values
 }
 
 // dashRoutes is the matrix, keyed "METHOD /path" as dashboard.go spells it.
@@ -178,7 +181,7 @@ var dashRoutes = map[string]dashRoute{
 	"POST /dashboard/team/:id/role":       {ok: 303, idKind: kindMember, form: url.Values{"role": {"support"}}},
 	"POST /dashboard/team/:id/remove":     {ok: 303, idKind: kindMember},
 	"GET /dashboard/keys":                 {ok: 200, lists: kindAPIKey},
-	"POST /dashboard/keys":                {ok: 200, form: url.Values{"name": {"dash"}}},
+	"POST /dashboard/keys":                {ok: 200, form: url.Values{"name": {"dash"}, "type": {"restricted"}}, matrixForm: url.Values{"type": {"restricted"}}},
 	"POST /dashboard/keys/:id/revoke":     {ok: 303, idKind: kindAPIKey},
 	"POST /dashboard/keys/:id/roll":       {ok: 200, idKind: kindAPIKey, form: url.Values{"expires_in": {"60"}}},
 	"GET /dashboard/charges":              {ok: 200, lists: kindCharge},

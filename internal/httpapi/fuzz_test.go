@@ -366,7 +366,7 @@ func FuzzClientIP(f *testing.F) {
 type fakeKeys struct{ digest, revoked []byte }
 
 func (f fakeKeys) CreateKey(context.Context, apikeys.Key) error { return nil }
-func (f fakeKeys) ListKeys(context.Context, string, listing.Params) (listing.Page[apikeys.Key], error) {
+func (f fakeKeys) ListKeys(context.Context, string, apikeys.Filter, listing.Params) (listing.Page[apikeys.Key], error) {
 	return listing.Page[apikeys.Key]{}, nil
 }
 func (f fakeKeys) KeyByDigest(_ context.Context, d []byte) (apikeys.Key, error) {

@@ -130,9 +130,10 @@ type createKeyRequest struct {
 	Permissions map[string]string `json:"permissions"`
 }
 
-// params reads the request's type and permissions (docs/keys.md).
-func (r createKeyRequest) params() (apikeys.Params, error) {
-	p := apikeys.Params{Environment: r.Environment, Name: r.Name, Type: r.Type}
+// params reads the request's type and permissions (docs/keys.md); maker
+// makes the key.
+func (r createKeyRequest) params(maker apikeys.Maker) (apikeys.Params, error) {
+	p := apikeys.Params{Environment: r.Environment, Name: r.Name, Type: r.Type, Maker: maker}
 	if r.Permissions != nil {
 		perms, err := authz.ParseKeyPermissions("permissions", r.Permissions)
 		if err != nil {
@@ -149,7 +150,7 @@ func (s *server) createKey(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	params, err := req.params()
+	params, err := req.params(maker(c))
 	if err != nil {
 		return err
 	}
@@ -183,12 +184,20 @@ func revealKey(c *fiber.Ctx, created apikeys.Created) error {
 	return writeJSON(c, fiber.StatusCreated, out)
 }
 
+// maker is the signed-in member making or rolling a key: a key never holds
+// more than its maker's role (docs/keys.md).
+func maker(c *fiber.Ctx) apikeys.Maker {
+	p := principal(c)
+	return apikeys.Maker{MemberID: p.MemberID, Role: p.Role}
+}
+
 func (s *server) listKeys(c *fiber.Ctx) error {
 	p, err := listParams(c, func(id string) bool { return ids.Valid("key", id) })
 	if err != nil {
 		return err
 	}
-	page, err := s.Keys.List(c.UserContext(), principal(c).MerchantID, p)
+	f := apikeys.Filter{CreatedBy: strings.Clone(c.Query("created_by"))}
+	page, err := s.Keys.List(c.UserContext(), principal(c).MerchantID, f, p)
 	if err != nil {
 		return err
 	}
@@ -221,7 +230,7 @@ func (s *server) rollKey(c *fiber.Ctx) error {
 		}
 		overlap = time.Duration(*req.ExpiresIn) * time.Second
 	}
-	r, err := s.Keys.Roll(c.UserContext(), principal(c).MerchantID, strings.Clone(c.Params("id")), overlap)
+	r, err := s.Keys.Roll(c.UserContext(), principal(c).MerchantID, strings.Clone(c.Params("id")), overlap, maker(c))
 	if err != nil {
 		return err
 	}

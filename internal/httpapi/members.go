@@ -6,8 +6,10 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 
+	"github.com/gatehouse-pay/gatehouse/internal/apikeys"
 	"github.com/gatehouse-pay/gatehouse/internal/apperr"
 	"github.com/gatehouse-pay/gatehouse/internal/ids"
+	"github.com/gatehouse-pay/gatehouse/internal/listing"
 	"github.com/gatehouse-pay/gatehouse/internal/members"
 	"github.com/gatehouse-pay/gatehouse/internal/resource"
 )
@@ -79,12 +81,28 @@ func (s *server) updateMember(c *fiber.Ctx) error {
 	return writeJSON(c, fiber.StatusOK, presentMember(m))
 }
 
+// deleteMember removes a member and answers what remains of it with the
+// keys it made that still work: a removal does not revoke them
+// (integrations run on them), the owner reviews them.
 func (s *server) deleteMember(c *fiber.Ctx) error {
 	m, err := s.Members.Remove(c.UserContext(), actor(c), strings.Clone(c.Params("id")))
 	if err != nil {
 		return err
 	}
-	return writeJSON(c, fiber.StatusOK, presentDeleted("member", m.ID))
+	keys, err := s.keysToReview(c, m.ID)
+	if err != nil {
+		return err
+	}
+	return writeJSON(c, fiber.StatusOK, resource.RemovedMember{Deleted: true, ID: m.ID, Object: "member", APIKeys: newList(keys, presentKey)})
+}
+
+// keysToReview are the first listing.MaxLimit keys the member made that
+// still work (neither revoked nor rolled), newest first, read from the
+// primary; the rest, if any, are the pages of GET /v1/me/api_keys?created_by=.
+// The member's sessions end with its removal, so none is added afterwards.
+func (s *server) keysToReview(c *fiber.Ctx, memberID string) (listing.Page[apikeys.Key], error) {
+	return s.Keys.List(c.UserContext(), principal(c).MerchantID, apikeys.Filter{CreatedBy: memberID, Active: true},
+		listing.Params{Limit: listing.MaxLimit})
 }
 
 type setupRequest struct {

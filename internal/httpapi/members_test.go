@@ -50,8 +50,10 @@ func TestMembers(t *testing.T) {
 		t.Fatalf("login answers member %v of merchant %v", m, r.body["merchant"])
 	}
 
-	// A developer manages keys but not the team; members are the owner's business.
-	want(t, h.do("POST", "/v1/me/api_keys", `{"name":"dev key"}`, bearer(dev)...), 201, "")
+	// A developer manages keys (restricted ones, within its role: see
+	// TestKeysWithinTheirMakersRole) but not the team; members are the owner's business.
+	want(t, h.do("POST", "/v1/me/api_keys", `{"name":"dev key"}`, bearer(dev)...), 403, "permission_denied")
+	want(t, h.do("POST", "/v1/me/api_keys", `{"name":"dev key","type":"restricted","permissions":{"webhook_endpoints":"write"}}`, bearer(dev)...), 201, "")
 	want(t, h.do("GET", "/v1/me/members", "", bearer(dev)...), 403, "permission_denied")
 	want(t, h.do("POST", "/v1/me/members", `{"email":"x@example.com","role":"viewer"}`, bearer(dev)...), 403, "permission_denied")
 
@@ -63,7 +65,7 @@ func TestMembers(t *testing.T) {
 	// The role change holds from the developer's next request.
 	r = h.do("PATCH", "/v1/me/members/"+id, `{"role":"viewer"}`, bearer(owner.token)...)
 	want(t, r, 200, "")
-	want(t, h.do("POST", "/v1/me/api_keys", `{"name":"viewer key"}`, bearer(dev)...), 403, "permission_denied")
+	want(t, h.do("POST", "/v1/me/api_keys", `{"name":"viewer key","type":"restricted"}`, bearer(dev)...), 403, "permission_denied")
 	want(t, h.do("GET", "/v1/me/api_keys", "", bearer(dev)...), 200, "")
 
 	// An admin manages the team but not owners.

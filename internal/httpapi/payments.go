@@ -8,6 +8,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 
 	"github.com/gatehouse-pay/gatehouse/internal/apperr"
+	"github.com/gatehouse-pay/gatehouse/internal/authz"
 	"github.com/gatehouse-pay/gatehouse/internal/charges"
 	"github.com/gatehouse-pay/gatehouse/internal/events"
 	"github.com/gatehouse-pay/gatehouse/internal/idempotency"
@@ -71,6 +72,11 @@ func sendAnswer(c *fiber.Ctx, r idempotency.Response, replayed bool) error {
 	return c.Send(r.Body)
 }
 
+// chargeSavedCard is what charging a saved card needs besides charges
+// write: the card is the customer's, so the caller must be allowed to read
+// customers.
+var chargeSavedCard = authz.Need{Resource: authz.Customers, Access: authz.Read}
+
 func (s *server) createCharge(c *fiber.Ctx) error {
 	var p charges.CreateParams
 	idem, err := s.decodeCreate(c, &p)
@@ -78,6 +84,12 @@ func (s *server) createCharge(c *fiber.Ctx) error {
 		return err
 	}
 	pr := principal(c)
+	// Before anything looks at the method, so a caller without the
+	// permission learns nothing of whether it exists.
+	if p.Card != nil && p.Card.PaymentMethod != nil && !pr.Allows(chargeSavedCard) {
+		s.Metrics.AuthFailures.WithLabelValues("permission_denied").Inc()
+		return authz.Denied(chargeSavedCard)
+	}
 	res, err := s.Charges.Create(c.UserContext(), pr.MerchantID, pr.Environment, p, idem,
 		func(v any) (idempotency.Response, error) { return renderAs[any](fiber.StatusCreated)(v) })
 	if err != nil {

@@ -91,7 +91,7 @@ func TestRoleMatrix(t *testing.T) {
 				if m == "GET" {
 					page = d.get(p)
 				} else {
-					page = d.post(p, url.Values{})
+					page = d.post(p, route.matrixForm)
 				}
 				status, body = page.status, page.body
 				if strings.Contains(body, "permission_denied") {

@@ -71,11 +71,16 @@ func presentSettings(mfaRequired bool) resource.AccountSettings {
 }
 
 func presentKey(k apikeys.Key) resource.APIKey {
-	return resource.APIKey{
+	out := resource.APIKey{
 		ID: k.ID, Object: "api_key", Name: k.Name, Environment: k.Environment, Type: k.Type(),
 		Permissions: k.Access().Strings(), PublicKey: k.PublicKey, SecretLast4: k.SecretLast4,
 		CreatedAt: timestamp(k.CreatedAt), ExpiresAt: timestampOrNil(k.ExpiresAt), RevokedAt: timestampOrNil(k.RevokedAt),
 	}
+	if k.CreatedBy != "" {
+		by := k.CreatedBy
+		out.CreatedBy = &by
+	}
+	return out
 }
 
 func presentAuditEntry(e audit.Entry) resource.AuditEntry {

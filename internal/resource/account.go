@@ -78,8 +78,21 @@ type APIKey struct {
 	SecretKey   string            `json:"secret_key,omitempty"`
 	SecretLast4 string            `json:"secret_key_last4"`
 	CreatedAt   string            `json:"created_at"`
-	ExpiresAt   *string           `json:"expires_at"`
-	RevokedAt   *string           `json:"revoked_at"`
+	// CreatedBy is the member who made the key (created it, or rolled the
+	// key it replaced); null for a key made before makers were recorded.
+	CreatedBy *string `json:"created_by"`
+	ExpiresAt *string `json:"expires_at"`
+	RevokedAt *string `json:"revoked_at"`
+}
+
+// RemovedMember answers the removal of a member: what remains of it, and
+// the keys it made that still work, for the owner to review (a removal does
+// not revoke them: integrations run on them).
+type RemovedMember struct {
+	Deleted bool         `json:"deleted"`
+	ID      string       `json:"id"`
+	Object  string       `json:"object"` // "member"
+	APIKeys List[APIKey] `json:"api_keys"`
 }
 
 // AuditEntry is one entry of the audit log.

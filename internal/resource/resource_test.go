@@ -43,9 +43,11 @@ func TestShapesBytes(t *testing.T) {
 		{"list", List[Refund]{Object: "list", Data: []Refund{}}, `{"object":"list","data":[],"has_more":false}`},
 		{"error", Error{Error: ErrorDetail{Code: "c", Message: "m", RequestID: "r"}}, `{"error":{"code":"c","message":"m","request_id":"r"}}`},
 		{"key", APIKey{ID: "key_1", Object: "api_key", Permissions: map[string]string{}, SecretLast4: "abcd", CreatedAt: "t0"},
-			`{"id":"key_1","object":"api_key","name":"","environment":"","type":"","permissions":{},"public_key":"","secret_key_last4":"abcd","created_at":"t0","expires_at":null,"revoked_at":null}`},
-		{"key with secret", APIKey{ID: "key_1", SecretKey: "sk", ExpiresAt: s("t1")},
-			`{"id":"key_1","object":"","name":"","environment":"","type":"","permissions":null,"public_key":"","secret_key":"sk","secret_key_last4":"","created_at":"","expires_at":"t1","revoked_at":null}`},
+			`{"id":"key_1","object":"api_key","name":"","environment":"","type":"","permissions":{},"public_key":"","secret_key_last4":"abcd","created_at":"t0","created_by":null,"expires_at":null,"revoked_at":null}`},
+		{"key with secret", APIKey{ID: "key_1", SecretKey: "sk", ExpiresAt: s("t1"), CreatedBy: s("mem_1")},
+			`{"id":"key_1","object":"","name":"","environment":"","type":"","permissions":null,"public_key":"","secret_key":"sk","secret_key_last4":"","created_at":"","created_by":"mem_1","expires_at":"t1","revoked_at":null}`},
+		{"removed member", RemovedMember{Deleted: true, ID: "mem_1", Object: "member", APIKeys: List[APIKey]{Object: "list", Data: []APIKey{}}},
+			`{"deleted":true,"id":"mem_1","object":"member","api_keys":{"object":"list","data":[],"has_more":false}}`},
 		{"delivery", WebhookDelivery{ID: "wd_1", Object: "webhook_delivery", Attempts: []WebhookAttempt{{Attempt: 1, StartedAt: "t0"}}},
 			`{"id":"wd_1","object":"webhook_delivery","endpoint":"","event_id":"","event_type":"","status":"","test":false,` +
 				`"attempts":[{"attempt":1,"started_at":"t0","duration_ms":0,"status_code":null,"error":null,"response_body":null}],` +

@@ -15,9 +15,11 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/listing"
 )
 
-const keyColumns = `id, merchant_id, name, environment, public_key, secret_digest, secret_last4, created_at, revoked_at, permissions, expires_at`
+// keyColumns include the member who made the key (migration 00017), NULL
+// for keys made before it.
+const keyColumns = `id, merchant_id, name, environment, public_key, secret_digest, secret_last4, created_at, revoked_at, permissions, expires_at, created_by`
 
-const insertKey = `INSERT INTO api_keys (` + keyColumns + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, NULL, $9, NULL)`
+const insertKey = `INSERT INTO api_keys (` + keyColumns + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, NULL, $9, NULL, NULLIF($10, ''))`
 
 // permissionsJSON is a restricted key's permissions as stored: resource to
 // level, the resources it may not touch left out. A secret key's are NULL.
@@ -58,9 +60,13 @@ func parsePermissions(b []byte) (authz.Permissions, error) {
 func scanKey(r pgx.Row) (apikeys.Key, error) {
 	var k apikeys.Key
 	var perms []byte
+	var createdBy *string
 	if err := r.Scan(&k.ID, &k.MerchantID, &k.Name, &k.Environment, &k.PublicKey, &k.SecretDigest, &k.SecretLast4,
-		&k.CreatedAt, &k.RevokedAt, &perms, &k.ExpiresAt); err != nil {
+		&k.CreatedAt, &k.RevokedAt, &perms, &k.ExpiresAt, &createdBy); err != nil {
 		return apikeys.Key{}, err
+	}
+	if createdBy != nil {
+		k.CreatedBy = *createdBy
 	}
 	p, err := parsePermissions(perms)
 	k.Permissions = p
@@ -80,7 +86,7 @@ func insertKeyArgs(k apikeys.Key) ([]any, error) {
 	if err != nil {
 		return nil, apperr.Internal(err)
 	}
-	return []any{k.ID, k.MerchantID, k.Name, k.Environment, k.PublicKey, k.SecretDigest, k.SecretLast4, k.CreatedAt, perms}, nil
+	return []any{k.ID, k.MerchantID, k.Name, k.Environment, k.PublicKey, k.SecretDigest, k.SecretLast4, k.CreatedAt, perms, k.CreatedBy}, nil
 }
 
 // CreateKey stores a new key.
@@ -96,9 +102,18 @@ func (s *Store) CreateKey(ctx context.Context, k apikeys.Key) error {
 	})
 }
 
-// ListKeys returns one page of the merchant's keys, newest first.
-func (s *Store) ListKeys(ctx context.Context, merchantID string, p listing.Params) (listing.Page[apikeys.Key], error) {
-	return listPage(ctx, s, `SELECT `+keyColumns+` FROM api_keys WHERE merchant_id = $1`, []any{merchantID}, p, scanKey, "api_key")
+// ListKeys returns one page of the merchant's keys that f keeps, newest
+// first. An active key is neither revoked nor rolled.
+func (s *Store) ListKeys(ctx context.Context, merchantID string, f apikeys.Filter, p listing.Params) (listing.Page[apikeys.Key], error) {
+	query, args := `SELECT `+keyColumns+` FROM api_keys WHERE merchant_id = $1`, []any{merchantID}
+	if f.CreatedBy != "" {
+		args = append(args, f.CreatedBy)
+		query += ` AND created_by = $2`
+	}
+	if f.Active {
+		query += ` AND revoked_at IS NULL AND expires_at IS NULL`
+	}
+	return listPage(ctx, s, query, args, p, scanKey, "api_key")
 }
 
 const selectKeyByDigest = `SELECT ` + keyColumns + ` FROM api_keys WHERE secret_digest = $1`

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/gatehouse-pay/gatehouse/internal/apikeys"
 	"github.com/gatehouse-pay/gatehouse/internal/listing"
 	"github.com/gatehouse-pay/gatehouse/internal/store"
 	"github.com/gatehouse-pay/gatehouse/internal/testenv"
@@ -43,7 +44,7 @@ func TestStandbyReadsAndFallbacks(t *testing.T) {
 	}
 	list := func(s *store.Store, mayLag bool) {
 		t.Helper()
-		if _, err := s.ListKeys(ctx, m.ID, listing.Params{Limit: 10, MayLag: mayLag}); err != nil {
+		if _, err := s.ListKeys(ctx, m.ID, apikeys.Filter{}, listing.Params{Limit: 10, MayLag: mayLag}); err != nil {
 			t.Fatalf("list (may lag %v): %v", mayLag, err)
 		}
 	}

@@ -3,6 +3,7 @@ package store_test
 import (
 	"bytes"
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -105,19 +106,46 @@ func TestKeys(t *testing.T) {
 	if err != nil || got.ID != keys[2].ID {
 		t.Fatalf("by digest: %v %v", got.ID, err)
 	}
-	page, err := s.ListKeys(ctx, a.ID, listing.Params{Limit: 2, StartingAfter: keys[4].ID})
+	page, err := s.ListKeys(ctx, a.ID, apikeys.Filter{}, listing.Params{Limit: 2, StartingAfter: keys[4].ID})
 	if err != nil || len(page.Items) != 2 || page.Items[0].ID != keys[3].ID || page.Items[1].ID != keys[2].ID || !page.HasMore {
 		t.Fatalf("page after newest: %+v %v", page, err)
 	}
-	page, err = s.ListKeys(ctx, a.ID, listing.Params{Limit: 10, EndingBefore: keys[2].ID})
+	page, err = s.ListKeys(ctx, a.ID, apikeys.Filter{}, listing.Params{Limit: 10, EndingBefore: keys[2].ID})
 	if err != nil || len(page.Items) != 2 || page.Items[0].ID != keys[4].ID || page.HasMore {
 		t.Fatalf("page before the middle: %+v %v", page, err)
 	}
-	if page, _ := s.ListKeys(ctx, b.ID, listing.Params{Limit: 10}); len(page.Items) != 0 {
+	if page, _ := s.ListKeys(ctx, b.ID, apikeys.Filter{}, listing.Params{Limit: 10}); len(page.Items) != 0 {
 		t.Fatalf("b sees a's keys: %+v", page.Items)
 	}
 	if _, err := s.KeyByID(ctx, b.ID, keys[0].ID); apperr.KindOf(err) != apperr.KindNotFound {
 		t.Fatalf("b reads a's key: %v", err)
+	}
+	// The maker is kept; keys without one (made before makers were
+	// recorded) read back as "". The filter keeps a member's active keys.
+	maker := "mem_" + strings.TrimPrefix(a.ID, "mer_")
+	made := apikeys.Key{ID: ids.New("key"), MerchantID: a.ID, Environment: "sandbox", PublicKey: ids.New("pk"),
+		SecretDigest: apikeys.Digest(ids.New("sk")), SecretLast4: "abcd", CreatedAt: time.Now().UTC(), CreatedBy: maker}
+	if err := s.CreateKey(ctx, made); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.KeyByID(ctx, a.ID, made.ID); err != nil || got.CreatedBy != maker {
+		t.Fatalf("created_by: %+v %v", got, err)
+	}
+	if got, err := s.KeyByID(ctx, a.ID, keys[0].ID); err != nil || got.CreatedBy != "" {
+		t.Fatalf("a key without a maker: %+v %v", got, err)
+	}
+	page, err = s.ListKeys(ctx, a.ID, apikeys.Filter{CreatedBy: maker, Active: true}, listing.Params{Limit: 10})
+	if err != nil || len(page.Items) != 1 || page.Items[0].ID != made.ID {
+		t.Fatalf("the maker's active keys: %+v %v", page, err)
+	}
+	if _, err := s.RevokeKey(ctx, a.ID, made.ID); err != nil {
+		t.Fatal(err)
+	}
+	if page, _ := s.ListKeys(ctx, a.ID, apikeys.Filter{CreatedBy: maker, Active: true}, listing.Params{Limit: 10}); len(page.Items) != 0 {
+		t.Fatalf("a revoked key is active: %+v", page.Items)
+	}
+	if page, _ := s.ListKeys(ctx, a.ID, apikeys.Filter{CreatedBy: maker}, listing.Params{Limit: 10}); len(page.Items) != 1 {
+		t.Fatalf("the maker's keys: %+v", page.Items)
 	}
 	if got, err := s.KeyByID(ctx, a.ID, keys[0].ID); err != nil || got.ID != keys[0].ID || !bytes.Equal(got.SecretDigest, keys[0].SecretDigest) {
 		t.Fatalf("key by id: %+v %v", got, err)
