@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -127,6 +128,24 @@ func TestSchemaNamesFreeForGenerators(t *testing.T) {
 		if where, ok := derived[goName(name)]; ok {
 			t.Errorf("schema %s has the name generators derive for %s", name, where)
 		}
+	}
+}
+
+// TestLoginAnswersSession: login's 200 is the Session schema alone, so a
+// client generated before two-factor sign-in still reads its token (a oneOf
+// there makes the generated answer a union without one); the second step
+// of a two-factor sign-in is the 401 mfa_required, whose error carries the
+// challenge.
+func TestLoginAnswersSession(t *testing.T) {
+	doc := load(t)
+	responses := doc.Paths.Value("/v1/auth/login").Post.Responses
+	if ref := responses.Value("200").Value.Content.Get("application/json").Schema.Ref; ref != "#/components/schemas/Session" {
+		t.Errorf("login's 200 is %q, want #/components/schemas/Session", ref)
+	}
+	detail := responses.Value("401").Value.Content.Get("application/json").Schema.Value.Properties["error"]
+	if detail == nil || detail.Value.Properties["challenge"] == nil || detail.Value.Properties["code"] == nil ||
+		!slices.Contains(detail.Value.Properties["code"].Value.Enum, any("mfa_required")) {
+		t.Errorf("login's 401 does not document mfa_required with its challenge")
 	}
 }
 

@@ -44,6 +44,10 @@ const (
 	CodeMethodNotAllowed     = "method_not_allowed"
 	CodeIdempotencyInUse     = "idempotency_key_in_use"
 	CodeInvalidState         = "invalid_state"
+	// CodeMFARequired answers the right password of a member with
+	// two-factor sign-in on: no session yet; the error carries the
+	// challenge that the second step completes.
+	CodeMFARequired = "mfa_required"
 	// CodePermissionDenied refuses a member whose role, or a restricted
 	// key whose permissions, do not cover the action.
 	CodePermissionDenied  = "permission_denied"
@@ -65,7 +69,9 @@ const LiveModeMessage = "Live mode is not activated"
 // Error is an error with a kind, a public code and message, an optional
 // parameter name, and an optional internal cause that is logged but never shown.
 // Merchants is set only on a sign-in that must name its merchant: the
-// accounts the caller proved the password of, to choose from.
+// accounts the caller proved the password of, to choose from. Challenge is
+// set only with CodeMFARequired: the token of the sign-in's second step,
+// shown to the caller but never part of Error's text, so never logged.
 type Error struct {
 	Kind      Kind
 	Code      string
@@ -73,6 +79,7 @@ type Error struct {
 	Param     string
 	Err       error
 	Merchants []Merchant
+	Challenge string
 }
 
 // Merchant names an account a sign-in may choose.

@@ -177,18 +177,20 @@ func TestMemberEmailsPerMerchant(t *testing.T) {
 		http.StatusUnauthorized, "invalid_token")
 }
 
-// challengeIn is the challenge of a sign-in whose second step is due: in
-// the body's top level, or in its error object.
+// challengeIn is the challenge of a sign-in whose second step is due:
+// 401 mfa_required, the challenge in the error object (login's 200 is only
+// ever a session).
 func challengeIn(t *testing.T, e exchange) string {
 	t.Helper()
+	mustExpect(t, e, http.StatusUnauthorized, "mfa_required")
 	var b struct {
-		Challenge string `json:"challenge"`
-		Error     struct {
+		Token string `json:"token"`
+		Error struct {
 			Challenge string `json:"challenge"`
 		} `json:"error"`
 	}
 	decode(t, e, &b)
-	if c := b.Challenge + b.Error.Challenge; strings.HasPrefix(c, "mfa_") {
+	if c := b.Error.Challenge; strings.HasPrefix(c, "mfa_") && b.Token == "" {
 		return c
 	}
 	t.Fatalf("no two-factor challenge in %s", e)

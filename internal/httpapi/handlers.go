@@ -86,7 +86,7 @@ func (s *server) login(c *fiber.Ctx) error {
 			return err
 		}
 		c.Set(fiber.HeaderCacheControl, "no-store")
-		return writeJSON(c, fiber.StatusOK, resource.MFAChallenge{Challenge: challenge, MFARequired: true})
+		return secondFactorDue(challenge)
 	}
 	return s.writeSession(c, l)
 }

@@ -52,6 +52,17 @@ func (s *server) challenge(c *fiber.Ctx, m members.Member) (string, error) {
 	return token, err
 }
 
+// secondFactorDue is login's answer to the right password of a member with
+// two-factor sign-in on: 401 mfa_required, with the challenge that
+// POST /v1/auth/mfa completes in the error object. Login's 200 stays the
+// session alone. It is not a failed sign-in: the caller does not count it
+// as one (no failure metric, nothing charged to the account's budget) and,
+// as the session is not open yet, does not make the address known either.
+func secondFactorDue(challenge string) *apperr.Error {
+	return &apperr.Error{Kind: apperr.KindUnauthenticated, Code: apperr.CodeMFARequired, Challenge: challenge,
+		Message: "Two-factor sign-in is on: send this challenge and a code from the authenticator app (or a recovery code) to POST /v1/auth/mfa within 5 minutes."}
+}
+
 // secondStep completes a sign-in with its challenge and a code. Wrong codes
 // are charged to the account's budget of failed sign-ins, as wrong
 // passwords are, and the budget is checked first (429 with Retry-After

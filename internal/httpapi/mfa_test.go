@@ -4,6 +4,7 @@ package httpapi_test
 // codes limited like passwords, and an account that requires it.
 
 import (
+	"encoding/json"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -52,14 +53,20 @@ func (h *harness) enrollMFA(token string) (string, []string) {
 	return secret, codes
 }
 
-// challengeOf signs in with the password and returns the challenge.
+// challengeOf is the challenge of a sign-in whose password was right and
+// whose second step is due: 401 mfa_required, the challenge in the error
+// object, no token, not cacheable.
 func challengeOf(t *testing.T, r response) string {
 	t.Helper()
-	want(t, r, 200, "")
-	if r.body["mfa_required"] != true || r.body["token"] != nil {
+	want(t, r, 401, "mfa_required")
+	challenge := r.errField("challenge")
+	if !strings.HasPrefix(challenge, "mfa_") || r.body["token"] != nil || r.body["challenge"] != nil {
 		t.Fatalf("sign-in of a member with two-factor on: %s", r.raw)
 	}
-	return r.body["challenge"].(string)
+	if r.header.Get("Cache-Control") != "no-store" {
+		t.Fatalf("the challenge is cacheable: %q", r.header.Get("Cache-Control"))
+	}
+	return challenge
 }
 
 // mfaEnv allows the sign-ins a test makes from one address.
@@ -136,6 +143,62 @@ func TestTwoFactor(t *testing.T) {
 		[]byte(recovery[0]), []byte(strings.ReplaceAll(recovery[0], "-", ""))).Scan(&plain); err != nil || plain != 0 {
 		t.Fatalf("a recovery code is stored in the clear (%v)", err)
 	}
+}
+
+// TestTwoFactorLoginAnswer: login's 200 is the Session schema alone, as
+// clients generated before two-factor sign-in expect; for a member with it
+// on, the right password answers 401 mfa_required with the challenge in the
+// error object, which POST /v1/auth/mfa completes. That answer is no failed
+// sign-in (no auth failure counted, nothing of the account's budget spent)
+// and no completed one either (the address does not become known).
+func TestTwoFactorLoginAnswer(t *testing.T) {
+	const budget = 2
+	h := newHarness(t, func(env map[string]string) {
+		env["RATE_LIMIT_LOGIN_ACCOUNT"] = strconv.Itoa(budget) + "/1m"
+		env["RATE_LIMIT_LOGIN"] = "40/1m"
+	})
+	doc := h.spec.Doc()
+	ok := doc.Paths.Value("/v1/auth/login").Post.Responses.Value("200").Value.Content.Get("application/json").Schema
+	if ok.Ref != "#/components/schemas/Session" {
+		t.Fatalf("login's 200 is %q, want the Session schema alone", ok.Ref)
+	}
+	isSession := func(r response) string {
+		t.Helper()
+		want(t, r, 200, "")
+		var v any
+		if err := json.Unmarshal(r.raw, &v); err != nil {
+			t.Fatal(err)
+		}
+		if err := doc.Components.Schemas["Session"].Value.VisitJSON(v); err != nil {
+			t.Fatalf("not a Session: %v\n%s", err, r.raw)
+		}
+		return r.body["token"].(string)
+	}
+	const email, password = "ada@example.com", "correct horse battery"
+	h.merchant(email, password)
+	loginBody := `{"email":"` + email + `","password":"` + password + `"}`
+	secret, _ := h.enrollMFA(isSession(h.do("POST", "/v1/auth/login", loginBody))) // 127.0.0.1 is known
+
+	// The right password from a new address, more times than the budget
+	// of failures: a challenge each time, never a 429.
+	stranger := clientFrom(t, "127.0.4.1")
+	var challenge string
+	for range budget + 2 {
+		challenge = challengeOf(t, h.doWith(stranger, "POST", "/v1/auth/login", loginBody))
+	}
+	if m := h.do("GET", "/metrics", ""); strings.Contains(string(m.raw), "gatehouse_auth_failures_total{") {
+		t.Fatalf("a right password counted as a failed authentication:\n%s", m.raw)
+	}
+	// Nor did it make the address known: once wrong passwords spend the
+	// budget, the stranger's right password is refused.
+	for range budget {
+		want(t, h.doWith(clientFrom(t, "127.0.4.2"), "POST", "/v1/auth/login", `{"email":"`+email+`","password":"wrong"}`), 401, "invalid_credentials")
+	}
+	checkLimited(t, h.doWith(stranger, "POST", "/v1/auth/login", loginBody), budget)
+
+	// The challenge and a code give the session, from the known address.
+	session := isSession(h.do("POST", "/v1/auth/mfa", `{"challenge":"`+challenge+`","code":"`+totpNow(t, secret, 1)+`"}`))
+	want(t, h.do("GET", "/v1/me", "", bearer(session)...), 200, "")
 }
 
 // TestTwoFactorChallengeEnds: five wrong codes end a challenge.

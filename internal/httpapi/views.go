@@ -37,7 +37,8 @@ func newList[T, U any](page listing.Page[T], present func(T) U) resource.List[U]
 }
 
 func presentError(ae *apperr.Error, requestID string) resource.Error {
-	e := resource.Error{Error: resource.ErrorDetail{Code: ae.Code, Message: ae.Message, Param: ae.Param, RequestID: requestID}}
+	e := resource.Error{Error: resource.ErrorDetail{Code: ae.Code, Message: ae.Message, Param: ae.Param, RequestID: requestID,
+		Challenge: ae.Challenge}}
 	for _, m := range ae.Merchants {
 		e.Error.Merchants = append(e.Error.Merchants, resource.MerchantChoice{ID: m.ID, Name: m.Name})
 	}

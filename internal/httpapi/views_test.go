@@ -30,7 +30,6 @@ func TestSmallBodiesBytes(t *testing.T) {
 		{"health", resource.Health{Status: "ok"}, `{"status":"ok"}`},
 		{"readiness", resource.Readiness{Checks: map[string]string{"redis": "ok", "postgres": "ok"}, Status: "ok"},
 			`{"checks":{"postgres":"ok","redis":"ok"},"status":"ok"}`},
-		{"mfa challenge", resource.MFAChallenge{Challenge: "c", MFARequired: true}, `{"challenge":"c","mfa_required":true}`},
 		{"invitation", resource.Invitation{Member: presentMember(member), SetupURL: "https://x/setup?token=t"},
 			`{"member":` + memberOut + `,"setup_url":"https://x/setup?token=t"}`},
 		{"session", presentSession(auth.Login{Token: "tok", ExpiresAt: at, Member: member}, merchant),
@@ -44,6 +43,8 @@ func TestSmallBodiesBytes(t *testing.T) {
 		{"error", presentError(apperr.Invalid("amount", "bad"), "req"), `{"error":{"code":"parameter_invalid","message":"bad","param":"amount","request_id":"req"}}`},
 		{"error without param", presentError(apperr.New(apperr.KindUnavailable, apperr.CodeUnavailable, "later"), "req"),
 			`{"error":{"code":"` + apperr.CodeUnavailable + `","message":"later","request_id":"req"}}`},
+		{"mfa challenge", presentError(secondFactorDue("mfa_c"), "req"),
+			`{"error":{"code":"mfa_required","message":"` + secondFactorDue("").Message + `","request_id":"req","challenge":"mfa_c"}}`},
 	} {
 		got, err := json.Marshal(tc.v)
 		if err != nil || string(got) != tc.want {

@@ -39,13 +39,6 @@ type Session struct {
 	TokenType string   `json:"token_type"` // "Bearer"
 }
 
-// MFAChallenge answers a right password of a member with two-factor
-// sign-in: the challenge the second step completes. Its keys are sorted.
-type MFAChallenge struct {
-	Challenge   string `json:"challenge"`
-	MFARequired bool   `json:"mfa_required"`
-}
-
 // TOTPEnrollment is a new pending TOTP secret. Its keys are sorted.
 type TOTPEnrollment struct {
 	OtpauthURL string `json:"otpauth_url"`

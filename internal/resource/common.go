@@ -21,6 +21,9 @@ type ErrorDetail struct {
 	// Merchants answers a sign-in that must name its merchant: the
 	// accounts the password opened.
 	Merchants []MerchantChoice `json:"merchants,omitempty"`
+	// Challenge answers the right password of a member with two-factor
+	// sign-in on (code mfa_required): what POST /v1/auth/mfa completes.
+	Challenge string `json:"challenge,omitempty"`
 }
 
 // MerchantChoice is an account a sign-in may choose.
