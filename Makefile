@@ -26,10 +26,11 @@ OPENAPI   := api/openapi.yaml
 # The Kubernetes checks: a Go module of its own, so the Kubernetes API types stay
 # out of the binaries' go.mod.
 K8S_DIR   := deploy/k8s
-# The linters (staticcheck, unparam, misspell) and stripe-mock are the `tool`s of
-# tools/go.mod, a module of its own, so that their dependencies stay out of the
-# binaries' go.mod. `go tool -modfile` builds one once into Go's build cache and
-# runs it in the current directory, on the module found there.
+# The linters (staticcheck, unparam, misspell), oasdiff (make api-compat) and
+# stripe-mock are the `tool`s of tools/go.mod, a module of its own, so that their
+# dependencies stay out of the binaries' go.mod. `go tool -modfile` builds one once
+# into Go's build cache and runs it in the current directory, on the module found
+# there.
 GO_TOOL   := $(GO) tool -modfile=$(CURDIR)/tools/go.mod
 # Every file the spelling check reads: Go (comments and strings), Markdown, YAML.
 SPELL_FILES = $$(find . \( -path ./.git -o -path ./.dev -o -path ./bin -o -name node_modules -o -name testdata \) -prune -o \
@@ -48,7 +49,7 @@ TESTENV := bash deploy/local/testenv.sh
 export REDOCLY_TELEMETRY := off
 export REDOCLY_SUPPRESS_UPDATE_NOTICE := true
 
-.PHONY: help build run test tools generate bench lint fmt fmt-check vet staticcheck unparam misspell openapi-lint clean
+.PHONY: help build run test tools generate bench lint fmt fmt-check vet staticcheck unparam misspell openapi-lint api-compat clean
 
 help: ## Show the available targets
 	@echo 'Gatehouse: make <target>'
@@ -133,7 +134,7 @@ fuzz: ## Run every Go fuzz target for FUZZTIME each (their seed corpora run in m
 bench-micro: ## Run the Go micro-benchmarks only (go test -bench, no unit tests)
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -timeout 20m $(PKG)
 
-lint: fmt-check vet staticcheck unparam misspell openapi-lint ## gofmt check, go vet, staticcheck, unparam, misspell and the OpenAPI lint (redocly)
+lint: fmt-check vet staticcheck unparam misspell openapi-lint api-compat ## gofmt check, go vet, staticcheck, unparam, misspell, the OpenAPI lint (redocly) and api-compat
 
 fmt: ## Format all Go files in place
 	@gofmt -w $$(find . \( -path ./.git -o -path ./.dev -o -path ./bin -o -name node_modules -o -name testdata \) -prune -o -name '*.go' -print)
@@ -176,6 +177,14 @@ openapi-lint: ## Lint api/openapi.yaml with Redocly CLI (needs Node.js)
 	fi; \
 	echo "$${redocly[*]} lint $(OPENAPI)"; \
 	"$${redocly[@]}" lint $(OPENAPI)
+
+# Within v1, api/openapi.yaml changes only by additions: oasdiff (a `tool` of
+# tools/go.mod) compares it with the released description, api/openapi.yaml at
+# the commit api/released names, and a breaking change fails unless a line of
+# docs/api-changelog.md names it with the reason (deploy/local/api-compat.sh; the
+# head of docs/api-changelog.md says how). A shallow clone has to fetch that commit.
+api-compat: ## Fail on a breaking change to api/openapi.yaml since the release (oasdiff) that docs/api-changelog.md does not name
+	@bash deploy/local/api-compat.sh
 
 clean: ## Remove build and test outputs (bin/, coverage.out); leaves .dev/ and the tool cache alone
 	rm -rf $(BIN_DIR) coverage.out

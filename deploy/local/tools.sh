@@ -14,6 +14,7 @@
 # | kustomize             | v5.5.0           | the `tool` of deploy/k8s/go.mod, go build                   |
 # | stripe-mock           | v0.203.0         | a `tool` of tools/go.mod, go build                          |
 # | staticcheck, unparam, misspell (make lint) | tools/go.mod | go tool (built once into Go's cache) |
+# | oasdiff (make api-compat) | v1.37.0, tools/go.mod | go tool (built once into Go's cache) |
 # | redocly (OpenAPI lint)| @redocly/cli 2.77.0 | npm install                                              |
 # | signature verifiers   | internal/webhooks/testdata/verify/package-lock.json | npm ci          |
 # | browser journeys      | internal/e2e/browser/package-lock.json (playwright-core) | npm ci     |
@@ -118,11 +119,11 @@ go_tool_build() {
 	printf '%s\n' "$final"
 }
 
-# lint_tools_install: the linters of tools/go.mod, built into Go's build cache
-# so that make lint's `go tool -modfile=tools/go.mod ...` starts at once.
+# lint_tools_install: the linters of tools/go.mod and oasdiff, built into Go's
+# build cache so that make lint's `go tool -modfile=tools/go.mod ...` starts at once.
 lint_tools_install() {
 	local t out
-	for t in staticcheck unparam misspell; do
+	for t in staticcheck unparam misspell oasdiff; do
 		if ! out=$(cd "$ROOT" && go_env GOFLAGS=-mod=readonly go tool -modfile="$TOOLS_MODULE_DIR/go.mod" -n "$t" 2>&1); then
 			printf '%s\n' "$out" >&2
 			fail "building $t (go tool, tools/go.mod) failed (output above)"
@@ -271,7 +272,7 @@ install_all() {
 	link "$stripe_mock_dir/stripe-mock" stripe-mock
 	link "$TOOLS_DIR/redocly@$REDOCLY_VERSION/node_modules/.bin/redocly" redocly
 	link "$PGBOUNCER" pgbouncer
-	log "ready in bin/tools: promtool and prometheus $PROMETHEUS_RELEASE, kustomize ${kustomize_dir##*@}, stripe-mock ${stripe_mock_dir##*@}, redocly $REDOCLY_VERSION; signature verifiers; chromium and playwright-core; pgbouncer; oapi-codegen, openapi-typescript and openapi-fetch; staticcheck, unparam and misspell"
+	log "ready in bin/tools: promtool and prometheus $PROMETHEUS_RELEASE, kustomize ${kustomize_dir##*@}, stripe-mock ${stripe_mock_dir##*@}, redocly $REDOCLY_VERSION; signature verifiers; chromium and playwright-core; pgbouncer; oapi-codegen, openapi-typescript and openapi-fetch; staticcheck, unparam, misspell and oasdiff"
 }
 
 check_all() {
