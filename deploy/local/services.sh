@@ -13,8 +13,13 @@
 #   Postgres  1. $DATABASE_URL
 #             2. a server on 127.0.0.1:5432 that lets user postgres in without a
 #                password; database gatehouse_dev is created there if missing
-#             3. a project-local server in .dev/postgres on port 54329, started
-#                with the installed PostgreSQL binaries (initdb, pg_ctl)
+#             3. a project-local server on port 54329, started with the
+#                installed PostgreSQL binaries (initdb, pg_ctl): its cluster
+#                and log in .dev/postgres; as root, where it runs as user
+#                postgres, who may not enter the checkout (a clone under
+#                /root or another private directory), in a directory of that
+#                user's own made once under /var/tmp, whose path
+#                .dev/postgres/home holds
 #   Redis     1. $REDIS_URL
 #             2. 127.0.0.1:6379, db 0
 #             3. a project-local redis-server in .dev/redis on port 63799
@@ -39,7 +44,6 @@
 : "${GATEHOUSE_ROOT:=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}"
 DEV_DIR="$GATEHOUSE_ROOT/.dev"
 DEV_PG_DIR="$DEV_DIR/postgres"
-DEV_PG_DATA="$DEV_PG_DIR/data"
 DEV_PG_PORT="${GATEHOUSE_DEV_PG_PORT:-54329}"
 DEV_REDIS_DIR="$DEV_DIR/redis"
 DEV_REDIS_PORT="${GATEHOUSE_DEV_REDIS_PORT:-63799}"
@@ -87,11 +91,34 @@ as_root() {
 
 # --- PostgreSQL -------------------------------------------------------------
 
+# dev_pg_locate: set DEV_PG_HOME, the directory of the .dev cluster (data/,
+# postgres.log, initdb.log), and DEV_PG_DATA, its data directory. Not as
+# root: .dev/postgres. As root the server runs as another user (pg_user),
+# who may not enter the checkout, so the cluster lives in a directory of
+# that user's own outside it, which start_dev_postgres makes once under
+# /var/tmp and names in .dev/postgres/home; both are empty until then. A
+# cluster made in .dev/postgres/data before stays there.
+dev_pg_locate() {
+	DEV_PG_HOME=$DEV_PG_DIR
+	if [ "$(id -u)" -eq 0 ] && [ ! -f "$DEV_PG_DIR/data/PG_VERSION" ]; then
+		DEV_PG_HOME=""
+		if [ -f "$DEV_PG_DIR/home" ]; then
+			DEV_PG_HOME=$(cat "$DEV_PG_DIR/home")
+			[ -d "$DEV_PG_HOME" ] || DEV_PG_HOME=""
+		fi
+	fi
+	DEV_PG_DATA=${DEV_PG_HOME:+$DEV_PG_HOME/data}
+}
+dev_pg_locate
+
+# dev_pg_show PATH: PATH, relative to the checkout when inside it.
+dev_pg_show() { printf '%s\n' "${1#"$GATEHOUSE_ROOT"/}"; }
+
 # pg_bindir: the directory with initdb/pg_ctl/postgres/psql, or nothing.
 # Prefers the binaries matching an existing .dev data directory's version.
 pg_bindir() {
 	local want="" d
-	[ -f "$DEV_PG_DATA/PG_VERSION" ] && want=$(cat "$DEV_PG_DATA/PG_VERSION")
+	[ -n "$DEV_PG_DATA" ] && [ -f "$DEV_PG_DATA/PG_VERSION" ] && want=$(cat "$DEV_PG_DATA/PG_VERSION")
 	if [ -n "$want" ] && [ -x "/usr/lib/postgresql/$want/bin/initdb" ]; then
 		echo "/usr/lib/postgresql/$want/bin"
 		return 0
@@ -151,7 +178,7 @@ pg_ensure_db() {
 pg_user() {
 	if [ "$(id -u)" -ne 0 ]; then
 		id -un
-	elif [ -d "$DEV_PG_DATA" ]; then
+	elif [ -n "$DEV_PG_DATA" ] && [ -d "$DEV_PG_DATA" ]; then
 		stat -c %U "$DEV_PG_DATA" 2>/dev/null || stat -f %Su "$DEV_PG_DATA"
 	elif id postgres >/dev/null 2>&1; then
 		echo postgres
@@ -160,24 +187,29 @@ pg_user() {
 	fi
 }
 
-# as_pg_user CMD...: run CMD as the owner of the .dev cluster.
+# as_pg_user CMD...: run CMD as the owner of the .dev cluster, in the
+# cluster's directory (PostgreSQL's programs complain when they cannot
+# enter the one they start in).
 as_pg_user() {
 	if [ "$(id -u)" -ne 0 ]; then
 		"$@"
 	else
 		local user
 		user=$(pg_user)
-		if command -v runuser >/dev/null 2>&1; then
-			runuser -u "$user" -- "$@"
-		else
-			su "$user" -s /bin/sh -c '"$@"' sh "$@"
-		fi
+		(
+			cd "${DEV_PG_HOME:-/}"
+			if command -v runuser >/dev/null 2>&1; then
+				runuser -u "$user" -- "$@"
+			else
+				su "$user" -s /bin/sh -c '"$@"' sh "$@"
+			fi
+		)
 	fi
 }
 
 dev_pg_running() {
 	local bin
-	[ -f "$DEV_PG_DATA/postmaster.pid" ] || return 1
+	[ -n "$DEV_PG_DATA" ] && [ -f "$DEV_PG_DATA/postmaster.pid" ] || return 1
 	bin=$(pg_bindir) || return 1
 	as_pg_user "$bin/pg_ctl" -D "$DEV_PG_DATA" status >/dev/null 2>&1
 }
@@ -206,17 +238,22 @@ start_dev_postgres() {
 		fi
 		user=$(pg_user)
 		mkdir -p "$DEV_PG_DIR"
-		if [ "$(id -u)" -eq 0 ]; then
-			chown "$user" "$DEV_PG_DIR"
+		if [ -z "$DEV_PG_HOME" ]; then
+			# As root, the first time: a directory of the server's user, outside the checkout.
+			DEV_PG_HOME=$(mktemp -d /var/tmp/gatehouse-dev-postgres.XXXXXX) ||
+				fail "could not make a directory for the .dev Postgres under /var/tmp"
+			chown "$user" "$DEV_PG_HOME"
+			printf '%s\n' "$DEV_PG_HOME" >"$DEV_PG_DIR/home"
+			DEV_PG_DATA=$DEV_PG_HOME/data
 		fi
 		if [ ! -f "$DEV_PG_DATA/PG_VERSION" ]; then
-			log "initialising a project-local Postgres in .dev/postgres (as $user, $bin)"
+			log "initialising a project-local Postgres in $(dev_pg_show "$DEV_PG_HOME") (as $user, $bin)"
 			rm -rf "$DEV_PG_DATA"
-			as_pg_user test -w "$DEV_PG_DIR" ||
-				fail "user $user cannot write to $DEV_PG_DIR (is a parent directory private?); use DATABASE_URL instead"
+			as_pg_user test -w "$DEV_PG_HOME" ||
+				fail "user $user cannot write to $DEV_PG_HOME (is a parent directory private?); use DATABASE_URL instead"
 			as_pg_user "$bin/initdb" -D "$DEV_PG_DATA" -U postgres -A trust -E UTF8 --locale=C \
-				>"$DEV_PG_DIR/initdb.log" 2>&1 ||
-				fail "initdb failed; see .dev/postgres/initdb.log"
+				>"$DEV_PG_HOME/initdb.log" 2>&1 ||
+				fail "initdb failed; see $(dev_pg_show "$DEV_PG_HOME/initdb.log")"
 			cat >>"$DEV_PG_DATA/postgresql.conf" <<'EOF'
 
 # gatehouse dev (deploy/local/services.sh): loopback TCP only, no socket files
@@ -224,10 +261,10 @@ listen_addresses = '127.0.0.1'
 unix_socket_directories = ''
 EOF
 		fi
-		log "starting the .dev Postgres on 127.0.0.1:$DEV_PG_PORT (log: .dev/postgres/postgres.log)"
-		as_pg_user "$bin/pg_ctl" -D "$DEV_PG_DATA" -l "$DEV_PG_DIR/postgres.log" -w -t 60 \
+		log "starting the .dev Postgres on 127.0.0.1:$DEV_PG_PORT (log: $(dev_pg_show "$DEV_PG_HOME/postgres.log"))"
+		as_pg_user "$bin/pg_ctl" -D "$DEV_PG_DATA" -l "$DEV_PG_HOME/postgres.log" -w -t 60 \
 			-o "-p $DEV_PG_PORT" start >/dev/null ||
-			fail "the .dev Postgres did not start; see .dev/postgres/postgres.log"
+			fail "the .dev Postgres did not start; see $(dev_pg_show "$DEV_PG_HOME/postgres.log")"
 		# shellcheck disable=SC2034 # read by run.sh
 		STARTED_PG=1
 	fi
@@ -242,7 +279,7 @@ stop_dev_postgres() {
 	bin=$(pg_bindir) || return 0
 	log "stopping the .dev Postgres"
 	as_pg_user "$bin/pg_ctl" -D "$DEV_PG_DATA" -m fast -w -t 30 stop >/dev/null 2>&1 ||
-		log "WARNING: pg_ctl stop failed; see .dev/postgres/postgres.log"
+		log "WARNING: pg_ctl stop failed; see $(dev_pg_show "$DEV_PG_HOME/postgres.log")"
 }
 
 # ensure_postgres: set DATABASE_URL to a Postgres that answers.

@@ -9,8 +9,9 @@
 # 2. PostgreSQL: TEST_DATABASE_URL when set (it must answer), else the server on
 #    127.0.0.1:5432 when user postgres gets in without a password, else the
 #    project-local server of `make run` in .dev/postgres (port 54329), started
-#    with the installed PostgreSQL binaries. Tests create and drop their own
-#    databases there.
+#    with the installed PostgreSQL binaries (as root: as user postgres, its
+#    cluster outside the checkout; see services.sh). Tests create and drop
+#    their own databases there.
 # 3. Redis: TEST_REDIS_URL when set (it must answer), else 127.0.0.1:6379, else
 #    the project-local redis-server of `make run` in .dev/redis (port 63799).
 #    Tests use DB indexes 1-15 and flush them.

@@ -187,13 +187,57 @@ pinned_installed() {
 # verifiers_installed: node_modules of the signature verifiers matches package.json.
 verifiers_installed() { pinned_installed "$VERIFY_DIR"; }
 
+# npm_ci DIR: npm ci of DIR's lock file, in a private folder beside
+# node_modules that is then renamed into place, so that two runs at once in
+# the same checkout (make test beside a targeted testenv.sh run) neither
+# fail on each other's files nor see a half-installed node_modules. The
+# first run needs the npm registry; --prefer-offline takes the packages
+# from npm's cache when they are there (the lock file pins their digests).
+npm_ci() {
+	local dir=$1 tmp
+	tmp=$(mktemp -d "$dir/.install-XXXXXX")
+	cp "$dir/package.json" "$dir/package-lock.json" "$tmp/"
+	if ! (cd "$tmp" && npm ci --no-audit --no-fund --ignore-scripts --prefer-offline) >"$tmp.log" 2>&1; then
+		cat "$tmp.log" >&2
+		rm -rf "$tmp" "$tmp.log"
+		fail "npm ci in ${dir#"$ROOT"/} failed (output above)"
+	fi
+	rm -f "$tmp.log"
+	# Another run may have put its copy in place meanwhile: keep that one.
+	if ! pinned_installed "$dir"; then
+		rm -rf "$dir/node_modules"
+		mv -T "$tmp/node_modules" "$dir/node_modules" 2>/dev/null || pinned_installed "$dir" ||
+			fail "could not move node_modules into ${dir#"$ROOT"/}"
+	fi
+	rm -rf "$tmp"
+}
+
 # verifiers_install: npm ci of the webhook signature verifiers, from their lock file.
 verifiers_install() {
 	need_npm
 	verifiers_installed && return 0
 	log "installing the webhook signature verifiers (npm ci in internal/webhooks/testdata/verify)"
-	(cd "$VERIFY_DIR" && npm ci --no-audit --no-fund --ignore-scripts) >/dev/null ||
-		fail "npm ci in $VERIFY_DIR failed"
+	npm_ci "$VERIFY_DIR"
+}
+
+# apt_install PACKAGE FILE: apt-get install PACKAGE, which installs FILE,
+# as root or through sudo -n. Runs of this script on one machine (several
+# checkouts at once) take turns, and one that waited installs nothing when
+# FILE is there by then; apt-get itself waits for dpkg's lock when another
+# program holds it.
+apt_install() {
+	local pkg=$1 check=$2 sudo=()
+	[ "$(id -u)" -eq 0 ] || sudo=(sudo -n)
+	mkdir -p "$TOOLS_DIR"
+	(
+		if command -v flock >/dev/null 2>&1; then
+			flock 9
+		fi
+		[ -x "$check" ] && exit 0
+		"${sudo[@]}" apt-get update -qq &&
+			DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends \
+				-o DPkg::Lock::Timeout=300 "$pkg" </dev/null
+	) 9>"$TOOLS_DIR/.apt.lock" >/dev/null
 }
 
 # browser_install: Debian's chromium (when missing, with apt-get, as root or
@@ -201,18 +245,15 @@ verifiers_install() {
 browser_install() {
 	need_npm
 	if [ ! -x "$CHROMIUM" ]; then
-		local sudo=()
-		[ "$(id -u)" -eq 0 ] || sudo=(sudo -n)
 		command -v apt-get >/dev/null 2>&1 ||
 			fail "the browser journeys need Debian's chromium at $CHROMIUM (or set CHROMIUM to a Chromium binary)"
 		log "installing chromium (apt-get; the browser journeys drive it, no browser is downloaded)"
-		{ "${sudo[@]}" apt-get update -qq && DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends chromium </dev/null; } >/dev/null ||
+		apt_install chromium "$CHROMIUM" ||
 			fail "apt-get install chromium failed: install it, or set CHROMIUM to a Chromium binary"
 	fi
 	pinned_installed "$BROWSER_DIR" && return 0
 	log "installing playwright-core (npm ci in internal/e2e/browser)"
-	(cd "$BROWSER_DIR" && npm ci --no-audit --no-fund --ignore-scripts) >/dev/null ||
-		fail "npm ci in $BROWSER_DIR failed"
+	npm_ci "$BROWSER_DIR"
 }
 
 # pgbouncer_install: Debian's pgbouncer (when missing, with apt-get, as root
@@ -220,12 +261,10 @@ browser_install() {
 # mode, in front of PostgreSQL (GATEHOUSE_E2E_PGBOUNCER=0 skips it).
 pgbouncer_install() {
 	[ -x "$PGBOUNCER" ] && return 0
-	local sudo=()
-	[ "$(id -u)" -eq 0 ] || sudo=(sudo -n)
 	command -v apt-get >/dev/null 2>&1 ||
 		fail "the end-to-end tests need pgbouncer at $PGBOUNCER (or set PGBOUNCER to its path, or GATEHOUSE_E2E_PGBOUNCER=0)"
 	log "installing pgbouncer (apt-get; the end-to-end tests run PostgreSQL behind it)"
-	{ "${sudo[@]}" apt-get update -qq && DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends pgbouncer </dev/null; } >/dev/null ||
+	apt_install pgbouncer "$PGBOUNCER" ||
 		fail "apt-get install pgbouncer failed: install it, or set PGBOUNCER to its path"
 }
 
@@ -244,8 +283,7 @@ sdk_ts_install() {
 	need_npm
 	pinned_installed "$SDK_TS_DIR" && return 0
 	log "installing openapi-typescript, openapi-fetch and typescript (npm ci in examples/typescript)"
-	(cd "$SDK_TS_DIR" && npm ci --no-audit --no-fund --ignore-scripts) >/dev/null ||
-		fail "npm ci in $SDK_TS_DIR failed"
+	npm_ci "$SDK_TS_DIR"
 }
 
 link() {

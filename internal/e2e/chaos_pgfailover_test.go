@@ -88,16 +88,7 @@ func startStandby(t *testing.T, primary *pgServer) *pgServer {
 // copyStandby is startStandby without waiting for the primary to stream.
 func copyStandby(t *testing.T, primary *pgServer) *pgServer {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "gatehouse-pg-standby-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	if primary.cred != nil {
-		if err := os.Chown(dir, int(primary.cred.Uid), int(primary.cred.Gid)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	dir := serviceDir(t, primary.cred, "gatehouse-pg-standby-")
 	s := &pgServer{bin: primary.bin, dir: filepath.Join(dir, "data"), port: testenv.FreePort(t), cred: primary.cred,
 		out: new(harness.Output), settings: pgStandbySettings}
 	if out, err := s.tool("pg_basebackup", "-D", s.dir, "-h", "127.0.0.1",

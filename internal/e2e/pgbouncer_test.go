@@ -7,9 +7,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
-	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -34,7 +32,8 @@ func pgbouncerWanted() bool { return os.Getenv("GATEHOUSE_E2E_PGBOUNCER") != "0"
 // Without it the stack connects directly, or the test fails under
 // GATEHOUSE_REQUIRE_SERVICES=1. The path is the installed file, not the
 // link in the checkout's bin/tools: as root PgBouncer runs as postgres,
-// who may not enter the checkout (a clone under a 0700 directory).
+// who may not enter the checkout (a clone under a 0700 directory; see
+// runas_test.go).
 func pgbouncerPath(t *testing.T) string {
 	t.Helper()
 	if p, err := exec.LookPath("pgbouncer"); err == nil {
@@ -90,11 +89,14 @@ func startPgBouncer(t *testing.T, path string, db testenv.DB) string {
 		t.Fatalf("set the database's lock_timeout: %v", err)
 	}
 
-	dir, err := os.MkdirTemp("", "gatehouse-pgbouncer-")
+	cred, err := serviceUser()
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	if err := reachable(path, cred, 0o1); err != nil {
+		t.Fatalf("pgbouncer cannot be run as %s: %v (install it where every user may run it, as Debian's package does)", credName(cred), err)
+	}
+	dir := serviceDir(t, cred, "gatehouse-pgbouncer-")
 	b := &pgBouncer{port: testenv.FreePort(t), out: new(harness.Output)}
 	ini := fmt.Sprintf(`[databases]
 * = host=%s port=%s
@@ -124,22 +126,15 @@ log_disconnections = 0
 			t.Fatal(err)
 		}
 	}
+	if err := chownTree(dir, cred); err != nil {
+		t.Fatal(err)
+	}
 	cmd := exec.Command(path, filepath.Join(dir, "pgbouncer.ini"))
+	cmd.Dir = dir
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
 	// PgBouncer refuses to run as root: as root it runs as postgres.
-	if os.Geteuid() == 0 {
-		u, err := user.Lookup("postgres")
-		if err != nil {
-			t.Fatalf("running as root and no postgres user to run pgbouncer as: %v", err)
-		}
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
-		for _, p := range []string{dir, filepath.Join(dir, "pgbouncer.ini"), filepath.Join(dir, "users.txt")} {
-			if err := os.Chown(p, uid, gid); err != nil {
-				t.Fatal(err)
-			}
-		}
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
+	if cred != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 	}
 	proc, err := harness.Start("pgbouncer", cmd, b.out)
 	if err != nil {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -74,32 +73,24 @@ func postgresBinDir() (string, error) {
 // startPostgres initialises a cluster in a temporary directory and starts it
 // on a free loopback port, with settings (name=value) over the defaults of
 // start. initdb refuses to run as root, so as root the cluster belongs to
-// the postgres user. The server is killed and its directory removed when
-// the test ends.
+// the postgres user, in a directory of its own outside the checkout
+// (serviceDir). The server is killed and its directory removed when the
+// test ends.
 func startPostgres(t *testing.T, settings ...string) *pgServer {
 	t.Helper()
 	bin, err := postgresBinDir()
 	if err != nil {
 		testenv.Missing(t, "project-local PostgreSQL: %v", err)
 	}
-	dir, err := os.MkdirTemp("", "gatehouse-pg-")
+	cred, err := serviceUser()
 	if err != nil {
-		t.Fatal(err)
+		testenv.Missing(t, "project-local PostgreSQL: %v", err)
 	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	p := &pgServer{bin: bin, dir: filepath.Join(dir, "data"), port: testenv.FreePort(t), out: new(harness.Output), settings: settings}
-	if os.Geteuid() == 0 {
-		u, err := user.Lookup("postgres")
-		if err != nil {
-			testenv.Missing(t, "project-local PostgreSQL: running as root and no postgres user to own the cluster: %v", err)
-		}
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
-		p.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
-		if err := os.Chown(dir, uid, gid); err != nil {
-			t.Fatal(err)
-		}
+	if err := reachable(filepath.Join(bin, "postgres"), cred, 0o1); err != nil {
+		testenv.Missing(t, "project-local PostgreSQL: postgres cannot be run as %s: %v", credName(cred), err)
 	}
+	dir := serviceDir(t, cred, "gatehouse-pg-")
+	p := &pgServer{bin: bin, dir: filepath.Join(dir, "data"), port: testenv.FreePort(t), cred: cred, out: new(harness.Output), settings: settings}
 	if out, err := p.tool("initdb", "-D", p.dir, "-U", "postgres", "-A", "trust", "--no-sync", "-E", "UTF8", "--locale", "C"); err != nil {
 		testenv.Missing(t, "project-local PostgreSQL: initdb: %v\n%s", err, out)
 	}
@@ -109,9 +100,11 @@ func startPostgres(t *testing.T, settings ...string) *pgServer {
 }
 
 // tool runs one of the server's programs (initdb, pg_basebackup, pg_ctl) as
-// the cluster's owner and returns its output.
+// the cluster's owner, in the cluster's directory (the programs complain
+// when they cannot enter the one they start in), and returns its output.
 func (p *pgServer) tool(name string, args ...string) ([]byte, error) {
 	cmd := exec.Command(filepath.Join(p.bin, name), args...)
+	cmd.Dir = filepath.Dir(p.dir)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: p.cred}
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
 	return cmd.CombinedOutput()
@@ -145,6 +138,7 @@ func (p *pgServer) start(t *testing.T) time.Time {
 		args = append(args, "-c", s)
 	}
 	cmd := exec.Command(filepath.Join(p.bin, "postgres"), args...)
+	cmd.Dir = filepath.Dir(p.dir)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: p.cred}
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
 	proc, err := harness.Start("postgres", cmd, p.out)

@@ -554,13 +554,16 @@ func sigNodeVerifier(t *testing.T) string {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "npm", "ci", "--no-audit", "--no-fund", "--ignore-scripts")
+	cmd := exec.CommandContext(ctx, "npm", "ci", "--no-audit", "--no-fund", "--ignore-scripts", "--prefer-offline")
 	cmd.Dir = tmp
 	if out, err := cmd.CombinedOutput(); err != nil {
 		unavailable("npm ci in %s: %v\n%s", tmp, err, out)
 	}
 	if !installed(tmp) {
 		t.Fatalf("npm ci did not install %v", pinned)
+	}
+	if installed(dir) {
+		return dir // another run put its copy in place meanwhile, maybe in use
 	}
 	if err := os.RemoveAll(filepath.Join(dir, "node_modules")); err != nil {
 		t.Fatal(err)
