@@ -264,6 +264,7 @@ func (h *harness) snapshot(t *testing.T) map[string]string {
 // 5xx, and stores nothing. The routes come from the app itself, so a new
 // route that may take a body fails here until it has a row below.
 func TestAbusiveBodies(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, func(env map[string]string) {
 		paymentsEnv(env)
 		env["RATE_LIMIT_LOGIN"] = "100000/1m"

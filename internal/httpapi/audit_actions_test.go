@@ -9,6 +9,7 @@ import (
 // the same one on the API and the dashboard for the same change, and no
 // action names a route that is not in the table.
 func TestEveryWriteRouteHasAnAction(t *testing.T) {
+	t.Parallel()
 	for key := range needs {
 		method, _, _ := strings.Cut(key, " ")
 		if method == "GET" {
@@ -39,6 +40,7 @@ func TestEveryWriteRouteHasAnAction(t *testing.T) {
 }
 
 func TestClipKeepsWholeCharacters(t *testing.T) {
+	t.Parallel()
 	if got := clip(strings.Repeat("é", 300), 511); len(got) != 510 || !strings.HasSuffix(got, "é") {
 		t.Errorf("clip: %d bytes", len(got))
 	}

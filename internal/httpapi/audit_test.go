@@ -24,6 +24,7 @@ func (h *harness) auditLog(t *testing.T, token, q string) []map[string]any {
 }
 
 func TestAuditLogRecordsEveryChange(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, paymentsEnv)
 	a := h.account("audit@example.com")
 	w := h.worker(t, &providertest.Fake{})

@@ -16,7 +16,6 @@ import (
 
 	"github.com/gatehouse-pay/gatehouse/internal/apikeys"
 	"github.com/gatehouse-pay/gatehouse/internal/cache"
-	"github.com/gatehouse-pay/gatehouse/internal/testenv"
 )
 
 // countingKeys counts the key lookups that reach Postgres.
@@ -71,6 +70,7 @@ func checkLimited(t *testing.T, r response, limit int) {
 // before any lookup; Postgres sees at most the limit of lookups (plus one) and Redis
 // no new key per request. Valid keys from other addresses are untouched.
 func TestUnknownKeysAreLimitedPerAddress(t *testing.T) {
+	t.Parallel()
 	const limit = 20
 	keys := &countingKeys{}
 	h := newHarnessWith(t, harnessOptions{
@@ -111,6 +111,7 @@ func TestUnknownKeysAreLimitedPerAddress(t *testing.T) {
 // TestBadSessionTokensAreLimitedPerAddress: the same for bad and forged
 // session tokens on a session route.
 func TestBadSessionTokensAreLimitedPerAddress(t *testing.T) {
+	t.Parallel()
 	const limit = 20
 	h := newHarness(t, func(env map[string]string) { env["RATE_LIMIT_DEFAULT"] = strconv.Itoa(limit) + "/1m" })
 	a := h.account("ada@example.com")
@@ -154,7 +155,7 @@ func readOnlyRedis(t *testing.T, admin *harness) (string, func(writable bool)) {
 	}
 	set(false)
 	t.Cleanup(func() { admin.rdb.Do(context.Background(), "ACL", "DELUSER", user) })
-	u, err := url.Parse(testenv.RedisURLFor(testenv.RedisDBHTTPAPI))
+	u, err := url.Parse(admin.redisURL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,6 +181,7 @@ func readOnlyRedis(t *testing.T, admin *harness) (string, func(writable bool)) {
 // when the revoke is answered as done; when it is answered 503, a retry after
 // the cache recovers makes them refused everywhere.
 func TestRevocationFailsClosed(t *testing.T) {
+	t.Parallel()
 	healthy := newHarness(t, nil)
 	roURL, writable := readOnlyRedis(t, healthy)
 	broken := newHarnessWith(t, harnessOptions{replicaOf: healthy, redisURL: roURL})
@@ -244,6 +246,7 @@ func TestRevocationFailsClosed(t *testing.T) {
 // in from an address that signed in before, whatever the attackers keep
 // doing.
 func TestLoginAccountBudget(t *testing.T) {
+	t.Parallel()
 	const budget = 5
 	h := newHarness(t, func(env map[string]string) {
 		env["RATE_LIMIT_LOGIN_ACCOUNT"] = strconv.Itoa(budget) + "/1m"
@@ -294,6 +297,7 @@ func TestLoginAccountBudget(t *testing.T) {
 // TestLoginAccountBudgetFrees: once the attack stops, the owner signs in
 // from a new address after Retry-After.
 func TestLoginAccountBudgetFrees(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, func(env map[string]string) { env["RATE_LIMIT_LOGIN_ACCOUNT"] = "2/5s" })
 	const password = "correct horse battery"
 	h.merchant("ada@example.com", password)

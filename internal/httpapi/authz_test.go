@@ -609,6 +609,7 @@ func malformedIDs(real string) []string {
 // of A's ids; each route takes exactly the credentials its row says (and the
 // spec's security says); malformed and foreign-kind ids answer 404.
 func TestAuthzMatrix(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, authzEnv)
 	idRoutes := idRoutesOf(authzRoutes, func(r authzRoute) string { return r.idKind })
 	a, b := h.matrixMerchants(t, idRoutes)
@@ -1157,6 +1158,7 @@ func successSchema(op *openapi3.Operation) *openapi3.Schema {
 // api/openapi.yaml) is refused with 400 parameter_invalid naming the field,
 // and nothing in the database changes.
 func TestReadOnlyFields(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, authzEnv)
 	w := h.worker(t, &providertest.Fake{})
 	d := h.deliverer(t, &recordingSender{status: 500})
@@ -1268,6 +1270,7 @@ var bodyIgnored = map[string]bool{}
 // every route that takes a session, adds algorithms and claims it does not
 // try, and covers tokens of a merchant that no longer exists.
 func TestJWTAttacksEveryRoute(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, authzEnv)
 	a := h.account("ada@example.com")
 	now := time.Now()
@@ -1401,6 +1404,7 @@ func TestJWTAttacksEveryRoute(t *testing.T) {
 // median difference must stay under a tenth of the median login, or 5 ms,
 // whichever is more. A path that skips the hash differs by nearly all of it.
 func TestLoginTiming(t *testing.T) {
+	// Not parallel: it measures the process's CPU time, which other tests would add to.
 	h := newHarness(t, authzEnv)
 	h.merchant("ada@example.com", matrixPassword)
 	const rounds = 51

@@ -19,6 +19,7 @@ import (
 // with a plain host name or address: anything a header or a policy could
 // be built from is refused 400 naming return_url, and nothing is created.
 func TestChargeReturnURLRules(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, paymentsEnv)
 	a := h.account("ret@example.com")
 	auth := bearer(a.secret)
@@ -82,6 +83,7 @@ func TestChargeReturnURLRules(t *testing.T) {
 // every charge: no text of the charge's return_url (or of any request)
 // enters it, and the form's answer still redirects to the return_url.
 func TestChallengePagePolicyIsConstant(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, paymentsEnv)
 	keys, err := keyring.New(h.cfg.EncryptionKey)
 	if err != nil {

@@ -236,6 +236,7 @@ func (h *harness) eventsOf(t *testing.T, secret, typ string) []map[string]any {
 }
 
 func TestCreateChargeValidation(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, paymentsEnv)
 	a := h.account("ada@example.com")
 
@@ -348,6 +349,7 @@ func TestCreateChargeValidation(t *testing.T) {
 }
 
 func TestCreateCharge(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, paymentsEnv)
 	a := h.account("ada@example.com")
 	b := h.account("bob@example.com")
@@ -600,6 +602,7 @@ func (h *harness) scanRedis(t *testing.T, needles ...string) []string {
 // CVC are nowhere in the database, the queue or an answer; the sealed copy is
 // purged once the provider answered.
 func TestCardDataNeverStored(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, paymentsEnv)
 	a := h.account("ada@example.com")
 	w := h.worker(t, &providertest.Fake{})
@@ -678,6 +681,7 @@ func TestCardDataNeverStored(t *testing.T) {
 }
 
 func TestChargeIdempotency(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, paymentsEnv)
 	a := h.account("ada@example.com")
 	b := h.account("bob@example.com")
@@ -785,6 +789,7 @@ func TestChargeIdempotency(t *testing.T) {
 }
 
 func TestListCharges(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, paymentsEnv)
 	a := h.account("ada@example.com")
 	b := h.account("bob@example.com")
@@ -925,6 +930,7 @@ func shiftZone(t *testing.T, s string) string {
 }
 
 func TestListEvents(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, paymentsEnv)
 	a := h.account("ada@example.com")
 	b := h.account("bob@example.com")
@@ -995,6 +1001,7 @@ func TestListEvents(t *testing.T) {
 // TestChargeStateMachine drives capture and void through the API, with the
 // worker side run in-process.
 func TestChargeStateMachine(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, paymentsEnv)
 	a := h.account("ada@example.com")
 	fake := &providertest.Fake{AuthorizeFn: func(_ context.Context, r providers.AuthorizeRequest) (providers.Result, error) {
@@ -1186,6 +1193,7 @@ func TestChargeStateMachine(t *testing.T) {
 // TestCreateChargeFieldNamesAreExact: a field is known only under its exact
 // name; "AMOUNT" or "Currency" are unknown fields (api/openapi.yaml, docs/reliability.md B2).
 func TestCreateChargeFieldNamesAreExact(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, paymentsEnv)
 	a := h.account("ada@example.com")
 	cases := []struct{ name, body, param string }{
@@ -1210,6 +1218,7 @@ func TestCreateChargeFieldNamesAreExact(t *testing.T) {
 // TestEventsAreKeptThirtyDays: an event older than 30 days is gone from the
 // API even before the worker prunes it (api/openapi.yaml, GET /v1/events/{id}).
 func TestEventsAreKeptThirtyDays(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, paymentsEnv)
 	a := h.account("ada@example.com")
 	h.createCharge(t, a.secret, chargeJSON())
@@ -1233,6 +1242,7 @@ func TestEventsAreKeptThirtyDays(t *testing.T) {
 
 // TestConcurrentCaptureAndVoid: of captures and voids sent at once, one wins.
 func TestConcurrentCaptureAndVoid(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, paymentsEnv)
 	a := h.account("ada@example.com")
 	w := h.worker(t, &providertest.Fake{})
@@ -1259,6 +1269,7 @@ func TestConcurrentCaptureAndVoid(t *testing.T) {
 // TestCreateChargeNULBytes is docs/reliability.md B2: a NUL character (valid JSON,
 // but not storable in PostgreSQL text) is a 400 naming the field, never a 500.
 func TestCreateChargeNULBytes(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, paymentsEnv)
 	a := h.account("ada@example.com")
 	cases := []struct{ name, body, param string }{
@@ -1290,6 +1301,7 @@ func TestCreateChargeNULBytes(t *testing.T) {
 // TestIdempotencyKeysExpireAfter24Hours: keys are kept 24 h (api/openapi.yaml);
 // after that the same key starts a new request, even before the pruner ran.
 func TestIdempotencyKeysExpireAfter24Hours(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, paymentsEnv)
 	a := h.account("ada@example.com")
 	first := h.createCharge(t, a.secret, chargeJSON(set("amount", 100)), "Idempotency-Key", "daily")

@@ -24,6 +24,7 @@ func (h *harness) newConnector(t *testing.T, secret, body string, headers ...str
 // listed with the server-account ones, read, patched and deleted; the
 // credentials never come back; bad bodies answer 400 naming the field.
 func TestConnectors(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, paymentsEnv)
 	a := h.account("ada@example.com")
 	auth := bearer(a.secret)
@@ -161,6 +162,7 @@ func TestConnectors(t *testing.T) {
 // sets one; rules and splits checked against the merchant's connectors and
 // normalized; charges follow the routing, a named connector or provider.
 func TestRouting(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, paymentsEnv)
 	a := h.account("ada@example.com")
 	auth := bearer(a.secret)
@@ -266,6 +268,7 @@ func TestRouting(t *testing.T) {
 // patch, whatever else the body says: 403 live_mode_disabled with the
 // contract's message, and nothing is stored.
 func TestConnectorsRefuseLiveCredentials(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, paymentsEnv)
 	a := h.account("live@example.com")
 	auth := bearer(a.secret)
@@ -314,6 +317,7 @@ func TestConnectorsRefuseLiveCredentials(t *testing.T) {
 // and nothing is created. A merchant's own Stripe connector takes tokens
 // of its own account.
 func TestServerAccountTakesOnlyTestTokens(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, paymentsEnv)
 	a := h.account("tok@example.com")
 	auth := bearer(a.secret)

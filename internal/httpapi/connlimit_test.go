@@ -159,6 +159,7 @@ func mustBeRefused(t *testing.T, spec *testenv.Spec, name string, c net.Conn, r 
 // closed, without reaching the server; so is one that sends nothing. Once a served connection closes, a new
 // one is served again. The metrics count the open and the refused.
 func TestLimitListener(t *testing.T) {
+	t.Parallel()
 	s := newCapServer(t, 2)
 	c1, r1 := s.dial(t)
 	mustBeServed(t, "connection 1", r1)
@@ -193,6 +194,7 @@ func TestLimitListener(t *testing.T) {
 // connections served before the burst stay served, and after they close,
 // as many new ones are served as the cap allows.
 func TestLimitListenerBurst(t *testing.T) {
+	t.Parallel()
 	const limit, burst = 3, 40
 	spec := testenv.LoadSpec(t)
 	s := newCapServer(t, limit)

@@ -43,6 +43,7 @@ func (h *harness) newCardToken(t *testing.T, secret, number string) string {
 // sets, clears (null) and keeps fields; deletion; bad input answers 400
 // naming the field.
 func TestCustomers(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, paymentsEnv)
 	a := h.account("ada@example.com")
 
@@ -151,6 +152,7 @@ func TestCustomers(t *testing.T) {
 // answers 400 card.token), or from a raw card, checked as a charge's card.
 // Answers and stored records hold only the card's summary.
 func TestPaymentMethods(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, paymentsEnv)
 	a := h.account("ada@example.com")
 	b := h.account("bob@example.com")
@@ -260,6 +262,7 @@ func TestPaymentMethods(t *testing.T) {
 // Another merchant's customers and saved cards are unknown to B: 404 on
 // every route, even under B's own customer, and never in B's lists.
 func TestCustomersOfAnotherMerchant(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, paymentsEnv)
 	a := h.account("ada@example.com")
 	b := h.account("bob@example.com")
@@ -313,6 +316,7 @@ func TestCustomersOfAnotherMerchant(t *testing.T) {
 // Deleting a payment method, or its customer, deletes the rows: nothing of
 // the sealed cards is left in a dump of the database.
 func TestPaymentMethodDeletionLeavesNoCard(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, paymentsEnv)
 	a := h.account("ada@example.com")
 	cus := h.newCustomer(t, a.secret, "").body["id"].(string)

@@ -61,6 +61,7 @@ func (h *harness) routingConfig(t *testing.T, merchantID string) string {
 var createdConnector = regexp.MustCompile(`^/dashboard/connectors/(conn_[0-9a-v]{26})\?notice=(conn_created|already_done)$`)
 
 func TestDashboardConnectors(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, paymentsEnv)
 	merchant := h.merchant("kim@example.com", matrixPassword)
 	h.merchant("lee@example.com", matrixPassword)
@@ -345,6 +346,7 @@ func TestDashboardConnectors(t *testing.T) {
 // those that ended, the median and 99th percentile of their durations, and
 // the failure codes; older charges and other connectors do not count.
 func TestDashboardConnectorStats(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, paymentsEnv)
 	merchant := h.merchant("max@example.com", matrixPassword)
 	d := h.dashClientSignedIn(t, "max@example.com")

@@ -35,6 +35,7 @@ func rowsOf(body, attr string) []string {
 // 404, and the delete forms: refused without the CSRF token, and with it
 // deleting the rows (the customer's charges stay).
 func TestDashboardCustomers(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, paymentsEnv)
 	w := h.worker(t, &providertest.Fake{})
 	a := h.account("gil@example.com")
@@ -184,6 +185,7 @@ func TestDashboardCustomers(t *testing.T) {
 // shows the pending authentication and the void form, and the void goes
 // through; charge.requires_action is an event type of the events page.
 func TestDashboardRequiresAction(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, paymentsEnv)
 	w := h.worker(t, &providertest.Fake{AuthorizeFn: func(_ context.Context, r providers.AuthorizeRequest) (providers.Result, error) {
 		return providers.Result{Reference: "fake_" + r.IdempotencyKey, Action: &providers.Action{RedirectURL: "https://issuer.example/challenge"}}, nil

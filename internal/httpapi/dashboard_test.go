@@ -253,6 +253,7 @@ var requestIDText = regexp.MustCompile(`Request id [0-9a-f-]+`)
 // B's lists show none of A's objects; a form without the session's CSRF
 // token, or from another site, is refused 403 and changes nothing.
 func TestDashboardAuthz(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, authzEnv)
 	a, b := h.matrixMerchants(t, idRoutesOf(dashRoutes, func(r dashRoute) string { return r.idKind }))
 	routes := dashboardServed(h)
@@ -523,6 +524,7 @@ func checkDashboardHeaders(t *testing.T, what string, r dashPage) {
 // proxy), the sign-in limits shared with the API, and a wrong password shown
 // on the form.
 func TestDashboardSession(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, func(env map[string]string) {
 		env["RATE_LIMIT_LOGIN"] = "5/1m"
 		env["TRUSTED_PROXIES"] = "127.0.0.0/8"
@@ -570,6 +572,7 @@ func TestDashboardSession(t *testing.T) {
 // through every one of them, forwards and back, with and without filters,
 // each page a bounded query.
 func TestDashboardAtScale(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, paymentsEnv)
 	a := h.account("dee@example.com")
 	seed := h.createCharge(t, a.secret, chargeJSON()).body["id"].(string)
@@ -676,6 +679,7 @@ func TestDashboardAtScale(t *testing.T) {
 // TestDashboardHostileForms: spoiled forms on every dashboard action are
 // refused with a 4xx page that says what was wrong, and change nothing.
 func TestDashboardHostileForms(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, authzEnv)
 	w := h.worker(t, &providertest.Fake{})
 	d := h.deliverer(t, &recordingSender{status: 500})
@@ -748,6 +752,7 @@ func TestDashboardHostileForms(t *testing.T) {
 // TestDashboardChargePage: a charge's page lists its own events, its refunds'
 // events included, and no other charge's; the lookup can use its index.
 func TestDashboardChargePage(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, paymentsEnv)
 	w := h.worker(t, &providertest.Fake{})
 	a := h.account("flo@example.com")

@@ -10,6 +10,7 @@ import (
 // script or style anywhere, nothing loaded or called but this origin, and
 // framing allowed (the field lives in the merchant's page).
 func TestCardFieldIsServedStrict(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	for path, wantType := range map[string]string{
 		"/js/v1/gatehouse.js":   "text/javascript; charset=utf-8",

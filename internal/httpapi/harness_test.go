@@ -4,10 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -41,13 +45,33 @@ import (
 
 const testJWTSecret = "0123456789abcdef0123456789abcdef-test"
 
-// harness is one API instance on a fresh database and a flushed Redis DB.
+// testParallel is how many tests run at once when go test is not given
+// -parallel: four per core, at least 8. Every test has its own database and
+// Redis server, and spends most of its time waiting: on rate-limit windows,
+// retries and timeouts, not on the CPU.
+func testParallel() int { return max(8, 4*runtime.GOMAXPROCS(0)) }
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if !given {
+		if err := flag.Set("test.parallel", strconv.Itoa(testParallel())); err != nil {
+			panic(err)
+		}
+	}
+	os.Exit(m.Run())
+}
+
+// harness is one API instance on a fresh database and a Redis server of its
+// own (testenv.PrivateRedis), so that tests run in parallel.
 type harness struct {
 	t         *testing.T
 	app       *fiber.App
 	hub       *events.Hub
 	base      string
 	db        testenv.DB
+	redisURL  string // the harness's own Redis (a replica's: the first one's)
 	rdb       redis.UniversalClient
 	spec      *testenv.Spec
 	merchants *merchants.Service
@@ -82,9 +106,9 @@ func newHarness(t *testing.T, mutateEnv func(map[string]string)) *harness {
 type harnessOptions struct {
 	env func(map[string]string)
 	// replicaOf, when set, makes this harness a second replica of that one:
-	// the same database and Redis DB, not flushed.
+	// the same database and Redis.
 	replicaOf *harness
-	// redisURL is the Redis the API talks to; the harness's own DB when "".
+	// redisURL is the Redis the API talks to; the harness's own when "".
 	redisURL string
 	// keyStore, when set, wraps the store the key service uses.
 	keyStore func(apikeys.Store) apikeys.Store
@@ -94,15 +118,15 @@ func newHarnessWith(t *testing.T, o harnessOptions) *harness {
 	t.Helper()
 	cfg := testConfig(t, o.env)
 	var db testenv.DB
+	var own string
 	if o.replicaOf != nil {
-		db = o.replicaOf.db
+		db, own = o.replicaOf.db, o.replicaOf.redisURL
 	} else {
-		db = testenv.NewDB(t)
-		testenv.NewRedis(t, testenv.RedisDBHTTPAPI) // flushes the DB index
+		db, own = testenv.NewDB(t), testenv.PrivateRedis(t)
 	}
 	url := o.redisURL
 	if url == "" {
-		url = testenv.RedisURLFor(testenv.RedisDBHTTPAPI)
+		url = own
 	}
 	// go-redis' default timeouts rather than the API's 500 ms: on a loaded
 	// test machine a slow answer would switch the limiter to its local
@@ -175,7 +199,7 @@ func newHarnessWith(t *testing.T, o harnessOptions) *harness {
 	go func() { _ = app.Listener(ln) }()
 	t.Cleanup(func() { _ = app.ShutdownWithTimeout(5 * time.Second) })
 	t.Cleanup(func() { stopHub(); hub.Close() }) // first: open streams end before the server stops
-	return &harness{t: t, app: app, hub: hub, base: "http://" + ln.Addr().String(), db: db, rdb: rdb, spec: testenv.LoadSpec(t), merchants: ms, cfg: cfg}
+	return &harness{t: t, app: app, hub: hub, base: "http://" + ln.Addr().String(), db: db, redisURL: own, rdb: rdb, spec: testenv.LoadSpec(t), merchants: ms, cfg: cfg}
 }
 
 var client = &http.Client{Timeout: 15 * time.Second}

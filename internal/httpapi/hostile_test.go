@@ -46,6 +46,7 @@ func (h *harness) sendReq(t *testing.T, req *http.Request) response {
 // is never decompressed; identity still works. Each encoding list is sent as
 // the header lines given.
 func TestEncodedBodiesRefused(t *testing.T) {
+	// Not parallel: it measures the process's allocations, which other tests would add to.
 	h := newHarness(t, paymentsEnv)
 	a := h.account("encoded@example.com")
 	login := []byte(`{"email":"encoded@example.com","password":"correct horse battery"}`)
@@ -126,6 +127,7 @@ func TestEncodedBodiesRefused(t *testing.T) {
 // Ctx.Body decodes Content-Encoding (gzip, deflate, br, nested) with no size
 // limit, so a call to it anywhere would reopen the gzip bomb.
 func TestNoDecodingBodyReads(t *testing.T) {
+	t.Parallel()
 	files, err := filepath.Glob("*.go")
 	if err != nil {
 		t.Fatal(err)
@@ -153,6 +155,7 @@ func TestNoDecodingBodyReads(t *testing.T) {
 // sends its own X-Forwarded-For line, to which the proxy appends another line
 // with the real address, must not choose the address the login limit counts.
 func TestForwardedForLines(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, func(env map[string]string) {
 		env["TRUSTED_PROXIES"] = "127.0.0.1/32,10.0.0.0/8"
 		env["RATE_LIMIT_LOGIN"] = "3/1m"
@@ -195,6 +198,7 @@ func equalInts(a, b []int) bool {
 // that takes one answers 403 live_mode_disabled with the exact message, for
 // routes that take an environment and routes that do not.
 func TestLiveModeInEveryBody(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, paymentsEnv)
 	a := h.account("live@example.com")
 	ids := map[string]string{
@@ -289,6 +293,7 @@ func closedWithin(conn net.Conn, bound time.Duration) bool {
 // connection is closed. The bound is generous (a loaded machine): what is
 // asserted is that the connection is closed, not when.
 func TestSlowSendersAndIdleConnections(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, func(env map[string]string) {
 		env["HTTP_READ_TIMEOUT"] = "1s"
 		env["HTTP_IDLE_TIMEOUT"] = "1s"

@@ -57,6 +57,7 @@ func (h *harness) noClearSecrets(t *testing.T) {
 }
 
 func TestEndpointCreationIsIdempotent(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, paymentsEnv)
 	a := h.account("idem-endpoint@example.com")
 	body := endpointBody("https://hooks.example.com/idem", "charge.captured")
@@ -123,6 +124,7 @@ func TestEndpointCreationIsIdempotent(t *testing.T) {
 }
 
 func TestAPIKeyCreationIsIdempotent(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, paymentsEnv)
 	a := h.account("idem-key@example.com")
 	session := bearer(a.token)

@@ -16,6 +16,7 @@ import (
 // docs/keys.md: restricted keys, rolling and checksums through the API.
 
 func TestRestrictedKeys(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	a := h.account("ada@example.com")
 
@@ -91,6 +92,7 @@ func TestRestrictedKeys(t *testing.T) {
 }
 
 func TestRollKeys(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	a := h.account("ada@example.com")
 	b := h.account("bob@example.com")
@@ -154,6 +156,7 @@ func TestRollKeys(t *testing.T) {
 }
 
 func TestKeyChecksums(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	a := h.account("ada@example.com")
 	last := a.secret[len(a.secret)-1]
@@ -200,6 +203,7 @@ func keyBody(name string, perms authz.Permissions) string {
 // with or without an Idempotency-Key. Rolling obeys the same rule. Every
 // key answer shows created_by: the member who made or rolled the key.
 func TestKeysWithinTheirMakersRole(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, authzEnv)
 	a := h.account("boss@example.com")
 	ownerID := members.OwnerID(a.merchantID)
@@ -312,6 +316,7 @@ func TestKeysWithinTheirMakersRole(t *testing.T) {
 // and is refused every change; a key with connectors write is refused at
 // creation, in the API and in the dashboard.
 func TestDeveloperNeverReachesConnectors(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, authzEnv)
 	a := h.account("boss@example.com")
 	_, dev := h.teamMember(t, a.token, "dev@example.com", authz.Developer)
@@ -399,6 +404,7 @@ func TestDeveloperNeverReachesConnectors(t *testing.T) {
 // all, and the dashboard shows them for review after a removal and marks
 // them on the keys page.
 func TestRemovedMembersKeysAreListedForReview(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, authzEnv)
 	a := h.account("boss@example.com")
 	devID, dev := h.teamMember(t, a.token, "dev@example.com", authz.Developer)
@@ -468,6 +474,7 @@ func TestRemovedMembersKeysAreListedForReview(t *testing.T) {
 // is refused 403 permission_denied before the method is looked at (an
 // unknown method gets the same answer) and nothing is created.
 func TestSavedCardNeedsCustomersRead(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, paymentsEnv)
 	a := h.account("ada@example.com")
 	cus := h.newCustomer(t, a.secret, `{"email":"jenny@example.com"}`).body["id"].(string)

@@ -14,6 +14,7 @@ import (
 // the dashboard's list pages) may be read from the standby; one rendered
 // in the answer to a form (POST) sees the write just made: the primary.
 func TestListsMayLagOnlyOnGet(t *testing.T) {
+	t.Parallel()
 	for method, want := range map[string]bool{fiber.MethodGet: true, fiber.MethodPost: false} {
 		withCtx(func(r *fasthttp.Request) {
 			r.Header.SetMethod(method)

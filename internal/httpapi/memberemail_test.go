@@ -18,6 +18,7 @@ import (
 // and answers as a wrong password when the address is no member there.
 // Removing one membership leaves the other.
 func TestMemberEmailsPerMerchant(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, authzEnv)
 	a := h.account("a-owner@example.com")
 	const bPassword = "b owner password"

@@ -22,6 +22,7 @@ func setupToken(t *testing.T, r response) string {
 // next request; removing the member ends its sessions; only an owner
 // changes owners, and the last owner stays.
 func TestMembers(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, authzEnv)
 	owner := h.account("boss@example.com")
 

@@ -73,6 +73,7 @@ func challengeOf(t *testing.T, r response) string {
 func mfaEnv(env map[string]string) { env["RATE_LIMIT_LOGIN"] = "1000/1m" }
 
 func TestTwoFactor(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, mfaEnv)
 	const email, password = "ada@example.com", "correct horse battery"
 	h.merchant(email, password)
@@ -152,6 +153,7 @@ func TestTwoFactor(t *testing.T) {
 // sign-in (no auth failure counted, nothing of the account's budget spent)
 // and no completed one either (the address does not become known).
 func TestTwoFactorLoginAnswer(t *testing.T) {
+	t.Parallel()
 	const budget = 2
 	h := newHarness(t, func(env map[string]string) {
 		env["RATE_LIMIT_LOGIN_ACCOUNT"] = strconv.Itoa(budget) + "/1m"
@@ -203,6 +205,7 @@ func TestTwoFactorLoginAnswer(t *testing.T) {
 
 // TestTwoFactorChallengeEnds: five wrong codes end a challenge.
 func TestTwoFactorChallengeEnds(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, mfaEnv)
 	const email, password = "ada@example.com", "correct horse battery"
 	h.merchant(email, password)
@@ -219,6 +222,7 @@ func TestTwoFactorChallengeEnds(t *testing.T) {
 // every answer after the fifth says the challenge is spent, and then so
 // does the right code.
 func TestTwoFactorConcurrentCodes(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, authzEnv)
 	const email, password = "ada@example.com", "correct horse battery"
 	h.merchant(email, password)
@@ -252,6 +256,7 @@ func TestTwoFactorConcurrentCodes(t *testing.T) {
 // while the owner's known address still signs in. The per-address sign-in
 // limit counts the second step too.
 func TestTwoFactorCodesLimited(t *testing.T) {
+	t.Parallel()
 	const budget = 3
 	h := newHarness(t, func(env map[string]string) {
 		env["RATE_LIMIT_LOGIN_ACCOUNT"] = strconv.Itoa(budget) + "/1m"
@@ -286,6 +291,7 @@ func TestTwoFactorCodesLimited(t *testing.T) {
 // without it may then only set it up, read the account and sign out, until
 // it is on.
 func TestTwoFactorRequired(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, mfaEnv)
 	const password = "correct horse battery"
 	h.merchant("owner@example.com", password)
@@ -344,6 +350,7 @@ var (
 // recovery codes once); sign-in then has a second step; an owner requires
 // it on the team page, and a member without it is led to Security.
 func TestDashboardTwoFactor(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, mfaEnv)
 	const email, password = "ada@example.com", "correct horse battery"
 	h.merchant(email, password)

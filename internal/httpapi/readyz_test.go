@@ -31,6 +31,7 @@ func deadRedisURL(t *testing.T) string {
 // PostgreSQL and a Redis address that refuses connections; PostgreSQL then
 // fails too when the API's pool is closed.
 func TestReadyzExclude(t *testing.T) {
+	t.Parallel()
 	h := newHarnessWith(t, harnessOptions{redisURL: deadRedisURL(t)})
 	// ready asks path for 200 with these checks.
 	ready := func(path, postgres, redis string) {
@@ -79,6 +80,7 @@ func TestReadyzExclude(t *testing.T) {
 // TestReadyzHealthy: with both stores up every form answers 200 with both
 // checks ok.
 func TestReadyzHealthy(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	for _, path := range []string{"/readyz", "/readyz?exclude=redis", "/readyz?exclude=postgres&exclude=redis"} {
 		r := h.do("GET", path, "")
@@ -93,6 +95,7 @@ func TestReadyzHealthy(t *testing.T) {
 // /metrics with the usual 404, and MetricsServer serves GET /metrics, with
 // an X-Request-Id, and nothing else.
 func TestMetricsOwnListener(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, func(env map[string]string) { env["API_METRICS_ADDR"] = "127.0.0.1:0" })
 	want(t, h.do("GET", "/metrics", ""), 404, "not_found")
 	want(t, h.do("GET", "/readyz", ""), 200, "")

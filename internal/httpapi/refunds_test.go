@@ -23,6 +23,7 @@ func refundJSON(chargeID string, rest string) string {
 }
 
 func TestRefunds(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, paymentsEnv)
 	a := h.account("ada@example.com")
 	w := h.worker(t, &providertest.Fake{})
@@ -297,6 +298,7 @@ func TestRefunds(t *testing.T) {
 // another refund asks for more than remains (0): api/openapi.yaml says 400
 // amount_too_large, and the charge is still captured, so not invalid_state.
 func TestRefundOfFullyHeldCharge(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, paymentsEnv)
 	a := h.account("ada@example.com")
 	w := h.worker(t, &providertest.Fake{})
@@ -312,6 +314,7 @@ func TestRefundOfFullyHeldCharge(t *testing.T) {
 // TestRefundMetadataLimitsMatchCharges: metadata limits count characters, as
 // for charges (a 40-character key of accented letters is fine).
 func TestRefundMetadataLimitsMatchCharges(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, paymentsEnv)
 	a := h.account("ada@example.com")
 	w := h.worker(t, &providertest.Fake{})
@@ -324,6 +327,7 @@ func TestRefundMetadataLimitsMatchCharges(t *testing.T) {
 
 // TestConcurrentRefunds is docs/reliability.md I3: refunds never exceed the charge.
 func TestConcurrentRefunds(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, paymentsEnv)
 	a := h.account("ada@example.com")
 	w := h.worker(t, &providertest.Fake{})
@@ -404,6 +408,7 @@ func TestConcurrentRefunds(t *testing.T) {
 // TestPartialRefundMovesUpdatedAt: a settled refund changes the charge's
 // amount_refunded, so it changes its updated_at too.
 func TestPartialRefundMovesUpdatedAt(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, paymentsEnv)
 	a := h.account("ada@example.com")
 	w := h.worker(t, &providertest.Fake{})
@@ -425,6 +430,7 @@ func TestPartialRefundMovesUpdatedAt(t *testing.T) {
 // TestConcurrentRefundsOneKey: one Idempotency-Key sent 10 times at once
 // makes one refund.
 func TestConcurrentRefundsOneKey(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, paymentsEnv)
 	a := h.account("ada@example.com")
 	w := h.worker(t, &providertest.Fake{})

@@ -17,6 +17,7 @@ import (
 // route that authenticates a member or a key, and no row for a route the
 // app does not serve. A route without a row is refused to everyone.
 func TestEveryRouteHasANeed(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, authzEnv)
 	needs := httpapi.Needs()
 	seen := map[string]bool{}
@@ -48,6 +49,7 @@ func TestEveryRouteHasANeed(t *testing.T) {
 // reaches the handler and answers 404 or 400 without changing anything; a
 // route that takes only secret keys refuses every member's session alike.
 func TestRoleMatrix(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, authzEnv)
 	owner := h.newAuthzFixture(t, "owner@example.com", h.worker(t, &providertest.Fake{}), h.deliverer(t, &recordingSender{status: 500}), 1)
 	// A member of every role, signed in through the invitation's setup link.
@@ -69,19 +71,46 @@ func TestRoleMatrix(t *testing.T) {
 	}
 	unknownID := func(kind string) string { return unknownIDOf(owner, kind) }
 
+	// One session per role, on the API and on the dashboard, for every
+	// route but the ones that sign out, which get a session of their own:
+	// no other call of the matrix ends a session (a call that did would
+	// make the next ones answer 401, which fails the test).
+	apiSessions, dashSessions := map[string]string{}, map[string]*dashClient{}
+	apiSession := func(role string, ends bool) string {
+		if s, ok := apiSessions[role]; ok && !ends {
+			return s
+		}
+		s := h.login(emails[role], matrixPassword)
+		if !ends {
+			apiSessions[role] = s
+		}
+		return s
+	}
+	dashSession := func(role string, ends bool) *dashClient {
+		if d, ok := dashSessions[role]; ok && !ends {
+			return d
+		}
+		d := h.dashClientSignedIn(t, emails[role])
+		if !ends {
+			dashSessions[role] = d
+		}
+		return d
+	}
+
 	needs, keys := sortedNeeds()
 	var allowed, denied, keyOnlyRefused int
 	for _, key := range keys {
 		need := needs[key]
 		for _, role := range authz.Roles {
 			may := authz.RolePermissions(role).Allows(need.Resource, need.Access)
-			if strings.HasPrefix(key, "POST /dashboard/logout") || key == "DELETE /v1/auth/logout" {
-				may = true // signing out: checked below with a session of its own
+			ends := strings.HasPrefix(key, "POST /dashboard/logout") || key == "DELETE /v1/auth/logout"
+			if ends {
+				may = true // signing out: checked with a session of its own
 			}
 			var status int
 			var code, body string
 			if route, ok := dashRoutes[key]; ok {
-				d := h.dashClientSignedIn(t, emails[role])
+				d := dashSession(role, ends)
 				id := ""
 				if route.idKind != "" {
 					id = unknownID(route.idKind)
@@ -102,7 +131,7 @@ func TestRoleMatrix(t *testing.T) {
 				if !ok {
 					t.Fatalf("%s: in the authorization table but not in authzRoutes", key)
 				}
-				session := h.login(emails[role], matrixPassword)
+				session := apiSession(role, ends)
 				id := ""
 				if route.idKind != "" {
 					id = unknownID(route.idKind)
@@ -140,6 +169,7 @@ func TestRoleMatrix(t *testing.T) {
 // 403 permission_denied. As in TestRoleMatrix, ids exist nowhere, so allowed
 // calls change nothing.
 func TestRestrictedKeyMatrix(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, authzEnv)
 	owner := h.newAuthzFixture(t, "keys@example.com", h.worker(t, &providertest.Fake{}), h.deliverer(t, &recordingSender{status: 500}), 1)
 	keyOf := map[string]string{} // "resource=level" -> rk_test_ secret

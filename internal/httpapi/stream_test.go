@@ -123,6 +123,7 @@ func streamEnv(env map[string]string) {
 // merchant's own events; the bounds per key and per replica; the stream
 // ends when the replica shuts down.
 func TestEventStream(t *testing.T) {
+	t.Parallel()
 	one := newHarness(t, streamEnv)
 	two := newHarnessWith(t, harnessOptions{env: streamEnv, replicaOf: one})
 	a, b := one.account("ada@example.com"), one.account("bob@example.com")

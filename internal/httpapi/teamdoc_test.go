@@ -58,6 +58,7 @@ func permissionsTable() string {
 // TestTeamDocListsTheTable: docs/team.md shows the authorization table as
 // the code enforces it. GATEHOUSE_UPDATE_DOCS=1 rewrites it.
 func TestTeamDocListsTheTable(t *testing.T) {
+	t.Parallel()
 	const path = "../../docs/team.md"
 	raw, err := os.ReadFile(path)
 	if err != nil {

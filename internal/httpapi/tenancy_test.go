@@ -17,6 +17,7 @@ import (
 // body replays the first answer and another body gets 422; across spaces,
 // nothing is shared, so a key used first by one space is new to the other.
 func TestIdempotencyScopesProperty(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, paymentsEnv)
 	a := h.account("ada@example.com")
 	pk := h.publicKeyOf(a.secret)
@@ -77,6 +78,7 @@ func TestIdempotencyScopesProperty(t *testing.T) {
 // public key's; otherwise the request counts against the key's limit
 // (RATE_LIMIT_PUBLIC_KEY), over which it gets 429.
 func TestTokenLimitsProperty(t *testing.T) {
+	t.Parallel()
 	const perIP, perKey = 5, 17
 	h := newHarness(t, func(env map[string]string) {
 		env["RATE_LIMIT_DEFAULT"] = fmt.Sprintf("%d/1m", perIP)
@@ -130,6 +132,7 @@ func TestTokenLimitsProperty(t *testing.T) {
 // merchant naming the endpoint's id gets 404 and spends nothing of it (only
 // its own count, under its own merchant).
 func TestEndpointActionsLimitedPerEndpoint(t *testing.T) {
+	t.Parallel()
 	const n = 3
 	h := newHarness(t, func(env map[string]string) {
 		paymentsEnv(env)

@@ -35,6 +35,7 @@ func tokenChargeBody(token string) string {
 // public key, answers CORS to any origin, and its token is charged once by
 // the merchant's secret key.
 func TestCardTokens(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	a := h.account("ada@example.com")
 	pk := h.publicKeyOf(a.secret)
@@ -225,6 +226,7 @@ func TestCardTokens(t *testing.T) {
 // The per-key limit of POST /v1/tokens (RATE_LIMIT_PUBLIC_KEY) counts the
 // public key's requests from every address.
 func TestCardTokensLimitedPerPublicKey(t *testing.T) {
+	t.Parallel()
 	// The set-up's own requests (keys, lists) come from one address and count
 	// against its limit of 6; the tokens come from others.
 	h := newHarness(t, func(env map[string]string) {

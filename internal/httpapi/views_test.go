@@ -16,6 +16,7 @@ import (
 // TestSmallBodiesBytes pins the exact bytes of the small answers: their
 // keys are sorted, as they always were, and nothing is omitted.
 func TestSmallBodiesBytes(t *testing.T) {
+	t.Parallel()
 	at := time.Date(2026, 3, 4, 5, 6, 7, 891_000_000, time.FixedZone("x", 3600))
 	member := members.Member{ID: "mem_1", Email: "a@example.com", Role: "owner", CreatedAt: at}
 	const memberOut = `{"id":"mem_1","object":"member","email":"a@example.com","role":"owner","mfa_enabled":false,"created_at":"2026-03-04T04:06:07.891Z"}`

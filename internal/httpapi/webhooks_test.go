@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -133,6 +134,7 @@ func checkSecretShape(t *testing.T, secret string) {
 }
 
 func TestWebhookEndpoints(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, paymentsEnv)
 	a := h.account("ada@example.com")
 
@@ -420,6 +422,7 @@ func TestWebhookEndpoints(t *testing.T) {
 // unset (production), URLs at this machine or at private, loopback,
 // link-local or metadata addresses are refused (docs/reliability.md I7, B3).
 func TestWebhookURLsRefusePrivateNetworks(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, strictWebhookURLs)
 	if h.cfg.WebhookAllowPrivateNetworks {
 		t.Fatal("the strict harness allows private networks")
@@ -463,6 +466,7 @@ func TestWebhookURLsRefusePrivateNetworks(t *testing.T) {
 // same transaction, for every active endpoint subscribed to its type, and
 // only for those.
 func TestWebhookFanOut(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, paymentsEnv)
 	a := h.account("ada@example.com")
 	b := h.account("bob@example.com")
@@ -618,6 +622,7 @@ func TestWebhookFanOut(t *testing.T) {
 // TestWebhookDeliveryOperations: test deliveries, the delivery log, retry and
 // recover, with the worker's delivery side run in-process.
 func TestWebhookDeliveryOperations(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, paymentsEnv)
 	a := h.account("ada@example.com")
 	b := h.account("bob@example.com")
@@ -939,6 +944,7 @@ func TestWebhookDeliveryOperations(t *testing.T) {
 // PATCH {"active": true} a recover sends them. Manual switching records
 // "manual", and active always equals status == "enabled".
 func TestEndpointHealth(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, paymentsEnv)
 	a := h.account("ada@example.com")
 	keys, err := keyring.New(h.cfg.EncryptionKey)
@@ -947,8 +953,14 @@ func TestEndpointHealth(t *testing.T) {
 	}
 	sender := &recordingSender{status: 200}
 	var disabled []string
-	const disableAfter = 300 * time.Millisecond
-	d := webhooks.NewDeliverer(store.New(h.db.Pool), sender, keys, []time.Duration{0}, time.Now,
+	// The deliverer's clock runs with the real one, plus what the test
+	// moves it on by: an hour of failures takes no hour, and however slow a
+	// loaded machine makes a delivery, it moves the streak by seconds only.
+	const disableAfter = time.Hour
+	var ahead atomic.Int64
+	now := func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) }
+	wait := func(d time.Duration) { ahead.Add(int64(d)) }
+	d := webhooks.NewDeliverer(store.New(h.db.Pool), sender, keys, []time.Duration{0}, now,
 		slog.New(slog.NewTextHandler(io.Discard, nil)), nil).WithHealth(disableAfter, func(reason string) { disabled = append(disabled, reason) })
 	get := func(id string) map[string]any {
 		t.Helper()
@@ -1019,7 +1031,7 @@ func TestEndpointHealth(t *testing.T) {
 		ep, _ := h.createEndpoint(t, a.secret, "https://hooks.example.com/failing", "charge.created")
 		sender.answer(500)
 		fire(ep) // starts the streak
-		time.Sleep(disableAfter / 2)
+		wait(disableAfter / 2)
 		fire(ep)
 		if e := get(ep); e["status"] != "enabled" {
 			t.Fatalf("disabled before WEBHOOK_DISABLE_AFTER: %v", e)
@@ -1028,12 +1040,12 @@ func TestEndpointHealth(t *testing.T) {
 		sender.answer(200)
 		fire(ep)
 		sender.answer(500)
-		time.Sleep(disableAfter)
+		wait(disableAfter)
 		fire(ep) // a new streak starts here
 		if e := get(ep); e["status"] != "enabled" {
 			t.Fatalf("disabled although a success came %v ago: %v", disableAfter, e)
 		}
-		time.Sleep(disableAfter + 50*time.Millisecond)
+		wait(disableAfter + time.Minute)
 		if got := fire(ep); got.Status != "failed" || got.Attempts != 1 {
 			t.Errorf("the failure that disables: %+v", got)
 		}
@@ -1080,6 +1092,7 @@ func TestEndpointHealth(t *testing.T) {
 // order they happened: a charge's charge.* events, each refund's refund.*
 // events; a test delivery carries 1.
 func TestEventSequence(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, paymentsEnv)
 	a := h.account("ada@example.com")
 	w := h.worker(t, &providertest.Fake{})
@@ -1148,6 +1161,7 @@ func TestEventSequence(t *testing.T) {
 // the earlier ones are delivered or failed for good; other objects and
 // unordered endpoints do not wait.
 func TestOrderedDelivery(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, paymentsEnv)
 	a := h.account("ada@example.com")
 	w := h.worker(t, &providertest.Fake{})

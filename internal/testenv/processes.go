@@ -4,8 +4,11 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/gatehouse-pay/gatehouse/internal/testenv/harness"
 )
@@ -178,4 +181,41 @@ func startRedis(t testing.TB, name string, r *harness.RedisServer, err error) *h
 		t.Fatal(err)
 	}
 	return r
+}
+
+// PrivateRedis starts a redis-server of the test's own and returns the URL
+// of its DB 0. It listens on a Unix socket only, so there is no TCP port to
+// find or to lose to another process, and tests that each have one may run
+// in parallel without sharing a key. It is killed when the test ends.
+func PrivateRedis(t testing.TB) string {
+	t.Helper()
+	path := RedisServerPath(t)
+	// Not t.TempDir: a socket's path must stay under 108 bytes, and a long
+	// test name would make it longer.
+	dir, err := os.MkdirTemp("", "gh-redis-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "redis.sock")
+	p := StartProcess(t, "redis-server", nil, []string{"PATH=" + os.Getenv("PATH")}, path,
+		"--port", "0", "--unixsocket", sock, "--unixsocketperm", "700",
+		"--save", "", "--appendonly", "no", "--dir", dir)
+	t.Cleanup(func() {
+		if err := p.Kill(10 * time.Second); err != nil {
+			t.Error(err)
+		}
+		if t.Failed() {
+			DumpOutput(t, p)
+		}
+		os.RemoveAll(dir)
+	})
+	url := "unix://" + sock
+	c := redis.NewClient(&redis.Options{Network: "unix", Addr: sock, DialTimeout: 250 * time.Millisecond, MaxRetries: -1})
+	defer c.Close()
+	WaitReady(t, "redis-server on "+sock, p, 10*time.Second, 5*time.Millisecond, func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, 250*time.Millisecond)
+		defer cancel()
+		return c.Ping(ctx).Err()
+	})
+	return url
 }

@@ -233,7 +233,6 @@ func redactURL(s string) string {
 const (
 	RedisDBRateLimit = 1
 	RedisDBCache     = 2
-	RedisDBHTTPAPI   = 3
 	RedisDBJobs      = 4
 	RedisDBCmd       = 5
 )
