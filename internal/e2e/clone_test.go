@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -34,11 +35,10 @@ const cloneTest = "TestIdempotentCreationAcrossReplicas"
 // root the test runs too (and passes: nothing runs as another user).
 //
 // The copy uses the services of this run (TEST_DATABASE_URL,
-// TEST_REDIS_URL) and Go's build cache. Its go test runs without -race (this
-// run has it already) and with -trimpath, so that the packages it compiles
-// are cached under their module path rather than under the copy's
-// directory, which is new each time: after the first run, later ones mostly
-// link.
+// TEST_REDIS_URL) and Go's build cache. Its go test runs with -race and
+// -trimpath, as make test does, so that the packages it compiles are the
+// ones this run compiled, cached under their module path rather than under
+// the copy's directory, which is new each time: it mostly links.
 func TestFreshCheckoutInPrivateDirectory(t *testing.T) {
 	t.Parallel()
 	root, err := harness.ModuleRoot()
@@ -80,9 +80,8 @@ func TestFreshCheckoutInPrivateDirectory(t *testing.T) {
 		ctx, cancel = context.WithDeadline(ctx, deadline.Add(-30*time.Second))
 		defer cancel()
 	}
-	// Without -race: the run this test is part of has it already.
 	cmd := exec.CommandContext(ctx, "bash", "deploy/local/testenv.sh", "env", "GATEHOUSE_REQUIRE_SERVICES=1",
-		"go", "test", "-count=1", "-v", "-run", "^"+cloneTest+"$", "./internal/e2e")
+		"go", "test", "-race", "-count=1", "-v", "-run", "^"+cloneTest+"$", "./internal/e2e")
 	cmd.Dir = clone
 	cmd.Env = cloneEnv()
 	// Its own process group, killed whole (go test, the test binary and
@@ -187,7 +186,10 @@ func cloneEnv() []string {
 		case "TEST_DATABASE_URL", "TEST_REDIS_URL", "STRIPE_MOCK_BIN", "GATEHOUSE_REQUIRE_SERVICES":
 			continue
 		case "GOFLAGS":
-			goflags = strings.TrimSpace(v + " " + goflags)
+			if !slices.Contains(strings.Fields(v), "-trimpath") {
+				v += " " + goflags
+			}
+			goflags = strings.TrimSpace(v)
 			continue
 		}
 		env = append(env, kv)
