@@ -308,6 +308,15 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer) er
 	// Before the Redis client closes, and before serve returns.
 	defer func() { stopListening(); <-listening }()
 
+	// HTTP_ADDR is bound before the handlers are made: with port 0 the
+	// default PUBLIC_URL (the links they build) names the port taken.
+	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("listen on HTTP_ADDR %s: %w", cfg.HTTPAddr, err)
+	}
+	defer ln.Close() // on an error before it is served; then a no-op
+	cfg.HTTPBound(ln.Addr().String())
+
 	httpMetrics := metrics.NewHTTP(reg)
 	deps := httpapi.Deps{
 		Config:    cfg,
@@ -381,14 +390,10 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer) er
 		log.Info("api metrics listening", "api_metrics_addr", mln.Addr().String())
 	}
 
-	ln, err := net.Listen("tcp", cfg.HTTPAddr)
-	if err != nil {
-		return fmt.Errorf("listen on HTTP_ADDR %s: %w", cfg.HTTPAddr, err)
-	}
-	ln = httpapi.LimitListener(ln, cfg.HTTPMaxConns, httpMetrics, log)
-	log.Info("api listening", "addr", ln.Addr().String(), "max_conns", cfg.HTTPMaxConns)
+	limited := httpapi.LimitListener(ln, cfg.HTTPMaxConns, httpMetrics, log)
+	log.Info("api listening", "addr", limited.Addr().String(), "max_conns", cfg.HTTPMaxConns, "public_url", cfg.PublicURL)
 	served := make(chan error, 1)
-	go func() { served <- app.Listener(ln) }()
+	go func() { served <- app.Listener(limited) }()
 
 	select {
 	case err := <-served:

@@ -1,11 +1,14 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"net/url"
 	"strings"
 	"testing"
@@ -180,4 +183,87 @@ func TestConcurrentMigrations(t *testing.T) {
 	if applied == 0 || applied != distinct {
 		t.Fatalf("goose_db_version: %d rows for %d versions; want each version once", applied, distinct)
 	}
+}
+
+// TestListenersOnPortZero: with port 0 in HTTP_ADDR, API_METRICS_ADDR and
+// PROBE_ADDR, each listener takes a free port of its own and the log names
+// it, and the default PUBLIC_URL names the port HTTP_ADDR took.
+func TestListenersOnPortZero(t *testing.T) {
+	env := map[string]string{
+		"JWT_SECRET":       strings.Repeat("j", 32),
+		"ENCRYPTION_KEY":   strings.Repeat("ab", 32),
+		"DATABASE_URL":     testenv.NewDB(t).URL,
+		"REDIS_URL":        testenv.RedisURLFor(testenv.RedisDBCmd),
+		"HTTP_ADDR":        "127.0.0.1:0",
+		"API_METRICS_ADDR": "127.0.0.1:0",
+		"PROBE_ADDR":       "127.0.0.1:0",
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	logR, logW := io.Pipe()
+	exited := make(chan int, 1)
+	go func() {
+		var stdout bytes.Buffer
+		exited <- run(ctx, nil, envOf(env), &stdout, logW)
+		logW.Close()
+	}()
+	// Every line is read, so that logging never blocks the server; the
+	// addresses logged up to "api listening" are sent once it comes.
+	logged := make(chan map[string]string, 1)
+	drained := make(chan struct{})
+	go func() {
+		defer close(drained)
+		addrs := map[string]string{} // log attribute -> value
+		sc := bufio.NewScanner(logR)
+		for sc.Scan() {
+			var l map[string]any
+			if addrs == nil || json.Unmarshal(sc.Bytes(), &l) != nil {
+				continue
+			}
+			msg, _ := l["msg"].(string)
+			for _, key := range []string{"addr", "api_metrics_addr", "probe_addr", "public_url"} {
+				if v, ok := l[key].(string); ok && strings.HasPrefix(msg, "api ") {
+					addrs[key] = v
+				}
+			}
+			if msg == "api listening" {
+				logged <- addrs
+				addrs = nil
+			}
+		}
+		close(logged)
+	}()
+	addrs, ok := <-logged
+	if !ok {
+		t.Fatalf("the api exited (%d) without logging \"api listening\"", <-exited)
+	}
+	ports := map[string]bool{}
+	for _, key := range []string{"addr", "api_metrics_addr", "probe_addr"} {
+		addr := addrs[key]
+		host, port, err := net.SplitHostPort(addr)
+		if err != nil || host != "127.0.0.1" || port == "0" || ports[port] {
+			t.Fatalf("%s: logged %q; want 127.0.0.1 with a port of its own (all: %v)", key, addr, addrs)
+		}
+		ports[port] = true
+		path := "/healthz"
+		if key == "api_metrics_addr" {
+			path = "/metrics"
+		}
+		resp, err := http.Get("http://" + addr + path)
+		if err != nil {
+			t.Fatalf("GET %s on %s: %v", path, key, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("GET %s on %s (%s): %d", path, key, addr, resp.StatusCode)
+		}
+	}
+	if want := "http://" + addrs["addr"]; addrs["public_url"] != want {
+		t.Errorf("public_url %q, want %q", addrs["public_url"], want)
+	}
+	cancel()
+	if code := <-exited; code != 0 {
+		t.Errorf("exit %d after the context ended, want 0", code)
+	}
+	<-drained
 }

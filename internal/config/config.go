@@ -155,21 +155,24 @@ type Config struct {
 	MaxConcurrentHashes int `env:"MAX_CONCURRENT_HASHES" min:"1" docDefault:"half of GOMAXPROCS (the container's CPU limit), at least 1" by:"api"`
 
 	// The API's listen address: `/v1/...`, the dashboard, `/healthz`,
-	// `/readyz`, and `/metrics` unless `API_METRICS_ADDR` is set.
+	// `/readyz`, and `/metrics` unless `API_METRICS_ADDR` is set. Port 0,
+	// here and in the other `*_ADDR` settings, takes any free port, which
+	// the process logs at start (`api listening`, `addr`).
 	HTTPAddr string `env:"HTTP_ADDR" envDefault:":8080" group:"Listeners and HTTP" check:"addr" by:"api"`
 	// When set (e.g. `:9090`), `/metrics` is served on this address only
 	// and `HTTP_ADDR` answers it `404 not_found`, so the public port never
 	// shows metrics; empty keeps `/metrics` on `HTTP_ADDR`. Must differ from
-	// `HTTP_ADDR`. Not `METRICS_ADDR`, which the worker reads: local runs
-	// give both binaries one environment. The Kubernetes manifests use
-	// `:9090`.
+	// `HTTP_ADDR` (two with port 0 differ). Not `METRICS_ADDR`, which the
+	// worker reads: local runs give both binaries one environment. The
+	// Kubernetes manifests use `:9090`.
 	APIMetricsAddr string `env:"API_METRICS_ADDR" check:"addr" by:"api"`
 	// When set (e.g. `:8081`), `/healthz` and `/readyz` are also served on
 	// this address, answered as on `HTTP_ADDR` (same checks, `?exclude=`,
 	// draining) and outside `HTTP_MAX_CONNS`, so the kubelet's probes
 	// answer while clients hold every connection of the public port. Must
-	// differ from `HTTP_ADDR` and `API_METRICS_ADDR`. The Kubernetes
-	// manifests use `:8081` (port `probes`), compose `:8079`.
+	// differ from `HTTP_ADDR` and `API_METRICS_ADDR` (two with port 0
+	// differ). The Kubernetes manifests use `:8081` (port `probes`),
+	// compose `:8079`.
 	ProbeAddr string `env:"PROBE_ADDR" check:"addr" by:"api"`
 	// The worker's listen address: `/healthz`, `/readyz`, `/metrics`.
 	MetricsAddr string `env:"METRICS_ADDR" envDefault:":9091" check:"addr" by:"worker"`
@@ -181,7 +184,10 @@ type Config struct {
 	AdminToken Secret `env:"ADMIN_TOKEN" with:"ADMIN_ADDR" minLen:"32" by:"worker"`
 	// The base URL at which cardholders' browsers reach the API: challenge
 	// links and the return from a provider's challenge page are built on
-	// it. Set it to the public HTTPS address behind a load balancer.
+	// it. Set it to the public HTTPS address behind a load balancer. The
+	// API's default has the port it listens on, the one it took when
+	// `HTTP_ADDR`'s is 0; the worker, which does not listen there, needs
+	// `PUBLIC_URL` set then.
 	PublicURL string `env:"PUBLIC_URL" accepts:"an absolute http or https URL without a path" docDefault:"http://127.0.0.1 with the port of HTTP_ADDR" by:"api,worker"`
 	// Proxies whose `X-Forwarded-For` is believed; empty trusts nobody, and
 	// behind a proxy every client then shares its per-IP rate limits. See

@@ -89,6 +89,8 @@ func TestAPIMetricsAddr(t *testing.T) {
 		{map[string]string{"API_METRICS_ADDR": "9090"}, `API_METRICS_ADDR must be host:port or :port, got "9090"`, false},
 		{map[string]string{"API_METRICS_ADDR": "localhost:"}, "API_METRICS_ADDR must be host:port", false},
 		{map[string]string{"API_METRICS_ADDR": ":8080"}, "API_METRICS_ADDR must differ from HTTP_ADDR", false},
+		// Port 0: each listener takes a free port of its own.
+		{map[string]string{"API_METRICS_ADDR": "127.0.0.1:0", "HTTP_ADDR": "127.0.0.1:0"}, "127.0.0.1:0", true},
 	}
 	for _, c := range cases {
 		cfg, err := Load(envOf(c.env), Needs{})
@@ -166,6 +168,10 @@ func TestProbeAddrAndDatabaseTimeouts(t *testing.T) {
 	if err != nil || cfg.ProbeAddr != ":8081" || cfg.DatabaseStatementTimeout != 1500*time.Millisecond || cfg.DatabaseConnectTimeout != 2*time.Second {
 		t.Fatalf("set: %q %v %v, %v", cfg.ProbeAddr, cfg.DatabaseStatementTimeout, cfg.DatabaseConnectTimeout, err)
 	}
+	cfg, err = Load(envOf(map[string]string{"HTTP_ADDR": ":0", "API_METRICS_ADDR": ":0", "PROBE_ADDR": ":0"}), Needs{})
+	if err != nil || cfg.ProbeAddr != ":0" {
+		t.Fatalf("every listener on port 0: %q, %v", cfg.ProbeAddr, err)
+	}
 	for env, want := range map[string]string{
 		"PROBE_ADDR=8081":                  `PROBE_ADDR must be host:port or :port, got "8081"`,
 		"PROBE_ADDR=:8080":                 "PROBE_ADDR must differ from HTTP_ADDR and API_METRICS_ADDR",
@@ -176,6 +182,31 @@ func TestProbeAddrAndDatabaseTimeouts(t *testing.T) {
 		k, v, _ := strings.Cut(env, "=")
 		if _, err := Load(envOf(map[string]string{k: v}), Needs{}); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: got %v, want an error containing %q", env, err, want)
+		}
+	}
+}
+
+// TestHTTPBound: the default PUBLIC_URL names the port the API listens on,
+// the one it took when HTTP_ADDR asks for port 0; one that is set stays.
+func TestHTTPBound(t *testing.T) {
+	for _, c := range []struct {
+		env   map[string]string
+		bound string
+		want  string
+	}{
+		{map[string]string{"HTTP_ADDR": "127.0.0.1:0"}, "127.0.0.1:43117", "http://127.0.0.1:43117"},
+		{map[string]string{"HTTP_ADDR": ":0"}, "[::]:43117", "http://127.0.0.1:43117"},
+		{map[string]string{}, "[::]:8080", "http://127.0.0.1:8080"},
+		{map[string]string{"HTTP_ADDR": "10.0.0.7:8080"}, "10.0.0.7:8080", "http://10.0.0.7:8080"},
+		{map[string]string{"HTTP_ADDR": "127.0.0.1:0", "PUBLIC_URL": "https://pay.example.com/"}, "127.0.0.1:43117", "https://pay.example.com"},
+	} {
+		cfg, err := Load(envOf(c.env), Needs{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.HTTPBound(c.bound)
+		if cfg.PublicURL != c.want {
+			t.Errorf("%v bound to %s: PUBLIC_URL %q, want %q", c.env, c.bound, cfg.PublicURL, c.want)
 		}
 	}
 }

@@ -444,15 +444,23 @@ func isListenAddr(addr string) bool {
 	return ok && port != ""
 }
 
+// sameListener reports whether the listen addresses a and b would bind
+// one port: they are the same and name a port, not 0, which takes any free
+// port for each listener.
+func sameListener(a, b string) bool {
+	_, port, err := net.SplitHostPort(a)
+	return a == b && (err != nil || port != "0")
+}
+
 // relate makes the checks between settings and the defaults computed from
 // others; a setting already found bad is left alone.
 func (c *Config) relate(vars map[string]string, bad problems) {
 	ok := func(name string) bool { _, failed := bad[name]; return !failed }
 
-	if c.APIMetricsAddr != "" && ok("API_METRICS_ADDR") && c.APIMetricsAddr == c.HTTPAddr {
+	if c.APIMetricsAddr != "" && ok("API_METRICS_ADDR") && sameListener(c.APIMetricsAddr, c.HTTPAddr) {
 		bad.add("API_METRICS_ADDR", "must differ from HTTP_ADDR (leave it empty to serve /metrics on HTTP_ADDR)")
 	}
-	if c.ProbeAddr != "" && ok("PROBE_ADDR") && (c.ProbeAddr == c.HTTPAddr || c.ProbeAddr == c.APIMetricsAddr) {
+	if c.ProbeAddr != "" && ok("PROBE_ADDR") && (sameListener(c.ProbeAddr, c.HTTPAddr) || sameListener(c.ProbeAddr, c.APIMetricsAddr)) {
 		bad.add("PROBE_ADDR", "must differ from HTTP_ADDR and API_METRICS_ADDR (leave it empty to serve the probes on HTTP_ADDR only)")
 	}
 
@@ -483,6 +491,18 @@ func (c *Config) relate(vars map[string]string, bad problems) {
 			bad.add("WEBHOOK_LOG_RETENTION", "must be at least the sum of WEBHOOK_RETRY_SCHEDULE (%s)", retrying)
 		}
 	}
+}
+
+// HTTPBound records the address the API bound HTTP_ADDR to (host:port): a
+// PUBLIC_URL left to its default then names the port bound, which differs
+// from HTTP_ADDR's when that is 0 (any free port).
+func (c *Config) HTTPBound(addr string) {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil || c.PublicURL != defaultPublicURL(c.HTTPAddr) {
+		return
+	}
+	host, _, _ := net.SplitHostPort(c.HTTPAddr)
+	c.PublicURL = defaultPublicURL(net.JoinHostPort(host, port))
 }
 
 // defaultPublicURL is the API's own address on loopback: right for a local

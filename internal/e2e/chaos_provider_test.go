@@ -70,10 +70,17 @@ func startStripeMockProcess(t *testing.T) string {
 func startStripeMock(t *testing.T) (string, *harness.Process) {
 	t.Helper()
 	bin := stripeMockPath(t)
-	addr := testenv.FreeAddr(t)
+	// Port 0 for both listeners (without -https-addr, HTTPS takes the fixed
+	// 12112); stripe-mock prints the HTTP one it took.
 	p := testenv.StartProcess(t, "stripe-mock", nil, []string{"PATH=" + os.Getenv("PATH")}, bin,
-		"-http-addr", addr, "-https-addr", testenv.FreeAddr(t))
+		"-http-addr", "127.0.0.1:0", "-https-addr", "127.0.0.1:0")
 	t.Cleanup(func() { _ = p.Kill(time.Minute) })
+	addr, err := harness.WaitOutput(p, 30*time.Second, func(line string) (string, bool) {
+		return strings.CutPrefix(strings.TrimSpace(line), "Listening for HTTP at address: ")
+	})
+	if err != nil {
+		t.Fatalf("stripe-mock: %v\n%s", err, p.Tail(4<<10))
+	}
 	base := "http://" + addr
 	testenv.WaitReady(t, "stripe-mock at "+base, p, 30*time.Second, 50*time.Millisecond,
 		harness.HTTPOK(http.DefaultClient, base+"/v1/balance", "Authorization", "Bearer sk_test_123"))

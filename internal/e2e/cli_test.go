@@ -4,8 +4,8 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -95,11 +95,22 @@ func TestCLIEndToEnd(t *testing.T) {
 		return out.String(), errOut.String(), code
 	}
 
-	// listen, forwarding to a port where the verifier will listen.
-	port := testenv.FreePort(t)
+	// listen, forwarding to a port where the verifier will listen: the
+	// test binds it (port 0) and hands the socket to the verifier, which
+	// can start only once listen has printed the secret.
+	recvLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer recvLn.Close()
+	recvSock, err := recvLn.(*net.TCPListener).File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer recvSock.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	listen := exec.CommandContext(ctx, cli, "listen", "--forward-to", fmt.Sprintf("http://127.0.0.1:%d/webhooks", port))
+	listen := exec.CommandContext(ctx, cli, "listen", "--forward-to", "http://"+recvLn.Addr().String()+"/webhooks")
 	listen.Env = env
 	listenOut, err := listen.StdoutPipe()
 	if err != nil {
@@ -135,7 +146,8 @@ func TestCLIEndToEnd(t *testing.T) {
 	// The receiver: verifies with @octokit/webhooks-methods and standardwebhooks.
 	rctx, rcancel := context.WithCancel(context.Background())
 	defer rcancel()
-	recv := exec.CommandContext(rctx, "node", "receive.mjs", secret, fmt.Sprint(port))
+	recv := exec.CommandContext(rctx, "node", "receive.mjs", secret, "fd:3")
+	recv.ExtraFiles = []*os.File{recvSock} // its fd 3
 	recv.Dir = verify
 	recvOut, err := recv.StdoutPipe()
 	if err != nil {

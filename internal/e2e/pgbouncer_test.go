@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -79,7 +80,7 @@ func startPgBouncer(t *testing.T, path string, db testenv.DB) string {
 	if err != nil {
 		t.Fatalf("database URL: %v", err)
 	}
-	host, port := server.Hostname(), cmp.Or(server.Port(), "5432")
+	host, serverPort := server.Hostname(), cmp.Or(server.Port(), "5432")
 	userName := server.User.Username()
 	password, _ := server.User.Password()
 
@@ -97,7 +98,37 @@ func startPgBouncer(t *testing.T, path string, db testenv.DB) string {
 		t.Fatalf("pgbouncer cannot be run as %s: %v (install it where every user may run it, as Debian's package does)", credName(cred), err)
 	}
 	dir := serviceDir(t, cred, "gatehouse-pgbouncer-")
-	b := &pgBouncer{port: testenv.FreePort(t), out: new(harness.Output)}
+	b := &pgBouncer{out: new(harness.Output)}
+	// PgBouncer cannot say which port it took on port 0: it gets a free
+	// port, and another one when the port was taken before it bound it.
+	port, err := harness.OnFreePort(func(port int) error {
+		return b.start(path, dir, cred, host, serverPort, userName, password, port)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.port = port
+	t.Cleanup(func() {
+		b.proc.Stop(syscall.SIGTERM, 10*time.Second)
+		if t.Failed() {
+			t.Logf("---- pgbouncer output (tail) ----\n%s\n---- end of pgbouncer output ----", b.out.Tail(16<<10))
+		}
+	})
+
+	through := *server
+	through.Host = fmt.Sprintf("127.0.0.1:%d", b.port)
+	q := through.Query()
+	q.Set("sslmode", "disable")
+	through.RawQuery = q.Encode()
+	b.waitReady(t, through.String())
+	return through.String()
+}
+
+// start runs PgBouncer on port in dir, as cred, in front of the server at
+// host:serverPort, and waits until it says it listens there. When it
+// exits first because the port was taken, the error wraps
+// harness.ErrAddrInUse; on an error nothing is left running.
+func (b *pgBouncer) start(path, dir string, cred *syscall.Credential, host, serverPort, userName, password string, port int) error {
 	ini := fmt.Sprintf(`[databases]
 * = host=%s port=%s
 
@@ -116,18 +147,18 @@ logfile =
 pidfile =
 log_connections = 0
 log_disconnections = 0
-`, host, port, b.port, filepath.Join(dir, "users.txt"))
+`, host, serverPort, port, filepath.Join(dir, "users.txt"))
 	files := map[string]string{
 		"pgbouncer.ini": ini,
 		"users.txt":     fmt.Sprintf("%q %q\n", userName, password),
 	}
 	for name, content := range files {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
-			t.Fatal(err)
+			return err
 		}
 	}
 	if err := chownTree(dir, cred); err != nil {
-		t.Fatal(err)
+		return err
 	}
 	cmd := exec.Command(path, filepath.Join(dir, "pgbouncer.ini"))
 	cmd.Dir = dir
@@ -136,25 +167,26 @@ log_disconnections = 0
 	if cred != nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 	}
+	fmt.Fprintf(b.out, "==== test: pgbouncer on port %d ====\n", port)
 	proc, err := harness.Start("pgbouncer", cmd, b.out)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
-	b.proc = proc
-	t.Cleanup(func() {
-		b.proc.Stop(syscall.SIGTERM, 10*time.Second)
-		if t.Failed() {
-			t.Logf("---- pgbouncer output (tail) ----\n%s\n---- end of pgbouncer output ----", b.out.Tail(16<<10))
-		}
+	// Its own word that it bound the port, not an answer there, which could
+	// come from a process that took the port first.
+	listening := "listening on " + harness.Loopback(port)
+	_, err = harness.WaitOutput(proc, 15*time.Second, func(line string) (string, bool) {
+		return "", strings.HasSuffix(strings.TrimSpace(line), listening)
 	})
-
-	through := *server
-	through.Host = fmt.Sprintf("127.0.0.1:%d", b.port)
-	q := through.Query()
-	q.Set("sslmode", "disable")
-	through.RawQuery = q.Encode()
-	b.waitReady(t, through.String())
-	return through.String()
+	switch {
+	case err == nil:
+		b.proc = proc
+		return nil
+	case proc.AddrInUse():
+		return fmt.Errorf("pgbouncer on port %d: %w", port, harness.ErrAddrInUse)
+	}
+	proc.Stop(syscall.SIGKILL, 10*time.Second)
+	return fmt.Errorf("pgbouncer on port %d: %w\n%s", port, err, proc.Tail(4<<10))
 }
 
 // waitReady connects through PgBouncer until a query answers.

@@ -180,11 +180,8 @@ func (d *redisDeploy) startCluster(t *testing.T, path string, n int) {
 	cli := redisCLIPath(t)
 	d.mode = "cluster"
 	for range n {
-		// The cluster bus gets a free port of its own: the default, the
-		// node's port + 10000, may be taken.
-		bus := strconv.Itoa(testenv.FreePort(t))
-		d.nodes = append(d.nodes, testenv.StartRedis(t, harness.RedisConfig{Path: path, Args: []string{"--cluster-enabled", "yes",
-			"--cluster-port", bus, "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000",
+		d.nodes = append(d.nodes, testenv.StartRedis(t, harness.RedisConfig{Path: path, ClusterBus: true, Args: []string{"--cluster-enabled", "yes",
+			"--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000",
 			"--cluster-require-full-coverage", "yes"}}))
 	}
 	args := []string{"--cluster", "create"}

@@ -209,7 +209,8 @@ func (l *sdLog) all() []sdShot {
 // sdReplaceReplica starts a new API replica i on the address of the one that
 // exited, as a rolling deployment does, and waits until it is ready. The
 // stack's cleanup holds replica i's *harness.Process and stops whatever runs in it,
-// so the new process takes the old one's place.
+// so the new process takes the old one's place. It binds the port the old
+// one held, not port 0: the clients and PUBLIC_URL know the replica there.
 func sdReplaceReplica(t *testing.T, st *stack, i int, apiEnv []string, c *http.Client) time.Duration {
 	t.Helper()
 	old := st.apis[i]

@@ -251,46 +251,46 @@ func startStackWith(t *testing.T, bins binaries, db testenv.DB, redisPath string
 			s.env = append(s.env, k+"="+v)
 		}
 	}
-	// The replicas' addresses come first: the first one is the stack's
-	// PUBLIC_URL, where the worker's challenge links send cardholders.
-	var addrs [2]string
-	for i := range addrs {
-		addrs[i] = testenv.FreeAddr(t)
+	// Every listener binds port 0 and the stack reads the port it got from
+	// the process's log (harness.AddressFromLog), so no other process can
+	// take it first. API replica 1 starts first: its address is the stack's
+	// PUBLIC_URL, where the worker's challenge links send cardholders, and
+	// the other processes need it at start. Replica 1 itself needs none: its
+	// default PUBLIC_URL names the port it took.
+	base := s.env
+	s.env = append(slices.Clone(base), opts.env...)
+	apiEnv := func(i int) []string {
+		return append(append(slices.Clone(s.env), opts.apiEnv...), opts.replicaEnv[i]...)
 	}
-	s.env = append(s.env, "PUBLIC_URL=http://"+addrs[0])
-	s.env = append(s.env, opts.env...)
+	s.startAPI(t, 0, apiEnv(0), opts.probes)
+	s.env = append(append(slices.Clone(base), "PUBLIC_URL="+s.replicas[0]), opts.env...)
 
 	n := max(opts.workers, 1)
-	procs := map[string]*harness.Process{}
 	for i := range n {
 		name := "worker"
 		if n > 1 {
 			name = fmt.Sprintf("worker-%d", i+1)
 		}
-		addr := testenv.FreeAddr(t)
-		w := &workerSlot{name: name, base: "http://" + addr, out: new(harness.Output),
-			env: append(append(slices.Clone(s.env), opts.workerEnv...), "METRICS_ADDR="+addr)}
+		w := &workerSlot{name: name, out: new(harness.Output),
+			env: append(append(slices.Clone(s.env), opts.workerEnv...), "METRICS_ADDR=127.0.0.1:0")}
 		w.proc = testenv.StartProcess(t, name, w.out, w.env, bins.worker)
 		w.starts = 1
 		s.workers = append(s.workers, w)
-		procs[w.base] = w.proc
 		// The worker that runs at the end is the one stopped with SIGTERM.
 		t.Cleanup(func() { testenv.Terminate(t, w.current(), exitTimeout) })
 	}
-	s.worker = s.workers[0].base
-	for i, addr := range addrs {
-		env := append(append(append(slices.Clone(s.env), opts.apiEnv...), opts.replicaEnv[i]...), "HTTP_ADDR="+addr)
-		if opts.probes {
-			probeAddr := testenv.FreeAddr(t)
-			env = append(env, "PROBE_ADDR="+probeAddr)
-			s.probes[i] = "http://" + probeAddr
-		}
-		api := testenv.StartProcess(t, fmt.Sprintf("api-%d", i+1), nil, env, bins.api)
-		t.Cleanup(func() { testenv.Terminate(t, api, exitTimeout) })
-		s.replicas[i] = "http://" + addr
-		s.apis = append(s.apis, api)
-		procs[s.replicas[i]] = api
+	s.startAPI(t, 1, apiEnv(1), opts.probes)
+	procs := map[string]*harness.Process{s.replicas[0]: s.apis[0], s.replicas[1]: s.apis[1]}
+	for _, w := range s.workers {
+		addr := listenAddr(t, w.proc, "worker running", "metrics_addr")
+		w.base = "http://" + addr
+		// A restart (restartWorker) binds this same port again: the tests
+		// find the worker where it was, and the port it held a moment
+		// before is the one least likely to be taken in between.
+		w.env = append(w.env, "METRICS_ADDR="+addr)
+		procs[w.base] = w.proc
 	}
+	s.worker = s.workers[0].base
 
 	c := newClient(t, "127.0.0.1")
 	for base, p := range procs {
@@ -300,6 +300,67 @@ func startStackWith(t *testing.T, bins binaries, db testenv.DB, redisPath string
 	// that it can count the API's connections (HTTP_MAX_CONNS).
 	c.CloseIdleConnections()
 	return s
+}
+
+// startTimeout is how long a process may take to log the address it bound.
+const startTimeout = 60 * time.Second
+
+// listenAddr waits until p logs the line msg with the address key it bound
+// (port 0) and returns that address; the test stops if p exits first.
+func listenAddr(t *testing.T, p *harness.Process, msg, key string) string {
+	t.Helper()
+	addr, err := harness.AddressFromLog(p, msg, key, startTimeout)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, p.Tail(8<<10))
+	}
+	return addr
+}
+
+// startAPI starts API replica i with env on port 0 (and its probes on a
+// port of their own, with probes) and records the addresses it took. Without
+// PUBLIC_URL in env, its default PUBLIC_URL is its own address. The test's
+// cleanup stops it.
+func (s *stack) startAPI(t *testing.T, i int, env []string, probes bool) {
+	t.Helper()
+	name := fmt.Sprintf("api-%d", i+1)
+	ownURL := !slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "PUBLIC_URL=") })
+	env = append(env, "HTTP_ADDR=127.0.0.1:0")
+	if probes {
+		env = append(env, "PROBE_ADDR=127.0.0.1:0")
+	}
+	p := testenv.StartProcess(t, name, nil, env, s.bins.api)
+	t.Cleanup(func() { testenv.Terminate(t, p, exitTimeout) })
+	if probes {
+		s.probes[i] = "http://" + listenAddr(t, p, "api probes listening", "probe_addr")
+	}
+	addr := listenAddr(t, p, "api listening", "addr")
+	s.replicas[i] = "http://" + addr
+	s.apis = append(s.apis, p)
+	if !ownURL {
+		return
+	}
+	line, err := harness.LogLine(p, "api listening", startTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := line["public_url"]; ok {
+		return
+	}
+	// Without PUBLIC_URL, a release from before the default named the port
+	// taken (the previous release of the upgrade tests) links to port 0:
+	// it starts again on the ports it took, with PUBLIC_URL set. It has
+	// served nothing yet.
+	if err := p.Kill(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	env = append(env, "HTTP_ADDR="+addr, "PUBLIC_URL=http://"+addr)
+	if probes {
+		env = append(env, "PROBE_ADDR="+strings.TrimPrefix(s.probes[i], "http://"))
+	}
+	t.Logf("%s logs no public_url (a release from before it): started again on %s with PUBLIC_URL set", name, addr)
+	fmt.Fprintf(p.Out, "\n==== test: %s started again with PUBLIC_URL ====\n", name)
+	*p = *testenv.StartProcess(t, name, p.Out, env, s.bins.api)
+	listenAddr(t, p, "api listening", "addr")
 }
 
 // killWorker kills worker i with SIGKILL, like a crash, and waits until it
@@ -317,8 +378,9 @@ func (s *stack) killWorker(t *testing.T, i int) {
 	fmt.Fprintf(w.out, "\n==== test: %s killed with SIGKILL ====\n", w.name)
 }
 
-// restartWorker starts worker i again, with the same settings and address,
-// and waits until it is ready; it returns how long that took.
+// restartWorker starts worker i again, with the same settings and address
+// (it binds the port its first start took again), and waits until it is
+// ready; it returns how long that took.
 func (s *stack) restartWorker(t *testing.T, i int, c *http.Client) time.Duration {
 	t.Helper()
 	w := s.workers[i]

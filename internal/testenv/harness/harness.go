@@ -108,14 +108,38 @@ func RandomHex(n int) string {
 
 // Output collects a child process's output; it is safe for concurrent use.
 type Output struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+	mu      sync.Mutex
+	b       bytes.Buffer
+	written chan struct{} // closed at the next Write; nil until asked for
 }
 
 func (o *Output) Write(p []byte) (int, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	if o.written != nil {
+		close(o.written)
+		o.written = nil
+	}
 	return o.b.Write(p)
+}
+
+// Len is how many bytes have been written so far.
+func (o *Output) Len() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.b.Len()
+}
+
+// since returns what was written from offset on, and a channel closed at
+// the next write.
+func (o *Output) since(offset int) (string, <-chan struct{}) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.written == nil {
+		o.written = make(chan struct{})
+	}
+	b := o.b.Bytes()
+	return string(b[min(offset, len(b)):]), o.written
 }
 
 // String is everything written so far.

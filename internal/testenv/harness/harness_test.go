@@ -3,7 +3,9 @@ package harness_test
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"strconv"
@@ -255,5 +257,178 @@ func TestSentinelWithPassword(t *testing.T) {
 			return errors.New("names " + strings.Join(a, ":"))
 		}
 		return nil
+	})
+}
+
+// startListener starts testdata/listener on addr.
+func startListener(t *testing.T, addr string) *harness.Process {
+	t.Helper()
+	bin := testenv.Build(t, nil, "./internal/testenv/harness/testdata/listener").Path("listener")
+	p := testenv.StartProcess(t, "listener", nil, []string{"ADDR=" + addr}, bin)
+	t.Cleanup(func() { p.Stop(syscall.SIGKILL, 10*time.Second) })
+	return p
+}
+
+// answeredBy reports the process id the listener at addr answers with.
+func answeredBy(t *testing.T, addr string) string {
+	t.Helper()
+	resp, err := http.Get("http://" + addr)
+	if err != nil {
+		t.Fatalf("GET http://%s: %v", addr, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// TestAddressFromLog: a server given port 0 is found at the address its log
+// line names; a server that exits before that line ends the wait at once,
+// and one that could not bind its address says so.
+func TestAddressFromLog(t *testing.T) {
+	t.Cleanup(harness.RemoveBuilds)
+	t.Run("port 0", func(t *testing.T) {
+		p := startListener(t, "127.0.0.1:0")
+		addr, err := harness.AddressFromLog(p, "listening", "addr", 30*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := answeredBy(t, addr); got != strconv.Itoa(p.Pid()) {
+			t.Errorf("%s answered as process %s, want %d", addr, got, p.Pid())
+		}
+		if _, err := harness.AddressFromLog(p, "starting", "addr", time.Second); err == nil {
+			t.Error(`AddressFromLog of a line without the key: no error`)
+		}
+	})
+	t.Run("taken", func(t *testing.T) {
+		taken, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer taken.Close()
+		p := startListener(t, taken.Addr().String())
+		start := time.Now()
+		_, err = harness.AddressFromLog(p, "listening", "addr", time.Minute)
+		if !errors.Is(err, harness.ErrExited) {
+			t.Fatalf("AddressFromLog: %v, want ErrExited", err)
+		}
+		if time.Since(start) > 30*time.Second {
+			t.Errorf("the wait ended %s after it began, not at the exit", time.Since(start))
+		}
+		if !p.AddrInUse() {
+			t.Errorf("AddrInUse: false, output %q", p.Out.String())
+		}
+	})
+	t.Run("a later incarnation", func(t *testing.T) {
+		// Output shared by two starts: the second start's wait reads its own
+		// lines only.
+		out := new(harness.Output)
+		out.Write([]byte(`{"msg":"listening","addr":"127.0.0.1:1"}` + "\n"))
+		p := testenv.StartProcess(t, "sh", out, nil, "/bin/sh", "-c", `echo '{"msg":"other"}'; echo '{"msg":"listening","addr":"127.0.0.1:2"}'`)
+		addr, err := harness.AddressFromLog(p, "listening", "addr", 30*time.Second)
+		if err != nil || addr != "127.0.0.1:2" {
+			t.Errorf("AddressFromLog: %q, %v; want 127.0.0.1:2", addr, err)
+		}
+	})
+}
+
+// TestOnFreePort: a port taken by another process between the moment it is
+// chosen and the server's bind moves the server to another port.
+func TestOnFreePort(t *testing.T) {
+	t.Cleanup(harness.RemoveBuilds)
+	var tried []int
+	var p *harness.Process
+	port, err := harness.OnFreePort(func(port int) error {
+		tried = append(tried, port)
+		if len(tried) == 1 {
+			// Another process takes the port first.
+			taken, err := net.Listen("tcp", harness.Loopback(port))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer taken.Close()
+		}
+		p = startListener(t, harness.Loopback(port))
+		if _, err := harness.AddressFromLog(p, "listening", "addr", 30*time.Second); err != nil {
+			if p.AddrInUse() {
+				return harness.ErrAddrInUse
+			}
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("OnFreePort: %v (tried %v)", err, tried)
+	}
+	if len(tried) != 2 || port != tried[1] {
+		t.Fatalf("tried %v, got port %d; want a second port after the taken one", tried, port)
+	}
+	if got := answeredBy(t, harness.Loopback(port)); got != strconv.Itoa(p.Pid()) {
+		t.Errorf("port %d answered as process %s, want %d", port, got, p.Pid())
+	}
+
+	calls := 0
+	if _, err := harness.OnFreePort(func(int) error { calls++; return harness.ErrAddrInUse }); !errors.Is(err, harness.ErrAddrInUse) || calls != harness.PortTries {
+		t.Errorf("every port taken: %v after %d starts, want ErrAddrInUse after %d", err, calls, harness.PortTries)
+	}
+}
+
+// TestRedisServerPortTaken: a redis-server whose port another process took
+// after it was chosen starts on another one, also when the other process
+// is a redis-server that answers there; a restart keeps the port.
+func TestRedisServerPortTaken(t *testing.T) {
+	path := testenv.RedisServerPath(t)
+	for _, other := range []string{"a listener", "a redis-server"} {
+		t.Run(other, func(t *testing.T) {
+			r, err := harness.NewRedisServer(harness.RedisConfig{Path: path, Dir: t.TempDir()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = r.Close() })
+			taken := r.Port
+			if other == "a listener" {
+				ln, err := net.Listen("tcp", r.Addr())
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer ln.Close()
+			} else {
+				p := testenv.StartProcess(t, "the other redis-server", nil, nil, path,
+					"--port", strconv.Itoa(taken), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", t.TempDir())
+				t.Cleanup(func() { _ = p.Kill(10 * time.Second) })
+				testenv.WaitReady(t, "the other redis-server", p, 10*time.Second, 10*time.Millisecond, harness.Listening(r.Addr()))
+			}
+			if err := r.Start(); err != nil {
+				t.Fatal(err)
+			}
+			if r.Port == taken {
+				t.Fatalf("started on the taken port %d", taken)
+			}
+			if !harness.SaysAddrInUse(r.Out.String()) {
+				t.Errorf("the first start did not meet the taken port; output:\n%s", r.Out.String())
+			}
+			ctx := context.Background()
+			info, err := r.Client.Info(ctx, "server").Result()
+			if err != nil || !strings.Contains(info, "process_id:"+strconv.Itoa(r.Process().Pid())+"\r\n") {
+				t.Errorf("the client reaches another server: INFO %v", err)
+			}
+		})
+	}
+	t.Run("restart", func(t *testing.T) {
+		r := testenv.StartRedis(t, harness.RedisConfig{Path: path})
+		port := r.Port
+		if err := r.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		ln, err := net.Listen("tcp", r.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		if err := r.Start(); !errors.Is(err, harness.ErrAddrInUse) || r.Port != port {
+			t.Errorf("restart on a taken port: %v on port %d; want ErrAddrInUse on port %d, where its clients look", err, r.Port, port)
+		}
 	})
 }

@@ -20,8 +20,9 @@ type Process struct {
 	Cmd  *exec.Cmd
 	// Out is where its standard output and error go, when Start was given
 	// one; nil when the command writes elsewhere (a log file).
-	Out  *Output
-	done chan struct{} // closed once the process has exited and its output is collected
+	Out     *Output
+	outFrom int           // Out's length when the process started: what it writes comes after
+	done    chan struct{} // closed once the process has exited and its output is collected
 }
 
 // Start starts cmd as the child called name. When out is not nil it
@@ -29,8 +30,10 @@ type Process struct {
 // SysProcAttr set already, the child gets SIGKILL when the starting
 // process dies (on Linux), so an interrupted run leaves no server behind.
 func Start(name string, cmd *exec.Cmd, out *Output) (*Process, error) {
+	from := 0
 	if out != nil {
 		cmd.Stdout, cmd.Stderr = out, out
+		from = out.Len()
 	}
 	if cmd.SysProcAttr == nil {
 		dieWithParent(cmd)
@@ -38,7 +41,7 @@ func Start(name string, cmd *exec.Cmd, out *Output) (*Process, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
-	p := &Process{Name: name, Cmd: cmd, Out: out, done: make(chan struct{})}
+	p := &Process{Name: name, Cmd: cmd, Out: out, outFrom: from, done: make(chan struct{})}
 	go func() {
 		_ = cmd.Wait()
 		close(p.done)

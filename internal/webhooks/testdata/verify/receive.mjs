@@ -3,8 +3,11 @@
 // X-Service-Signature and standardwebhooks for webhook-signature. Run by
 // internal/e2e/cli_test.go:
 //
-//   node receive.mjs <whsec_ secret> <port>
+//   node receive.mjs <whsec_ secret> <port | fd:N>
 //
+// It listens on the port on 127.0.0.1, or serves on the listening socket it
+// inherited as file descriptor N (the test binds it on port 0, so that no
+// other process can take the port first).
 // Prints {"port"} once listening, then one JSON line per request:
 // {"event_id", "event_type", "sequence", "octokit", "standard", "detail", "at_ms"}.
 // Answers 200 when both signatures verify, 400 otherwise.
@@ -12,9 +15,9 @@ import { createServer } from "node:http";
 import { verify as octokitVerify } from "@octokit/webhooks-methods";
 import { Webhook } from "standardwebhooks";
 
-const [secret, port] = process.argv.slice(2);
-if (!secret || !secret.startsWith("whsec_") || !port) {
-  console.error("usage: node receive.mjs whsec_... <port>");
+const [secret, where] = process.argv.slice(2);
+if (!secret || !secret.startsWith("whsec_") || !where) {
+  console.error("usage: node receive.mjs whsec_... <port | fd:N>");
   process.exit(2);
 }
 
@@ -51,4 +54,9 @@ const server = createServer((req, res) => {
     res.end();
   });
 });
-server.listen(Number(port), "127.0.0.1", () => console.log(JSON.stringify({ port: server.address().port })));
+const listening = () => console.log(JSON.stringify({ port: server.address().port }));
+if (where.startsWith("fd:")) {
+  server.listen({ fd: Number(where.slice(3)) }, listening);
+} else {
+  server.listen(Number(where), "127.0.0.1", listening);
+}
