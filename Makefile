@@ -73,24 +73,33 @@ test: ## Install the test tools if missing, start Postgres/Redis if needed; make
 
 # test-in-env is `make test` once deploy/local/testenv.sh has set things up.
 .PHONY: test-in-env
-# -trimpath (through GOFLAGS, so that the binaries the end-to-end tests build
-# get it too) keeps Go's build cache valid across checkouts: without it a
-# package's cache key holds its directory, and every fresh clone compiles all
-# of Gatehouse again with -race. TEST_P packages run at once (go test -p,
-# whose default is the number of cores): internal/e2e and internal/httpapi
-# run for minutes, mostly waiting, and the other packages fit beside them.
-# The checks of deploy/k8s are a module of their own (K8S_DIR), which `go test ./...`
-# at the root does not enter; they run too when PKG is the default ./... . Both
-# runs go to the end; either one failing fails the target.
-test-in-env: lint
+# make lint runs beside the tests, its output kept until they end: the
+# end-to-end tests spend minutes mostly waiting, and the linters fill the
+# gap. -trimpath (through GOFLAGS, so that the binaries the end-to-end tests
+# build get it too) keeps Go's build cache valid across checkouts: without
+# it a package's cache key holds its directory, and every fresh clone
+# compiles all of Gatehouse again with -race. TEST_P packages run at once
+# (go test -p, whose default is the number of cores): internal/e2e and
+# internal/httpapi run for minutes, mostly waiting, and the other packages
+# fit beside them. The checks of deploy/k8s are a module of their own
+# (K8S_DIR), which `go test ./...` at the root does not enter; they run too
+# when PKG is the default ./... . Everything goes to the end; any part
+# failing fails the target.
+test-in-env:
 	@status=0; \
 	export GOFLAGS="-trimpath $${GOFLAGS:-}"; \
+	lintlog=$$(mktemp); \
+	$(MAKE) --no-print-directory lint >"$$lintlog" 2>&1 & lintpid=$$!; \
+	echo "make lint (beside the tests; its output follows them)"; \
 	echo "GOFLAGS='$$GOFLAGS' $(GO) test -race -count=1 -p $(TEST_P) -timeout 20m $(TEST_FLAGS) $(PKG)"; \
 	GATEHOUSE_REQUIRE_SERVICES=1 $(GO) test -race -count=1 -p $(TEST_P) -timeout 20m $(TEST_FLAGS) $(PKG) || status=1; \
 	if [ '$(PKG)' = ./... ]; then \
 		echo 'cd $(K8S_DIR) && $(GO) test -race -count=1 -timeout 10m $(TEST_FLAGS) ./...'; \
 		(cd $(K8S_DIR) && GATEHOUSE_REQUIRE_SERVICES=1 $(GO) test -race -count=1 -timeout 10m $(TEST_FLAGS) ./...) || status=1; \
 	fi; \
+	lintstatus=0; wait $$lintpid || lintstatus=$$?; \
+	echo '---- make lint ----'; cat "$$lintlog"; rm -f "$$lintlog"; \
+	if [ $$lintstatus -ne 0 ]; then echo "make lint failed (exit $$lintstatus)"; status=1; fi; \
 	exit $$status
 
 # The clients of examples/ are generated, not committed: oapi-codegen is the
