@@ -190,7 +190,7 @@ func TestChaosF12NoisyNeighbour(t *testing.T) {
 	noise := startChaosLoad(t, st, a, "f12-noisy", aSenders, aPace)
 	stopNoise := sync.OnceValue(noise.end)
 	defer stopNoise()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(waitFloor)
 	for {
 		busy := 0
 		for _, h := range holes {
@@ -202,7 +202,7 @@ func TestChaosF12NoisyNeighbour(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("only %d of A's %d dead endpoints were tried within 30s", busy, len(holes))
+			t.Fatalf("only %d of A's %d dead endpoints were tried within %s", busy, len(holes), waitFloor)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -200,7 +200,7 @@ func (l *upgradeLoad) send(m *whMerchant, op, key, method, path, body string, wa
 		rel.spec.Check(upgradeTB{l.t, fmt.Sprintf("[phase %s, api-%d of the %s release] ", phase, i+1, rel.name)}, e.req, e.resp, e.body)
 		c.status, c.code = e.status(), e.code()
 		// The first send of a rerouted request may still hold its key.
-		if c.rerouted > 0 && c.status == http.StatusConflict && c.code == "idempotency_key_in_use" && time.Since(c.start) < 15*time.Second {
+		if c.rerouted > 0 && c.status == http.StatusConflict && c.code == "idempotency_key_in_use" && time.Since(c.start) < waitFloor {
 			time.Sleep(50 * time.Millisecond)
 			continue
 		}
