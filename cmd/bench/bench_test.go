@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -69,23 +70,44 @@ type keySet struct {
 	mu   sync.Mutex
 	keys map[string]bool
 	dups int
+	at   []time.Time // when each request arrived, in order
 }
 
 func (s *keySet) add(k string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.at = append(s.at, time.Now())
 	if s.keys[k] {
 		s.dups++
 	}
 	s.keys[k] = true
 }
 
+// benchFull reports whether the load generator's tests assert how well it
+// keeps its timetable (GATEHOUSE_BENCH=full, as make bench runs them before
+// it measures). In make test they run beside other packages' tests on shared
+// cores: there they assert what was sent and answered, and that nothing was
+// sent early, and log how late; lateness is the machine's.
+func benchFull() bool { return os.Getenv("GATEHOUSE_BENCH") == "full" }
+
+// benchScale picks the make test or the make bench value.
+func benchScale[T any](shared, full T) T {
+	if benchFull() {
+		return full
+	}
+	return shared
+}
+
 func TestOpenModelKeepsTheTimetable(t *testing.T) {
 	srv, n, seen := chargeServer(t, http.StatusCreated)
 	c := newClient(strings.TrimPrefix(srv.URL, "http://"), "Bearer sk_test_x", "test-", new(atomic.Int64))
 	defer c.closeIdle()
+	// On shared cores, room for every request to be in flight and answered
+	// however late: a drop or a timeout there would be the machine's.
+	maxInflight, timeout := benchScale(200, 64), benchScale(time.Minute, 2*time.Second)
 	start := time.Now()
-	rec := openModel(context.Background(), c, 400, 500*time.Millisecond, 64, 2*time.Second)
+	rec := openModel(context.Background(), c, 400, 500*time.Millisecond, maxInflight, timeout)
+	took := time.Since(start)
 	s := summarize(rec)
 	if s.Scheduled != 200 || s.OK != 200 || s.Errors != 0 || s.Dropped != 0 || n.Load() != 200 {
 		t.Fatalf("scheduled %d, ok %d, errors %d, dropped %d, server saw %d; want 200 ok: %v", s.Scheduled, s.OK, s.Errors, s.Dropped, n.Load(), s.Samples)
@@ -93,8 +115,22 @@ func TestOpenModelKeepsTheTimetable(t *testing.T) {
 	if len(seen.keys) != 200 || seen.dups != 0 {
 		t.Errorf("%d distinct Idempotency-Keys, %d repeated; want 200 and 0", len(seen.keys), seen.dups)
 	}
-	if took := time.Since(start); took < 480*time.Millisecond || took > 2*time.Second {
-		t.Errorf("200 requests at 400/s took %s", took)
+	// Nothing is sent before its time: request i is due at start + i/400 s,
+	// and they are sent in order, so the server's k-th arrival comes no
+	// sooner than the k-th due time, however slow the machine.
+	seen.mu.Lock()
+	arrivals := slices.Clone(seen.at)
+	seen.mu.Unlock()
+	slices.SortFunc(arrivals, func(a, b time.Time) int { return a.Compare(b) })
+	for k, at := range arrivals {
+		if due := rec.start.Add(time.Duration(k) * time.Second / 400); at.Before(due) {
+			t.Fatalf("arrival %d at %s, before the %d-th request was due (%s): the generator sent early",
+				k, at.Sub(rec.start), k, due.Sub(rec.start))
+		}
+	}
+	t.Logf("200 requests at 400/s took %s, generator lag p99 %s", took.Round(time.Millisecond), s.LagP99)
+	if benchFull() && took > 2*time.Second {
+		t.Errorf("200 requests at 400/s took %s, want within 2s", took)
 	}
 }
 
@@ -102,17 +138,21 @@ func TestOpenModelCountsErrorsAndDrops(t *testing.T) {
 	srv, _, _ := chargeServer(t, http.StatusServiceUnavailable)
 	c := newClient(strings.TrimPrefix(srv.URL, "http://"), "Bearer sk_test_x", "test-", new(atomic.Int64))
 	defer c.closeIdle()
-	s := summarize(openModel(context.Background(), c, 200, 250*time.Millisecond, 64, time.Second))
+	s := summarize(openModel(context.Background(), c, 200, 250*time.Millisecond, 64, benchScale(time.Minute, time.Second)))
 	if s.Errors != 50 || s.OK != 0 || len(s.Samples) == 0 || !strings.HasPrefix(s.Samples[0], "503 ") {
 		t.Errorf("errors %d ok %d samples %q; want 50 errors with a 503 sample", s.Errors, s.OK, s.Samples)
 	}
 
+	// A server that never answers: the first 5 requests stay in flight until
+	// their timeout, and the other 15, due within 100 ms, are dropped. The
+	// timeout must outlast the generator's lag in sending the 20th: on
+	// shared cores it is long.
 	block := make(chan struct{})
 	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-block }))
 	defer slow.Close()
 	defer close(block)
 	c2 := newClient(strings.TrimPrefix(slow.URL, "http://"), "Bearer sk_test_x", "test-", new(atomic.Int64))
-	s = summarize(openModel(context.Background(), c2, 200, 100*time.Millisecond, 5, time.Second))
+	s = summarize(openModel(context.Background(), c2, 200, 100*time.Millisecond, 5, benchScale(5*time.Second, time.Second)))
 	if s.Dropped != 15 || s.Errors != 5 {
 		t.Errorf("dropped %d, errors %d; want 15 dropped beyond 5 in flight, 5 timeouts", s.Dropped, s.Errors)
 	}

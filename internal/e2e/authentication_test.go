@@ -69,6 +69,7 @@ func (f *authFlow) get(t *testing.T, id string) authCharge {
 // wait polls the charge until it leaves the statuses in from.
 func (f *authFlow) wait(t *testing.T, id string, within time.Duration, from ...string) authCharge {
 	t.Helper()
+	within = patience(within)
 	deadline := time.Now().Add(within)
 	for {
 		c := f.get(t, id)

@@ -298,7 +298,7 @@ func startCheckout(t *testing.T, st *stack, key apiKey) (string, *harness.Output
 		"GATEHOUSE_SECRET_KEY="+key.SecretKey, "CHECKOUT_ADDR="+addr)
 	p := testenv.StartProcess(t, "the example checkout", nil, env, bin)
 	t.Cleanup(func() { testenv.Kill(t, p) })
-	testenv.WaitReady(t, "the example checkout on "+addr, p, 10*time.Second, 50*time.Millisecond, harness.Listening(addr))
+	testenv.WaitReady(t, "the example checkout on "+addr, p, waitFloor, 50*time.Millisecond, harness.Listening(addr))
 	return addr, p.Out
 }
 

@@ -113,6 +113,7 @@ func f16Steady(t *testing.T, st *stack, m *f16Merchant, prefix string, pace, run
 // Postgres recorded them.
 func authorizationTimes(t *testing.T, db testenv.DB, merchant string, from time.Time, within time.Duration) []time.Duration {
 	t.Helper()
+	within = patience(within)
 	deadline := time.Now().Add(within)
 	for {
 		ctx, cancel := dbCtx()
@@ -229,12 +230,18 @@ func TestChaosF16ProviderFairness(t *testing.T) {
 	beside := authorizationTimes(t, st.db, b.id, from, 120*time.Second)
 
 	// A's flood: accepted up to the merchant's limit over all its keys,
-	// the rest refused as the contract says.
-	accepted, refused := 0, 0
+	// the rest refused as the contract says. The answers that came within
+	// one window of the flood's start were all decided within it: at most
+	// the limit of them accepted, however slow the machine. When the whole
+	// flood came within the window, the rest were refused.
+	accepted, refused, acceptedInWindow := 0, 0, 0
 	for _, s := range flood {
 		switch {
 		case s.err == nil && s.status == http.StatusCreated:
 			accepted++
+			if s.end.Before(floodStart.Add(window)) {
+				acceptedInWindow++
+			}
 		case s.err == nil && s.status == http.StatusTooManyRequests && s.code == "rate_limited":
 			refused++
 			if n, err := strconv.Atoi(s.retryAfter); err != nil || n < 1 || n > int(window/time.Second) {
@@ -247,9 +254,9 @@ func TestChaosF16ProviderFairness(t *testing.T) {
 			t.Errorf("A's charge %s: %d %s %v, want 201 or 429 rate_limited", s.key, s.status, s.code, s.err)
 		}
 	}
-	if refused == 0 || (floodTook < window && accepted > merchantLimit) {
-		t.Errorf("A's flood of %d from %d keys in %s: %d accepted, %d refused; want at most %d accepted (the merchant's limit) and the rest refused",
-			len(flood), aKeys, floodTook.Round(time.Millisecond), accepted, refused, merchantLimit)
+	if acceptedInWindow > merchantLimit || (floodTook < window && (accepted > merchantLimit || refused == 0)) {
+		t.Errorf("A's flood of %d from %d keys in %s: %d accepted (%d answered within %s of its start), %d refused; want at most %d accepted within a window (the merchant's limit) and the rest refused",
+			len(flood), aKeys, floodTook.Round(time.Millisecond), accepted, acceptedInWindow, window, refused, merchantLimit)
 	}
 
 	// A's accepted charges all end captured: slow, never lost or failed.

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -87,10 +88,21 @@ func TestChaosConnectorFailover(t *testing.T) {
 	b := m.sandboxConnector(t, "B", "")
 	s := m.createConnector(t, fmt.Sprintf(`{"provider":"stripe","name":"S","credentials":{"secret_key":"sk_test_%s"}}`, harness.RandomHex(16)))
 	c := m.sandboxConnector(t, "C", "")
+	// The routing's notice is handed to every replica before the load
+	// starts, so neither routes by a copy from before it.
+	notices := st.redis.client.Subscribe(context.Background(), "gatehouse:routing:changed")
+	if _, err := notices.Receive(context.Background()); err != nil {
+		t.Fatalf("subscribe to the routing notices: %v", err)
+	}
 	m.putRouting(t, `{"default":`+route(a.ID, b.ID, s.ID, c.ID)+`}`)
+	select {
+	case <-notices.Channel():
+	case <-time.After(waitFloor):
+		t.Fatalf("no routing notice within %s of the PUT", waitFloor)
+	}
+	notices.Close()
 	order := map[string]int{a.ID: 0, b.ID: 1, s.ID: 2, c.ID: 3}
 	names := map[string]string{a.ID: "A", b.ID: "B", s.ID: "S", c.ID: "C"}
-	time.Sleep(300 * time.Millisecond) // the routing notice reaches the other replica
 
 	// The load: rate charges a second, one in ten a hard decline.
 	var (

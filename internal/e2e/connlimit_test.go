@@ -109,9 +109,11 @@ func TestConnectionLimit(t *testing.T) {
 // keep-alive connections held open, a further one refused 503), the
 // replica's PROBE_ADDR still answers /healthz 200 and /readyz?exclude=redis
 // 200, as the kubelet's liveness and readiness probes ask them, each on a
-// new connection, and takes no place of the public port's.
+// new connection, and takes no place of the public port's. That each probe
+// answers within 5 s is asserted at full scale (make chaos), where the test
+// runs on its own; at smoke scale the slowest is logged.
 func TestProbePortAtConnectionLimit(t *testing.T) {
-	t.Parallel()
+	chaosParallel(t)
 	const limit = 2
 	st := newStack(t, stackOptions{apiEnv: []string{"HTTP_MAX_CONNS=2"}, probes: true}, "probes while the public port is full")
 	base, probes := st.replicas[0], st.probes[0]
@@ -142,15 +144,18 @@ func TestProbePortAtConnectionLimit(t *testing.T) {
 
 	// The probe port answers, on fresh connections each time, as a kubelet's
 	// probes come.
+	var slowest time.Duration
 	for range 3 {
 		for _, path := range []string{"/healthz", "/readyz?exclude=redis", "/readyz"} {
 			e := st.do(t, conn(), http.MethodGet, probes+path, "", "")
 			mustExpect(t, e, http.StatusOK, "")
-			if e.elapsed() > 5*time.Second {
+			slowest = max(slowest, e.elapsed())
+			if chaosFull() && e.elapsed() > 5*time.Second {
 				t.Errorf("%s took %s", e.describe(), e.elapsed())
 			}
 		}
 	}
+	t.Logf("the probe port answered 9 probes on new connections while the public port was full; the slowest in %s", slowest.Round(time.Millisecond))
 	// Still full: the probes took no place of the public port's.
 	mustExpect(t, st.do(t, conn(), http.MethodGet, base+"/healthz", "", ""), http.StatusServiceUnavailable, "service_unavailable")
 

@@ -340,7 +340,7 @@ func TestEndToEnd(t *testing.T) {
 
 		st.redis.start(t)
 		restarted := time.Now()
-		const within = 5 * time.Second
+		const within = waitFloor
 		for _, base := range []string{r1, r2, st.worker} {
 			for {
 				e := st.do(t, c, http.MethodGet, base+"/readyz", "", "")

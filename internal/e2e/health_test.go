@@ -46,6 +46,7 @@ func TestWebhookEndpointHealth(t *testing.T) {
 	}
 	waitReason := func(id, want string, within time.Duration) time.Duration {
 		t.Helper()
+		within = patience(within)
 		start := time.Now()
 		for {
 			e := get(id)

@@ -665,6 +665,7 @@ func (tr *obsTraffic) burst(t *testing.T, key string, overLimit bool) {
 // failed at least one retry too, so attempt numbers above 1 exist.
 func (tr *obsTraffic) waitWebhooks(t *testing.T, within time.Duration) {
 	t.Helper()
+	within = patience(within)
 	deadline := time.Now().Add(within)
 	for {
 		retried := slices.ContainsFunc(tr.bad.all(), func(h hit) bool { return h.attempt() >= 2 })

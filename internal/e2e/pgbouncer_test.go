@@ -192,7 +192,7 @@ log_disconnections = 0
 // waitReady connects through PgBouncer until a query answers.
 func (b *pgBouncer) waitReady(t *testing.T, dbURL string) {
 	t.Helper()
-	testenv.WaitReady(t, fmt.Sprintf("pgbouncer on port %d", b.port), b.proc, 15*time.Second, 20*time.Millisecond, func(ctx context.Context) error {
+	testenv.WaitReady(t, fmt.Sprintf("pgbouncer on port %d", b.port), b.proc, waitFloor, 20*time.Millisecond, func(ctx context.Context) error {
 		ctx, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
 		cfg, err := pgx.ParseConfig(dbURL)

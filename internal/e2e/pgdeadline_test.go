@@ -124,9 +124,11 @@ func (b *silentProxy) restore() {
 // 503 service_unavailable within DATABASE_STATEMENT_TIMEOUT, not after TCP
 // gives up; so does the next one, which must open a new connection
 // (DATABASE_CONNECT_TIMEOUT). Once the network is back, the same requests
-// succeed again.
+// succeed again. At smoke scale the test asserts the answers: 503 before the
+// client's own timeout (40 s; TCP would take minutes); the bound of a few
+// seconds is asserted at full scale (make chaos), where it runs on its own.
 func TestPostgresBlackHole(t *testing.T) {
-	t.Parallel()
+	chaosParallel(t)
 	const statement, connect = 2 * time.Second, 2 * time.Second
 	redisPath := testenv.RedisServerPath(t)
 	db := testenv.NewDB(t)
@@ -156,15 +158,15 @@ func TestPostgresBlackHole(t *testing.T) {
 	// A request takes a connection from the pool (idle ones are pinged
 	// first, a new one is opened: within statement+connect) and runs its
 	// statement (within statement). The first finds pooled connections; the
-	// later ones find them dropped and must connect anew. A 2-core machine
-	// running -race gets a generous margin; TCP would take minutes.
+	// later ones find them dropped and must connect anew. Race-enabled
+	// binaries get a margin; TCP would take minutes.
 	const margin = 6 * time.Second
 	bound := 2*statement + connect + margin
 	for i := range 3 {
 		e := list()
 		t.Logf("request %d with Postgres cut off: %d %s after %s", i+1, e.status(), e.code(), e.elapsed().Round(time.Millisecond))
 		mustExpect(t, e, http.StatusServiceUnavailable, "service_unavailable")
-		if e.elapsed() > bound {
+		if chaosFull() && e.elapsed() > bound {
 			t.Errorf("request %d answered after %s, want within %s", i+1, e.elapsed(), bound)
 		}
 	}
@@ -178,8 +180,8 @@ func TestPostgresBlackHole(t *testing.T) {
 			break
 		}
 		mustExpect(t, e, http.StatusServiceUnavailable, "service_unavailable")
-		if time.Since(restored) > 30*time.Second {
-			t.Fatalf("still %d %s 30s after the network came back", e.status(), e.code())
+		if time.Since(restored) > waitFloor {
+			t.Fatalf("still %d %s %s after the network came back", e.status(), e.code(), waitFloor)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

@@ -205,6 +205,7 @@ func (d *redisDeploy) startCluster(t *testing.T, path string, n int) {
 // waitClusterOK waits until every node says cluster_state:ok.
 func (d *redisDeploy) waitClusterOK(t *testing.T, within time.Duration) {
 	t.Helper()
+	within = patience(within)
 	deadline := time.Now().Add(within)
 	for _, s := range d.nodes {
 		for {
@@ -302,6 +303,7 @@ func (d *redisDeploy) sentinelPrimary(ctx context.Context) (string, error) {
 // waitPrimary waits until the primary the sentinels name answers writes.
 func (d *redisDeploy) waitPrimary(t *testing.T, within time.Duration) {
 	t.Helper()
+	within = patience(within)
 	deadline := time.Now().Add(within)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)

@@ -184,6 +184,7 @@ func (m *rtMerchant) waitRouted(t *testing.T, ids []string, done func(routedJSON
 	t.Helper()
 	got := map[string]routedJSON{}
 	pending := slices.Clone(ids)
+	within = patience(within)
 	deadline := time.Now().Add(within)
 	for len(pending) > 0 {
 		var still []string
@@ -1123,10 +1124,12 @@ func TestRoutingSplit(t *testing.T) {
 // cache by a Redis notice. A change written behind the API's back (in
 // Postgres, without a notice) is not seen by a replica that holds the old
 // copy, which shows the copy is cached; a PUT /v1/routing or a PATCH of a
-// connector on replica 1 is followed by replica 2's next charges within a
-// second.
+// connector on replica 1 is followed by replica 2's next charges long
+// before its copy would expire (30 s), which only the notice explains. That
+// it follows within a second is asserted at full scale (make chaos), where
+// the test runs on its own; at smoke scale the lag is logged.
 func TestRoutingCacheAcrossReplicas(t *testing.T) {
-	t.Parallel()
+	chaosParallel(t)
 	st := newStack(t, stackOptions{env: routingStackEnv, workerEnv: routingWorkerEnv}, "routing cache")
 	m := newRoutingMerchant(t, st, "127.0.0.105", "cache")
 	x := m.sandboxConnector(t, "X", "")
@@ -1156,8 +1159,29 @@ func TestRoutingCacheAcrossReplicas(t *testing.T) {
 		decode(t, e, &c)
 		return chaosDeref(c.Connector), e
 	}
+	// The notices as the replicas get them: each replica has its own
+	// subscription, and Redis hands a notice to every subscriber at once.
+	notices := st.redis.client.Subscribe(context.Background(), "gatehouse:routing:changed")
+	defer notices.Close()
+	if _, err := notices.Receive(context.Background()); err != nil {
+		t.Fatalf("subscribe to the routing notices: %v", err)
+	}
+	// nextNotice waits for the next notice, which must be the merchant's.
+	nextNotice := func(what string) {
+		t.Helper()
+		select {
+		case msg := <-notices.Channel():
+			if msg.Payload != m.id {
+				t.Errorf("%s: notice for %q, want the merchant %s", what, msg.Payload, m.id)
+			}
+		case <-time.After(waitFloor):
+			t.Errorf("%s: no notice on gatehouse:routing:changed within %s", what, waitFloor)
+		}
+	}
 	mustExpect(t, send1(http.MethodPut, "/v1/routing", `{"default":`+route(x.ID)+`}`), http.StatusOK, "")
-	time.Sleep(300 * time.Millisecond)      // the notices of the creations and the PUT have arrived
+	// The PUT's notice has been handed out: a copy replica 2 loads now is
+	// not dropped by it.
+	nextNotice("PUT [X]")
 	if got, _ := chargeOn2(); got != x.ID { // replica 2 loads and caches the routing
 		t.Fatalf("first charge on replica 2: connector %s, want %s", got, x.ID)
 	}
@@ -1181,24 +1205,14 @@ func TestRoutingCacheAcrossReplicas(t *testing.T) {
 			tries-stale, tries)
 	}
 
-	// Through the API on replica 1: replica 2 follows within a second.
-	notices := st.redis.client.Subscribe(context.Background(), "gatehouse:routing:changed")
-	defer notices.Close()
-	if _, err := notices.Receive(context.Background()); err != nil {
-		t.Fatalf("subscribe to the routing notices: %v", err)
-	}
+	// Through the API on replica 1: replica 2 follows, by the notice, long
+	// before its copy expires; within a second on a quiet machine.
+	const promised, beforeTTL = time.Second, 20 * time.Second
 	follow := func(what string, change func() exchange, want string) time.Duration {
 		t.Helper()
 		e := change()
 		mustExpect(t, e, http.StatusOK, "")
-		select {
-		case msg := <-notices.Channel():
-			if msg.Payload != m.id {
-				t.Errorf("%s: notice for %q, want the merchant %s", what, msg.Payload, m.id)
-			}
-		case <-time.After(time.Second):
-			t.Errorf("%s: no notice on gatehouse:routing:changed within 1 s", what)
-		}
+		nextNotice(what)
 		for {
 			got, c := chargeOn2()
 			lag := c.end.Sub(e.end)
@@ -1208,10 +1222,13 @@ func TestRoutingCacheAcrossReplicas(t *testing.T) {
 						t.Errorf("%s: replica 2 went back to %s", what, again)
 					}
 				}
+				if chaosFull() && lag > promised {
+					t.Errorf("%s: replica 2 followed the change on replica 1 %s after it, want within %s", what, lag.Round(time.Millisecond), promised)
+				}
 				return lag
 			}
-			if lag > time.Second {
-				t.Errorf("%s: replica 2 still routes to %s %s after the change on replica 1, want %s within 1 s", what, got, lag.Round(time.Millisecond), want)
+			if lag > beforeTTL {
+				t.Errorf("%s: replica 2 still routes to %s %s after the change on replica 1, want %s: the notice did not reach it", what, got, lag.Round(time.Millisecond), want)
 				return lag
 			}
 			time.Sleep(20 * time.Millisecond)
@@ -1224,7 +1241,7 @@ func TestRoutingCacheAcrossReplicas(t *testing.T) {
 	}
 	// A connector disabled on replica 1 leaves replica 2's routes at once.
 	mustExpect(t, send1(http.MethodPut, "/v1/routing", `{"default":`+route(x.ID, y.ID)+`}`), http.StatusOK, "")
-	<-notices.Channel()
+	nextNotice("PUT [X, Y]")
 	if got, _ := chargeOn2(); got != x.ID {
 		t.Errorf("routing [X, Y] on replica 2: connector %s, want %s", got, x.ID)
 	}

@@ -80,6 +80,7 @@ func TestListsReadTheStandby(t *testing.T) {
 	// eventually polls cond every 50 ms for up to within.
 	eventually := func(within time.Duration, what string, cond func() bool) {
 		t.Helper()
+		within = patience(within)
 		deadline := time.Now().Add(within)
 		for !cond() {
 			if time.Now().After(deadline) {
@@ -156,6 +157,7 @@ func TestListsReadTheStandby(t *testing.T) {
 // waitStreaming polls pg_stat_replication until a standby streams from p.
 func (p *pgServer) waitStreaming(t *testing.T, within time.Duration) {
 	t.Helper()
+	within = patience(within)
 	deadline := time.Now().Add(within)
 	for {
 		var n int

@@ -109,7 +109,7 @@ func TestStripeChallengeSettlesFromPaymentIntent(t *testing.T) {
 		t.Fatalf("after a return without authentication: %s", got.Status)
 	}
 	fake.set("pi_succeeded")
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(waitFloor)
 	for {
 		e := f.page(t, ret)
 		if e.status() == http.StatusSeeOther {

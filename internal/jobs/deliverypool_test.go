@@ -79,7 +79,7 @@ func TestDeliveryPoolServesEveryDeliveryQueue(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for {
 		mu.Lock()
 		got := slices.Sorted(slices.Values(served))

@@ -192,14 +192,22 @@ func enqueueRecoveryTask(t *testing.T, id string) {
 	}
 }
 
+// beforeAsynq is how long a test waits for Recovery to put a killed worker's
+// task back: a safety net, shorter than asynq's own recovery, which takes a
+// task no sooner than 55 s after its worker's last lease extension (see
+// recoveryMaxAge). A task back by then, at the same retry count and counted
+// as requeued, was put back by Recovery, however slow the machine; it takes
+// about 3 s (the entry's expiry or the grace, then a poll), which is logged.
+const beforeAsynq = 45 * time.Second
+
 // A worker killed with SIGKILL while it runs a task: another worker runs the
-// task again within a few seconds, at the same retry count, instead of after
-// asynq's lease (60 to 90 s).
+// task again, at the same retry count, put back by Recovery instead of
+// after asynq's lease (60 to 90 s).
 func TestRecoveryRequeuesAKilledWorkersTask(t *testing.T) {
 	rdb := testenv.NewRedis(t, testenv.RedisDBJobs)
 	a := startHelper(t, time.Hour)
 	enqueueRecoveryTask(t, "killed-1")
-	a.expect(t, "running killed-1", 10*time.Second)
+	a.expect(t, "running killed-1", 30*time.Second)
 	claims := rdb.HGetAll(context.Background(), "gatehouse:{"+recoveryQueue+"}:claims").Val()
 	if len(claims) != 1 || claims["killed-1"] == "" {
 		t.Fatalf("claims while the task runs: %v, want killed-1's", claims)
@@ -213,20 +221,14 @@ func TestRecoveryRequeuesAKilledWorkersTask(t *testing.T) {
 		t.Fatal(err)
 	}
 	killed := time.Now()
-	// Recovery's bound: the entry's expiry or the grace, then a poll.
-	const bound = 5 * time.Second
 	select {
 	case id := <-seen.new:
-		took := time.Since(killed)
 		if id != "killed-1" {
 			t.Fatalf("ran %q, want killed-1", id)
 		}
-		if took > bound {
-			t.Fatalf("the killed worker's task ran again %s after the kill, want within %s", took, bound)
-		}
-		t.Logf("the killed worker's task ran again %s after the kill", took.Round(time.Millisecond))
-	case <-time.After(bound + 5*time.Second):
-		t.Fatalf("the killed worker's task did not run again within %s of the kill", bound+5*time.Second)
+		t.Logf("the killed worker's task ran again %s after the kill", time.Since(killed).Round(time.Millisecond))
+	case <-time.After(beforeAsynq):
+		t.Fatalf("the killed worker's task did not run again within %s of the kill", beforeAsynq)
 	}
 	seen.mu.Lock()
 	retried := seen.ret["killed-1"]
@@ -242,7 +244,7 @@ func TestRecoveryRequeuesAKilledWorkersTask(t *testing.T) {
 
 func waitNoClaims(t *testing.T, rdb redis.UniversalClient) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for rdb.HLen(context.Background(), "gatehouse:{"+recoveryQueue+"}:claims").Val() != 0 {
 		if time.Now().After(deadline) {
 			t.Fatalf("claims left: %v", rdb.HGetAll(context.Background(), "gatehouse:{"+recoveryQueue+"}:claims").Val())
@@ -260,7 +262,7 @@ func TestRecoveryLeavesAStalledWorkersTask(t *testing.T) {
 	const stall = 6 * time.Second // past the expiry (2 s) and grace (2 s), several polls
 	a := startHelper(t, stall+2*time.Second)
 	enqueueRecoveryTask(t, "stalled-1")
-	a.expect(t, "running stalled-1", 10*time.Second)
+	a.expect(t, "running stalled-1", 30*time.Second)
 	var instance string
 	for _, v := range rdb.HKeys(ctx, "gatehouse:{workers}").Val() {
 		instance = v
@@ -288,13 +290,13 @@ func TestRecoveryLeavesAStalledWorkersTask(t *testing.T) {
 	if err := a.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
-	a.expect(t, "done stalled-1", 10*time.Second)
+	a.expect(t, "done stalled-1", 30*time.Second)
 	if n := seen.count("stalled-1"); n != 0 {
 		t.Fatalf("the stalled worker's task ran %d times in the other worker, want 0", n)
 	}
 	// The stalled worker completes it: the task is gone from the queue.
 	inspector := asynq.NewInspectorFromRedisClient(rdb)
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for {
 		_, err := inspector.GetTaskInfo(recoveryQueue, "stalled-1")
 		if err != nil {
@@ -325,8 +327,8 @@ func TestRecoveryLeavesAStalledWorkersTask(t *testing.T) {
 // them behind: a task is claimed in the same script as asynq's dequeue,
 // and its claim outlives asynq's own record of the result, so a kill at any
 // moment leaves every task it held either claimed or finished. Whatever the
-// killed workers did not finish is back in the queue within seconds, not
-// after asynq's lease.
+// killed workers did not finish is back in the queue and run before asynq's
+// own recovery could have taken it (beforeAsynq); how soon is logged.
 func TestRecoveryLeavesNoTaskBehind(t *testing.T) {
 	rdb := testenv.NewRedis(t, testenv.RedisDBJobs)
 	ctx := context.Background()
@@ -371,7 +373,6 @@ func TestRecoveryLeavesNoTaskBehind(t *testing.T) {
 	rec, srv, closeAll := startRecoveryWorker(testenv.RedisURLFor(testenv.RedisDBJobs), seen.handler)
 	t.Cleanup(func() { srv.Shutdown(); rec.Stop(); closeAll() })
 	inspector := asynq.NewInspectorFromRedisClient(rdb)
-	const bound = 10 * time.Second // recovery's 2 to 3 s, then about 3,000 tasks of 2 ms or less
 	for {
 		info, err := inspector.GetQueueInfo(recoveryQueue)
 		if err != nil {
@@ -380,17 +381,28 @@ func TestRecoveryLeavesNoTaskBehind(t *testing.T) {
 		if info.Pending == 0 && info.Active == 0 && info.Retry == 0 && info.Scheduled == 0 {
 			seen.mu.Lock()
 			n := len(seen.at)
+			var retried []string
+			for id, r := range seen.ret {
+				if r != 0 {
+					retried = append(retried, id)
+				}
+			}
 			seen.mu.Unlock()
+			// asynq's own recovery counts a failed attempt; Recovery's put
+			// back does not.
+			if len(retried) > 0 {
+				t.Errorf("%d tasks ran again with a retry count: recovered by asynq's lease, not put back: %v", len(retried), retried)
+			}
 			t.Logf("queue drained %s after the last kill; %d tasks run by the last worker", time.Since(lastKill).Round(time.Millisecond), n)
 			break
 		}
-		if time.Since(lastKill) > bound {
+		if time.Since(lastKill) > beforeAsynq {
 			active, _ := inspector.ListActiveTasks(recoveryQueue)
 			ids := []string{}
 			for _, a := range active {
 				ids = append(ids, a.ID)
 			}
-			t.Fatalf("%s after the last kill: %d pending, %d active %v, %d to retry; claims %v", bound, info.Pending, info.Active, ids, info.Retry,
+			t.Fatalf("%s after the last kill: %d pending, %d active %v, %d to retry; claims %v", beforeAsynq, info.Pending, info.Active, ids, info.Retry,
 				rdb.HGetAll(ctx, "gatehouse:{"+recoveryQueue+"}:claims").Val())
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -469,17 +481,17 @@ func TestRecoveryClaimsInAsynqsScripts(t *testing.T) {
 		if !strings.HasPrefix(holder, rec.Instance()+" ") {
 			t.Errorf("claim of the running task = %q, want this worker's (%s …)", holder, rec.Instance())
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the task did not run within 10 s")
+	case <-time.After(30 * time.Second):
+		t.Fatal("the task did not run within 30 s")
 	}
 	if n := tx.Load(); n != 0 {
 		t.Errorf("%d MULTI/EXEC sent to take the task, want 0: asynq's dequeue script is not the one Recovery's stands in for", n)
 	}
 	claims := "gatehouse:{" + recoveryQueue + "}:claims"
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for rdb.HExists(ctx, claims, "one-script").Val() {
 		if time.Now().After(deadline) {
-			t.Fatal("the task's claim is still there 5 s after it ran")
+			t.Fatal("the task's claim is still there 30 s after it ran")
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

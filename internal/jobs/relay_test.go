@@ -119,7 +119,7 @@ func TestRelayReportsWhatItCouldNotEnqueue(t *testing.T) {
 		if err == nil {
 			t.Fatal("reported a nil error")
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Fatal("the failure was not reported")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

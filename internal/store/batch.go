@@ -27,6 +27,7 @@ type batcher[Req, Res any] struct {
 	parallel int
 	linger   time.Duration
 	timeout  time.Duration
+	sleep    func(time.Duration) // time.Sleep; a test's stands in for the linger
 
 	mu       sync.Mutex
 	queue    []*batchCall[Req, Res]
@@ -42,7 +43,7 @@ type batchCall[Req, Res any] struct {
 }
 
 func newBatcher[Req, Res any](max, parallel int, linger, timeout time.Duration, run func(ctx context.Context, reqs []Req) ([]Res, error)) *batcher[Req, Res] {
-	return &batcher[Req, Res]{run: run, max: max, parallel: parallel, linger: linger, timeout: timeout}
+	return &batcher[Req, Res]{run: run, max: max, parallel: parallel, linger: linger, timeout: timeout, sleep: time.Sleep}
 }
 
 func (b *batcher[Req, Res]) setObserver(f func(size int)) {
@@ -79,7 +80,7 @@ func (b *batcher[Req, Res]) loop(linger bool) {
 		full := len(b.queue) >= b.max
 		b.mu.Unlock()
 		if !full {
-			time.Sleep(b.linger)
+			b.sleep(b.linger)
 		}
 	}
 	for {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -131,11 +132,13 @@ func TestBatcherCallerGivesUp(t *testing.T) {
 	}
 }
 
+// waitFor polls cond until it holds; a safety net of 30 s, for a loaded
+// machine, not a bound on how long it takes.
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	for end := time.Now().Add(5 * time.Second); !cond(); {
+	for end := time.Now().Add(30 * time.Second); !cond(); {
 		if time.Now().After(end) {
-			t.Fatal("condition not reached in 5 s")
+			t.Fatal("condition not reached in 30 s")
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -159,14 +162,28 @@ func TestBatcherLingersOnlyUnderLoad(t *testing.T) {
 		}
 		return make([]int, len(reqs)), nil
 	})
-	start := time.Now()
+	// The linger, as the test sees it: told when it starts, and over when
+	// the test says so once the calls it waits for are queued, however slow
+	// the machine. Until then a linger is only counted.
+	var lingers atomic.Int64
+	var gate atomic.Pointer[chan struct{}]
+	lingering := make(chan struct{}, 1)
+	b.sleep = func(time.Duration) {
+		lingers.Add(1)
+		if g := gate.Load(); g != nil {
+			lingering <- struct{}{}
+			<-*g
+		}
+	}
 	if _, err := b.do(context.Background(), 0); err != nil {
 		t.Fatal(err)
 	}
-	if d := time.Since(start); d > 500*time.Millisecond {
-		t.Errorf("an idle batcher's call took %s, want it run at once (the linger is 1 s)", d)
+	if n := lingers.Load(); n != 0 {
+		t.Errorf("an idle batcher's call lingered %d times, want it run at once", n)
 	}
 	// One batch in flight: the next lingers and gathers the calls.
+	resume := make(chan struct{})
+	gate.Store(&resume)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -178,12 +195,14 @@ func TestBatcherLingersOnlyUnderLoad(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range 4 {
 		wg.Go(func() {
-			time.Sleep(time.Duration(i) * 10 * time.Millisecond)
 			if _, err := b.do(context.Background(), i+1); err != nil {
 				t.Error(err)
 			}
 		})
 	}
+	<-lingering
+	waitFor(t, func() bool { b.mu.Lock(); defer b.mu.Unlock(); return len(b.queue) == 4 })
+	close(resume)
 	wg.Wait()
 	close(hold)
 	<-done

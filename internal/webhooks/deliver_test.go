@@ -779,6 +779,7 @@ func (r *rig) warmFast(t *testing.T) {
 // attempts at once.
 func TestDeliverWaitsForAFastEndpoint(t *testing.T) {
 	r := newRig(t, defaultSchedule)
+	r.d.SetSlotWait(time.Minute) // none gives up while the test looks
 	r.warmFast(t)
 
 	release := make(chan struct{})
@@ -793,7 +794,8 @@ func TestDeliverWaitsForAFastEndpoint(t *testing.T) {
 	for range burst {
 		go func() { errs <- r.deliver() }()
 	}
-	time.Sleep(200 * time.Millisecond) // well inside the 1 s a delivery waits for a slot
+	waitUntil(t, func() bool { return hanging.Load() >= webhooks.PerEndpointDefault })
+	time.Sleep(200 * time.Millisecond) // a beat for more attempts to start, if the window let them
 	if n := hanging.Load(); n < webhooks.PerEndpointDefault || n >= burst {
 		t.Errorf("attempts at once to the fast endpoint: %d, want from %d to fewer than %d", n, webhooks.PerEndpointDefault, burst)
 	}
@@ -815,6 +817,7 @@ func TestDeliverWaitsForAMerchantsSlot(t *testing.T) {
 	const slots, waiters = 3, 2
 	r := newRig(t, defaultSchedule)
 	r.d = r.d.WithMerchantSlots(slots)
+	r.d.SetSlotWait(time.Minute) // the waiters never give up while the test looks
 	r.warmFast(t)
 
 	release := make(chan struct{})
@@ -835,7 +838,7 @@ func TestDeliverWaitsForAMerchantsSlot(t *testing.T) {
 	for range waiters {
 		go func() { errs <- r.deliver() }()
 	}
-	time.Sleep(200 * time.Millisecond) // well inside the 1 s a delivery waits for a slot
+	time.Sleep(200 * time.Millisecond) // a beat for a waiter to be sent, if the cap let it
 	if n := len(r.sender.posts()); n != 1+slots {
 		t.Errorf("POSTs while the merchant is at its cap: %d, want %d", n, 1+slots)
 	}
@@ -942,5 +945,16 @@ func TestDeliverEndpointHealth(t *testing.T) {
 				t.Errorf("FailingBefore %v, want now - WEBHOOK_DISABLE_AFTER", h.FailingBefore)
 			}
 		})
+	}
+}
+
+// waitUntil polls cond until it holds; 30 s is a safety net for a loaded
+// machine, not a bound on how long it takes.
+func waitUntil(t *testing.T, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(30 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("condition not reached in 30 s")
+		}
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 )
 
 // deniedForms spell an address of a range no delivery may reach, from four
@@ -49,7 +48,7 @@ func FuzzDeniedDestinationReason(f *testing.F) {
 	if canary == nil {
 		f.Fatal("cannot listen on 127.0.0.1")
 	}
-	strict := newSender(Options{Timeout: 2 * time.Second}, fakeDNS(f, true))
+	strict := newSender(Options{Timeout: roomy}, fakeDNS(f, true))
 	port, _ := strconv.Atoi(canary.port)
 	for form := range deniedForms {
 		f.Add(uint8(form), byte(0), byte(0), byte(1), uint16(port), "")

@@ -66,8 +66,8 @@ func TestReasonsNameNoInternals(t *testing.T) {
 	selfSigned := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
 	t.Cleanup(selfSigned.Close)
 
-	strict := newSender(Options{Timeout: 2 * time.Second}, fakeDNS(t, true))
-	open := newSender(Options{Timeout: 2 * time.Second, AllowPrivate: true}, fakeDNS(t, false))
+	strict := newSender(Options{Timeout: roomy}, fakeDNS(t, true))
+	open := newSender(Options{Timeout: roomy, AllowPrivate: true}, fakeDNS(t, false))
 	quick := newSender(Options{Timeout: 300 * time.Millisecond, AllowPrivate: true}, nil)
 	cases := []struct {
 		name, url string

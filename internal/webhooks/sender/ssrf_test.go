@@ -7,7 +7,6 @@ import (
 	"net"
 	"sync/atomic"
 	"testing"
-	"time"
 )
 
 // canary is a loopback listener that counts the connections it is given.
@@ -164,7 +163,7 @@ func TestSendRefusesPrivateDestinations(t *testing.T) {
 		{url: "http://rebound.gatehouse.test/"},
 		{url: "http://user:pass@rebound.gatehouse.test:" + p4 + "/"},
 	}
-	s := newSender(Options{Timeout: 2 * time.Second}, fakeDNS(t, true))
+	s := newSender(Options{Timeout: roomy}, fakeDNS(t, true))
 	for _, tc := range cases {
 		t.Run(tc.url, func(t *testing.T) {
 			res := s.Send(context.Background(), Request{URL: tc.url, Body: []byte("{}"), Headers: map[string]string{"webhook-id": "evt"}})
@@ -183,7 +182,7 @@ func TestSendRefusesPrivateDestinations(t *testing.T) {
 	}
 	// The production constructor, with the system resolver (localhost is in /etc/hosts).
 	for _, u := range []string{"http://localhost:" + p4 + "/", "http://127.0.0.1:" + p4 + "/"} {
-		if res := New(Options{Timeout: 2 * time.Second}).Send(context.Background(), Request{URL: u}); !errors.Is(res.Err, ErrForbiddenDestination) {
+		if res := New(Options{Timeout: roomy}).Send(context.Background(), Request{URL: u}); !errors.Is(res.Err, ErrForbiddenDestination) {
 			t.Errorf("New().Send(%s) = %+v, want ErrForbiddenDestination", u, res)
 		}
 	}
@@ -197,7 +196,7 @@ func TestSendRefusesPrivateDestinations(t *testing.T) {
 
 	// Control: with private networks allowed the same names do reach the
 	// canaries, so the zero above is not an accident of the set-up.
-	open := newSender(Options{Timeout: 2 * time.Second, AllowPrivate: true}, fakeDNS(t, true))
+	open := newSender(Options{Timeout: roomy, AllowPrivate: true}, fakeDNS(t, true))
 	_ = open.Send(context.Background(), Request{URL: "http://rebound.gatehouse.test:" + p4 + "/"})
 	_ = open.Send(context.Background(), Request{URL: "http://[::ffff:127.0.0.1]:" + p4 + "/"})
 	if c6 != nil {
