@@ -14,7 +14,8 @@
 #    their own databases there.
 # 3. Redis: TEST_REDIS_URL when set (it must answer), else 127.0.0.1:6379, else
 #    the project-local redis-server of `make run` in .dev/redis (port 63799).
-#    Tests use DB indexes 1-15 and flush them.
+#    Tests use DB indexes 1-5 and flush them; internal/httpapi's tests each
+#    start a redis-server of their own on a Unix socket (testenv.PrivateRedis).
 # 4. CMD runs with TEST_DATABASE_URL, TEST_REDIS_URL, STRIPE_MOCK_BIN and PATH set.
 #
 # A .dev server started here keeps running for the next run; stop it with
