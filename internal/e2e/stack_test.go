@@ -39,13 +39,7 @@ func waitingParallel() int { return max(3, runtime.GOMAXPROCS(0)+1) }
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	given := false
-	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
-	if !given {
-		if err := flag.Set("test.parallel", strconv.Itoa(waitingParallel())); err != nil {
-			panic(err)
-		}
-	}
+	testenv.DefaultParallel(waitingParallel())
 	code := m.Run()
 	harness.RemoveBuilds()
 	os.Exit(code)

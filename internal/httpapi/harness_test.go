@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"os"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -53,13 +52,7 @@ func testParallel() int { return max(8, 4*runtime.GOMAXPROCS(0)) }
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	given := false
-	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
-	if !given {
-		if err := flag.Set("test.parallel", strconv.Itoa(testParallel())); err != nil {
-			panic(err)
-		}
-	}
+	testenv.DefaultParallel(testParallel())
 	os.Exit(m.Run())
 }
 

@@ -2,9 +2,11 @@ package testenv
 
 import (
 	"context"
+	"flag"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -218,4 +220,16 @@ func PrivateRedis(t testing.TB) string {
 		return c.Ping(ctx).Err()
 	})
 	return url
+}
+
+// DefaultParallel sets -test.parallel to n unless the command line gave
+// it: for a TestMain whose package's tests mostly wait, after flag.Parse.
+func DefaultParallel(n int) {
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if !given {
+		if err := flag.Set("test.parallel", strconv.Itoa(n)); err != nil {
+			panic(err)
+		}
+	}
 }
