@@ -155,10 +155,7 @@ func TestTwoFactor(t *testing.T) {
 func TestTwoFactorLoginAnswer(t *testing.T) {
 	t.Parallel()
 	const budget = 2
-	h := newHarness(t, func(env map[string]string) {
-		env["RATE_LIMIT_LOGIN_ACCOUNT"] = strconv.Itoa(budget) + "/1m"
-		env["RATE_LIMIT_LOGIN"] = "40/1m"
-	})
+	h := loginBudgetHarness(t, budget)
 	doc := h.spec.Doc()
 	ok := doc.Paths.Value("/v1/auth/login").Post.Responses.Value("200").Value.Content.Get("application/json").Schema
 	if ok.Ref != "#/components/schemas/Session" {
@@ -258,10 +255,7 @@ func TestTwoFactorConcurrentCodes(t *testing.T) {
 func TestTwoFactorCodesLimited(t *testing.T) {
 	t.Parallel()
 	const budget = 3
-	h := newHarness(t, func(env map[string]string) {
-		env["RATE_LIMIT_LOGIN_ACCOUNT"] = strconv.Itoa(budget) + "/1m"
-		env["RATE_LIMIT_LOGIN"] = "40/1m"
-	})
+	h := loginBudgetHarness(t, budget)
 	const email, password = "ada@example.com", "correct horse battery"
 	h.merchant(email, password)
 	secret, _ := h.enrollMFA(h.login(email, password)) // 127.0.0.1 is known
@@ -450,4 +444,14 @@ func TestDashboardTwoFactor(t *testing.T) {
 	if p = dev.get("/dashboard/charges"); p.status != 200 {
 		t.Fatalf("developer after the policy is off: %d", p.status)
 	}
+}
+
+// loginBudgetHarness is an API whose accounts may fail budget sign-ins a
+// minute, with room for 40 sign-ins a minute per address.
+func loginBudgetHarness(t *testing.T, budget int) *harness {
+	t.Helper()
+	return newHarness(t, func(env map[string]string) {
+		env["RATE_LIMIT_LOGIN_ACCOUNT"] = strconv.Itoa(budget) + "/1m"
+		env["RATE_LIMIT_LOGIN"] = "40/1m"
+	})
 }
