@@ -43,3 +43,7 @@ func SetAuditChains(n int) (restore func()) {
 
 // Check measures the standby's lag once, as Run does every interval.
 func (sb *Standby) Check(ctx context.Context) { sb.check(ctx) }
+
+// Fresh reports whether the last check found the standby within its lag
+// bound, so that list reads that may lag go to it.
+func (sb *Standby) Fresh() bool { return standbyState(sb.state.Load()) == standbyFresh }
