@@ -67,6 +67,11 @@ const (
 	// metricsCloseTimeout bounds closing the API_METRICS_ADDR listener at
 	// exit: a scrape in flight gets this long to finish.
 	metricsCloseTimeout = 2 * time.Second
+	// At shutdown, a connection on which nothing arrived for
+	// unusedConnGrace since it was accepted is closed; the drain looks for
+	// such connections every unusedConnSweep.
+	unusedConnGrace = time.Second
+	unusedConnSweep = 100 * time.Millisecond
 )
 
 const usage = `usage:
@@ -412,10 +417,29 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer) er
 			return err
 		}
 	}
-	if err := app.ShutdownWithTimeout(cfg.ShutdownTimeout); err != nil {
+	// While the server waits for the requests in flight, connections that
+	// never sent one are closed: the server would otherwise wait for each
+	// until HTTP_READ_TIMEOUT.
+	sweepDone := make(chan struct{})
+	var unused atomic.Int64
+	go func() {
+		tick := time.NewTicker(unusedConnSweep)
+		defer tick.Stop()
+		for {
+			unused.Add(int64(limited.CloseUnused(unusedConnGrace)))
+			select {
+			case <-sweepDone:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	shutErr := app.ShutdownWithTimeout(cfg.ShutdownTimeout)
+	close(sweepDone)
+	if err := shutErr; err != nil {
 		log.Error("shutdown incomplete", "err", err)
 	}
-	log.Info("stopped")
+	log.Info("stopped", "unused_connections_closed", unused.Load())
 	return nil
 }
 

@@ -455,6 +455,13 @@ func TestChaosRollingUpgrade(t *testing.T) {
 	for i := range st.apis {
 		lb.takeOut(i)
 		time.Sleep(upgradeLBLag)
+		// A load balancer closes its idle connections to a replica it took
+		// out. A spare one left open would hold the previous release's drain
+		// until HTTP_READ_TIMEOUT; this release closes such connections
+		// itself (TestGracefulShutdownAPI).
+		for _, m := range ms {
+			m.c.CloseIdleConnections()
+		}
 		p := st.apis[i]
 		sent := time.Now()
 		if err := p.Cmd.Process.Signal(syscall.SIGTERM); err != nil {

@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httptrace"
+	"net/url"
 	"os"
 	"slices"
 	"sort"
@@ -402,6 +404,22 @@ func TestGracefulShutdownAPI(t *testing.T) {
 		})
 	})
 
+	// Two connections opened and never used, as a load balancer's or an
+	// HTTP client's spares are: the server counts a new connection as busy,
+	// and without the drain closing them it would wait for each until
+	// HTTP_READ_TIMEOUT, longer than SHUTDOWN_TIMEOUT.
+	u, err := url.Parse(st.replicas[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		spare, err := net.Dial("tcp", u.Host)
+		if err != nil {
+			t.Fatalf("a spare connection to %s: %v", api.Name, err)
+		}
+		t.Cleanup(func() { spare.Close() })
+	}
+
 	time.Sleep(time.Second)
 	sigAt := time.Now()
 	signalled.Store(true)
@@ -596,6 +614,9 @@ func TestGracefulShutdownAPI(t *testing.T) {
 	if strings.Contains(apiLog, "shutdown incomplete") {
 		t.Errorf("%s logged an incomplete shutdown", api.Name)
 	}
+	if closed := sdUnusedClosed(apiLog); closed < 2 {
+		t.Errorf("%s closed %d unused connections while draining (its \"stopped\" line), want the 2 spares at least", api.Name, closed)
+	}
 
 	t.Logf("SIGTERM -> /readyz 503 observed %s; -> load balancer stopped sending %s later; -> listener closed (health check refused) %s; "+
 		"-> exit %s (code %d); replaced by a new replica in %s",
@@ -610,6 +631,21 @@ func TestGracefulShutdownAPI(t *testing.T) {
 	if t.Failed() {
 		t.Logf("---- %s output before it was replaced (tail) ----\n%s", api.Name, sdTail(apiLog, 16<<10))
 	}
+}
+
+// sdUnusedClosed is unused_connections_closed of the API's "stopped" log
+// line, or -1 when there is none.
+func sdUnusedClosed(apiLog string) int {
+	for line := range strings.Lines(apiLog) {
+		var l struct {
+			Msg    string `json:"msg"`
+			Closed *int   `json:"unused_connections_closed"`
+		}
+		if json.Unmarshal([]byte(line), &l) == nil && l.Msg == "stopped" && l.Closed != nil {
+			return *l.Closed
+		}
+	}
+	return -1
 }
 
 // sdStartOr is when s started, or or when there is no s.

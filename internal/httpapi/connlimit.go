@@ -43,18 +43,20 @@ const (
 // body with Retry-After: 1 and Connection: close, and closed. A served connection frees its place when it is closed. Accept
 // returns only served connections, and the errors of ln unchanged. m counts
 // the open and the refused connections.
-func LimitListener(ln net.Listener, limit int, m *metrics.HTTP, log *slog.Logger) net.Listener {
-	return &limitListener{
+func LimitListener(ln net.Listener, limit int, m *metrics.HTTP, log *slog.Logger) *LimitedListener {
+	return &LimitedListener{
 		Listener: ln,
 		limit:    int64(limit),
 		m:        m,
 		log:      log,
 		refusal:  newRefusal(),
 		refusing: make(chan struct{}, maxRefusing),
+		served:   make(map[*limitedConn]struct{}),
 	}
 }
 
-type limitListener struct {
+// LimitedListener is the listener LimitListener returns.
+type LimitedListener struct {
 	net.Listener
 	limit    int64
 	open     atomic.Int64
@@ -63,10 +65,13 @@ type limitListener struct {
 	refusal  refusal
 	refusing chan struct{} // one token per refusal in progress
 	lastLog  atomic.Int64  // when a refusal was last logged, Unix nanoseconds
+
+	mu     sync.Mutex
+	served map[*limitedConn]struct{} // the served connections still open
 }
 
 // Accept waits for the next connection under the cap, refusing those over it.
-func (l *limitListener) Accept() (net.Conn, error) {
+func (l *LimitedListener) Accept() (net.Conn, error) {
 	for {
 		c, err := l.Listener.Accept()
 		if err != nil {
@@ -74,7 +79,11 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		}
 		if l.open.Add(1) <= l.limit {
 			l.m.ConnectionsOpen.Inc()
-			return &limitedConn{Conn: c, l: l}, nil
+			lc := &limitedConn{Conn: c, l: l, accepted: time.Now()}
+			l.mu.Lock()
+			l.served[lc] = struct{}{}
+			l.mu.Unlock()
+			return lc, nil
 		}
 		l.open.Add(-1)
 		l.refuse(c)
@@ -82,16 +91,42 @@ func (l *limitListener) Accept() (net.Conn, error) {
 }
 
 // release gives back the place of a served connection that was closed.
-func (l *limitListener) release() {
+func (l *LimitedListener) release(c *limitedConn) {
+	l.mu.Lock()
+	delete(l.served, c)
+	l.mu.Unlock()
 	l.open.Add(-1)
 	l.m.ConnectionsOpen.Dec()
+}
+
+// CloseUnused closes the served connections on which not one byte has
+// arrived since they were accepted, at least grace ago, and returns how many
+// it closed. The HTTP server waits at shutdown for every connection that is
+// not idle between two requests, and it counts a new connection as busy
+// from the start: a connection a client opened but never used (a load
+// balancer's or an HTTP client's spare) would hold the drain until
+// HTTP_READ_TIMEOUT. The drain calls this while it waits.
+func (l *LimitedListener) CloseUnused(grace time.Duration) int {
+	before := time.Now().Add(-grace)
+	var unused []*limitedConn
+	l.mu.Lock()
+	for c := range l.served {
+		if !c.used.Load() && c.accepted.Before(before) {
+			unused = append(unused, c)
+		}
+	}
+	l.mu.Unlock()
+	for _, c := range unused {
+		_ = c.Close()
+	}
+	return len(unused)
 }
 
 // refuse answers c with the 503 and closes it, in a goroutine of its own
 // while fewer than maxRefusing are in progress, otherwise at once: the
 // answer is a few hundred bytes, which the socket's empty send buffer takes
 // without waiting for the client, and the deadline bounds the write anyway.
-func (l *limitListener) refuse(c net.Conn) {
+func (l *LimitedListener) refuse(c net.Conn) {
 	l.m.ConnectionsRefused.Inc()
 	now := time.Now()
 	if last := l.lastLog.Load(); now.UnixNano()-last >= int64(refusalLogEvery) && l.lastLog.CompareAndSwap(last, now.UnixNano()) {
@@ -136,13 +171,23 @@ func answer(c net.Conn, msg []byte) {
 // limitedConn is a served connection; closing it frees its place once.
 type limitedConn struct {
 	net.Conn
-	l    *limitListener
-	once sync.Once
+	l        *LimitedListener
+	accepted time.Time
+	used     atomic.Bool // a byte has arrived
+	once     sync.Once
+}
+
+func (c *limitedConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if n > 0 && !c.used.Load() {
+		c.used.Store(true)
+	}
+	return n, err
 }
 
 func (c *limitedConn) Close() error {
 	err := c.Conn.Close()
-	c.once.Do(c.l.release)
+	c.once.Do(func() { c.l.release(c) })
 	return err
 }
 

@@ -26,8 +26,10 @@ import (
 // gets the line "served" and is closed when its client closes.
 type capServer struct {
 	addr   string
+	ln     *httpapi.LimitedListener
 	m      *metrics.HTTP
 	closed chan struct{} // one value each time a served connection was closed
+	heard  chan struct{} // one value when a served connection's first bytes were read
 }
 
 func newCapServer(t *testing.T, limit int) *capServer {
@@ -36,8 +38,9 @@ func newCapServer(t *testing.T, limit int) *capServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &capServer{addr: inner.Addr().String(), m: metrics.NewHTTP(prometheus.NewRegistry()), closed: make(chan struct{}, 64)}
+	s := &capServer{addr: inner.Addr().String(), m: metrics.NewHTTP(prometheus.NewRegistry()), closed: make(chan struct{}, 64), heard: make(chan struct{}, 64)}
 	ln := httpapi.LimitListener(inner, limit, s.m, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	s.ln = ln
 	var wg sync.WaitGroup
 	t.Cleanup(func() {
 		ln.Close()
@@ -55,7 +58,11 @@ func newCapServer(t *testing.T, limit int) *capServer {
 			go func() {
 				defer wg.Done()
 				_, _ = io.WriteString(c, "served\n")
-				_, _ = io.Copy(io.Discard, c)
+				var first [64]byte
+				if n, _ := c.Read(first[:]); n > 0 {
+					s.heard <- struct{}{}
+					_, _ = io.Copy(io.Discard, c)
+				}
 				c.Close()
 				c.Close() // a second Close frees no second place
 				s.closed <- struct{}{}
@@ -186,6 +193,51 @@ func TestLimitListener(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(s.m.ConnectionsOpen); got != 2 {
 		t.Errorf("gatehouse_http_connections_open: got %v, want 2", got)
+	}
+}
+
+// TestLimitListenerCloseUnused: CloseUnused, which the API's drain calls,
+// closes the served connections on which nothing arrived, once they are
+// older than its grace, and leaves a connection whose request has begun.
+func TestLimitListenerCloseUnused(t *testing.T) {
+	t.Parallel()
+	s := newCapServer(t, 8)
+	unused, ru := s.dial(t)
+	mustBeServed(t, "the unused connection", ru)
+	busy, rb := s.dial(t)
+	mustBeServed(t, "the busy connection", rb)
+	if _, err := io.WriteString(busy, "GET /v1/charges HTTP/1.1\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-s.heard:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the server never read the busy connection's first bytes")
+	}
+
+	if n := s.ln.CloseUnused(time.Hour); n != 0 {
+		t.Errorf("CloseUnused(1h) right after accepting: closed %d, want 0", n)
+	}
+	if n := s.ln.CloseUnused(0); n != 1 {
+		t.Errorf("CloseUnused(0): closed %d, want 1 (the unused connection)", n)
+	}
+	select {
+	case <-s.closed:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the server's handler of the unused connection never returned")
+	}
+	if _, err := ru.ReadByte(); err == nil {
+		t.Error("the unused connection: read a byte after CloseUnused, want it closed")
+	}
+	_ = unused.Close()
+
+	_ = busy.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	var ne net.Error
+	if _, err := rb.ReadByte(); !errors.As(err, &ne) || !ne.Timeout() {
+		t.Errorf("the busy connection after CloseUnused: read %v, want it open (a read timeout)", err)
+	}
+	if got := testutil.ToFloat64(s.m.ConnectionsOpen); got != 1 {
+		t.Errorf("gatehouse_http_connections_open: got %v, want 1", got)
 	}
 }
 
