@@ -41,6 +41,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/merchants"
 	"github.com/gatehouse-pay/gatehouse/internal/metrics"
 	"github.com/gatehouse-pay/gatehouse/internal/mfa"
+	"github.com/gatehouse-pay/gatehouse/internal/notifications"
 	"github.com/gatehouse-pay/gatehouse/internal/outbox"
 	"github.com/gatehouse-pay/gatehouse/internal/ratelimit"
 	"github.com/gatehouse-pay/gatehouse/internal/refunds"
@@ -335,7 +336,9 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer) er
 		Charges: charges.NewService(db, relay, keys, cfg.Providers(), cfg.DefaultProvider, time.Now, onEnqueueErr).WithTokens(db).
 			WithCustomers(db).WithChallenges(db, charges.NewLinks(cfg.PublicURL, keys)).
 			WithRouter(directory, cfg.RoutingMaxAttempts),
-		Connectors:     connectors.NewService(db, keys, directory, cfg.Providers(), time.Now),
+		Connectors: connectors.NewService(db, keys, directory, cfg.Providers(), time.Now).WithPublicURL(cfg.PublicURL),
+		Notifications: notifications.NewReceiver(db, keys, relay, string(cfg.StripeWebhookSecret), time.Now, onEnqueueErr).
+			WithMetrics(notifications.NewMetrics(reg)),
 		Refunds:        refunds.NewService(db, relay, time.Now, onEnqueueErr),
 		Customers:      customers.NewService(db, keys, time.Now),
 		Events:         events.NewService(db, time.Now),

@@ -36,6 +36,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/keyring"
 	"github.com/gatehouse-pay/gatehouse/internal/logging"
 	"github.com/gatehouse-pay/gatehouse/internal/metrics"
+	"github.com/gatehouse-pay/gatehouse/internal/notifications"
 	"github.com/gatehouse-pay/gatehouse/internal/providers"
 	"github.com/gatehouse-pay/gatehouse/internal/providers/sandbox"
 	"github.com/gatehouse-pay/gatehouse/internal/providers/stripe"
@@ -203,13 +204,14 @@ func work(ctx context.Context, getenv func(string) string, stderr io.Writer) err
 			}),
 		Refunds: refunds.NewProcessor(db, registry, cfg.ProviderTimeout, time.Now, log, observe).WithQueue(queue).WithOutcomes(refundOutcome).
 			WithWindows(cfg.ProviderIdempotencyWindow, cfg.ProviderOutcomeUnknownAfter).WithSlots(slots),
-		Webhooks:   deliverer,
-		Store:      db,
-		SavedCards: customers.NewCardHousekeeping(db, keys),
-		Queue:      queue,
-		Config:     cfg,
-		Log:        log,
-		Metrics:    jm,
+		Webhooks:      deliverer,
+		Notifications: notifications.NewApplier(db, queue, notifications.NewMetrics(reg), log, time.Now),
+		Store:         db,
+		SavedCards:    customers.NewCardHousekeeping(db, keys),
+		Queue:         queue,
+		Config:        cfg,
+		Log:           log,
+		Metrics:       jm,
 	}
 
 	srv := jobs.NewServers(qrdb, log, cfg, deliveryQueues)

@@ -251,6 +251,11 @@ type Config struct {
 	// Per webhook endpoint (of its merchant), `POST .../test` and
 	// `POST .../recover` each, dry runs included.
 	RateLimitEndpointActions Limit `env:"RATE_LIMIT_ENDPOINT_ACTIONS" envDefault:"20/1m" by:"api"`
+	// Per client address, provider notifications refused for a bad or
+	// missing signature; past it the address is answered 429 before any
+	// signature is checked. Notifications with a good signature never
+	// count, so a flood of forgeries does not slow the provider's own.
+	RateLimitNotificationFailures Limit `env:"RATE_LIMIT_NOTIFICATION_FAILURES" envDefault:"30/1m" by:"api"`
 
 	// The provider of a charge that names none.
 	DefaultProvider string `env:"DEFAULT_PROVIDER" envDefault:"sandbox" group:"Providers and charges" oneof:"sandbox,stripe" by:"api"`
@@ -258,6 +263,12 @@ type Config struct {
 	// only when it is set); the worker calls Stripe with it. Required when
 	// `DEFAULT_PROVIDER` is `stripe`.
 	StripeSecretKey Secret `env:"STRIPE_SECRET_KEY" by:"api,worker"`
+	// The signing secret (`whsec_...`) of the webhook endpoint of the
+	// server's own Stripe account that sends to the notification URL of a
+	// server-account Stripe connector; without it, those notifications are
+	// refused 401. A connector with its own credentials takes its
+	// `webhook_secret`.
+	StripeWebhookSecret Secret `env:"STRIPE_WEBHOOK_SECRET" by:"api"`
 	// Where the worker calls Stripe; point it at stripe-mock in tests.
 	StripeAPIBase string `env:"STRIPE_API_BASE" envDefault:"https://api.stripe.com" by:"worker"`
 	// The bound on one provider call. The API reads it too, for the deadline

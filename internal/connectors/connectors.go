@@ -97,13 +97,23 @@ type Connector struct {
 	CreatedAt time.Time
 	UpdatedAt time.Time
 	DeletedAt *time.Time
+	// NotificationURL is where the provider sends its notifications about
+	// the connector's payments (NotificationPath under PUBLIC_URL); "" for
+	// the sandbox, which sends none. The Service sets it.
+	NotificationURL string
 }
+
+// NotificationPath is the path of a connector's notification URL.
+func NotificationPath(id string) string { return "/v1/provider_notifications/" + id }
 
 // View returns the public form.
 func (c Connector) View() resource.Connector {
 	v := resource.Connector{ID: c.ID, Object: "connector", Provider: c.Provider, Name: c.Name, Enabled: c.Enabled,
 		ServerAccount: c.ServerAccount, HasCredentials: c.Sealed != nil,
 		CreatedAt: events.Timestamp(c.CreatedAt), UpdatedAt: events.Timestamp(c.UpdatedAt)}
+	if c.NotificationURL != "" {
+		v.NotificationURL = &c.NotificationURL
+	}
 	if c.Provider == ProviderSandbox {
 		s := resource.Sandbox{}
 		if c.Sandbox != nil {
@@ -120,6 +130,10 @@ func (c Connector) MarshalJSON() ([]byte, error) { return json.Marshal(c.View())
 // Credentials is what a connector needs to reach its provider's account.
 type Credentials struct {
 	SecretKey string `json:"secret_key"`
+	// WebhookSecret is the signing secret (whsec_...) of the Stripe
+	// account's webhook endpoint that sends to the connector's
+	// notification URL; "" when none was given.
+	WebhookSecret string `json:"webhook_secret,omitempty"`
 }
 
 // String never prints the secret.
@@ -229,6 +243,22 @@ type Service struct {
 	dir       *Directory
 	now       func() time.Time
 	available []string
+	publicURL string
+}
+
+// WithPublicURL sets the base of the connectors' notification URLs
+// (PUBLIC_URL).
+func (s *Service) WithPublicURL(u string) *Service {
+	s.publicURL = strings.TrimRight(u, "/")
+	return s
+}
+
+// located sets c's notification URL.
+func (s *Service) located(c Connector) Connector {
+	if c.Provider != ProviderSandbox && s.publicURL != "" {
+		c.NotificationURL = s.publicURL + NotificationPath(c.ID)
+	}
+	return c
 }
 
 // NewService returns the API-side service. available are the providers the
@@ -279,7 +309,7 @@ func (s *Service) Create(ctx context.Context, merchantID string, p CreateParams,
 		return Result{}, err
 	}
 	c.Sandbox = sb
-	first, err := render(c)
+	first, err := render(s.located(c))
 	if err != nil {
 		return Result{}, apperr.Internal(err)
 	}
@@ -299,7 +329,8 @@ func (s *Service) Get(ctx context.Context, merchantID, id string) (Connector, er
 	if !ValidID(id) {
 		return Connector{}, errNotFound()
 	}
-	return s.store.ConnectorByID(ctx, merchantID, id)
+	c, err := s.store.ConnectorByID(ctx, merchantID, id)
+	return s.located(c), err
 }
 
 // List returns a page of the merchant's connectors, the server-account
@@ -308,7 +339,11 @@ func (s *Service) List(ctx context.Context, merchantID string, p listing.Params)
 	if _, err := s.dir.Snapshot(ctx, merchantID); err != nil { // creates the server-account connectors
 		return listing.Page[Connector]{}, err
 	}
-	return s.store.ListConnectors(ctx, merchantID, p)
+	page, err := s.store.ListConnectors(ctx, merchantID, p)
+	for i := range page.Items {
+		page.Items[i] = s.located(page.Items[i])
+	}
+	return page, err
 }
 
 // Update changes a connector's name, credentials, enabled flag or sandbox
@@ -354,7 +389,7 @@ func (s *Service) Update(ctx context.Context, merchantID, id string, p UpdatePar
 		return Connector{}, err
 	}
 	s.dir.Changed(ctx, merchantID)
-	return c, nil
+	return s.located(c), nil
 }
 
 // Delete deletes a connector the routing does not name.
@@ -386,9 +421,13 @@ func (s *Service) credentials(c *Connector, in *map[string]string, required bool
 		return nil
 	}
 	for k := range *in {
-		if k != "secret_key" {
-			return apperr.Invalid("credentials."+k, "A stripe connector's credentials are {\"secret_key\": \"sk_...\"} only.")
+		if k != "secret_key" && k != "webhook_secret" {
+			return apperr.Invalid("credentials."+k, "A stripe connector's credentials are {\"secret_key\": \"sk_test_...\", \"webhook_secret\": \"whsec_...\"} (webhook_secret optional).")
 		}
+	}
+	hook := strings.TrimSpace((*in)["webhook_secret"])
+	if _, given := (*in)["webhook_secret"]; given && (!strings.HasPrefix(hook, "whsec_") || len(hook) > 255 || strings.ContainsAny(hook, " \t\r\n\x00")) {
+		return apperr.Invalid("credentials.webhook_secret", "credentials.webhook_secret must be the signing secret of a Stripe webhook endpoint (whsec_...).")
 	}
 	key := strings.TrimSpace((*in)["secret_key"])
 	if key == "" {
@@ -397,7 +436,7 @@ func (s *Service) credentials(c *Connector, in *map[string]string, required bool
 	if !(strings.HasPrefix(key, "sk_test_") || strings.HasPrefix(key, "rk_test_")) || len(key) > 255 || strings.ContainsAny(key, " \t\r\n\x00") {
 		return apperr.Invalid("credentials.secret_key", "credentials.secret_key must be a Stripe secret or restricted key of test mode (sk_test_..., rk_test_...).")
 	}
-	plain, err := json.Marshal(Credentials{SecretKey: key})
+	plain, err := json.Marshal(Credentials{SecretKey: key, WebhookSecret: hook})
 	if err != nil {
 		return apperr.Internal(err)
 	}

@@ -32,6 +32,11 @@ type bodyRoute struct {
 	// unlisted: the contract does not list the 413 and 415 the route can
 	// answer yet (see send).
 	unlisted bool
+	// signed: the body is a provider's document, read only once its
+	// signature verifies; any abusive body, unsigned, is refused 4xx
+	// whatever it holds (the refusals of signed bodies are
+	// TestProviderNotifications').
+	signed bool
 }
 
 type field struct{ name, raw string }
@@ -341,6 +346,8 @@ func TestAbusiveBodies(t *testing.T) {
 			base: []field{{"provider", `"sandbox"`}, {"name", `"Second"`}, {"sandbox", `{"latency_ms":10}`}}, str: "name"},
 		"PATCH /v1/connectors/:id": {path: "/v1/connectors/" + connector, auth: bearer(a.secret),
 			base: []field{{"name", `"Renamed"`}, {"enabled", "false"}}, str: "name", emptyIsValid: true},
+		"POST /v1/provider_notifications/:connector_id": {path: "/v1/provider_notifications/" + connector,
+			base: []field{{"id", `"evt_1"`}, {"type", `"payment_intent.succeeded"`}}, str: "type", signed: true},
 		"PUT /v1/routing": {path: "/v1/routing", auth: bearer(a.secret),
 			base: []field{{"default", `{"connectors":["` + connector + `"]}`}, {"rules", `[{"if":{"amount_gte":100},"then":{"connectors":["` + connector + `"]}}]`}}},
 	}
@@ -380,6 +387,9 @@ func TestAbusiveBodies(t *testing.T) {
 				switch {
 				case reset:
 					resets++
+				case br.signed && (r.status < 400 || r.status > 499):
+					t.Errorf("%s: got %d %s, want 4xx (an unsigned body)\nbody: %.300s", label, r.status, r.errCode(), r.raw)
+				case br.signed:
 				case r.status != c.status || !slices.Contains(c.codes, r.errCode()):
 					t.Errorf("%s: got %d %s, want %d %v\nbody: %.300s", label, r.status, r.errCode(), c.status, c.codes, r.raw)
 				case r.errField("message") == "" || r.errField("request_id") == "":

@@ -48,6 +48,7 @@ var needs = map[string]authz.Need{
 	"POST /v1/connectors":                             write(authz.Connectors),
 	"GET /v1/connectors":                              read(authz.Connectors),
 	"GET /v1/connectors/:id":                          read(authz.Connectors),
+	"GET /v1/connectors/:id/notifications":            read(authz.Connectors),
 	"PATCH /v1/connectors/:id":                        write(authz.Connectors),
 	"DELETE /v1/connectors/:id":                       write(authz.Connectors),
 	"GET /v1/routing":                                 read(authz.Connectors),

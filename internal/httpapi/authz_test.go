@@ -194,13 +194,17 @@ var authzRoutes = map[string]authzRoute{
 	"GET /v1/customers/:id/payment_methods":           {auth: keyOnly, ok: 200, idKind: kindCustomer, lists: kindPaymentMethod},
 	"DELETE /v1/customers/:id/payment_methods/:pm_id": {auth: keyOnly, ok: 200, idKind: kindPaymentMethod},
 
-	"POST /v1/connectors":       {auth: keyOnly, ok: 201, body: fixed(`{"provider":"sandbox","name":"Matrix","sandbox":{"latency_ms":0}}`)},
-	"GET /v1/connectors":        {auth: keyOnly, ok: 200, lists: kindConnector},
-	"GET /v1/connectors/:id":    {auth: keyOnly, ok: 200, idKind: kindConnector},
-	"PATCH /v1/connectors/:id":  {auth: keyOnly, ok: 200, idKind: kindConnector, body: fixed(`{"name":"Patched","sandbox":{"decline_code":null}}`)},
-	"DELETE /v1/connectors/:id": {auth: keyOnly, ok: 200, idKind: kindConnector},
-	"GET /v1/routing":           {auth: keyOnly, ok: 200},
-	"PUT /v1/routing":           {auth: keyOnly, ok: 200, body: func(f *authzFixture, _ string) string { return routingOf(f) }},
+	"POST /v1/connectors":                  {auth: keyOnly, ok: 201, body: fixed(`{"provider":"sandbox","name":"Matrix","sandbox":{"latency_ms":0}}`)},
+	"GET /v1/connectors":                   {auth: keyOnly, ok: 200, lists: kindConnector},
+	"GET /v1/connectors/:id":               {auth: keyOnly, ok: 200, idKind: kindConnector},
+	"GET /v1/connectors/:id/notifications": {auth: keyOnly, ok: 200, idKind: kindConnector},
+	// The provider's signature is the credential (TestProviderNotifications);
+	// the fixture's connectors are the sandbox's, which take none.
+	"POST /v1/provider_notifications/:connector_id": {auth: public, ok: 404, body: fixed(`{"id":"evt_1","type":"payment_intent.succeeded"}`)},
+	"PATCH /v1/connectors/:id":                      {auth: keyOnly, ok: 200, idKind: kindConnector, body: fixed(`{"name":"Patched","sandbox":{"decline_code":null}}`)},
+	"DELETE /v1/connectors/:id":                     {auth: keyOnly, ok: 200, idKind: kindConnector},
+	"GET /v1/routing":                               {auth: keyOnly, ok: 200},
+	"PUT /v1/routing":                               {auth: keyOnly, ok: 200, body: func(f *authzFixture, _ string) string { return routingOf(f) }},
 
 	"POST /v1/me/webhook_endpoints":    {auth: keyOnly, ok: 201, body: fixed(endpointBody("https://hooks.example.com/matrix", "charge.captured"))},
 	"GET /v1/me/webhook_endpoints":     {auth: keyOnly, ok: 200, lists: kindEndpoint},

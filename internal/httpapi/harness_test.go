@@ -35,6 +35,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/merchants"
 	"github.com/gatehouse-pay/gatehouse/internal/metrics"
 	"github.com/gatehouse-pay/gatehouse/internal/mfa"
+	"github.com/gatehouse-pay/gatehouse/internal/notifications"
 	"github.com/gatehouse-pay/gatehouse/internal/ratelimit"
 	"github.com/gatehouse-pay/gatehouse/internal/refunds"
 	"github.com/gatehouse-pay/gatehouse/internal/store"
@@ -160,18 +161,20 @@ func newHarnessWith(t *testing.T, o harnessOptions) *harness {
 		WithCustomers(st).WithChallenges(st, charges.NewLinks(cfg.PublicURL, keys)).
 		WithRouter(directory, cfg.RoutingMaxAttempts)
 	app := httpapi.NewServer(httpapi.Deps{
-		Config:         cfg,
-		Log:            log,
-		Auth:           auth.NewService(st, st, rc, hasher, tokens, time.Now, log),
-		Keys:           apikeys.NewService(keyStore, rc, time.Now, log),
-		KeyCache:       rc,
-		Merchants:      ms,
-		Members:        members.NewService(st, hasher, time.Now),
-		MFA:            mfa.NewService(st, keys, time.Now),
-		Charges:        chargeService,
-		Refunds:        refunds.NewService(st, queue, time.Now, nil),
-		Customers:      customers.NewService(st, keys, time.Now),
-		Connectors:     connectors.NewService(st, keys, directory, cfg.Providers(), time.Now),
+		Config:     cfg,
+		Log:        log,
+		Auth:       auth.NewService(st, st, rc, hasher, tokens, time.Now, log),
+		Keys:       apikeys.NewService(keyStore, rc, time.Now, log),
+		KeyCache:   rc,
+		Merchants:  ms,
+		Members:    members.NewService(st, hasher, time.Now),
+		MFA:        mfa.NewService(st, keys, time.Now),
+		Charges:    chargeService,
+		Refunds:    refunds.NewService(st, queue, time.Now, nil),
+		Customers:  customers.NewService(st, keys, time.Now),
+		Connectors: connectors.NewService(st, keys, directory, cfg.Providers(), time.Now).WithPublicURL(cfg.PublicURL),
+		Notifications: notifications.NewReceiver(st, keys, queue, string(cfg.StripeWebhookSecret), time.Now, nil).
+			WithMetrics(notifications.NewMetrics(reg)),
 		Events:         events.NewService(st, time.Now),
 		Webhooks:       webhooks.NewService(st, queue, keys, cfg.WebhookAllowPrivateNetworks, time.Now, nil),
 		AuditLog:       st,

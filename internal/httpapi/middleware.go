@@ -83,7 +83,7 @@ func (s *server) observe(c *fiber.Ctx) error {
 	body := c.BodyRaw()
 	if len(body) > 0 && encoded(&c.Request().Header) {
 		err = errEncodedBody
-	} else if len(body) > BodyLimit {
+	} else if len(body) > bodyLimitOf(c) {
 		err = fiber.ErrRequestEntityTooLarge
 	} else if err = c.Next(); !isRoutingError(err) {
 		route = c.Route().Path

@@ -80,6 +80,9 @@ func (s *server) routes(app *fiber.App) {
 	app.Get("/v1/connectors/:id", perIP, secret, s.getConnector)
 	app.Patch("/v1/connectors/:id", perIP, secret, s.updateConnector)
 	app.Delete("/v1/connectors/:id", perIP, secret, s.deleteConnector)
+	app.Get("/v1/connectors/:id/notifications", perIP, secret, s.listNotifications)
+	s.Limiter.Declare(notificationFailures)
+	app.Post(notificationsPath, s.receiveNotification)
 	app.Get("/v1/routing", perIP, secret, s.getRouting)
 	app.Put("/v1/routing", perIP, secret, s.putRouting)
 

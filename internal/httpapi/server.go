@@ -9,6 +9,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -30,6 +31,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/merchants"
 	"github.com/gatehouse-pay/gatehouse/internal/metrics"
 	"github.com/gatehouse-pay/gatehouse/internal/mfa"
+	"github.com/gatehouse-pay/gatehouse/internal/notifications"
 	"github.com/gatehouse-pay/gatehouse/internal/ratelimit"
 	"github.com/gatehouse-pay/gatehouse/internal/refunds"
 	"github.com/gatehouse-pay/gatehouse/internal/tracing"
@@ -38,6 +40,18 @@ import (
 
 // BodyLimit is the largest request body accepted (api/openapi.yaml: 64 KiB).
 const BodyLimit = 64 << 10
+
+// notificationsPath is the route of the providers' notifications, whose
+// bodies may be up to notifications.MaxBody (a provider batches them).
+const notificationsPath = "/v1/provider_notifications/:connector_id"
+
+// bodyLimitOf is the largest body the request's route takes.
+func bodyLimitOf(c *fiber.Ctx) int {
+	if c.Method() == fiber.MethodPost && strings.HasPrefix(c.Path(), "/v1/provider_notifications/") {
+		return notifications.MaxBody
+	}
+	return BodyLimit
+}
 
 // readLimit is what the server reads before refusing a request outright. A
 // body between BodyLimit and readLimit (2 MiB) is read whole and answered
@@ -73,8 +87,10 @@ type Deps struct {
 	Customers *customers.Service
 	// Connectors are the merchant's accounts at providers and the routing.
 	Connectors *connectors.Service
-	Events     *events.Service
-	Webhooks   *webhooks.Service
+	// Notifications takes the providers' notifications.
+	Notifications *notifications.Receiver
+	Events        *events.Service
+	Webhooks      *webhooks.Service
 	// AuditLog records every state-changing request and lists the records
 	// (docs/audit.md); nil records nothing.
 	AuditLog AuditLog

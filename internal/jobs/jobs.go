@@ -23,6 +23,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/customers"
 	"github.com/gatehouse-pay/gatehouse/internal/logging"
 	"github.com/gatehouse-pay/gatehouse/internal/metrics"
+	"github.com/gatehouse-pay/gatehouse/internal/notifications"
 	"github.com/gatehouse-pay/gatehouse/internal/outbox"
 	"github.com/gatehouse-pay/gatehouse/internal/providers"
 	"github.com/gatehouse-pay/gatehouse/internal/refunds"
@@ -63,7 +64,10 @@ type Handlers struct {
 	Charges  *charges.Processor
 	Refunds  *refunds.Processor
 	Webhooks *webhooks.Deliverer
-	Store    Maintenance
+	// Notifications applies the providers' notifications; nil leaves
+	// them received.
+	Notifications *notifications.Applier
+	Store         Maintenance
 	// SavedCards is the housekeeping of saved cards; nil skips it.
 	SavedCards *customers.CardHousekeeping
 	Queue      *Queue

@@ -75,6 +75,32 @@ func (q *Queue) EnqueueIn(ctx context.Context, t outbox.Task, in time.Duration) 
 	return q.EnqueueAt(ctx, t, time.Now().Add(in))
 }
 
+// Wake runs t now: one waiting for its retry or scheduled for later is
+// moved ahead to run at once, one not in the queue is enqueued, and one
+// queued or running is left alone. It needs the inspector (the worker's
+// Queue).
+func (q *Queue) Wake(ctx context.Context, t outbox.Task) error {
+	task, err := q.NewTask(t)
+	if err != nil {
+		return err
+	}
+	_, err = q.client.EnqueueContext(ctx, task)
+	if !errors.Is(err, asynq.ErrTaskIDConflict) || q.inspector == nil {
+		return err
+	}
+	info, err := q.inspector.GetTaskInfo(q.queueOf(t), t.QueueID())
+	if err != nil {
+		return nil // finished and gone since: nothing to wake
+	}
+	switch info.State {
+	case asynq.TaskStateScheduled, asynq.TaskStateRetry:
+		if err := q.inspector.RunTask(q.queueOf(t), t.QueueID()); err != nil && !errors.Is(err, asynq.ErrTaskNotFound) {
+			return err
+		}
+	}
+	return nil
+}
+
 // Resend enqueues again the outbox tasks the sweeper found unfinished. A task
 // still queued, scheduled or retrying is left alone. One archived (it used up
 // its retries while, say, Postgres was down) is deleted and enqueued afresh.

@@ -37,6 +37,8 @@ const (
 	TypeRefundProcess               = outbox.RefundProcess
 	TypeWebhookDeliver              = outbox.WebhookDeliver
 	TypeWebhookEvent                = outbox.WebhookEvent
+	// TypeNotificationApply applies a provider notification the API stored.
+	TypeNotificationApply = outbox.NotificationApply
 
 	// TypeSessionsPrune deletes sessions that expired more than a day ago.
 	TypeSessionsPrune = "sessions:prune"
@@ -82,6 +84,12 @@ func (q *Queue) newTask(t outbox.Task, headers map[string]string) (*asynq.Task, 
 	body, err := json.Marshal(payload{ID: t.RefID})
 	if err != nil {
 		return nil, err
+	}
+	if t.Type == TypeNotificationApply {
+		// No provider call: only Postgres and the queue, retried while
+		// either is away.
+		return asynq.NewTaskWithHeaders(t.Type, body, headers, asynq.TaskID(t.QueueID()), asynq.Queue(q.queueOf(t)),
+			asynq.MaxRetry(25), asynq.Timeout(30*time.Second)), nil
 	}
 	if t.Type == TypeWebhookDeliver || t.Type == TypeWebhookEvent {
 		// Attempts are counted in Postgres, which decides when a delivery
@@ -182,7 +190,20 @@ func (h *Handlers) Mux() *asynq.ServeMux {
 	mux.HandleFunc(TypeRefundProcess, h.provider(h.Refunds.Process))
 	mux.HandleFunc(TypeWebhookDeliver, h.HandleWebhookDeliver)
 	mux.HandleFunc(TypeWebhookEvent, h.HandleWebhookEvent)
+	mux.HandleFunc(TypeNotificationApply, h.HandleNotificationApply)
 	return mux
+}
+
+// HandleNotificationApply applies a stored provider notification.
+func (h *Handlers) HandleNotificationApply(ctx context.Context, t *asynq.Task) error {
+	id, err := objectID(t)
+	if err != nil {
+		return err
+	}
+	if h.Notifications == nil {
+		return fmt.Errorf("notification %s: this worker does not apply notifications", id)
+	}
+	return h.Notifications.Apply(ctx, id)
 }
 
 // HandleSessionsPrune prunes long-expired sessions.

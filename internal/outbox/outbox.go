@@ -32,10 +32,12 @@ const (
 	// WebhookDeliver then carries the retries, and the deliveries the
 	// event's task handed off.
 	WebhookEvent = "webhook:event"
+	// NotificationApply applies a provider's notification the API stored.
+	NotificationApply = "notification:apply"
 )
 
 // Types lists every task type, for metrics that report each one.
-var Types = []string{ChargeAuthorize, ChargeCapture, ChargeVoid, ChargeReverse, ChargeAuthenticate, ChargeAuthenticationTimeout, RefundProcess, WebhookDeliver, WebhookEvent}
+var Types = []string{ChargeAuthorize, ChargeCapture, ChargeVoid, ChargeReverse, ChargeAuthenticate, ChargeAuthenticationTimeout, RefundProcess, WebhookDeliver, WebhookEvent, NotificationApply}
 
 // Task is one unit of work about one object.
 type Task struct {

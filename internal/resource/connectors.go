@@ -11,8 +11,11 @@ type Connector struct {
 	ServerAccount  bool     `json:"server_account"`
 	HasCredentials bool     `json:"has_credentials"`
 	Sandbox        *Sandbox `json:"sandbox,omitempty"` // the sandbox provider's only
-	CreatedAt      string   `json:"created_at"`
-	UpdatedAt      string   `json:"updated_at"`
+	// NotificationURL is where the provider sends its notifications; a
+	// real provider's connectors only.
+	NotificationURL *string `json:"notification_url,omitempty"`
+	CreatedAt       string  `json:"created_at"`
+	UpdatedAt       string  `json:"updated_at"`
 }
 
 // Sandbox is how a sandbox connector behaves.

@@ -1,0 +1,200 @@
+package notifications
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gatehouse-pay/gatehouse/internal/apperr"
+	"github.com/gatehouse-pay/gatehouse/internal/connectors"
+	"github.com/gatehouse-pay/gatehouse/internal/outbox"
+)
+
+// Payment is the charge a notification names, as the worker needs it.
+type Payment struct {
+	ChargeID string
+	// InFlight are the outbox tasks of the work still in flight on the
+	// charge and its pending refunds: an authorization, capture or void
+	// the provider has not settled, a refund it has not either.
+	InFlight []outbox.Task
+}
+
+// WorkStore is what the worker reads and writes.
+type WorkStore interface {
+	NotificationForWork(ctx context.Context, id string) (Notification, error)
+	// PaymentByReference finds the merchant's charge with the provider
+	// reference; found is false when there is none.
+	PaymentByReference(ctx context.Context, merchantID, reference string) (p Payment, found bool, err error)
+	// FinishNotification records the outcome of a notification still
+	// received, and deletes its task's outbox row.
+	FinishNotification(ctx context.Context, id, outcome string, chargeID *string, at time.Time) error
+}
+
+// Waker runs a task now: one waiting for its retry runs at once, one not
+// queued is enqueued.
+type Waker interface {
+	Wake(ctx context.Context, t outbox.Task) error
+}
+
+// Metrics counts notifications by provider and outcome, in both
+// processes: the API counts the duplicates it stored and the refused, the
+// worker what applying the others did.
+type Metrics struct {
+	Notifications *prometheus.CounterVec
+}
+
+// NewMetrics registers the counter on reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{Notifications: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "gatehouse", Name: "provider_notifications_total",
+		Help: "Provider notifications, by provider and outcome: refused (bad signature, API), duplicate (API or worker), applied and ignored (worker).",
+	}, []string{"provider", "outcome"})}
+	reg.MustRegister(m.Notifications)
+	for _, p := range []string{connectors.ProviderStripe} {
+		for _, o := range []string{OutcomeRefused, OutcomeApplied, OutcomeDuplicate, OutcomeIgnored} {
+			m.Notifications.WithLabelValues(p, o)
+		}
+	}
+	return m
+}
+
+// OutcomeRefused labels, in the metric only, a notification refused for
+// its signature: it is never stored.
+const OutcomeRefused = "refused"
+
+// Count adds one notification of provider with outcome.
+func (m *Metrics) Count(provider, outcome string) {
+	if m != nil {
+		m.Notifications.WithLabelValues(provider, outcome).Inc()
+	}
+}
+
+// Applier is the worker side.
+type Applier struct {
+	store   WorkStore
+	waker   Waker
+	metrics *Metrics
+	log     *slog.Logger
+	now     func() time.Time
+}
+
+// NewApplier returns the worker side.
+func NewApplier(store WorkStore, waker Waker, metrics *Metrics, log *slog.Logger, now func() time.Time) *Applier {
+	return &Applier{store: store, waker: waker, metrics: metrics, log: log, now: now}
+}
+
+// Apply applies notification id once. A notification already applied (a
+// task that ran twice) changes nothing.
+//
+// What a notification reports is never taken on its word: it wakes the
+// task of the work in flight that it is about (an authorization,
+// capture, void or refund the provider had not settled), and that task
+// reads the provider's own books, as it would on its next retry, and moves
+// the charge only as its state machine allows. A notification about work
+// already settled, or about an object the gateway does not hold, changes
+// nothing.
+func (a *Applier) Apply(ctx context.Context, id string) error {
+	n, err := a.store.NotificationForWork(ctx, id)
+	if err != nil {
+		if apperr.KindOf(err) == apperr.KindNotFound {
+			return nil // retention removed it
+		}
+		return err
+	}
+	if n.Outcome != OutcomeReceived {
+		return nil
+	}
+	outcome, chargeID, err := a.apply(ctx, n)
+	if err != nil {
+		return err
+	}
+	if err := a.store.FinishNotification(ctx, n.ID, outcome, chargeID, a.now().UTC()); err != nil {
+		return err
+	}
+	a.metrics.Count(n.Provider, outcome)
+	return nil
+}
+
+func (a *Applier) apply(ctx context.Context, n Notification) (outcome string, chargeID *string, err error) {
+	var reference string
+	switch n.Provider {
+	case connectors.ProviderStripe:
+		reference = stripePayment(n)
+	}
+	if reference == "" {
+		return OutcomeIgnored, nil, nil
+	}
+	p, found, err := a.store.PaymentByReference(ctx, n.MerchantID, reference)
+	if err != nil {
+		return "", nil, err
+	}
+	if !found {
+		return OutcomeIgnored, nil, nil
+	}
+	if len(p.InFlight) == 0 {
+		return OutcomeDuplicate, &p.ChargeID, nil
+	}
+	for _, t := range p.InFlight {
+		if err := a.waker.Wake(ctx, t); err != nil {
+			return "", nil, fmt.Errorf("notifications: wake %s: %w", t.QueueID(), err)
+		}
+	}
+	return OutcomeApplied, &p.ChargeID, nil
+}
+
+// stripeTypes are the prefixes of the Stripe event types about a
+// payment's authorization, capture, cancel or refunds.
+var stripeTypes = []string{"payment_intent.", "charge.refund.", "charge.", "refund."}
+
+// stripePayment is the PaymentIntent a Stripe event is about (the
+// gateway's provider reference of a Stripe charge), or "" for an event
+// the gateway does not act on. Disputes (charge.dispute.*) are not acted
+// on here.
+func stripePayment(n Notification) string {
+	if strings.HasPrefix(n.Type, "charge.dispute.") {
+		return ""
+	}
+	handled := false
+	for _, p := range stripeTypes {
+		if strings.HasPrefix(n.Type, p) {
+			handled = true
+			break
+		}
+	}
+	if !handled {
+		return ""
+	}
+	var ev struct {
+		Data struct {
+			Object struct {
+				ID            string          `json:"id"`
+				Object        string          `json:"object"`
+				PaymentIntent json.RawMessage `json:"payment_intent"`
+			} `json:"object"`
+		} `json:"data"`
+	}
+	if json.Unmarshal(n.Payload, &ev) != nil {
+		return ""
+	}
+	o := ev.Data.Object
+	if o.Object == "payment_intent" {
+		return o.ID
+	}
+	// payment_intent is an id, or the object when expanded.
+	var id string
+	if json.Unmarshal(o.PaymentIntent, &id) == nil {
+		return id
+	}
+	var obj struct {
+		ID string `json:"id"`
+	}
+	if json.Unmarshal(o.PaymentIntent, &obj) == nil {
+		return obj.ID
+	}
+	return ""
+}
