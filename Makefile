@@ -40,7 +40,7 @@ REDOCLY_VERSION := 2.77.0
 
 # `make test` and `make chaos` run inside deploy/local/testenv.sh: it installs the
 # pinned tools the tests run (deploy/local/tools.sh: promtool, prometheus,
-# kustomize, stripe-mock, redocly, the signature verifiers, pgbouncer) into bin/tools and
+# kustomize, stripe-mock, prism, redocly, the signature verifiers, pgbouncer) into bin/tools and
 # finds or starts PostgreSQL and Redis (TEST_DATABASE_URL / TEST_REDIS_URL when
 # set). Tests FAIL (they do not skip) when a service or tool is missing, because
 # GATEHOUSE_REQUIRE_SERVICES=1 is set there.

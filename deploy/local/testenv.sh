@@ -4,7 +4,7 @@
 #   deploy/local/testenv.sh CMD...
 #
 # 1. deploy/local/tools.sh installs what the tests run (promtool, prometheus,
-#    kustomize, stripe-mock, redocly, the signature verifiers, pgbouncer) when it is missing,
+#    kustomize, stripe-mock, prism, redocly, the signature verifiers, pgbouncer) when it is missing,
 #    and bin/tools goes first on PATH.
 # 2. PostgreSQL: TEST_DATABASE_URL when set (it must answer), else the server on
 #    127.0.0.1:5432 when user postgres gets in without a password, else the

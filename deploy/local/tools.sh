@@ -16,6 +16,7 @@
 # | staticcheck, unparam, misspell (make lint) | tools/go.mod | go tool (built once into Go's cache) |
 # | oasdiff (make api-compat) | v1.37.0, tools/go.mod | go tool (built once into Go's cache) |
 # | redocly (OpenAPI lint)| @redocly/cli 2.77.0 | npm install                                              |
+# | prism (Adyen mock)    | internal/providers/adyen/testdata/prism/package-lock.json (@stoplight/prism-cli) | npm ci |
 # | signature verifiers   | internal/webhooks/testdata/verify/package-lock.json | npm ci          |
 # | browser journeys      | internal/e2e/browser/package-lock.json (playwright-core) | npm ci     |
 # | oapi-codegen (Go client) | v2.8.2, the `tool` of examples/go/go.mod | go tool (built once into Go's cache) |
@@ -52,6 +53,7 @@ VERIFY_DIR=$ROOT/internal/webhooks/testdata/verify
 BROWSER_DIR=$ROOT/internal/e2e/browser
 SDK_GO_DIR=$ROOT/examples/go
 SDK_TS_DIR=$ROOT/examples/typescript
+PRISM_DIR=$ROOT/internal/providers/adyen/testdata/prism
 CHROMIUM=${CHROMIUM:-/usr/bin/chromium}
 PGBOUNCER=${PGBOUNCER:-/usr/sbin/pgbouncer}
 
@@ -220,6 +222,15 @@ verifiers_install() {
 	npm_ci "$VERIFY_DIR"
 }
 
+# prism_install: npm ci of Prism, the mock of Adyen's Checkout API that
+# internal/providers/adyen's tests start, from its lock file.
+prism_install() {
+	need_npm
+	pinned_installed "$PRISM_DIR" && return 0
+	log "installing prism (npm ci in internal/providers/adyen/testdata/prism)"
+	npm_ci "$PRISM_DIR"
+}
+
 # apt_install PACKAGE FILE: apt-get install PACKAGE, which installs FILE,
 # as root or through sudo -n. Runs of this script on one machine (several
 # checkouts at once) take turns, and one that waited installs nothing when
@@ -299,6 +310,7 @@ install_all() {
 	lint_tools_install
 	redocly_install
 	verifiers_install
+	prism_install
 	browser_install
 	pgbouncer_install
 	sdk_go_install
@@ -310,7 +322,8 @@ install_all() {
 	link "$stripe_mock_dir/stripe-mock" stripe-mock
 	link "$TOOLS_DIR/redocly@$REDOCLY_VERSION/node_modules/.bin/redocly" redocly
 	link "$PGBOUNCER" pgbouncer
-	log "ready in bin/tools: promtool and prometheus $PROMETHEUS_RELEASE, kustomize ${kustomize_dir##*@}, stripe-mock ${stripe_mock_dir##*@}, redocly $REDOCLY_VERSION; signature verifiers; chromium and playwright-core; pgbouncer; oapi-codegen, openapi-typescript and openapi-fetch; staticcheck, unparam, misspell and oasdiff"
+	link "$PRISM_DIR/node_modules/.bin/prism" prism
+	log "ready in bin/tools: promtool and prometheus $PROMETHEUS_RELEASE, kustomize ${kustomize_dir##*@}, stripe-mock ${stripe_mock_dir##*@}, redocly $REDOCLY_VERSION; prism; signature verifiers; chromium and playwright-core; pgbouncer; oapi-codegen, openapi-typescript and openapi-fetch; staticcheck, unparam, misspell and oasdiff"
 }
 
 check_all() {
@@ -319,6 +332,7 @@ check_all() {
 		[ -x "$LINK_DIR/$t" ] || missing+=("$t")
 	done
 	verifiers_installed || missing+=("signature verifiers")
+	pinned_installed "$PRISM_DIR" && [ -x "$LINK_DIR/prism" ] || missing+=("prism")
 	[ -x "$CHROMIUM" ] || missing+=("chromium")
 	[ -x "$PGBOUNCER" ] || missing+=("pgbouncer")
 	pinned_installed "$BROWSER_DIR" || missing+=("playwright-core")

@@ -95,6 +95,10 @@ type CaptureRequest struct {
 	IdempotencyKey string
 	Reference      string // the provider's id of the authorization
 	Amount         int64
+	// Currency is the authorization's currency (upper-case ISO 4217), for
+	// providers whose capture names it (Adyen); Stripe and the sandbox
+	// ignore it.
+	Currency string
 }
 
 // VoidRequest releases an authorization.
@@ -160,6 +164,10 @@ type AuthenticateRequest struct {
 	Currency string
 	Capture  bool
 	Card     Card
+	// Details are the query or form values the provider's page sent the
+	// cardholder back to the return page with (Adyen's redirectResult), for
+	// providers that read the outcome from them; nil when there are none.
+	Details map[string]string
 }
 
 // Authenticator is a provider whose payments can wait for the cardholder's
