@@ -29,7 +29,7 @@ func (p *Processor) capture(ctx context.Context, c Charge, prov providers.Provid
 	var err error
 	if now.Sub(c.UpdatedAt) < p.window {
 		var res providers.Result
-		res, err = prov.Capture(cctx, providers.CaptureRequest{IdempotencyKey: IdempotencyKey(c.ID, "capture"), Reference: *c.ProviderReference, Amount: amount})
+		res, err = prov.Capture(cctx, providers.CaptureRequest{IdempotencyKey: IdempotencyKey(c.ID, "capture"), Reference: *c.ProviderReference, Amount: amount, Currency: c.Currency})
 		pay = providers.Payment{Reference: res.Reference, Status: providers.PaymentCaptured, Captured: amount}
 		if err == nil && res.Pending {
 			// Sent again, the key only replays the first answer: follow the payment itself.

@@ -67,7 +67,8 @@ func TestFreshCheckoutInPrivateDirectory(t *testing.T) {
 	start := time.Now()
 	n := copyCheckout(t, root, clone, strings.Split(strings.TrimRight(string(files), "\x00"), "\x00"))
 	for _, p := range []string{"bin", ".dev", "internal/e2e/browser/node_modules",
-		"internal/webhooks/testdata/verify/node_modules", "examples/typescript/node_modules"} {
+		"internal/webhooks/testdata/verify/node_modules", "examples/typescript/node_modules",
+		"internal/providers/adyen/testdata/prism/node_modules"} {
 		if _, err := os.Lstat(filepath.Join(clone, p)); !errors.Is(err, fs.ErrNotExist) {
 			t.Fatalf("the copy has %s (%v): it must start without it", p, err)
 		}
