@@ -38,6 +38,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/metrics"
 	"github.com/gatehouse-pay/gatehouse/internal/notifications"
 	"github.com/gatehouse-pay/gatehouse/internal/providers"
+	"github.com/gatehouse-pay/gatehouse/internal/providers/adyen"
 	"github.com/gatehouse-pay/gatehouse/internal/providers/sandbox"
 	"github.com/gatehouse-pay/gatehouse/internal/providers/stripe"
 	"github.com/gatehouse-pay/gatehouse/internal/refunds"
@@ -142,10 +143,14 @@ func work(ctx context.Context, getenv func(string) string, stderr io.Writer) err
 	}
 	registry := connectors.NewResolver(db, keys, server,
 		func(c connectors.Connector, cr connectors.Credentials) (providers.Provider, error) {
-			if c.Provider != connectors.ProviderStripe {
-				return nil, fmt.Errorf("%w: %q with credentials", providers.ErrNotConfigured, c.Provider)
+			switch c.Provider {
+			case connectors.ProviderStripe:
+				return stripe.New(cr.SecretKey, cfg.StripeAPIBase, httpClient), nil
+			case connectors.ProviderAdyen:
+				return adyen.New(adyen.Config{APIKey: cr.APIKey, MerchantAccount: cr.MerchantAccount,
+					BaseURL: cfg.AdyenAPIBase, HTTPClient: httpClient, Timeout: cfg.ProviderTimeout})
 			}
-			return stripe.New(cr.SecretKey, cfg.StripeAPIBase, httpClient), nil
+			return nil, fmt.Errorf("%w: %q with credentials", providers.ErrNotConfigured, c.Provider)
 		},
 		func(name string, p providers.Provider) providers.Provider {
 			if connectors.ValidID(name) {
@@ -191,27 +196,30 @@ func work(ctx context.Context, getenv func(string) string, stderr io.Writer) err
 	slots := providers.NewMerchantSlots(cfg.ProviderMerchantSlots, time.Now)
 	chargeOutcome := func(provider, status string) { pm.Charges.WithLabelValues(provider, status).Inc() }
 	refundOutcome := func(provider, status string) { pm.Refunds.WithLabelValues(provider, status).Inc() }
+	chargeProcessor := charges.NewProcessor(db, registry, keys, cfg.ProviderTimeout, time.Now, log, observe).WithQueue(queue).WithOutcomes(chargeOutcome).
+		WithWindows(cfg.ProviderIdempotencyWindow, cfg.ProviderOutcomeUnknownAfter).WithSlots(slots).
+		WithAuthentication(cfg.AuthenticationTimeout, charges.NewLinks(cfg.PublicURL, keys), queue.EnqueueAt).
+		WithAttempts(func(a charges.Attempt, failover bool) {
+			pm.Attempts.WithLabelValues(a.Connector, a.Provider, a.Status).Inc()
+			if failover {
+				pm.Failovers.WithLabelValues(a.Provider, deref(a.FailureCode)).Inc()
+			}
+		})
+	refundProcessor := refunds.NewProcessor(db, registry, cfg.ProviderTimeout, time.Now, log, observe).WithQueue(queue).WithOutcomes(refundOutcome).
+		WithWindows(cfg.ProviderIdempotencyWindow, cfg.ProviderOutcomeUnknownAfter).WithSlots(slots)
 	handlers := &jobs.Handlers{
-		Auth: auth.NewService(nil, db, cache.New(rdb), nil, nil, time.Now, log),
-		Charges: charges.NewProcessor(db, registry, keys, cfg.ProviderTimeout, time.Now, log, observe).WithQueue(queue).WithOutcomes(chargeOutcome).
-			WithWindows(cfg.ProviderIdempotencyWindow, cfg.ProviderOutcomeUnknownAfter).WithSlots(slots).
-			WithAuthentication(cfg.AuthenticationTimeout, charges.NewLinks(cfg.PublicURL, keys), queue.EnqueueAt).
-			WithAttempts(func(a charges.Attempt, failover bool) {
-				pm.Attempts.WithLabelValues(a.Connector, a.Provider, a.Status).Inc()
-				if failover {
-					pm.Failovers.WithLabelValues(a.Provider, deref(a.FailureCode)).Inc()
-				}
-			}),
-		Refunds: refunds.NewProcessor(db, registry, cfg.ProviderTimeout, time.Now, log, observe).WithQueue(queue).WithOutcomes(refundOutcome).
-			WithWindows(cfg.ProviderIdempotencyWindow, cfg.ProviderOutcomeUnknownAfter).WithSlots(slots),
-		Webhooks:      deliverer,
-		Notifications: notifications.NewApplier(db, queue, notifications.NewMetrics(reg), log, time.Now),
-		Store:         db,
-		SavedCards:    customers.NewCardHousekeeping(db, keys),
-		Queue:         queue,
-		Config:        cfg,
-		Log:           log,
-		Metrics:       jm,
+		Auth:     auth.NewService(nil, db, cache.New(rdb), nil, nil, time.Now, log),
+		Charges:  chargeProcessor,
+		Refunds:  refundProcessor,
+		Webhooks: deliverer,
+		Notifications: notifications.NewApplier(db, queue, notifications.NewMetrics(reg), log, time.Now).
+			WithConfirmers(chargeProcessor, refundProcessor),
+		Store:      db,
+		SavedCards: customers.NewCardHousekeeping(db, keys),
+		Queue:      queue,
+		Config:     cfg,
+		Log:        log,
+		Metrics:    jm,
 	}
 
 	srv := jobs.NewServers(qrdb, log, cfg, deliveryQueues)

@@ -31,6 +31,16 @@ func (p *Processor) capture(ctx context.Context, c Charge, prov providers.Provid
 		var res providers.Result
 		res, err = prov.Capture(cctx, providers.CaptureRequest{IdempotencyKey: IdempotencyKey(c.ID, "capture"), Reference: *c.ProviderReference, Amount: amount, Currency: c.Currency})
 		pay = providers.Payment{Reference: res.Reference, Status: providers.PaymentCaptured, Captured: amount}
+		if err == nil && res.Pending && providers.SettlesByNotification(c.Provider) {
+			// Received: the provider's notification settles it (Confirm).
+			cancel()
+			p.observe(c.Provider, op, OutcomePending, time.Since(start))
+			after := c
+			after.Status, after.PendingAction = StatusCapturing, nil
+			after.FailureCode, after.FailureMessage = nil, nil
+			after.UpdatedAt = p.stamp()
+			return p.apply(ctx, Transition{Before: c, After: after, DoneTask: task.ID()})
+		}
 		if err == nil && res.Pending {
 			// Sent again, the key only replays the first answer: follow the payment itself.
 			pay.Status = providers.PaymentProcessing

@@ -21,14 +21,19 @@ const (
 	// authenticate (3-D Secure); the charge waits for the answer.
 	StatusRequiresAction = "requires_action"
 	StatusAuthorized     = "authorized"
-	StatusCaptured       = "captured"
-	StatusFailed         = "failed"
-	StatusVoided         = "voided"
-	StatusRefunded       = "refunded"
+	// StatusCapturing and StatusVoiding: a provider that settles by
+	// notification (Adyen) received the capture or void; its notification
+	// settles the charge.
+	StatusCapturing = "capturing"
+	StatusVoiding   = "voiding"
+	StatusCaptured  = "captured"
+	StatusFailed    = "failed"
+	StatusVoided    = "voided"
+	StatusRefunded  = "refunded"
 )
 
 // Statuses lists every status.
-var Statuses = []string{StatusCreated, StatusRequiresAction, StatusAuthorized, StatusCaptured, StatusFailed, StatusVoided, StatusRefunded}
+var Statuses = []string{StatusCreated, StatusRequiresAction, StatusAuthorized, StatusCapturing, StatusVoiding, StatusCaptured, StatusFailed, StatusVoided, StatusRefunded}
 
 // Pending actions requested through the API and carried out by the worker.
 const (

@@ -836,7 +836,7 @@ func TestSettle(t *testing.T) {
 		if err := worker(t, st, p).Capture(ctx, ch.ID, false); err != nil {
 			t.Fatal(err)
 		}
-		want := []providers.CaptureRequest{{IdempotencyKey: "gh_" + ch.ID + "_capture", Reference: "ref_1", Amount: 1500}}
+		want := []providers.CaptureRequest{{IdempotencyKey: "gh_" + ch.ID + "_capture", Reference: "ref_1", Amount: 1500, Currency: ch.Currency}}
 		if diff := cmp.Diff(want, p.Captures()); diff != "" {
 			t.Errorf("provider calls (-want +got):\n%s", diff)
 		}

@@ -12,6 +12,9 @@ const (
 	CauseTimeout = "timeout"
 	// CauseVoid: a void the merchant requested.
 	CauseVoid = "void"
+	// CauseNotification: the provider's notification of how a capture or
+	// void it received ended.
+	CauseNotification = "notification"
 )
 
 type move struct{ from, to, cause string }
@@ -34,6 +37,17 @@ var moves = map[move]bool{
 	{StatusAuthorized, StatusCaptured, CauseProcess}: true,
 	{StatusAuthorized, StatusVoided, CauseProcess}:   true,
 	{StatusAuthorized, StatusVoided, CauseVoid}:      true,
+
+	// A provider that settles by notification: the call is received, the
+	// notification settles it, and may come before the call's own answer.
+	{StatusAuthorized, StatusCapturing, CauseProcess}:      true,
+	{StatusAuthorized, StatusVoiding, CauseVoid}:           true,
+	{StatusCapturing, StatusCaptured, CauseNotification}:   true,
+	{StatusCapturing, StatusAuthorized, CauseNotification}: true,
+	{StatusVoiding, StatusVoided, CauseNotification}:       true,
+	{StatusVoiding, StatusAuthorized, CauseNotification}:   true,
+	{StatusAuthorized, StatusCaptured, CauseNotification}:  true,
+	{StatusAuthorized, StatusVoided, CauseNotification}:    true,
 }
 
 // CanMove reports whether cause may move a charge from status from to

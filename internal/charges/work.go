@@ -483,7 +483,7 @@ func (p *Processor) settle(ctx context.Context, id string, final bool, action st
 	}
 	start := time.Now()
 	cctx, cancel := context.WithTimeout(ctx, p.timeout)
-	_, err = prov.Void(cctx, providers.VoidRequest{IdempotencyKey: IdempotencyKey(c.ID, "void"), Reference: *c.ProviderReference})
+	res, err := prov.Void(cctx, providers.VoidRequest{IdempotencyKey: IdempotencyKey(c.ID, "void"), Reference: *c.ProviderReference})
 	cancel()
 	elapsed := time.Since(start)
 	after := c
@@ -492,6 +492,11 @@ func (p *Processor) settle(ctx context.Context, id string, final bool, action st
 	var ev *events.Event
 	d, declined := providers.AsDecline(err)
 	switch {
+	case err == nil && res.Pending && !waiting && providers.SettlesByNotification(c.Provider):
+		// Received: the provider's notification settles it (Confirm).
+		p.observe(c.Provider, action, OutcomePending, elapsed)
+		after.Status = StatusVoiding
+		after.FailureCode, after.FailureMessage = nil, nil
 	case err == nil:
 		p.observe(c.Provider, action, OutcomeSucceeded, elapsed)
 		after.FailureCode, after.FailureMessage = nil, nil

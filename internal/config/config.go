@@ -269,6 +269,10 @@ type Config struct {
 	// refused 401. A connector with its own credentials takes its
 	// `webhook_secret`.
 	StripeWebhookSecret Secret `env:"STRIPE_WEBHOOK_SECRET" by:"api"`
+	// Where the worker calls Adyen's Checkout API (its version included);
+	// point it at a mock in tests. Adyen connectors take their credentials
+	// from the connector.
+	AdyenAPIBase string `env:"ADYEN_API_BASE" envDefault:"https://checkout-test.adyen.com/v71" by:"worker"`
 	// Where the worker calls Stripe; point it at stripe-mock in tests.
 	StripeAPIBase string `env:"STRIPE_API_BASE" envDefault:"https://api.stripe.com" by:"worker"`
 	// The bound on one provider call. The API reads it too, for the deadline

@@ -12,6 +12,7 @@ package connectors
 
 import (
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -37,10 +38,11 @@ func ValidID(id string) bool { return ids.Valid(Prefix, id) }
 const (
 	ProviderSandbox = "sandbox"
 	ProviderStripe  = "stripe"
+	ProviderAdyen   = "adyen"
 )
 
 // Providers lists them.
-var Providers = []string{ProviderSandbox, ProviderStripe}
+var Providers = []string{ProviderSandbox, ProviderStripe, ProviderAdyen}
 
 // MaxNameLen bounds a connector's name.
 const MaxNameLen = 100
@@ -134,6 +136,15 @@ type Credentials struct {
 	// account's webhook endpoint that sends to the connector's
 	// notification URL; "" when none was given.
 	WebhookSecret string `json:"webhook_secret,omitempty"`
+
+	// An Adyen connector's: the API key of its web service user, its
+	// merchant account, the HMAC key (hex) its notifications are signed
+	// with, and the Basic auth its notifications carry when set.
+	APIKey               string `json:"api_key,omitempty"`
+	MerchantAccount      string `json:"merchant_account,omitempty"`
+	HMACKey              string `json:"hmac_key,omitempty"`
+	NotificationUsername string `json:"notification_username,omitempty"`
+	NotificationPassword string `json:"notification_password,omitempty"`
 }
 
 // String never prints the secret.
@@ -420,6 +431,9 @@ func (s *Service) credentials(c *Connector, in *map[string]string, required bool
 		}
 		return nil
 	}
+	if c.Provider == ProviderAdyen {
+		return s.adyenCredentials(c, *in)
+	}
 	for k := range *in {
 		if k != "secret_key" && k != "webhook_secret" {
 			return apperr.Invalid("credentials."+k, "A stripe connector's credentials are {\"secret_key\": \"sk_test_...\", \"webhook_secret\": \"whsec_...\"} (webhook_secret optional).")
@@ -437,6 +451,58 @@ func (s *Service) credentials(c *Connector, in *map[string]string, required bool
 		return apperr.Invalid("credentials.secret_key", "credentials.secret_key must be a Stripe secret or restricted key of test mode (sk_test_..., rk_test_...).")
 	}
 	plain, err := json.Marshal(Credentials{SecretKey: key, WebhookSecret: hook})
+	if err != nil {
+		return apperr.Internal(err)
+	}
+	sealed, err := s.keys.Seal(keyring.PurposeConnector, plain, []byte(c.ID))
+	if err != nil {
+		return apperr.Internal(err)
+	}
+	c.Sealed = sealed
+	return nil
+}
+
+// adyenFields are the credentials an Adyen connector takes.
+var adyenFields = map[string]bool{"api_key": true, "merchant_account": true, "hmac_key": true,
+	"live_url_prefix": true, "notification_username": true, "notification_password": true}
+
+// adyenCredentials checks and seals an Adyen connector's credentials: the
+// API key, the merchant account and the HMAC key are required; a live URL
+// prefix is live mode, which is not activated; the notifications' Basic
+// auth is both a user name and a password, or neither.
+func (s *Service) adyenCredentials(c *Connector, in map[string]string) error {
+	for k := range in {
+		if !adyenFields[k] {
+			return apperr.Invalid("credentials."+k, "An adyen connector's credentials are api_key, merchant_account, hmac_key, and optionally notification_username and notification_password.")
+		}
+	}
+	if strings.TrimSpace(in["live_url_prefix"]) != "" {
+		return apperr.LiveMode()
+	}
+	cr := Credentials{APIKey: strings.TrimSpace(in["api_key"]), MerchantAccount: strings.TrimSpace(in["merchant_account"]),
+		HMACKey: strings.ToUpper(strings.TrimSpace(in["hmac_key"])), NotificationUsername: in["notification_username"],
+		NotificationPassword: in["notification_password"]}
+	for _, f := range []struct{ name, v string }{{"api_key", cr.APIKey}, {"merchant_account", cr.MerchantAccount}, {"hmac_key", cr.HMACKey}} {
+		if f.v == "" {
+			return apperr.Missing("credentials." + f.name)
+		}
+	}
+	if len(cr.APIKey) > 1024 || strings.ContainsAny(cr.APIKey, " \t\r\n\x00") {
+		return apperr.Invalid("credentials.api_key", "credentials.api_key must be the API key of an Adyen web service user.")
+	}
+	if len(cr.MerchantAccount) > 255 || strings.ContainsAny(cr.MerchantAccount, " \t\r\n\x00/") {
+		return apperr.Invalid("credentials.merchant_account", "credentials.merchant_account must be an Adyen merchant account's name.")
+	}
+	if b, err := hex.DecodeString(cr.HMACKey); err != nil || len(b) < 16 || len(b) > 128 {
+		return apperr.Invalid("credentials.hmac_key", "credentials.hmac_key must be the HMAC key of the Adyen webhook, in hexadecimal (32 to 256 digits).")
+	}
+	if (cr.NotificationUsername == "") != (cr.NotificationPassword == "") {
+		return apperr.Invalid("credentials.notification_username", "Give both notification_username and notification_password, or neither.")
+	}
+	if len(cr.NotificationUsername) > 255 || len(cr.NotificationPassword) > 255 {
+		return apperr.Invalid("credentials.notification_password", "notification_username and notification_password are at most 255 characters each.")
+	}
+	plain, err := json.Marshal(cr)
 	if err != nil {
 		return apperr.Internal(err)
 	}

@@ -23,13 +23,16 @@ const (
 	ChargeCaptured       = "charge.captured"
 	ChargeFailed         = "charge.failed"
 	ChargeVoided         = "charge.voided"
-	ChargeRefunded       = "charge.refunded"
-	RefundCreated        = "refund.created"
-	RefundSucceeded      = "refund.succeeded"
+	// ChargeCaptureFailed: a capture the provider had received failed; the
+	// charge is authorized again.
+	ChargeCaptureFailed = "charge.capture_failed"
+	ChargeRefunded      = "charge.refunded"
+	RefundCreated       = "refund.created"
+	RefundSucceeded     = "refund.succeeded"
 )
 
 // Types lists every event type in the order of api/openapi.yaml.
-var Types = []string{ChargeCreated, ChargeCaptured, ChargeFailed, ChargeVoided, ChargeRefunded, RefundCreated, RefundSucceeded, ChargeRequiresAction}
+var Types = []string{ChargeCreated, ChargeCaptured, ChargeFailed, ChargeVoided, ChargeRefunded, RefundCreated, RefundSucceeded, ChargeRequiresAction, ChargeCaptureFailed}
 
 // Known reports whether t is an event type.
 func Known(t string) bool {

@@ -1177,6 +1177,9 @@ func TestReadOnlyFields(t *testing.T) {
 		if !ok || (method != fiber.MethodPost && method != fiber.MethodPatch && method != fiber.MethodPut) || isChallengePath(strings.Fields(key)[1]) {
 			continue
 		}
+		if strings.HasPrefix(strings.Fields(key)[1], "/v1/provider_notifications/") {
+			continue // the provider's own document, checked by its signature first
+		}
 		op := operationOf(t, doc, key)
 		if op == nil {
 			continue

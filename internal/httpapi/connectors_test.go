@@ -102,7 +102,11 @@ func TestConnectors(t *testing.T) {
 		name, method, path, body, code, param string
 	}{
 		{"no provider", "POST", "/v1/connectors", `{"name":"x"}`, "parameter_missing", "provider"},
-		{"unknown provider", "POST", "/v1/connectors", `{"provider":"adyen","name":"x"}`, "parameter_invalid", "provider"},
+		{"unknown provider", "POST", "/v1/connectors", `{"provider":"worldpay","name":"x"}`, "parameter_invalid", "provider"},
+		{"adyen without credentials", "POST", "/v1/connectors", `{"provider":"adyen","name":"x"}`, "parameter_missing", "credentials"},
+		{"adyen without an hmac key", "POST", "/v1/connectors", `{"provider":"adyen","name":"x","credentials":{"api_key":"k","merchant_account":"M"}}`, "parameter_missing", "credentials.hmac_key"},
+		{"adyen with a key that is not hex", "POST", "/v1/connectors", `{"provider":"adyen","name":"x","credentials":{"api_key":"k","merchant_account":"M","hmac_key":"xyz"}}`, "parameter_invalid", "credentials.hmac_key"},
+		{"adyen with a user and no password", "POST", "/v1/connectors", `{"provider":"adyen","name":"x","credentials":{"api_key":"k","merchant_account":"M","hmac_key":"` + strings.Repeat("AB", 32) + `","notification_username":"u"}}`, "parameter_invalid", "credentials.notification_username"},
 		{"no name", "POST", "/v1/connectors", `{"provider":"sandbox"}`, "parameter_missing", "name"},
 		{"blank name", "POST", "/v1/connectors", `{"provider":"sandbox","name":"  "}`, "parameter_invalid", "name"},
 		{"long name", "POST", "/v1/connectors", `{"provider":"sandbox","name":"` + strings.Repeat("é", 101) + `"}`, "parameter_invalid", "name"},

@@ -11,8 +11,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gatehouse-pay/gatehouse/internal/apperr"
+	"github.com/gatehouse-pay/gatehouse/internal/charges"
 	"github.com/gatehouse-pay/gatehouse/internal/connectors"
+	"github.com/gatehouse-pay/gatehouse/internal/ids"
 	"github.com/gatehouse-pay/gatehouse/internal/outbox"
+	"github.com/gatehouse-pay/gatehouse/internal/providers/adyen"
 )
 
 // Payment is the charge a notification names, as the worker needs it.
@@ -30,6 +33,8 @@ type WorkStore interface {
 	// PaymentByReference finds the merchant's charge with the provider
 	// reference; found is false when there is none.
 	PaymentByReference(ctx context.Context, merchantID, reference string) (p Payment, found bool, err error)
+	// RefundOfCharge reports whether refund refundID is one of the charge's.
+	RefundOfCharge(ctx context.Context, refundID, chargeID string) (bool, error)
 	// FinishNotification records the outcome of a notification still
 	// received, and deletes its task's outbox row.
 	FinishNotification(ctx context.Context, id, outcome string, chargeID *string, at time.Time) error
@@ -55,7 +60,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Help: "Provider notifications, by provider and outcome: refused (bad signature, API), duplicate (API or worker), applied and ignored (worker).",
 	}, []string{"provider", "outcome"})}
 	reg.MustRegister(m.Notifications)
-	for _, p := range []string{connectors.ProviderStripe} {
+	for _, p := range []string{connectors.ProviderStripe, connectors.ProviderAdyen} {
 		for _, o := range []string{OutcomeRefused, OutcomeApplied, OutcomeDuplicate, OutcomeIgnored} {
 			m.Notifications.WithLabelValues(p, o)
 		}
@@ -74,6 +79,18 @@ func (m *Metrics) Count(provider, outcome string) {
 	}
 }
 
+// ChargeConfirmer settles a capture or void the provider received
+// (charges.Processor).
+type ChargeConfirmer interface {
+	Confirm(ctx context.Context, chargeID string, cf charges.Confirmation) (bool, error)
+}
+
+// RefundConfirmer settles a refund the provider received
+// (refunds.Processor).
+type RefundConfirmer interface {
+	Confirm(ctx context.Context, refundID string, success bool, providerReference string) (bool, error)
+}
+
 // Applier is the worker side.
 type Applier struct {
 	store   WorkStore
@@ -81,6 +98,15 @@ type Applier struct {
 	metrics *Metrics
 	log     *slog.Logger
 	now     func() time.Time
+	charges ChargeConfirmer
+	refunds RefundConfirmer
+}
+
+// WithConfirmers sets what settles the captures, voids and refunds of the
+// providers that settle by notification (Adyen).
+func (a *Applier) WithConfirmers(c ChargeConfirmer, r RefundConfirmer) *Applier {
+	a.charges, a.refunds = c, r
+	return a
 }
 
 // NewApplier returns the worker side.
@@ -125,6 +151,8 @@ func (a *Applier) apply(ctx context.Context, n Notification) (outcome string, ch
 	switch n.Provider {
 	case connectors.ProviderStripe:
 		reference = stripePayment(n)
+	case connectors.ProviderAdyen:
+		return a.adyen(ctx, n)
 	}
 	if reference == "" {
 		return OutcomeIgnored, nil, nil
@@ -197,4 +225,72 @@ func stripePayment(n Notification) string {
 		return obj.ID
 	}
 	return ""
+}
+
+// adyen applies one Adyen notification item. Adyen's notifications are the
+// only word on its captures, cancels and refunds (its Checkout API has no
+// lookup); their HMAC signature was verified when they arrived.
+//   - CAPTURE, CAPTURE_FAILED: the capture of the payment originalReference;
+//   - CANCELLATION: its void;
+//   - REFUND, REFUND_FAILED: the refund whose id is merchantReference (the
+//     reference the refund was sent with), of that payment.
+//
+// Each moves the charge or refund only as its state machine allows: sent
+// again, late or out of order, it changes nothing twice.
+func (a *Applier) adyen(ctx context.Context, n Notification) (string, *string, error) {
+	var item adyen.NotificationItem
+	if err := json.Unmarshal(n.Payload, &item); err != nil {
+		return OutcomeIgnored, nil, nil
+	}
+	if a.charges == nil || a.refunds == nil {
+		return "", nil, fmt.Errorf("notifications: this worker does not settle %s notifications", n.Provider)
+	}
+	var cf charges.Confirmation
+	refund := false
+	switch item.EventCode {
+	case "CAPTURE", "CAPTURE_FAILED":
+		cf = charges.Confirmation{Action: charges.ActionCapture, Success: item.EventCode == "CAPTURE" && item.Succeeded(), Reason: item.Reason}
+		if amount, _, err := adyen.FromAdyen(item.Amount); err == nil {
+			cf.Amount = amount
+		}
+	case "CANCELLATION":
+		cf = charges.Confirmation{Action: charges.ActionVoid, Success: item.Succeeded(), Reason: item.Reason}
+	case "REFUND", "REFUND_FAILED":
+		refund = true
+	default:
+		return OutcomeIgnored, nil, nil
+	}
+	if item.OriginalReference == "" {
+		return OutcomeIgnored, nil, nil
+	}
+	p, found, err := a.store.PaymentByReference(ctx, n.MerchantID, item.OriginalReference)
+	if err != nil {
+		return "", nil, err
+	}
+	if !found {
+		return OutcomeIgnored, nil, nil
+	}
+	var moved bool
+	if refund {
+		if !ids.ValidUUID(item.MerchantReference) {
+			return OutcomeIgnored, &p.ChargeID, nil
+		}
+		ok, err := a.store.RefundOfCharge(ctx, item.MerchantReference, p.ChargeID)
+		if err != nil {
+			return "", nil, err
+		}
+		if !ok {
+			return OutcomeIgnored, &p.ChargeID, nil
+		}
+		moved, err = a.refunds.Confirm(ctx, item.MerchantReference, item.EventCode == "REFUND" && item.Succeeded(), item.PSPReference)
+		if err != nil {
+			return "", nil, err
+		}
+	} else if moved, err = a.charges.Confirm(ctx, p.ChargeID, cf); err != nil {
+		return "", nil, err
+	}
+	if !moved {
+		return OutcomeDuplicate, &p.ChargeID, nil
+	}
+	return OutcomeApplied, &p.ChargeID, nil
 }

@@ -2,6 +2,8 @@ package notifications
 
 import (
 	"context"
+	"crypto/subtle"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,6 +18,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/keyring"
 	"github.com/gatehouse-pay/gatehouse/internal/listing"
 	"github.com/gatehouse-pay/gatehouse/internal/outbox"
+	"github.com/gatehouse-pay/gatehouse/internal/providers/adyen"
 )
 
 // StripeTolerance is how old a Stripe signature may be (Stripe's own
@@ -97,6 +100,9 @@ func (r *Receiver) Receive(ctx context.Context, connectorID string, h Headers, b
 	case connectors.ProviderStripe:
 		ns, err = r.stripe(c, h, body)
 		ack = Ack{ContentType: "application/json", Body: []byte(`{"received":true}`)}
+	case connectors.ProviderAdyen:
+		ns, err = r.adyen(c, h, body)
+		ack = Ack{ContentType: "text/plain", Body: []byte("[accepted]")}
 	default:
 		return Ack{}, apperr.New(apperr.KindNotFound, apperr.CodeNotFound, "A %s connector sends no notifications.", c.Provider)
 	}
@@ -172,6 +178,72 @@ func (r *Receiver) stripe(c connectors.Connector, h Headers, body []byte) ([]Not
 		return nil, apperr.Invalid("id", "A Stripe event has an id and a type.")
 	}
 	return []Notification{{ProviderEventID: ev.ID, DedupKey: ev.ID, Type: ev.Type, Payload: json.RawMessage(body)}}, nil
+}
+
+// adyen checks an Adyen notification: the Basic auth when the connector
+// has a notification user name, and the HMAC signature of every item with
+// the connector's HMAC key; one item that does not verify refuses them all.
+// A live notification is refused: live mode is not activated.
+func (r *Receiver) adyen(c connectors.Connector, h Headers, body []byte) ([]Notification, error) {
+	if c.Sealed == nil {
+		return nil, errNoSecret
+	}
+	cr, err := connectors.OpenCredentials(r.keys, c)
+	if err != nil {
+		return nil, apperr.Internal(fmt.Errorf("notifications: credentials of %s: %w", c.ID, err))
+	}
+	if cr.HMACKey == "" {
+		return nil, errNoSecret
+	}
+	if cr.NotificationUsername != "" {
+		user, pass, ok := basicAuth(h.Get("Authorization"))
+		if !ok {
+			return nil, errNoSignature
+		}
+		if subtle.ConstantTimeCompare([]byte(user), []byte(cr.NotificationUsername))&
+			subtle.ConstantTimeCompare([]byte(pass), []byte(cr.NotificationPassword)) != 1 {
+			return nil, errBadSignature
+		}
+	}
+	n, err := adyen.Parse(body)
+	if err != nil {
+		return nil, apperr.New(apperr.KindInvalid, apperr.CodeInvalidJSON, "The notification is not an Adyen notification: %s", strings.TrimPrefix(err.Error(), "adyen: "))
+	}
+	if len(n.Items) == 0 {
+		return nil, apperr.Invalid("notificationItems", "An Adyen notification holds at least one item.")
+	}
+	out := make([]Notification, 0, len(n.Items))
+	for _, w := range n.Items {
+		item := w.Item
+		if item.HMACSignature() == "" {
+			return nil, errNoSignature
+		}
+		if !adyen.VerifyHMAC(item, cr.HMACKey) {
+			return nil, errBadSignature
+		}
+		payload, err := json.Marshal(item)
+		if err != nil {
+			return nil, apperr.Internal(err)
+		}
+		out = append(out, Notification{ProviderEventID: item.PSPReference, DedupKey: adyen.DedupKey(item), Type: item.EventCode, Payload: payload})
+	}
+	if n.Live == "true" {
+		return nil, apperr.LiveMode()
+	}
+	return out, nil
+}
+
+// basicAuth reads an Authorization header of the Basic scheme.
+func basicAuth(header string) (user, pass string, ok bool) {
+	scheme, enc, found := strings.Cut(header, " ")
+	if !found || !strings.EqualFold(scheme, "Basic") {
+		return "", "", false
+	}
+	raw, err := base64.StdEncoding.DecodeString(strings.TrimSpace(enc))
+	if err != nil {
+		return "", "", false
+	}
+	return strings.Cut(string(raw), ":")
 }
 
 // jsonProblem says what is wrong with a body that is not JSON, without

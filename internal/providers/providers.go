@@ -286,6 +286,16 @@ type Lookup interface {
 // that cannot read its books (with ErrUnavailable: the outcome stays unknown).
 var ErrNoLookup = errors.New("provider has no lookup")
 
+// notified are the providers whose captures, cancels and refunds are
+// received first and settled by their notification (Adyen answers them
+// "received"): a pending answer to one of these is final for the call, and
+// the notification, not a lookup, settles the operation.
+var notified = map[string]bool{"adyen": true}
+
+// SettlesByNotification reports whether provider settles its captures,
+// cancels and refunds by notification.
+func SettlesByNotification(provider string) bool { return notified[provider] }
+
 // Registry maps provider names to providers.
 type Registry map[string]Provider
 

@@ -91,6 +91,10 @@ type Store interface {
 	RefundForWork(ctx context.Context, id string) (Refund, charges.Charge, error)
 	SettleRefund(ctx context.Context, after Refund, doneTask string, eventsFor func(Refund, charges.Charge) ([]events.Event, error)) (applied bool, deliveries []outbox.Task, err error)
 	DeleteTask(ctx context.Context, taskID string) error
+	// AwaitRefund records the provider's reference of a pending refund the
+	// provider received (it settles by notification) and deletes the task:
+	// the refund stays pending until Confirm.
+	AwaitRefund(ctx context.Context, id, providerReference, doneTask string, at time.Time) error
 }
 
 // CreateParams is the body of POST /v1/refunds.
@@ -347,6 +351,12 @@ func (p *Processor) Process(ctx context.Context, id string, final bool) error {
 	if now.Sub(r.CreatedAt) < p.window {
 		res, err = prov.Refund(cctx, providers.RefundRequest{IdempotencyKey: key, RefundID: r.ID,
 			Reference: *c.ProviderReference, Amount: r.Amount, Currency: r.Currency, Reason: deref(r.Reason)})
+		if err == nil && res.Pending && providers.SettlesByNotification(c.Provider) {
+			// Received: the provider's notification settles it (Confirm).
+			cancel()
+			p.observe(c.Provider, op, charges.OutcomePending, time.Since(start))
+			return p.store.AwaitRefund(ctx, r.ID, res.Reference, task.ID(), after.UpdatedAt)
+		}
 		if err == nil && res.Pending && canLook {
 			// Sent again, the key only replays the first answer: follow the refund itself.
 			op, lookup.ProviderRefund = "refund_lookup", res.Reference
@@ -367,23 +377,7 @@ func (p *Processor) Process(ctx context.Context, id string, final bool) error {
 	case err == nil && !res.Pending:
 		p.observe(c.Provider, op, charges.OutcomeSucceeded, elapsed)
 		after.Status, after.ProviderReference = StatusSucceeded, &res.Reference
-		return p.settle(ctx, c.Provider, after, task.ID(), func(r Refund, c charges.Charge) ([]events.Event, error) {
-			out := []events.Event{}
-			view := r.View()
-			e, err := events.New(ids.NewUUID(), r.MerchantID, c.Environment, events.RefundSucceeded, r.UpdatedAt, c.View(), &view)
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, e)
-			if c.Status == charges.StatusRefunded {
-				e, err := events.New(ids.NewUUID(), r.MerchantID, c.Environment, events.ChargeRefunded, r.UpdatedAt, c.View(), nil)
-				if err != nil {
-					return nil, err
-				}
-				out = append(out, e)
-			}
-			return out, nil
-		})
+		return p.settle(ctx, c.Provider, after, task.ID(), succeededEvents)
 	case err == nil:
 		p.observe(c.Provider, op, charges.OutcomePending, elapsed)
 		return p.unknown(ctx, r, final, now, fmt.Errorf("refunds: the provider's refund %s is still pending", res.Reference))
@@ -402,6 +396,68 @@ func (p *Processor) Process(ctx context.Context, id string, final bool) error {
 		return p.unknown(ctx, r, final, now, err)
 	}
 	return p.settle(ctx, c.Provider, after, task.ID(), noEvents)
+}
+
+// succeededEvents are the events of a refund that succeeded:
+// refund.succeeded, and charge.refunded when it refunded the charge in full.
+func succeededEvents(r Refund, c charges.Charge) ([]events.Event, error) {
+	out := []events.Event{}
+	view := r.View()
+	e, err := events.New(ids.NewUUID(), r.MerchantID, c.Environment, events.RefundSucceeded, r.UpdatedAt, c.View(), &view)
+	if err != nil {
+		return nil, err
+	}
+	out = append(out, e)
+	if c.Status == charges.StatusRefunded {
+		e, err := events.New(ids.NewUUID(), r.MerchantID, c.Environment, events.ChargeRefunded, r.UpdatedAt, c.View(), nil)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// Confirm settles a pending refund with the provider's notification of it
+// (a provider that settles refunds by notification): it succeeds
+// (refund.succeeded, and charge.refunded when the charge is refunded in
+// full) or fails with refund_failed, the held amount released. A refund no
+// longer pending changes nothing; Confirm reports whether it moved it.
+func (p *Processor) Confirm(ctx context.Context, id string, success bool, providerReference string) (bool, error) {
+	r, c, err := p.store.RefundForWork(ctx, id)
+	if err != nil {
+		return false, err
+	}
+	if r.Status != StatusPending {
+		return false, nil
+	}
+	after := r
+	after.UpdatedAt = p.now().UTC().Truncate(time.Millisecond)
+	if providerReference != "" {
+		after.ProviderReference = &providerReference
+	}
+	task := outbox.Task{Type: outbox.RefundProcess, RefID: id}
+	eventsFor := succeededEvents
+	if success {
+		after.Status = StatusSucceeded
+	} else {
+		after.Status, after.FailureCode, eventsFor = StatusFailed, ptr("refund_failed"), noEvents
+	}
+	applied, deliveries, err := p.store.SettleRefund(ctx, after, task.ID(), eventsFor)
+	if err != nil {
+		return false, err
+	}
+	if applied && p.settled != nil {
+		p.settled(c.Provider, after.Status)
+	}
+	if p.queue != nil {
+		for _, d := range deliveries {
+			if err := p.queue.Enqueue(ctx, d); err != nil {
+				p.log.WarnContext(ctx, "delivery not enqueued; the outbox sweeper will enqueue it", "err", err)
+			}
+		}
+	}
+	return applied, nil
 }
 
 // unknown answers an attempt after which the refund's outcome is still

@@ -96,6 +96,13 @@ func (s *fakeStore) SettleRefund(ctx context.Context, after refunds.Refund, done
 	return true, nil, nil
 }
 
+func (s *fakeStore) AwaitRefund(_ context.Context, _, _, doneTask string, _ time.Time) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.deleted = append(s.deleted, doneTask)
+	return nil
+}
+
 func (s *fakeStore) DeleteTask(_ context.Context, taskID string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()

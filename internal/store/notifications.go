@@ -137,3 +137,10 @@ func (s *Store) PaymentByReference(ctx context.Context, merchantID, reference st
 	}
 	return p, true, nil
 }
+
+// RefundOfCharge implements notifications.WorkStore.
+func (s *Store) RefundOfCharge(ctx context.Context, refundID, chargeID string) (bool, error) {
+	var ok bool
+	err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM refunds WHERE id = $1::uuid AND charge_id = $2::uuid)`, refundID, chargeID).Scan(&ok)
+	return ok, mapErr(err, "refund")
+}

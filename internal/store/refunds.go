@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -123,6 +124,19 @@ RETURNING ` + chargeColumns
 )
 
 // SettleRefund implements refunds.Store.
+// awaitRefund records the provider's reference of a pending refund and
+// deletes its task, in one statement.
+const awaitRefund = `WITH upd AS (
+	UPDATE refunds SET provider_reference = $2, updated_at = $3 WHERE id = $1 AND status = 'pending' RETURNING id
+)
+DELETE FROM outbox WHERE task_id = $4`
+
+// AwaitRefund implements refunds.Store.
+func (s *Store) AwaitRefund(ctx context.Context, id, providerReference, doneTask string, at time.Time) error {
+	_, err := s.pool.Exec(ctx, awaitRefund, id, providerReference, at, doneTask)
+	return mapErr(err, "refund")
+}
+
 func (s *Store) SettleRefund(ctx context.Context, after refunds.Refund, doneTask string, eventsFor func(refunds.Refund, charges.Charge) ([]events.Event, error)) (bool, []outbox.Task, error) {
 	applied := false
 	var tasks []outbox.Task
