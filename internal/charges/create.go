@@ -228,6 +228,9 @@ func (s *Service) route(ctx context.Context, c *Charge, p CreateParams) error {
 		// A provider's own token (pm_..., tok_...) means nothing at
 		// another connector: no fallbacks.
 		plan = plan[:1]
+		if plan[0].Provider == connectors.ProviderAdyen {
+			return errAdyenToken
+		}
 		if plan[0].ServerAccount {
 			if err := serverAccountToken(c); err != nil {
 				return err
@@ -241,6 +244,11 @@ func (s *Service) route(ctx context.Context, c *Charge, p CreateParams) error {
 	}
 	return nil
 }
+
+// errAdyenToken refuses a provider token on an Adyen connector: the
+// Adyen adapter carries card details only.
+var errAdyenToken = apperr.Invalid("card.token", "An adyen connector does not take provider tokens yet: send the card's details, "+
+	"or a token made with your public key (ctok_...).")
 
 // errServerAccountToken refuses a provider token on the server's own
 // account at its provider (api/openapi.yaml, card.token).

@@ -139,7 +139,10 @@ func (a *Adyen) Authorize(ctx context.Context, r providers.AuthorizeRequest) (pr
 		return providers.Result{}, err
 	}
 	if r.Card.Token != "" {
-		return providers.Result{}, fmt.Errorf("%w: card tokens are not carried to Adyen yet; charge the card's details instead", ErrUnsupported)
+		// A final refusal (nothing was sent): the API refuses such charges
+		// before they reach the worker; a saved card's token would.
+		return providers.Result{}, fmt.Errorf("%w: %w", ErrUnsupported,
+			&providers.Decline{Code: "invalid_request", Message: "Card tokens are not carried to Adyen yet; charge the card's details instead."})
 	}
 	if r.Card.Number == "" || r.Card.ExpMonth < 1 || r.Card.ExpMonth > 12 || r.Card.ExpYear < 1000 || r.Card.ExpYear > 9999 {
 		return providers.Result{}, &providers.Decline{Code: "invalid_request", Message: "The card's number and expiry date are required."}
