@@ -13,6 +13,7 @@ import (
 
 	"github.com/gatehouse-pay/gatehouse/internal/apperr"
 	"github.com/gatehouse-pay/gatehouse/internal/connectors"
+	"github.com/gatehouse-pay/gatehouse/internal/notifications"
 	"github.com/gatehouse-pay/gatehouse/internal/listing"
 	"github.com/gatehouse-pay/gatehouse/internal/resource"
 )
@@ -110,7 +111,15 @@ type connectorView struct {
 	MaxLatency int
 	// Current is the rehearsal the form starts from: the connector's.
 	Current *connectors.Sandbox
+	// Notifications are the newest notifications the provider sent to
+	// the connector (a real provider's connectors only).
+	Notifications []notifications.Notification
+	// MoreNotifications: older ones exist beyond those shown.
+	MoreNotifications bool
 }
+
+// dashNotifications is how many notifications a connector's page shows.
+const dashNotifications = 20
 
 // connectorPage is a connector's settings and its last 24 hours.
 func (s *server) connectorPage(c *fiber.Ctx) error {
@@ -131,6 +140,13 @@ func (s *server) connectorPage(c *fiber.Ctx) error {
 		Declines: connectors.RehearsalDeclines, MaxLatency: connectors.MaxLatencyMS, Current: cn.Sandbox}
 	if rate, ok := st.SuccessRate(); ok {
 		v.Rate = strconv.FormatFloat(rate*100, 'f', 1, 64) + "%"
+	}
+	if cn.NotificationURL != "" && s.Notifications != nil {
+		page, err := s.Notifications.List(ctx, merchant, cn.ID, listing.Params{Limit: dashNotifications, MayLag: true})
+		if err != nil {
+			return err
+		}
+		v.Notifications, v.MoreNotifications = page.Items, page.HasMore
 	}
 	return s.page(c, "connector", "connectors", "Connector "+cn.Name, v)
 }

@@ -134,7 +134,7 @@ func TestDashboardConnectors(t *testing.T) {
 		{url.Values{"provider": {"stripe"}, "name": {"Rehearsed"}, "secret_key": {secretKey}, "unavailable": {"on"}}, "Only a sandbox connector has rehearsal settings."},
 		{url.Values{"provider": {"sandbox"}, "name": {"With key"}, "secret_key": {secretKey}}, "A sandbox connector takes no credentials."},
 		{url.Values{"provider": {"sandbox"}, "name": {""}}, "name must be 1 to 100 characters."},
-		{url.Values{"provider": {"adyen"}, "name": {"Other"}}, "provider must be one of: sandbox, stripe."},
+		{url.Values{"provider": {"worldpay"}, "name": {"Other"}}, "provider must be one of: sandbox, stripe, adyen."},
 		{url.Values{"provider": {"sandbox"}, "name": {"Slow"}, "latency_ms": {"9000"}}, "sandbox.latency_ms must be from 0 to 5000."},
 		{url.Values{"provider": {"sandbox"}, "name": {"Slow"}, "latency_ms": {"soon"}}, "whole number of milliseconds"},
 	} {

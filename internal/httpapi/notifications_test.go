@@ -144,4 +144,21 @@ func TestProviderNotifications(t *testing.T) {
 	if n := stored(); n != before+1 {
 		t.Fatalf("after the flood: %d stored, want %d", n, before+1)
 	}
+
+	// The connector's dashboard page lists them, newest first; a sandbox
+	// connector's has no such list.
+	d := h.dashClient(t)
+	d.signIn("notify@example.com", "correct horse battery")
+	dash := d.get("/dashboard/connectors/" + id)
+	if dash.status != 200 || !strings.Contains(dash.body, `id="notification-url"`) || !strings.Contains(dash.body, path) ||
+		strings.Count(dash.body, `data-notification=`) != 5 || !strings.Contains(dash.body, `data-outcome="duplicate"`) ||
+		strings.Index(dash.body, "evt_4") > strings.Index(dash.body, "evt_1") {
+		t.Fatalf("the connector's page: %d\n%.4000s", dash.status, dash.body)
+	}
+	if strings.Contains(dash.body, stripeWebhookSecret) {
+		t.Errorf("the connector's page shows the webhook secret")
+	}
+	if p := d.get("/dashboard/connectors/" + sandbox.body["id"].(string)); p.status != 200 || strings.Contains(p.body, `id="notifications"`) {
+		t.Errorf("a sandbox connector's page: %d, lists notifications: %v", p.status, strings.Contains(p.body, `id="notifications"`))
+	}
 }
