@@ -305,6 +305,11 @@ type Config struct {
 	// (alert `GatehouseProviderOutcomeUnknown`) and logged at error level
 	// on each attempt.
 	ProviderOutcomeUnknownAfter time.Duration `env:"PROVIDER_OUTCOME_UNKNOWN_AFTER" envDefault:"24h" min:"1s" by:"worker"`
+	// How long a capture, void or refund that a provider settling by
+	// notification (Adyen) received may wait for its notification; past
+	// it, it is counted by `gatehouse_provider_confirmations_overdue` and
+	// the alert GatehouseProviderConfirmationOverdue fires.
+	ProviderConfirmationTimeout time.Duration `env:"PROVIDER_CONFIRMATION_TIMEOUT" envDefault:"24h" min:"1s" by:"worker"`
 	// Provider outages in a row that open a provider's circuit breaker for
 	// 30 s.
 	ProviderBreakerFailures int `env:"PROVIDER_BREAKER_FAILURES" envDefault:"20" min:"1" by:"worker"`

@@ -20,18 +20,20 @@ import (
 func TestOutcomesCollector(t *testing.T) {
 	db := testenv.NewDB(t)
 	f := newOutboxFixture(t, db.Pool)
-	charge := func(status string, action *string, age time.Duration) string {
+	chargeAt := func(provider, status string, action *string, age time.Duration) string {
 		id := uuid.NewString()
 		f.exec(t, `INSERT INTO charges (id, merchant_id, environment, amount, amount_captured, currency, status, pending_action,
 				payment_method, capture, card_brand, provider, provider_reference, created_at, updated_at)
 			VALUES ($1, $2, 'sandbox', 2000, CASE WHEN $3 IN ('captured') THEN 2000 ELSE 0 END, 'USD', $3, $4, 'card', false, 'visa',
-				'sandbox', 'sbx_ch_1', now() - $5::interval, now() - $5::interval)`, id, f.merchantID, status, action, age.String())
+				$6, 'sbx_ch_1', now() - $5::interval, now() - $5::interval)`, id, f.merchantID, status, action, age.String(), provider)
 		return id
 	}
-	refund := func(chargeID, status string, age time.Duration) {
-		f.exec(t, `INSERT INTO refunds (id, merchant_id, charge_id, amount, currency, status, created_at, updated_at)
-			VALUES ($1, $2, $3, 100, 'USD', $4, now() - $5::interval, now())`, uuid.NewString(), f.merchantID, chargeID, status, age.String())
+	charge := func(status string, action *string, age time.Duration) string { return chargeAt("sandbox", status, action, age) }
+	refundRef := func(chargeID, status string, age time.Duration, ref *string) {
+		f.exec(t, `INSERT INTO refunds (id, merchant_id, charge_id, amount, currency, status, provider_reference, created_at, updated_at)
+			VALUES ($1, $2, $3, 100, 'USD', $4, $6, now() - $5::interval, now() - $5::interval)`, uuid.NewString(), f.merchantID, chargeID, status, age.String(), ref)
 	}
+	refund := func(chargeID, status string, age time.Duration) { refundRef(chargeID, status, age, nil) }
 	capture, void := "capture", "void"
 	charge("authorized", &capture, 3*time.Hour) // unknown for 3 h
 	charge("authorized", &capture, 3*time.Hour) // and another
@@ -48,9 +50,23 @@ func TestOutcomesCollector(t *testing.T) {
 	refund(captured, "succeeded", 5*time.Hour)
 	refund(captured, "failed", 5*time.Hour)
 
-	c := store.OutcomesCollector(db.Pool, time.Hour, 0)
+	// At a provider that settles by notification (Adyen): what it received
+	// waits for its notification, overdue past the confirmation timeout
+	// (2 h here), and is never an unknown outcome.
+	psp := "adyen_ref_1"
+	chargeAt("adyen", "capturing", nil, 3*time.Hour) // overdue
+	chargeAt("adyen", "capturing", nil, time.Hour)   // within the timeout
+	chargeAt("adyen", "voiding", nil, 3*time.Hour)   // overdue
+	received := chargeAt("adyen", "captured", nil, 5*time.Hour)
+	refundRef(received, "pending", 3*time.Hour, &psp) // received, overdue
+	refundRef(received, "pending", time.Hour, &psp)   // received, within the timeout
+	refund(received, "pending", 3*time.Hour)          // never answered: unknown
+
+	c := store.OutcomesCollector(db.Pool, time.Hour, 2*time.Hour, 0)
 	want := map[string]float64{"gatehouse_provider_outcomes_unknown{authorize}": 1, "gatehouse_provider_outcomes_unknown{capture}": 2,
-		"gatehouse_provider_outcomes_unknown{refund}": 1}
+		"gatehouse_provider_outcomes_unknown{refund}": 2,
+		"gatehouse_provider_confirmations_overdue{capture}": 1, "gatehouse_provider_confirmations_overdue{void}": 1,
+		"gatehouse_provider_confirmations_overdue{refund}": 1}
 	if diff := cmp.Diff(want, collectValues(t, c)); diff != "" {
 		t.Errorf("series (-want +got):\n%s", diff)
 	}
@@ -62,8 +78,10 @@ func TestOutcomesCollector(t *testing.T) {
 		t.Errorf("lint: %s: %s", p.Metric, p.Text)
 	}
 	want = map[string]float64{"gatehouse_provider_outcomes_unknown{authorize}": 0, "gatehouse_provider_outcomes_unknown{capture}": 0,
-		"gatehouse_provider_outcomes_unknown{refund}": 0}
-	if diff := cmp.Diff(want, collectValues(t, store.OutcomesCollector(db.Pool, 24*time.Hour, 0))); diff != "" {
+		"gatehouse_provider_outcomes_unknown{refund}": 0,
+		"gatehouse_provider_confirmations_overdue{capture}": 0, "gatehouse_provider_confirmations_overdue{void}": 0,
+		"gatehouse_provider_confirmations_overdue{refund}": 0}
+	if diff := cmp.Diff(want, collectValues(t, store.OutcomesCollector(db.Pool, 24*time.Hour, 24*time.Hour, 0))); diff != "" {
 		t.Errorf("with a 24 h bound (-want +got):\n%s", diff)
 	}
 }

@@ -138,51 +138,81 @@ func (c *outboxCollector) refresh() error {
 // and has not finished (the charge is created with a provider reference), a
 // capture requested (the charge is authorized with the capture pending;
 // updated_at is the request's time, nothing else moves the charge
-// meanwhile) and a refund still pending.
+// meanwhile) and a refund still pending, unless a provider that settles by
+// notification received it. Then, $2 on, the confirmations overdue: the
+// captures and voids (capturing, voiding) and the refunds such a provider
+// received whose notification has not come for longer than $2.
 const outcomesUnknown = `
 SELECT (SELECT count(*) FROM charges WHERE status = 'created' AND provider_reference IS NOT NULL AND created_at < now() - $1::float8 * interval '1 second'),
        (SELECT count(*) FROM charges WHERE status = 'authorized' AND pending_action = 'capture' AND updated_at < now() - $1::float8 * interval '1 second'),
-       (SELECT count(*) FROM refunds WHERE status = 'pending' AND created_at < now() - $1::float8 * interval '1 second')`
+       (SELECT count(*) FROM refunds r WHERE r.status = 'pending' AND r.created_at < now() - $1::float8 * interval '1 second'
+		AND NOT (r.provider_reference IS NOT NULL AND (SELECT c.provider FROM charges c WHERE c.id = r.charge_id) = ANY ($3::text[]))),
+       (SELECT count(*) FROM charges WHERE status = 'capturing' AND updated_at < now() - $2::float8 * interval '1 second'),
+       (SELECT count(*) FROM charges WHERE status = 'voiding' AND updated_at < now() - $2::float8 * interval '1 second'),
+       (SELECT count(*) FROM refunds r WHERE r.status = 'pending' AND r.provider_reference IS NOT NULL AND r.updated_at < now() - $2::float8 * interval '1 second'
+		AND (SELECT c.provider FROM charges c WHERE c.id = r.charge_id) = ANY ($3::text[]))`
 
 var outcomesUnknownDesc = prometheus.NewDesc("gatehouse_provider_outcomes_unknown",
 	"Authorizations, captures and refunds whose provider outcome is still unknown after PROVIDER_OUTCOME_UNKNOWN_AFTER, by operation.",
 	[]string{"operation"}, nil)
+
+var confirmationsOverdueDesc = prometheus.NewDesc("gatehouse_provider_confirmations_overdue",
+	"Captures, voids and refunds a provider that settles by notification (Adyen) received and whose notification has not come within PROVIDER_CONFIRMATION_TIMEOUT, by operation.",
+	[]string{"operation"}, nil)
+
+// NotifiedProviders are the providers whose captures, voids and refunds
+// settle by notification (providers.SettlesByNotification).
+var NotifiedProviders = []string{"adyen"}
 
 // OutcomesCollector exports gatehouse_provider_outcomes_unknown{operation}
 // (authorize, capture, refund): the payments, captures and refunds waiting for the provider's
 // outcome longer than after, which an operator must resolve (see
 // docs/background.md, "Resolving a stuck object"). It queries Postgres at most once per minInterval, with
 // a short timeout; a failed query leaves the metric out of that scrape.
-func OutcomesCollector(pool *pgxpool.Pool, after, minInterval time.Duration) prometheus.Collector {
-	return &outcomesCollector{pool: pool, after: after, every: minInterval}
+//
+// It exports gatehouse_provider_confirmations_overdue{operation} (capture,
+// void, refund) too: what a provider that settles by notification received
+// and has not confirmed within confirmAfter (PROVIDER_CONFIRMATION_TIMEOUT).
+func OutcomesCollector(pool *pgxpool.Pool, after, confirmAfter, minInterval time.Duration) prometheus.Collector {
+	return &outcomesCollector{pool: pool, after: after, confirmAfter: confirmAfter, every: minInterval}
 }
 
 type outcomesCollector struct {
-	pool         *pgxpool.Pool
-	after, every time.Duration
+	pool                       *pgxpool.Pool
+	after, confirmAfter, every time.Duration
 
-	mu                         sync.Mutex
-	at                         time.Time
-	loaded                     bool
-	payments, captures, refnds float64
+	mu     sync.Mutex
+	at     time.Time
+	loaded bool
+	counts [6]float64 // authorize, capture, refund unknown; capture, void, refund overdue
 }
 
-func (c *outcomesCollector) Describe(ch chan<- *prometheus.Desc) { ch <- outcomesUnknownDesc }
+func (c *outcomesCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- outcomesUnknownDesc
+	ch <- confirmationsOverdueDesc
+}
 
 func (c *outcomesCollector) Collect(ch chan<- prometheus.Metric) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.loaded || time.Since(c.at) >= c.every {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		var payments, captures, refnds int64
-		err := c.pool.QueryRow(ctx, outcomesUnknown, c.after.Seconds()).Scan(&payments, &captures, &refnds)
+		var n [6]int64
+		err := c.pool.QueryRow(ctx, outcomesUnknown, c.after.Seconds(), c.confirmAfter.Seconds(), NotifiedProviders).
+			Scan(&n[0], &n[1], &n[2], &n[3], &n[4], &n[5])
 		cancel()
 		if err != nil {
 			return
 		}
-		c.payments, c.captures, c.refnds, c.at, c.loaded = float64(payments), float64(captures), float64(refnds), time.Now(), true
+		for i, v := range n {
+			c.counts[i] = float64(v)
+		}
+		c.at, c.loaded = time.Now(), true
 	}
-	ch <- prometheus.MustNewConstMetric(outcomesUnknownDesc, prometheus.GaugeValue, c.payments, "authorize")
-	ch <- prometheus.MustNewConstMetric(outcomesUnknownDesc, prometheus.GaugeValue, c.captures, "capture")
-	ch <- prometheus.MustNewConstMetric(outcomesUnknownDesc, prometheus.GaugeValue, c.refnds, "refund")
+	ch <- prometheus.MustNewConstMetric(outcomesUnknownDesc, prometheus.GaugeValue, c.counts[0], "authorize")
+	ch <- prometheus.MustNewConstMetric(outcomesUnknownDesc, prometheus.GaugeValue, c.counts[1], "capture")
+	ch <- prometheus.MustNewConstMetric(outcomesUnknownDesc, prometheus.GaugeValue, c.counts[2], "refund")
+	ch <- prometheus.MustNewConstMetric(confirmationsOverdueDesc, prometheus.GaugeValue, c.counts[3], "capture")
+	ch <- prometheus.MustNewConstMetric(confirmationsOverdueDesc, prometheus.GaugeValue, c.counts[4], "void")
+	ch <- prometheus.MustNewConstMetric(confirmationsOverdueDesc, prometheus.GaugeValue, c.counts[5], "refund")
 }
