@@ -28,7 +28,9 @@ func TestOutcomesCollector(t *testing.T) {
 				$6, 'sbx_ch_1', now() - $5::interval, now() - $5::interval)`, id, f.merchantID, status, action, age.String(), provider)
 		return id
 	}
-	charge := func(status string, action *string, age time.Duration) string { return chargeAt("sandbox", status, action, age) }
+	charge := func(status string, action *string, age time.Duration) string {
+		return chargeAt("sandbox", status, action, age)
+	}
 	refundRef := func(chargeID, status string, age time.Duration, ref *string) {
 		f.exec(t, `INSERT INTO refunds (id, merchant_id, charge_id, amount, currency, status, provider_reference, created_at, updated_at)
 			VALUES ($1, $2, $3, 100, 'USD', $4, $6, now() - $5::interval, now() - $5::interval)`, uuid.NewString(), f.merchantID, chargeID, status, age.String(), ref)
@@ -64,7 +66,7 @@ func TestOutcomesCollector(t *testing.T) {
 
 	c := store.OutcomesCollector(db.Pool, time.Hour, 2*time.Hour, 0)
 	want := map[string]float64{"gatehouse_provider_outcomes_unknown{authorize}": 1, "gatehouse_provider_outcomes_unknown{capture}": 2,
-		"gatehouse_provider_outcomes_unknown{refund}": 2,
+		"gatehouse_provider_outcomes_unknown{refund}":       2,
 		"gatehouse_provider_confirmations_overdue{capture}": 1, "gatehouse_provider_confirmations_overdue{void}": 1,
 		"gatehouse_provider_confirmations_overdue{refund}": 1}
 	if diff := cmp.Diff(want, collectValues(t, c)); diff != "" {
@@ -78,7 +80,7 @@ func TestOutcomesCollector(t *testing.T) {
 		t.Errorf("lint: %s: %s", p.Metric, p.Text)
 	}
 	want = map[string]float64{"gatehouse_provider_outcomes_unknown{authorize}": 0, "gatehouse_provider_outcomes_unknown{capture}": 0,
-		"gatehouse_provider_outcomes_unknown{refund}": 0,
+		"gatehouse_provider_outcomes_unknown{refund}":       0,
 		"gatehouse_provider_confirmations_overdue{capture}": 0, "gatehouse_provider_confirmations_overdue{void}": 0,
 		"gatehouse_provider_confirmations_overdue{refund}": 0}
 	if diff := cmp.Diff(want, collectValues(t, store.OutcomesCollector(db.Pool, 24*time.Hour, 24*time.Hour, 0))); diff != "" {
