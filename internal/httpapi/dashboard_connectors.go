@@ -76,14 +76,21 @@ func (s *server) dashCreateConnector(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	idem, err := s.formIdem(c, provider, name, strconv.FormatBool(enabled), secret,
-		form(c, "unavailable"), form(c, "decline_code"), form(c, "latency_ms"))
+	// The credentials the form has fields for; an empty field says nothing.
+	creds := map[string]string{}
+	for _, f := range []string{"secret_key", "webhook_secret", "api_key", "merchant_account", "hmac_key"} {
+		if v := form(c, f); v != "" {
+			creds[f] = v
+		}
+	}
+	idem, err := s.formIdem(c, provider, name, strconv.FormatBool(enabled), secret, creds["webhook_secret"], creds["api_key"],
+		creds["merchant_account"], creds["hmac_key"], form(c, "unavailable"), form(c, "decline_code"), form(c, "latency_ms"))
 	if err != nil {
 		return err
 	}
 	p := connectors.CreateParams{Provider: &provider, Name: &name, Enabled: &enabled}
-	if secret != "" {
-		p.Credentials = &map[string]string{"secret_key": secret}
+	if len(creds) > 0 {
+		p.Credentials = &creds
 	}
 	// A Stripe connector has no rehearsal: the fields left as they are
 	// say nothing; filled in, the service says why not.

@@ -339,6 +339,24 @@ func TestDashboardConnectors(t *testing.T) {
 	if n := h.count(t, `SELECT count(*) FROM connectors WHERE name = 'csrf'`); n != 0 || !h.connectorRow(t, backup).Enabled {
 		t.Errorf("forms without the token changed something: %d created, enabled %v", n, h.connectorRow(t, backup).Enabled)
 	}
+
+	// An Adyen connector from the form: its keys are sealed, and its page
+	// shows the notification URL to set at Adyen, never the keys.
+	const adyenKey, hmacKey = "AQEyhmfxDashboardAdyenKeyNeverShown", "44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056"
+	adyen := createdID(create(url.Values{"provider": {"adyen"}, "name": {"Adyen EU"}, "enabled": {"on"}, "api_key": {adyenKey},
+		"merchant_account": {"GatehouseECOM"}, "hmac_key": {hmacKey}}))
+	if row := h.connectorRow(t, adyen); row.Sealed == nil || strings.Contains(string(row.Sealed), adyenKey) || strings.Contains(string(row.Sealed), hmacKey) {
+		t.Errorf("the adyen connector as stored: sealed %d bytes, plain text %v", len(row.Sealed), strings.Contains(string(row.Sealed), adyenKey))
+	}
+	page = d.get("/dashboard/connectors/" + adyen)
+	if page.status != 200 || !strings.Contains(page.body, "/v1/provider_notifications/"+adyen) ||
+		strings.Contains(page.body, adyenKey) || strings.Contains(page.body, hmacKey) || !strings.Contains(page.body, "No notification has arrived yet.") {
+		t.Errorf("the adyen connector's page: %d\n%.3000s", page.status, page.body)
+	}
+	if r := create(url.Values{"provider": {"adyen"}, "name": {"No HMAC"}, "api_key": {adyenKey}, "merchant_account": {"M"}}); r.status != 400 ||
+		!strings.Contains(r.body, "credentials.hmac_key") || strings.Contains(r.body, adyenKey) {
+		t.Errorf("an adyen connector without its HMAC key: %d\n%.800s", r.status, r.body)
+	}
 }
 
 // TestDashboardConnectorStats: a connector's page shows its attempts of
