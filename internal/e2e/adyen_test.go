@@ -574,6 +574,7 @@ func TestAdyenSettlesByNotification(t *testing.T) {
 
 	// Adyen sends them all again, and a forged one, signed with another key.
 	list := m.waitNotificationsApplied(t, s.conn.ID, 2, 30*time.Second)
+	checkAdyenOutcomes(t, list, map[string]string{"CAPTURE:" + capt.psp: ch.ID, "REFUND:" + refCall.psp: ch.ID})
 	beforeEvents := countTypes(m.events(t))
 	nt.send(t, captureItem)
 	nt.send(t, refundItem, captureItem)
@@ -733,7 +734,6 @@ type adyenFlow struct {
 	charge            routedJSON
 	pay, capt, refund adyenCall
 	refundID          string
-	notes             []adyen.NotificationItem // CAPTURE, REFUND
 }
 
 // TestAdyenNotificationsOutOfOrder runs two identical sets of charges,
