@@ -1,0 +1,991 @@
+package e2e
+
+// Adyen connectors against the real binaries: the worker calls Adyen's
+// Checkout API (Prism mocking Adyen's published description, behind a
+// recording proxy that stands for Adyen's books), captures, voids and
+// refunds are answered "received", and the notifications the test sends,
+// signed as Adyen signs them, settle them (api/openapi.yaml,
+// /v1/provider_notifications/{connector_id}).
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gatehouse-pay/gatehouse/internal/providers/adyen"
+	"github.com/gatehouse-pay/gatehouse/internal/testenv"
+	"github.com/gatehouse-pay/gatehouse/internal/testenv/harness"
+)
+
+// adyenMerchantAccount is the merchant account of the tests' Adyen connectors.
+const adyenMerchantAccount = "GatehouseECOM"
+
+// startAdyenPrism runs Prism mocking Adyen's Checkout API v71 on a free
+// loopback port and returns its base URL. Without prism or Adyen's
+// description (../shared/third_party/adyen-openapi/ from the repository's
+// root) the test is skipped, or fails under GATEHOUSE_REQUIRE_SERVICES=1.
+func startAdyenPrism(t *testing.T) string {
+	t.Helper()
+	bin := requireTool(t, "prism")
+	root, err := harness.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := filepath.Join(filepath.Dir(root), "shared", "third_party", "adyen-openapi", "CheckoutService-v71.json")
+	if _, err := os.Stat(spec); err != nil {
+		testenv.Missing(t, "Adyen's Checkout API description: %v", err)
+	}
+	out := new(harness.Output)
+	var proc *harness.Process
+	port, err := harness.OnFreePort(func(port int) error {
+		p, err := harness.Start("prism", harness.Command([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")},
+			bin, "mock", "-p", strconv.Itoa(port), "-h", "127.0.0.1", spec), out)
+		if err != nil {
+			return err
+		}
+		addr := harness.Loopback(port)
+		if err := harness.WaitFor(context.Background(), p, 90*time.Second, 100*time.Millisecond, harness.Listening(addr)); err != nil {
+			p.Stop(os.Interrupt, 5*time.Second)
+			if p.AddrInUse() {
+				return fmt.Errorf("%w: %v", harness.ErrAddrInUse, err)
+			}
+			return fmt.Errorf("prism on %s: %v\n%s", addr, err, p.Tail(4<<10))
+		}
+		proc = p
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("prism: %v", err)
+	}
+	t.Cleanup(func() {
+		proc.Stop(os.Interrupt, 5*time.Second)
+		if t.Failed() {
+			testenv.DumpOutput(t, proc)
+		}
+	})
+	return "http://" + harness.Loopback(port)
+}
+
+// adyenCall is one request the recording proxy passed to Prism (or
+// answered again, for a repeated idempotency key).
+type adyenCall struct {
+	method, path string
+	key          string // Idempotency-Key
+	amount       int64  // amount.value of the request (0 when none)
+	currency     string
+	reference    string // the request's reference
+	payment      string // the payment a modification is about (from the path)
+	op           string // payments, captures, cancels, refunds
+	status       int
+	psp          string // the pspReference answered
+	replayed     bool   // answered from the key's first request
+}
+
+// adyenAnswer is an answer kept for an idempotency key.
+type adyenAnswer struct {
+	status int
+	header http.Header
+	body   []byte
+	psp    string
+}
+
+type adyenCallKey struct{}
+
+// adyenRecorder is an httputil.ReverseProxy in front of Prism that plays
+// Adyen's books: it asks Prism for the named example each operation needs
+// (Prefer: example=...), gives every booking a pspReference of its own
+// (Prism's examples all carry the same one) and the request's reference,
+// amount and payment, answers a repeated Idempotency-Key with the first
+// answer, as Adyen does, and records every call. hold, when set, is called
+// with each call booked before its answer is relayed, and may block: the
+// answer is late.
+type adyenRecorder struct {
+	srv     *httptest.Server
+	mu      sync.Mutex
+	calls   []adyenCall
+	answers map[string]adyenAnswer
+	hold    func(adyenCall)
+}
+
+// adyenExamples are the examples of Adyen's description the proxy asks
+// Prism for, by operation: an Authorised card payment, and modifications
+// answered "received".
+var adyenExamples = map[string]string{
+	"payments": "card-direct",
+	"captures": "capture",
+	"cancels":  "cancel-with-psp-reference",
+	"refunds":  "refund",
+}
+
+// adyenOp reads the operation and the payment of a Checkout API path.
+func adyenOp(path string) (op, payment string) {
+	if path == "/payments" {
+		return "payments", ""
+	}
+	rest, ok := strings.CutPrefix(path, "/payments/")
+	if !ok {
+		return "", ""
+	}
+	psp, op, ok := strings.Cut(rest, "/")
+	if !ok {
+		return "", ""
+	}
+	return op, psp
+}
+
+func newAdyenRecorder(t *testing.T, upstream string) *adyenRecorder {
+	t.Helper()
+	target, err := url.Parse(upstream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &adyenRecorder{answers: map[string]adyenAnswer{}}
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(target)
+			op, _ := adyenOp(pr.In.URL.Path)
+			if ex, ok := adyenExamples[op]; ok {
+				pr.Out.Header.Set("Prefer", "example="+ex)
+			}
+		},
+		ModifyResponse: func(res *http.Response) error {
+			call := res.Request.Context().Value(adyenCallKey{}).(*adyenCall)
+			body, err := io.ReadAll(res.Body)
+			res.Body.Close()
+			if err != nil {
+				return err
+			}
+			call.status = res.StatusCode
+			if res.StatusCode/100 == 2 {
+				body = r.book(call, body)
+			}
+			res.Body = io.NopCloser(bytes.NewReader(body))
+			res.ContentLength = int64(len(body))
+			res.Header.Set("Content-Length", strconv.Itoa(len(body)))
+			r.mu.Lock()
+			r.calls = append(r.calls, *call)
+			if call.key != "" && res.StatusCode < 500 {
+				if _, ok := r.answers[call.key]; !ok {
+					r.answers[call.key] = adyenAnswer{res.StatusCode, res.Header.Clone(), body, call.psp}
+				}
+			}
+			hold := r.hold
+			r.mu.Unlock()
+			if hold != nil && res.StatusCode/100 == 2 {
+				hold(*call)
+			}
+			return nil
+		},
+	}
+	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		body, _ := io.ReadAll(req.Body)
+		var sent struct {
+			Reference string `json:"reference"`
+			Amount    *struct {
+				Value    int64  `json:"value"`
+				Currency string `json:"currency"`
+			} `json:"amount"`
+		}
+		_ = json.Unmarshal(body, &sent)
+		call := &adyenCall{method: req.Method, path: req.URL.Path, key: req.Header.Get("Idempotency-Key"), reference: sent.Reference}
+		call.op, call.payment = adyenOp(req.URL.Path)
+		if sent.Amount != nil {
+			call.amount, call.currency = sent.Amount.Value, sent.Amount.Currency
+		}
+		r.mu.Lock()
+		prev, seen := r.answers[call.key]
+		if seen {
+			call.status, call.psp, call.replayed = prev.status, prev.psp, true
+			r.calls = append(r.calls, *call)
+		}
+		r.mu.Unlock()
+		if seen {
+			for k, v := range prev.header {
+				w.Header()[k] = v
+			}
+			w.Header().Set("Idempotency-Key", call.key)
+			w.WriteHeader(prev.status)
+			_, _ = w.Write(prev.body)
+			return
+		}
+		req.Body = io.NopCloser(bytes.NewReader(body))
+		rp.ServeHTTP(w, req.WithContext(context.WithValue(req.Context(), adyenCallKey{}, call)))
+	}))
+	t.Cleanup(r.srv.Close)
+	return r
+}
+
+func (r *adyenRecorder) url() string { return r.srv.URL }
+
+// book rewrites Prism's answer to a booking as Adyen would answer it: a
+// pspReference of its own, and the request's reference, amount and
+// payment.
+func (r *adyenRecorder) book(call *adyenCall, body []byte) []byte {
+	var obj map[string]any
+	if json.Unmarshal(body, &obj) != nil {
+		return body
+	}
+	call.psp = strings.ToUpper(harness.RandomHex(8)) // 16 characters, like Adyen's
+	obj["pspReference"] = call.psp
+	if call.op == "payments" {
+		obj["merchantReference"] = call.reference
+	} else {
+		obj["paymentPspReference"] = call.payment
+		obj["reference"] = call.reference
+		obj["merchantAccount"] = adyenMerchantAccount
+		if call.amount > 0 {
+			obj["amount"] = map[string]any{"value": call.amount, "currency": call.currency}
+		}
+	}
+	out, err := json.Marshal(obj)
+	if err != nil {
+		return body
+	}
+	return out
+}
+
+func (r *adyenRecorder) all() []adyenCall {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.calls)
+}
+
+// setHold sets the hold (nil: none).
+func (r *adyenRecorder) setHold(h func(adyenCall)) {
+	r.mu.Lock()
+	r.hold = h
+	r.mu.Unlock()
+}
+
+// booked returns the first booking (not replayed, 2xx) of op under key, or
+// waits for it; the test fails after patience.
+func (r *adyenRecorder) booked(t *testing.T, op, key string, within time.Duration) adyenCall {
+	t.Helper()
+	within = patience(within)
+	deadline := time.Now().Add(within)
+	for {
+		for _, c := range r.all() {
+			if c.op == op && c.key == key && !c.replayed && c.status/100 == 2 {
+				return c
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Adyen booked no %s under %s within %s; calls: %+v", op, key, within, r.all())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// adyenConnectorJSON is an Adyen connector as the API answers it.
+type adyenConnectorJSON struct {
+	connectorJSON
+	NotificationURL string `json:"notification_url"`
+}
+
+// adyenNotifier sends a connector's notifications as Adyen does.
+type adyenNotifier struct {
+	st      *stack
+	c       *http.Client
+	url     string // the connector's notification_url
+	hmacKey string
+}
+
+// item is a notification item of an event about a payment: psp is the
+// event's own pspReference (the modification's), original the payment's.
+func adyenItem(event, psp, original, merchantRef string, value int64, currency string, success bool) adyen.NotificationItem {
+	return adyen.NotificationItem{
+		Amount:              adyen.Amount{Value: value, Currency: currency},
+		EventCode:           event,
+		EventDate:           time.Now().UTC().Format(time.RFC3339),
+		MerchantAccountCode: adyenMerchantAccount,
+		MerchantReference:   merchantRef,
+		OriginalReference:   original,
+		PSPReference:        psp,
+		Success:             strconv.FormatBool(success),
+		PaymentMethod:       "visa",
+	}
+}
+
+// body is Adyen's notification of items, each signed with key.
+func (n adyenNotifier) body(t *testing.T, key string, items ...adyen.NotificationItem) string {
+	t.Helper()
+	wrapped := make([]adyen.ItemWrapper, len(items))
+	for i, it := range items {
+		sig, err := adyen.Sign(it, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		it.AdditionalData = map[string]any{"hmacSignature": sig}
+		wrapped[i] = adyen.ItemWrapper{Item: it}
+	}
+	b, err := json.Marshal(adyen.Notification{Live: "false", Items: wrapped})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// post sends a body to the notification URL.
+func (n adyenNotifier) post(t *testing.T, body string) exchange {
+	t.Helper()
+	e, err := send(n.c, http.MethodPost, n.url, "", body)
+	if err != nil {
+		t.Fatalf("POST %s: %v", n.url, err)
+	}
+	n.st.check(t, e)
+	return e
+}
+
+// send sends items signed with the connector's key and wants Adyen's
+// acknowledgement.
+func (n adyenNotifier) send(t *testing.T, items ...adyen.NotificationItem) {
+	t.Helper()
+	e := n.post(t, n.body(t, n.hmacKey, items...))
+	if e.status() != http.StatusOK || string(e.body) != "[accepted]" {
+		t.Fatalf("notification %s: got %d %s, want 200 [accepted]", items[0].EventCode, e.status(), e.body)
+	}
+}
+
+// notificationJSON is a provider notification as the API lists it.
+type notificationJSON struct {
+	ID              string  `json:"id"`
+	ProviderEventID string  `json:"provider_event_id"`
+	Type            string  `json:"type"`
+	Outcome         string  `json:"outcome"`
+	Charge          *string `json:"charge"`
+	ReceivedAt      string  `json:"received_at"`
+	ProcessedAt     *string `json:"processed_at"`
+}
+
+// notifications lists every notification of the connector, newest first.
+func (m *rtMerchant) notifications(t *testing.T, connector string) []notificationJSON {
+	t.Helper()
+	var out []notificationJSON
+	after := ""
+	for {
+		q := url.Values{"limit": {"100"}}
+		if after != "" {
+			q.Set("starting_after", after)
+		}
+		e := m.call(t, http.MethodGet, "/v1/connectors/"+connector+"/notifications?"+q.Encode(), "")
+		mustExpect(t, e, http.StatusOK, "")
+		var page struct {
+			Data    []notificationJSON `json:"data"`
+			HasMore bool               `json:"has_more"`
+		}
+		decode(t, e, &page)
+		out = append(out, page.Data...)
+		if !page.HasMore || len(page.Data) == 0 {
+			return out
+		}
+		after = out[len(out)-1].ID
+	}
+}
+
+// waitNotificationsApplied waits until the connector has n notifications
+// and the worker has applied every one (none left received).
+func (m *rtMerchant) waitNotificationsApplied(t *testing.T, connector string, n int, within time.Duration) []notificationJSON {
+	t.Helper()
+	within = patience(within)
+	deadline := time.Now().Add(within)
+	for {
+		list := m.notifications(t, connector)
+		left := 0
+		for _, x := range list {
+			if x.Outcome == "received" {
+				left++
+			}
+		}
+		if len(list) == n && left == 0 {
+			return list
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("connector %s: %d notifications, %d still received after %s; want %d, all applied", connector, len(list), left, within, n)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// refundOf reads a refund.
+func (m *rtMerchant) refundOf(t *testing.T, id string) refundJSON {
+	t.Helper()
+	e := m.call(t, http.MethodGet, "/v1/refunds/"+id, "")
+	mustExpect(t, e, http.StatusOK, "")
+	var r refundJSON
+	decode(t, e, &r)
+	return r
+}
+
+// adyenSetup is a stack whose worker reaches Prism through a recorder, a
+// merchant, and its Adyen connector.
+type adyenSetup struct {
+	st       *stack
+	rec      *adyenRecorder
+	m        *rtMerchant
+	conn     adyenConnectorJSON
+	hmacKey  string
+	notifier adyenNotifier
+}
+
+// newAdyenSetup starts Prism, the recorder and a stack (extra: more
+// settings of every process), and a merchant (from ip) with an Adyen
+// connector.
+func newAdyenSetup(t *testing.T, ip, what string, extra ...string) *adyenSetup {
+	t.Helper()
+	rec := newAdyenRecorder(t, startAdyenPrism(t))
+	env := append(slices.Clone(routingStackEnv), extra...)
+	st := newStack(t, stackOptions{env: env, workerEnv: append(slices.Clone(routingWorkerEnv), "ADYEN_API_BASE="+rec.url())}, what)
+	m := newRoutingMerchant(t, st, ip, "adyen")
+	// 64 hex characters, as the Customer Area shows an HMAC key.
+	hmacKey := strings.ToUpper(harness.RandomHex(32))
+	e := m.call(t, http.MethodPost, "/v1/connectors", fmt.Sprintf(`{"provider":"adyen","name":"Adyen EU","credentials":{"api_key":%q,"merchant_account":%q,"hmac_key":%q}}`,
+		"AQE"+harness.RandomHex(24), adyenMerchantAccount, hmacKey))
+	mustExpect(t, e, http.StatusCreated, "")
+	var conn adyenConnectorJSON
+	decode(t, e, &conn)
+	if conn.Provider != "adyen" || !conn.HasCredentials || conn.NotificationURL != st.replicas[0]+"/v1/provider_notifications/"+conn.ID {
+		t.Fatalf("adyen connector: got %s, want has_credentials and the notification_url %s/v1/provider_notifications/%s", e.body, st.replicas[0], conn.ID)
+	}
+	return &adyenSetup{st: st, rec: rec, m: m, conn: conn, hmacKey: hmacKey,
+		notifier: adyenNotifier{st: st, c: newClient(t, ip), url: conn.NotificationURL, hmacKey: hmacKey}}
+}
+
+// authorizedAtAdyen creates a charge held for capture and waits until it
+// is authorized at the Adyen connector, with the pspReference Adyen
+// booked; it returns the charge and that booking.
+func (s *adyenSetup) authorizedAtAdyen(t *testing.T, amount int64, tag string) (routedJSON, adyenCall) {
+	t.Helper()
+	ch := s.m.charge(t, routeBody("4242424242424242", amount, "eur", false, tag, ""))
+	got := s.m.waitRouted(t, []string{ch.ID}, settled, 30*time.Second)[ch.ID]
+	pay := s.rec.booked(t, "payments", "gh_"+ch.ID+"_authorize", 10*time.Second)
+	if got.Status != "authorized" || chaosDeref(got.Connector) != s.conn.ID || got.Provider != "adyen" ||
+		chaosDeref(got.ProviderReference) != pay.psp || pay.amount != amount || pay.currency != "EUR" {
+		t.Fatalf("charge %s: %s at %s (%s), reference %s %s; want authorized at %s, reference %s (Adyen's booking of %d EUR)",
+			ch.ID, got.Status, chaosDeref(got.Connector), got.Provider, chaosDeref(got.ProviderReference), got.path(), s.conn.ID, pay.psp, pay.amount)
+	}
+	return got, pay
+}
+
+// waitStatus waits until the charge has status.
+func (s *adyenSetup) waitStatus(t *testing.T, id, status string) routedJSON {
+	t.Helper()
+	return s.m.waitRouted(t, []string{id}, func(c routedJSON) bool { return c.Status == status }, 30*time.Second)[id]
+}
+
+// chargeEvents counts the merchant's events of the charge by type
+// (refund events included: their data.charge is the charge).
+func chargeEvents(t *testing.T, all []eventJSON, id string) map[string]int {
+	t.Helper()
+	return countTypes(eventsOfCharge(t, all, id))
+}
+
+// waitEvent waits until the charge has an event of typ.
+func (s *adyenSetup) waitEvent(t *testing.T, id, typ string) {
+	t.Helper()
+	within := patience(30 * time.Second)
+	deadline := time.Now().Add(within)
+	for chargeEvents(t, s.m.events(t), id)[typ] == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("charge %s: no %s event after %s", id, typ, within)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestAdyenSettlesByNotification carries charges through an Adyen
+// connector: authorized by Adyen's Checkout API (Prism), captured in part,
+// refunded in part, a capture that fails and a void, each answered
+// "received" by Adyen and settled only by the notification that follows,
+// signed as Adyen signs it. Resent notifications change nothing, a forged
+// one is refused, and what Adyen booked is what the gateway shows.
+func TestAdyenSettlesByNotification(t *testing.T) {
+	t.Parallel()
+	began := time.Now()
+	s := newAdyenSetup(t, "127.0.0.160", "adyen settles by notification")
+	m, rec, nt := s.m, s.rec, s.notifier
+	sb := m.sandboxConnector(t, "Sandbox", "")
+	m.putRouting(t, `{"default":`+route(s.conn.ID, sb.ID)+`}`)
+
+	// Authorized at Adyen, the first of the route.
+	ch, pay := s.authorizedAtAdyen(t, 2000, "adyen-capture")
+	if len(ch.Attempts) != 1 || ch.Attempts[0].Status != "succeeded" || chaosDeref(ch.Attempts[0].ProviderReference) != pay.psp {
+		t.Errorf("charge %s: attempts %s, want one at %s with reference %s", ch.ID, ch.path(), s.conn.ID, pay.psp)
+	}
+
+	// A capture of 1500 of 2000: Adyen received it, the charge is capturing
+	// until the notification.
+	mustExpect(t, m.call(t, http.MethodPost, "/v1/charges/"+ch.ID+"/capture", `{"amount":1500}`), http.StatusOK, "")
+	got := s.waitStatus(t, ch.ID, "capturing")
+	capt := rec.booked(t, "captures", "gh_"+ch.ID+"_capture", 10*time.Second)
+	if capt.payment != pay.psp || capt.amount != 1500 || capt.currency != "EUR" {
+		t.Errorf("capture at Adyen: %+v; want 1500 EUR of %s", capt, pay.psp)
+	}
+	if got.AmountCaptured != 0 {
+		t.Errorf("capturing charge: amount_captured %d, want 0 until Adyen's notification", got.AmountCaptured)
+	}
+	if n := chargeEvents(t, m.events(t), ch.ID)["charge.captured"]; n != 0 {
+		t.Errorf("charge.captured before Adyen's notification: %d events", n)
+	}
+	captureItem := adyenItem("CAPTURE", capt.psp, pay.psp, capt.reference, 1500, "EUR", true)
+	nt.send(t, captureItem)
+	got = s.waitStatus(t, ch.ID, "captured")
+	if got.AmountCaptured != 1500 {
+		t.Errorf("captured charge: amount_captured %d, want 1500", got.AmountCaptured)
+	}
+	s.waitEvent(t, ch.ID, "charge.captured")
+
+	// A refund of 500: pending until Adyen's REFUND notification.
+	e := m.call(t, http.MethodPost, "/v1/refunds", fmt.Sprintf(`{"charge":%q,"amount":500}`, ch.ID))
+	mustExpect(t, e, http.StatusCreated, "")
+	var ref refundJSON
+	decode(t, e, &ref)
+	refCall := rec.booked(t, "refunds", "gh_"+ref.ID+"_refund", 30*time.Second)
+	if refCall.payment != pay.psp || refCall.amount != 500 || refCall.reference != ref.ID {
+		t.Errorf("refund at Adyen: %+v; want 500 of %s with reference %s (the refund's id)", refCall, pay.psp, ref.ID)
+	}
+	waitTasksDone(t, s.st, []string{"refund:process"}, 30*time.Second)
+	if r := m.refundOf(t, ref.ID); r.Status != "pending" {
+		t.Errorf("refund %s once Adyen received it: %s, want pending until the notification", ref.ID, r.Status)
+	}
+	refundItem := adyenItem("REFUND", refCall.psp, pay.psp, ref.ID, 500, "EUR", true)
+	nt.send(t, refundItem)
+	if r := m.waitRefund(t, ref.ID, 30*time.Second); r.Status != "succeeded" {
+		t.Errorf("refund %s after Adyen's REFUND: %s, want succeeded", ref.ID, r.Status)
+	}
+	s.waitEvent(t, ch.ID, "refund.succeeded")
+	if got = m.routed(t, ch.ID); got.AmountRefunded != 500 || got.AmountCaptured != 1500 || got.Status != "captured" {
+		t.Errorf("charge after the refund: %s, captured %d, refunded %d; want captured, 1500, 500", got.Status, got.AmountCaptured, got.AmountRefunded)
+	}
+
+	// Adyen sends them all again, and a forged one, signed with another key.
+	list := m.waitNotificationsApplied(t, s.conn.ID, 2, 30*time.Second)
+	checkAdyenOutcomes(t, list, map[string]string{"CAPTURE:" + capt.psp: ch.ID, "REFUND:" + refCall.psp: ch.ID})
+	beforeEvents := countTypes(m.events(t))
+	nt.send(t, captureItem)
+	nt.send(t, refundItem, captureItem)
+	forged := nt.post(t, nt.body(t, strings.ToUpper(harness.RandomHex(32)), adyenItem("CAPTURE", strings.ToUpper(harness.RandomHex(8)), pay.psp, capt.reference, 2000, "EUR", true)))
+	expect(t, forged, http.StatusUnauthorized, "invalid_credentials")
+	list = m.waitNotificationsApplied(t, s.conn.ID, 5, 30*time.Second)
+	checkAdyenOutcomes(t, list, map[string]string{"CAPTURE:" + capt.psp: ch.ID, "REFUND:" + refCall.psp: ch.ID})
+	if after := countTypes(m.events(t)); !mapsEqual(after, beforeEvents) {
+		t.Errorf("events after the resends: %v, want %v as before", after, beforeEvents)
+	}
+	if again := m.routed(t, ch.ID); again.Status != "captured" || again.AmountCaptured != 1500 || again.AmountRefunded != 500 {
+		t.Errorf("charge after the resends: %s, captured %d, refunded %d; want captured, 1500, 500", again.Status, again.AmountCaptured, again.AmountRefunded)
+	}
+	if r := m.refundOf(t, ref.ID); r.Status != "succeeded" || r.Amount != 500 {
+		t.Errorf("refund after the resends: %s %d, want succeeded 500", r.Status, r.Amount)
+	}
+
+	// A second charge: its capture fails at Adyen, then it is voided.
+	ch2, pay2 := s.authorizedAtAdyen(t, 2000, "adyen-void")
+	mustExpect(t, m.call(t, http.MethodPost, "/v1/charges/"+ch2.ID+"/capture", ""), http.StatusOK, "")
+	s.waitStatus(t, ch2.ID, "capturing")
+	capt2 := rec.booked(t, "captures", "gh_"+ch2.ID+"_capture", 10*time.Second)
+	if capt2.payment != pay2.psp || capt2.amount != 2000 {
+		t.Errorf("second capture at Adyen: %+v; want 2000 of %s", capt2, pay2.psp)
+	}
+	failed := adyenItem("CAPTURE_FAILED", capt2.psp, pay2.psp, capt2.reference, 2000, "EUR", true)
+	failed.Reason = "Insufficient balance on payment"
+	nt.send(t, failed)
+	got = s.waitStatus(t, ch2.ID, "authorized")
+	if chaosDeref(got.FailureCode) != "capture_failed" || got.AmountCaptured != 0 {
+		t.Errorf("charge after CAPTURE_FAILED: failure_code %q, amount_captured %d; want capture_failed, 0", chaosDeref(got.FailureCode), got.AmountCaptured)
+	}
+	s.waitEvent(t, ch2.ID, "charge.capture_failed")
+	mustExpect(t, m.call(t, http.MethodPost, "/v1/charges/"+ch2.ID+"/void", ""), http.StatusOK, "")
+	s.waitStatus(t, ch2.ID, "voiding")
+	cancel := rec.booked(t, "cancels", "gh_"+ch2.ID+"_void", 10*time.Second)
+	if cancel.payment != pay2.psp {
+		t.Errorf("cancel at Adyen: %+v; want one of %s", cancel, pay2.psp)
+	}
+	nt.send(t, adyenItem("CANCELLATION", cancel.psp, pay2.psp, cancel.reference, 2000, "EUR", true))
+	got = s.waitStatus(t, ch2.ID, "voided")
+	s.waitEvent(t, ch2.ID, "charge.voided")
+	list = m.waitNotificationsApplied(t, s.conn.ID, 7, 30*time.Second)
+	checkAdyenOutcomes(t, list, map[string]string{"CAPTURE:" + capt.psp: ch.ID, "REFUND:" + refCall.psp: ch.ID,
+		"CAPTURE_FAILED:" + capt2.psp: ch2.ID, "CANCELLATION:" + cancel.psp: ch2.ID})
+
+	all := m.events(t)
+	ev1, ev2 := chargeEvents(t, all, ch.ID), chargeEvents(t, all, ch2.ID)
+	if ev1["charge.captured"] != 1 || ev1["refund.succeeded"] != 1 || ev1["charge.capture_failed"] != 0 {
+		t.Errorf("charge %s: events %v; want one charge.captured and one refund.succeeded", ch.ID, ev1)
+	}
+	if ev2["charge.capture_failed"] != 1 || ev2["charge.voided"] != 1 || ev2["charge.captured"] != 0 {
+		t.Errorf("charge %s: events %v; want one charge.capture_failed and one charge.voided, no charge.captured", ch2.ID, ev2)
+	}
+
+	// What Adyen booked is what the gateway shows.
+	checkAdyenBooks(t, rec.all(), []adyenBooking{
+		{"payments", "gh_" + ch.ID + "_authorize", "", 2000, chaosDeref(ch.ProviderReference)},
+		{"captures", "gh_" + ch.ID + "_capture", pay.psp, 1500, capt.psp},
+		{"refunds", "gh_" + ref.ID + "_refund", pay.psp, 500, refCall.psp},
+		{"payments", "gh_" + ch2.ID + "_authorize", "", 2000, chaosDeref(ch2.ProviderReference)},
+		{"captures", "gh_" + ch2.ID + "_capture", pay2.psp, 2000, capt2.psp},
+		{"cancels", "gh_" + ch2.ID + "_void", pay2.psp, 0, cancel.psp},
+	})
+	if rows := ledgerKeys(t, s.st.db, ch.ID); len(rows) != 0 {
+		t.Errorf("charge %s: sandbox_ledger %+v, want nothing (Adyen took it)", ch.ID, rows)
+	}
+	t.Logf("adyen: %d calls to Adyen, %d notifications, in %s", len(rec.all()), len(list), time.Since(began).Round(time.Millisecond))
+}
+
+// mapsEqual reports whether two counts are the same.
+func mapsEqual(a, b map[string]int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// checkAdyenOutcomes checks the connector's notifications (newest first):
+// of each event (eventCode:pspReference of want), the first received was
+// applied to the charge, every later one is a duplicate; and every
+// notification is one of want.
+func checkAdyenOutcomes(t *testing.T, list []notificationJSON, want map[string]string) {
+	t.Helper()
+	seen := map[string]int{}
+	for i := len(list) - 1; i >= 0; i-- { // oldest first
+		n := list[i]
+		k := n.Type + ":" + n.ProviderEventID
+		charge, ok := want[k]
+		if !ok {
+			t.Errorf("notification %s (%s %s): not one the test sent", n.ID, n.Type, n.ProviderEventID)
+			continue
+		}
+		wantOutcome := "duplicate"
+		if seen[k] == 0 {
+			wantOutcome = "applied"
+		}
+		seen[k]++
+		if n.Outcome != wantOutcome || n.ProcessedAt == nil || (wantOutcome == "applied" && chaosDeref(n.Charge) != charge) {
+			t.Errorf("notification %s (%s %s, #%d): outcome %s, charge %s, processed_at %v; want %s of %s",
+				n.ID, n.Type, n.ProviderEventID, seen[k], n.Outcome, chaosDeref(n.Charge), n.ProcessedAt != nil, wantOutcome, charge)
+		}
+	}
+	for k := range want {
+		if seen[k] == 0 {
+			t.Errorf("notification %s: not listed", k)
+		}
+	}
+}
+
+// adyenBooking is one operation the gateway asked of Adyen.
+type adyenBooking struct {
+	op, key, payment string
+	amount           int64
+	psp              string
+}
+
+// checkAdyenBooks checks that Adyen booked exactly the bookings: each once
+// under its key, with its payment, amount and pspReference, every other
+// call to it a replay of its key; and that no other call booked anything.
+func checkAdyenBooks(t *testing.T, calls []adyenCall, want []adyenBooking) {
+	t.Helper()
+	byKey := map[string]adyenBooking{}
+	for _, b := range want {
+		byKey[b.key] = b
+	}
+	booked := map[string]int{}
+	for _, c := range calls {
+		b, ok := byKey[c.key]
+		switch {
+		case !ok:
+			t.Errorf("Adyen got %s %s under %q (amount %d): not a call of the gateway's bookings", c.method, c.path, c.key, c.amount)
+		case c.status/100 != 2:
+			t.Errorf("Adyen answered %s %s (%s) with %d", c.method, c.path, c.key, c.status)
+		case c.op != b.op || c.payment != b.payment || c.amount != b.amount || c.psp != b.psp:
+			t.Errorf("Adyen's %s under %s: %s of %q, amount %d, psp %s; want %s of %q, amount %d, psp %s",
+				c.op, c.key, c.op, c.payment, c.amount, c.psp, b.op, b.payment, b.amount, b.psp)
+		case !c.replayed:
+			booked[c.key]++
+		}
+	}
+	for _, b := range want {
+		if booked[b.key] != 1 {
+			t.Errorf("Adyen booked %d %s under %s, want 1", booked[b.key], b.op, b.key)
+		}
+	}
+}
+
+// adyenFlow is one charge of TestAdyenNotificationsOutOfOrder and what
+// Adyen booked for it.
+type adyenFlow struct {
+	charge            routedJSON
+	pay, capt, refund adyenCall
+	refundID          string
+}
+
+// TestAdyenNotificationsOutOfOrder runs two identical sets of charges,
+// each authorized at Adyen, captured in part and refunded in part. Set A's
+// notifications come in order, one each, after the calls' answers. Set
+// B's come twice each, shuffled among the charges, and before the answers
+// of Adyen to the capture and refund calls they settle (the recorder holds
+// those answers until the notifications are applied). Both sets end the
+// same: statuses, amounts, events; and Adyen booked each operation once.
+func TestAdyenNotificationsOutOfOrder(t *testing.T) {
+	t.Parallel()
+	began := time.Now()
+	// Adyen's answers are held for seconds: a call may take that long.
+	s := newAdyenSetup(t, "127.0.0.161", "adyen notifications out of order", "PROVIDER_TIMEOUT=30s")
+	m, rec, nt := s.m, s.rec, s.notifier
+	m.putRouting(t, `{"default":`+route(s.conn.ID)+`}`)
+	amounts := []int64{2000, 3000, 4000}
+	captureOf := func(i int) int64 { return amounts[i] - 100*int64(i+1) }
+	const refundAmount = 500
+
+	start := func(set string) []*adyenFlow {
+		var flows []*adyenFlow
+		for i, a := range amounts {
+			ch, pay := s.authorizedAtAdyen(t, a, fmt.Sprintf("%s-%d", set, i))
+			flows = append(flows, &adyenFlow{charge: ch, pay: pay})
+		}
+		return flows
+	}
+	capture := func(f *adyenFlow, i int) {
+		mustExpect(t, m.call(t, http.MethodPost, "/v1/charges/"+f.charge.ID+"/capture", fmt.Sprintf(`{"amount":%d}`, captureOf(i))), http.StatusOK, "")
+	}
+	refund := func(f *adyenFlow) {
+		e := m.call(t, http.MethodPost, "/v1/refunds", fmt.Sprintf(`{"charge":%q,"amount":%d}`, f.charge.ID, refundAmount))
+		mustExpect(t, e, http.StatusCreated, "")
+		var r refundJSON
+		decode(t, e, &r)
+		f.refundID = r.ID
+	}
+	ids := func(flows []*adyenFlow) []string {
+		var out []string
+		for _, f := range flows {
+			out = append(out, f.charge.ID)
+		}
+		return out
+	}
+
+	// Set A, in order.
+	a := start("a")
+	for i, f := range a {
+		capture(f, i)
+	}
+	m.waitRouted(t, ids(a), func(c routedJSON) bool { return c.Status == "capturing" }, 30*time.Second)
+	for i, f := range a {
+		f.capt = rec.booked(t, "captures", "gh_"+f.charge.ID+"_capture", 10*time.Second)
+		nt.send(t, adyenItem("CAPTURE", f.capt.psp, f.pay.psp, f.capt.reference, captureOf(i), "EUR", true))
+	}
+	m.waitRouted(t, ids(a), func(c routedJSON) bool { return c.Status == "captured" }, 30*time.Second)
+	for _, f := range a {
+		refund(f)
+		f.refund = rec.booked(t, "refunds", "gh_"+f.refundID+"_refund", 30*time.Second)
+	}
+	for _, f := range a {
+		nt.send(t, adyenItem("REFUND", f.refund.psp, f.pay.psp, f.refundID, refundAmount, "EUR", true))
+	}
+	for _, f := range a {
+		if r := m.waitRefund(t, f.refundID, 30*time.Second); r.Status != "succeeded" {
+			t.Errorf("set A: refund %s: %s, want succeeded", f.refundID, r.Status)
+		}
+	}
+
+	// Set B: Adyen's answers to captures and refunds are held until the
+	// test lets them go, after the notifications were applied.
+	b := start("b")
+	gate := newAnswerGate("captures", "refunds")
+	rec.setHold(gate.hold)
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
+	deliverShuffled := func(items []adyen.NotificationItem) {
+		twice := append(slices.Clone(items), items...)
+		rng.Shuffle(len(twice), func(i, j int) { twice[i], twice[j] = twice[j], twice[i] })
+		// Some alone, some in a batch of two, as Adyen batches them.
+		for k := 0; k < len(twice); {
+			n := 1 + rng.IntN(2)
+			n = min(n, len(twice)-k)
+			nt.send(t, twice[k:k+n]...)
+			k += n
+		}
+	}
+	jobsOK := func(typ string) int {
+		e := s.st.do(t, newClient(t, "127.0.0.1"), http.MethodGet, s.st.worker+"/metrics", "", "")
+		n, _ := metricSum(filterMetric(string(e.body), "gatehouse_jobs_processed_total", `outcome="ok"`, fmt.Sprintf("type=%q", typ)), "gatehouse_jobs_processed_total")
+		return int(n)
+	}
+	capturesBefore, refundsBefore := jobsOK("charge:capture"), jobsOK("refund:process")
+	for i, f := range b {
+		capture(f, i)
+	}
+	var items []adyen.NotificationItem
+	for i, f := range b {
+		f.capt = rec.booked(t, "captures", "gh_"+f.charge.ID+"_capture", 30*time.Second)
+		items = append(items, adyenItem("CAPTURE", f.capt.psp, f.pay.psp, f.capt.reference, captureOf(i), "EUR", true))
+	}
+	// Every capture is booked at Adyen and its answer held: the charges
+	// are still authorized, their capture in flight.
+	for _, f := range b {
+		if c := m.routed(t, f.charge.ID); c.Status != "authorized" {
+			t.Errorf("set B: charge %s while Adyen's answer to its capture is held: %s, want authorized", f.charge.ID, c.Status)
+		}
+	}
+	deliverShuffled(items)
+	m.waitRouted(t, ids(b), func(c routedJSON) bool { return c.Status == "captured" }, 30*time.Second)
+	gate.release(t, len(b))
+	// The capture calls' own answers came after: their tasks end, finding
+	// the charges captured.
+	waitCount(t, "charge:capture tasks of set B", func() int { return jobsOK("charge:capture") - capturesBefore }, len(b))
+
+	items = items[:0]
+	for _, f := range b {
+		refund(f)
+	}
+	for _, f := range b {
+		f.refund = rec.booked(t, "refunds", "gh_"+f.refundID+"_refund", 30*time.Second)
+		items = append(items, adyenItem("REFUND", f.refund.psp, f.pay.psp, f.refundID, refundAmount, "EUR", true))
+	}
+	// The CAPTURE notifications again, late, among the REFUND ones.
+	for i, f := range b {
+		items = append(items, adyenItem("CAPTURE", f.capt.psp, f.pay.psp, f.capt.reference, captureOf(i), "EUR", true))
+	}
+	deliverShuffled(items)
+	for _, f := range b {
+		if r := m.waitRefund(t, f.refundID, 30*time.Second); r.Status != "succeeded" {
+			t.Errorf("set B: refund %s: %s, want succeeded", f.refundID, r.Status)
+		}
+	}
+	gate.release(t, len(b))
+	rec.setHold(nil)
+	waitCount(t, "refund:process tasks of set B", func() int { return jobsOK("refund:process") - refundsBefore }, len(b))
+	m.waitNotificationsApplied(t, s.conn.ID, 2*len(a)+2*2*len(b)+2*len(b), 30*time.Second)
+
+	// Both sets end the same.
+	all := m.events(t)
+	for i := range amounts {
+		fa, fb := a[i], b[i]
+		ca, cb := m.routed(t, fa.charge.ID), m.routed(t, fb.charge.ID)
+		ra, rb := m.refundOf(t, fa.refundID), m.refundOf(t, fb.refundID)
+		if ca.Status != "captured" || ca.AmountCaptured != captureOf(i) || ca.AmountRefunded != refundAmount {
+			t.Errorf("set A, charge %d: %s, captured %d, refunded %d; want captured, %d, %d", i, ca.Status, ca.AmountCaptured, ca.AmountRefunded, captureOf(i), refundAmount)
+		}
+		if cb.Status != ca.Status || cb.AmountCaptured != ca.AmountCaptured || cb.AmountRefunded != ca.AmountRefunded || rb.Status != ra.Status || rb.Amount != ra.Amount {
+			t.Errorf("charge %d: set B %s, captured %d, refunded %d, refund %s; set A %s, %d, %d, refund %s",
+				i, cb.Status, cb.AmountCaptured, cb.AmountRefunded, rb.Status, ca.Status, ca.AmountCaptured, ca.AmountRefunded, ra.Status)
+		}
+		ea, eb := chargeEvents(t, all, fa.charge.ID), chargeEvents(t, all, fb.charge.ID)
+		if !mapsEqual(ea, eb) || ea["charge.captured"] != 1 || ea["refund.succeeded"] != 1 {
+			t.Errorf("charge %d: events of set A %v, of set B %v; want the same, one charge.captured and one refund.succeeded each", i, ea, eb)
+		}
+	}
+	var want []adyenBooking
+	for i, f := range append(slices.Clone(a), b...) {
+		want = append(want,
+			adyenBooking{"payments", "gh_" + f.charge.ID + "_authorize", "", amounts[i%len(amounts)], f.pay.psp},
+			adyenBooking{"captures", "gh_" + f.charge.ID + "_capture", f.pay.psp, captureOf(i % len(amounts)), f.capt.psp},
+			adyenBooking{"refunds", "gh_" + f.refundID + "_refund", f.pay.psp, refundAmount, f.refund.psp})
+	}
+	checkAdyenBooks(t, rec.all(), want)
+	t.Logf("adyen out of order: %d charges per set, %d calls to Adyen, in %s", len(amounts), len(rec.all()), time.Since(began).Round(time.Millisecond))
+}
+
+// answerGate holds Adyen's answers to some operations until released.
+type answerGate struct {
+	ops  []string
+	mu   sync.Mutex
+	open chan struct{}
+	held int // answers held so far
+	let  int // answers let go so far
+}
+
+func newAnswerGate(ops ...string) *answerGate {
+	return &answerGate{ops: ops, open: make(chan struct{})}
+}
+
+// hold is the recorder's hold: an answer to one of the gate's operations
+// waits until the gate opens (at most 25 s, within the worker's
+// PROVIDER_TIMEOUT).
+func (g *answerGate) hold(c adyenCall) {
+	if !slices.Contains(g.ops, c.op) {
+		return
+	}
+	g.mu.Lock()
+	open := g.open
+	g.held++
+	g.mu.Unlock()
+	select {
+	case <-open:
+	case <-time.After(25 * time.Second):
+	}
+	g.mu.Lock()
+	g.let++
+	g.mu.Unlock()
+}
+
+// release lets the answers held go, waits until n more have gone than
+// before, and closes the gate again for the next answers.
+func (g *answerGate) release(t *testing.T, n int) {
+	t.Helper()
+	g.mu.Lock()
+	before := g.let
+	close(g.open)
+	g.mu.Unlock()
+	waitCount(t, "answers held and let go", func() int {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if g.held != g.let {
+			return 0
+		}
+		return g.let - before
+	}, n)
+	g.mu.Lock()
+	g.open = make(chan struct{})
+	g.mu.Unlock()
+}
+
+// filterMetric keeps the samples of the named metric that carry every label.
+func filterMetric(exposition, name string, labels ...string) string {
+	var b strings.Builder
+	for _, line := range strings.Split(exposition, "\n") {
+		if !strings.HasPrefix(line, name+"{") {
+			continue
+		}
+		ok := true
+		for _, l := range labels {
+			ok = ok && strings.Contains(line, l)
+		}
+		if ok {
+			b.WriteString(line + "\n")
+		}
+	}
+	return b.String()
+}
+
+// waitCount waits until count reaches n.
+func waitCount(t *testing.T, what string, count func() int, n int) {
+	t.Helper()
+	within := patience(30 * time.Second)
+	deadline := time.Now().Add(within)
+	for {
+		got := count()
+		if got >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %d after %s, want %d", what, got, within, n)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
