@@ -360,7 +360,8 @@ type Config struct {
 	WebhookLogRetention time.Duration `env:"WEBHOOK_LOG_RETENTION" envDefault:"720h" min:"1m" by:"api,worker,migrate"`
 
 	// How long events are kept: the API serves none older, and the worker
-	// drops them by partition (see [Retention](background.md#retention)).
+	// drops them by partition (see [Retention](background.md#retention));
+	// provider notifications the worker has applied are deleted after it too.
 	EventRetention time.Duration `env:"EVENT_RETENTION" envDefault:"720h" min:"1m" group:"Events" by:"api,worker,migrate"`
 	// Open `GET /v1/events/stream` connections one API replica serves;
 	// beyond, `503` (clients reconnect, to another replica behind the load

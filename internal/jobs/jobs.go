@@ -93,6 +93,9 @@ type Maintenance interface {
 	// MaintainAuditLog creates the audit log's partitions ahead and drops
 	// those past its retention (docs/audit.md).
 	MaintainAuditLog(ctx context.Context, now time.Time) (created, dropped int, err error)
+	// PruneNotifications deletes the provider notifications received
+	// before before and already applied (or duplicates, or ignored).
+	PruneNotifications(ctx context.Context, before time.Time) (int64, error)
 }
 
 // observe runs a task with its log id, metrics and, when tracing is on, a

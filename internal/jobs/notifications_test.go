@@ -171,6 +171,19 @@ func TestNotificationApplyWakesTheWorkInFlight(t *testing.T) {
 			t.Errorf("%s (%s): outcome %s, charge %v; want %s, %v", c.event, c.typ, o, charge, c.want, c.charge)
 		}
 	}
+	// Retention deletes what the worker is done with, never what waits.
+	waiting := receive("evt_waiting", "payment_intent.succeeded", "pi_capturing")
+	pruned, err := st.PruneNotifications(ctx, time.Now().Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	if err := db.Pool.QueryRow(ctx, `SELECT array_agg(id::text) FROM provider_notifications`).Scan(&left); err != nil {
+		t.Fatal(err)
+	}
+	if pruned != 6 || len(left) != 1 || left[0] != waiting.ID {
+		t.Errorf("retention: pruned %d (want 6), left %v (want only %s, still received)", pruned, left, waiting.ID)
+	}
 	for outcome, want := range map[string]float64{"applied": 1, "duplicate": 1, "ignored": 3} {
 		if got := testutil.ToFloat64(m.Notifications.WithLabelValues("stripe", outcome)); got != want {
 			t.Errorf("gatehouse_provider_notifications_total{outcome=%q}: %v, want %v", outcome, got, want)

@@ -361,10 +361,14 @@ func (h *Handlers) HandleRetentionPrune(ctx context.Context, _ *asynq.Task) erro
 	if err != nil {
 		return err
 	}
+	notices, err := h.Store.PruneNotifications(ctx, time.Now().Add(-h.Config.EventRetention))
+	if err != nil {
+		return err
+	}
 	h.Log.InfoContext(ctx, "pruned expired records", "idempotency_keys", keys,
 		"partitions_created", parts.Created, "partitions_dropped", parts.Dropped, "partition_steps_postponed", parts.Postponed,
 		"default_partition_rows_moved", parts.Moved, "default_partition_strays", parts.Strays,
 		"token_cards_cleared", cleared, "tokens", tokens, "event_charges_filled", filled,
-		"audit_partitions_created", created, "audit_partitions_dropped", dropped)
+		"audit_partitions_created", created, "audit_partitions_dropped", dropped, "provider_notifications", notices)
 	return nil
 }

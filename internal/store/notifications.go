@@ -144,3 +144,24 @@ func (s *Store) RefundOfCharge(ctx context.Context, refundID, chargeID string) (
 	err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM refunds WHERE id = $1::uuid AND charge_id = $2::uuid)`, refundID, chargeID).Scan(&ok)
 	return ok, mapErr(err, "refund")
 }
+
+// pruneNotifications deletes a batch of the notifications received before
+// $1 that the worker is done with.
+const pruneNotifications = `DELETE FROM provider_notifications WHERE id IN (
+	SELECT id FROM provider_notifications WHERE received_at < $1 AND outcome <> 'received' LIMIT $2)`
+
+// PruneNotifications implements jobs.Maintenance: in batches, so no
+// statement holds many rows at once.
+func (s *Store) PruneNotifications(ctx context.Context, before time.Time) (int64, error) {
+	var total int64
+	for {
+		tag, err := s.pool.Exec(ctx, pruneNotifications, before, batchMax*50)
+		if err != nil {
+			return total, mapErr(err, "notification")
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < batchMax*50 {
+			return total, nil
+		}
+	}
+}

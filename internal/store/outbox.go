@@ -55,6 +55,9 @@ WITH a AS (
 ), r AS (
 	INSERT INTO outbox (task_id, task_type, ref_id)
 	SELECT '` + outbox.RefundProcess + `:' || id, '` + outbox.RefundProcess + `', id FROM refunds WHERE status = 'pending' AND updated_at < $1
+		-- A refund a provider that settles by notification received waits
+		-- for the notification, not for a task.
+		AND NOT (provider_reference IS NOT NULL AND (SELECT c.provider FROM charges c WHERE c.id = refunds.charge_id) = ANY ($2::text[]))
 	ON CONFLICT DO NOTHING RETURNING 1
 )
 SELECT (SELECT count(*) FROM a) + (SELECT count(*) FROM c) + (SELECT count(*) FROM w) + (SELECT count(*) FROM r)`
@@ -62,7 +65,7 @@ SELECT (SELECT count(*) FROM a) + (SELECT count(*) FROM c) + (SELECT count(*) FR
 // Reconcile re-creates missing tasks of work older than before and returns how many.
 func (s *Store) Reconcile(ctx context.Context, before time.Time) (int64, error) {
 	var n int64
-	err := s.pool.QueryRow(ctx, reconcile, before).Scan(&n)
+	err := s.pool.QueryRow(ctx, reconcile, before, NotifiedProviders).Scan(&n)
 	return n, mapErr(err, "task")
 }
 

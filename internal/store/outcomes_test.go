@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -85,5 +86,54 @@ func TestOutcomesCollector(t *testing.T) {
 		"gatehouse_provider_confirmations_overdue{refund}": 0}
 	if diff := cmp.Diff(want, collectValues(t, store.OutcomesCollector(db.Pool, 24*time.Hour, 24*time.Hour, 0))); diff != "" {
 		t.Errorf("with a 24 h bound (-want +got):\n%s", diff)
+	}
+}
+
+// Reconcile re-creates the task of a pending refund that lost it, but not
+// of one a provider that settles by notification received: that one waits
+// for its notification.
+func TestReconcileLeavesReceivedRefunds(t *testing.T) {
+	db := testenv.NewDB(t)
+	f := newOutboxFixture(t, db.Pool)
+	charge := func(provider string) string {
+		id := uuid.NewString()
+		f.exec(t, `INSERT INTO charges (id, merchant_id, environment, amount, amount_captured, currency, status, payment_method, capture,
+				card_brand, provider, provider_reference, created_at, updated_at)
+			VALUES ($1, $2, 'sandbox', 2000, 2000, 'EUR', 'captured', 'card', true, 'visa', $3, 'psp_1', now() - interval '1 hour', now() - interval '1 hour')`,
+			id, f.merchantID, provider)
+		return id
+	}
+	refund := func(chargeID string, ref *string) string {
+		id := uuid.NewString()
+		f.exec(t, `INSERT INTO refunds (id, merchant_id, charge_id, amount, currency, status, provider_reference, created_at, updated_at)
+			VALUES ($1, $2, $3, 100, 'EUR', 'pending', $4, now() - interval '1 hour', now() - interval '1 hour')`, id, f.merchantID, chargeID, ref)
+		return id
+	}
+	psp := "psp_refund_1"
+	received := refund(charge("adyen"), &psp)
+	unsent := refund(charge("adyen"), nil)
+	atSandbox := refund(charge("sandbox"), &psp)
+	n, err := store.New(db.Pool).Reconcile(context.Background(), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tasks := map[string]bool{}
+	rows, err := db.Pool.Query(context.Background(), `SELECT ref_id::text FROM outbox WHERE task_type = 'refund:process'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		tasks[id] = true
+	}
+	if rows.Err() != nil {
+		t.Fatal(rows.Err())
+	}
+	if n != 2 || tasks[received] || !tasks[unsent] || !tasks[atSandbox] {
+		t.Errorf("reconciled %d; tasks: received by Adyen %v (want none), not sent yet %v, at the sandbox %v (want both)",
+			n, tasks[received], tasks[unsent], tasks[atSandbox])
 	}
 }
