@@ -75,6 +75,10 @@ func TestProviderNotifications(t *testing.T) {
 	// A type the gateway does not act on is stored and acknowledged too.
 	other := `{"id":"evt_2","object":"event","type":"customer.created","data":{"object":{"id":"cus_1","object":"customer"}}}`
 	want(t, h.do("POST", path, other, stripeSigned(other, stripeWebhookSecret, time.Now())...), 200, "")
+	if n := h.count(t, `SELECT count(*) FROM provider_notifications n WHERE n.provider_event_id = 'evt_2' AND n.outcome = 'ignored'
+		AND n.processed_at IS NOT NULL AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.task_id = 'notification:apply:' || n.id)`); n != 1 {
+		t.Fatalf("a type nothing acts on: %d stored as ignored without a task, want 1", n)
+	}
 	// A body above the API's usual 64 KiB, below 1 MiB, is taken.
 	big := `{"id":"evt_3","object":"event","type":"charge.updated","data":{"object":{"id":"ch_1","object":"charge","payment_intent":"pi_x","description":"` +
 		strings.Repeat("x", 200<<10) + `"}}}`

@@ -179,6 +179,28 @@ func (a *Applier) apply(ctx context.Context, n Notification) (outcome string, ch
 // payment's authorization, capture, cancel or refunds.
 var stripeTypes = []string{"payment_intent.", "charge.refund.", "charge.", "refund."}
 
+// adyenCodes are the Adyen event codes the worker applies.
+var adyenCodes = map[string]bool{"CAPTURE": true, "CAPTURE_FAILED": true, "CANCELLATION": true, "REFUND": true, "REFUND_FAILED": true}
+
+// Handled reports whether the worker acts on notifications of type typ
+// from provider; the others are stored as ignored when they arrive.
+func Handled(provider, typ string) bool {
+	switch provider {
+	case connectors.ProviderStripe:
+		if strings.HasPrefix(typ, "charge.dispute.") {
+			return false
+		}
+		for _, p := range stripeTypes {
+			if strings.HasPrefix(typ, p) {
+				return true
+			}
+		}
+	case connectors.ProviderAdyen:
+		return adyenCodes[typ]
+	}
+	return false
+}
+
 // stripePayment is the PaymentIntent a Stripe event is about (the
 // gateway's provider reference of a Stripe charge), or "" for an event
 // the gateway does not act on. Disputes (charge.dispute.*) are not acted

@@ -106,8 +106,9 @@ type Store interface {
 	ConnectorByID(ctx context.Context, merchantID, id string) (connectors.Connector, error)
 	// ReceiveNotifications stores ns in one transaction. The first of a
 	// dedup key is stored as received, with the outbox row of its apply
-	// task; one whose key is already stored is stored as a duplicate. It
-	// returns ns with their outcomes set.
+	// task, or as ignored (no task) when its Outcome says so already; one
+	// whose key is already stored is stored as a duplicate. It returns ns
+	// with their outcomes set.
 	ReceiveNotifications(ctx context.Context, ns []Notification) ([]Notification, error)
 	// ListNotifications pages the connector's notifications, newest first.
 	ListNotifications(ctx context.Context, connectorID string, p listing.Params) (listing.Page[Notification], error)

@@ -115,6 +115,9 @@ func (r *Receiver) Receive(ctx context.Context, connectorID string, h Headers, b
 	at := r.now().UTC().Truncate(time.Microsecond)
 	for i := range ns {
 		ns[i].ID, ns[i].ConnectorID, ns[i].MerchantID, ns[i].Provider, ns[i].ReceivedAt = ids.NewUUID(), c.ID, c.MerchantID, c.Provider, at
+		if !Handled(c.Provider, ns[i].Type) {
+			ns[i].Outcome = OutcomeIgnored
+		}
 	}
 	stored, err := r.store.ReceiveNotifications(ctx, ns)
 	if err != nil {
@@ -122,7 +125,7 @@ func (r *Receiver) Receive(ctx context.Context, connectorID string, h Headers, b
 	}
 	for _, n := range stored {
 		if n.Outcome != OutcomeReceived {
-			r.metrics.Count(n.Provider, n.Outcome)
+			r.metrics.Count(n.Provider, n.Outcome) // duplicates, and types nothing acts on
 			continue
 		}
 		if err := r.queue.Enqueue(ctx, ApplyTask(n.ID)); err != nil && r.onEnqueue != nil {

@@ -34,8 +34,8 @@ func scanNotification(row pgx.Row) (notifications.Notification, error) {
 // notification as a duplicate). A second sender of the same key waits on
 // the unique index until the first commits.
 const insertNotification = `INSERT INTO provider_notifications
-	(id, connector_id, merchant_id, provider, provider_event_id, dedup_key, type, payload, outcome, received_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'received', $9)
+	(id, connector_id, merchant_id, provider, provider_event_id, dedup_key, type, payload, outcome, received_at, processed_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $10, $9, CASE WHEN $10 = 'received' THEN NULL ELSE $9::timestamptz END)
 ON CONFLICT (connector_id, dedup_key) WHERE outcome <> 'duplicate' DO NOTHING`
 
 const insertDuplicateNotification = `INSERT INTO provider_notifications
@@ -47,18 +47,27 @@ func (s *Store) ReceiveNotifications(ctx context.Context, ns []notifications.Not
 	out := make([]notifications.Notification, len(ns))
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		for i, n := range ns {
+			first := notifications.OutcomeReceived
+			if n.Outcome == notifications.OutcomeIgnored {
+				first = notifications.OutcomeIgnored // a type nothing acts on: no task
+			}
 			tag, err := tx.Exec(ctx, insertNotification, n.ID, n.ConnectorID, n.MerchantID, n.Provider, n.ProviderEventID,
-				n.DedupKey, n.Type, []byte(n.Payload), n.ReceivedAt)
+				n.DedupKey, n.Type, []byte(n.Payload), n.ReceivedAt, first)
 			if err != nil {
 				return mapErr(err, "notification")
 			}
-			if tag.RowsAffected() == 1 {
+			switch {
+			case tag.RowsAffected() == 1 && first == notifications.OutcomeIgnored:
+				n.Outcome = first
+				at := n.ReceivedAt
+				n.ProcessedAt = &at
+			case tag.RowsAffected() == 1:
 				n.Outcome = notifications.OutcomeReceived
 				t := notifications.ApplyTask(n.ID)
 				if _, err := tx.Exec(ctx, insertOutbox, t.ID(), t.Type, n.ID); err != nil {
 					return mapErr(err, "notification")
 				}
-			} else {
+			default:
 				n.Outcome = notifications.OutcomeDuplicate
 				at := n.ReceivedAt
 				n.ProcessedAt = &at
