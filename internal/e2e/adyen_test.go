@@ -516,10 +516,12 @@ func (s *adyenSetup) waitEvent(t *testing.T, id, typ string) {
 func TestAdyenSettlesByNotification(t *testing.T) {
 	t.Parallel()
 	began := time.Now()
-	s := newAdyenSetup(t, "127.0.0.160", "adyen settles by notification")
+	// The route is [adyen, stripe]: Stripe (stripe-mock) is the fallback
+	// the charges never need.
+	s := newAdyenSetup(t, "127.0.0.160", "adyen settles by notification", "STRIPE_API_BASE="+startStripeMockProcess(t))
 	m, rec, nt := s.m, s.rec, s.notifier
-	sb := m.sandboxConnector(t, "Sandbox", "")
-	m.putRouting(t, `{"default":`+route(s.conn.ID, sb.ID)+`}`)
+	stripe := m.createConnector(t, fmt.Sprintf(`{"provider":"stripe","name":"Stripe","credentials":{"secret_key":"sk_test_%s"}}`, harness.RandomHex(16)))
+	m.putRouting(t, `{"default":`+route(s.conn.ID, stripe.ID)+`}`)
 
 	// Authorized at Adyen, the first of the route.
 	ch, pay := s.authorizedAtAdyen(t, 2000, "adyen-capture")
