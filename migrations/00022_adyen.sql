@@ -12,8 +12,13 @@ ALTER TABLE charges DROP CONSTRAINT IF EXISTS charges_status_check;
 ALTER TABLE charges ADD CONSTRAINT charges_status_check
     CHECK (status IN ('created', 'requires_action', 'authorized', 'capturing', 'voiding', 'captured', 'failed', 'voided', 'refunded')) NOT VALID;
 ALTER TABLE charges VALIDATE CONSTRAINT charges_status_check;
+-- action_details: what the provider's challenge page sent the cardholder
+-- back with (Adyen's redirectResult), for the worker's call that settles
+-- the authentication.
+ALTER TABLE charges ADD COLUMN IF NOT EXISTS action_details jsonb;
 
 -- +goose Down
+ALTER TABLE charges DROP COLUMN IF EXISTS action_details;
 ALTER TABLE charges DROP CONSTRAINT IF EXISTS charges_status_check;
 ALTER TABLE charges ADD CONSTRAINT charges_status_check
     CHECK (status IN ('created', 'requires_action', 'authorized', 'captured', 'failed', 'voided', 'refunded'));

@@ -177,11 +177,17 @@ func (p *Processor) resume(ctx context.Context, c Charge, sealed []byte, prov pr
 	if err != nil && answer != providers.AnswerReturned {
 		return p.failAuthenticated(ctx, c, task, AuthFailed, "processing_error", "The card data could not be read.")
 	}
+	var details map[string]string
+	if answer == providers.AnswerReturned {
+		if details, err = p.store.ActionDetails(ctx, c.ID); err != nil {
+			return err
+		}
+	}
 	start := time.Now()
 	cctx, cancel := context.WithTimeout(ctx, p.timeout)
 	res, err := auth.Authenticate(cctx, providers.AuthenticateRequest{
 		IdempotencyKey: IdempotencyKey(c.ID, "authenticate"), Reference: *c.ProviderReference, Answer: answer,
-		Amount: c.Amount, Currency: c.Currency, Capture: c.Capture, Card: card,
+		Amount: c.Amount, Currency: c.Currency, Capture: c.Capture, Card: card, Details: details,
 	})
 	cancel()
 	elapsed := time.Since(start)

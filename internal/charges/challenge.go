@@ -18,7 +18,8 @@ type ChallengeStore interface {
 	// RecordAnswer records the cardholder's answer and writes task, once,
 	// while the charge requires action with no answer, no void pending
 	// and time left; otherwise ErrChallengeClosed.
-	RecordAnswer(ctx context.Context, chargeID, answer string, at time.Time, task outbox.Task) (Charge, error)
+	// details are what the provider's page sent the cardholder back with.
+	RecordAnswer(ctx context.Context, chargeID, answer string, details map[string]string, at time.Time, task outbox.Task) (Charge, error)
 	// ElementsCharge returns the merchant's charge whose card came from one
 	// of tokens (directly or through a payment method made from one).
 	ElementsCharge(ctx context.Context, merchantID, environment, chargeID string, tokens []string) (Charge, error)
@@ -70,12 +71,13 @@ func (s *Service) Answer(ctx context.Context, id, token, answer string) (Charge,
 	if answer != providers.AnswerSucceeded && answer != providers.AnswerFailed {
 		return Charge{}, apperr.Invalid("answer", "answer must be succeeded or failed.")
 	}
-	return s.record(ctx, c, answer)
+	return s.record(ctx, c, answer, nil)
 }
 
 // Returned records that the cardholder came back from the provider's own
-// challenge page; the worker asks the provider how it ended.
-func (s *Service) Returned(ctx context.Context, id, token string) (Charge, error) {
+// challenge page, with the details the page sent along (Adyen's
+// redirectResult); the worker asks the provider how it ended.
+func (s *Service) Returned(ctx context.Context, id, token string, details map[string]string) (Charge, error) {
 	c, err := s.Challenge(ctx, id, token)
 	if err != nil {
 		return c, err
@@ -83,12 +85,12 @@ func (s *Service) Returned(ctx context.Context, id, token string) (Charge, error
 	if s.Emulated(c) {
 		return c, ErrChallengeClosed // the emulated page records its own answer
 	}
-	return s.record(ctx, c, providers.AnswerReturned)
+	return s.record(ctx, c, providers.AnswerReturned, details)
 }
 
-func (s *Service) record(ctx context.Context, c Charge, answer string) (Charge, error) {
+func (s *Service) record(ctx context.Context, c Charge, answer string, details map[string]string) (Charge, error) {
 	task := outbox.Task{Type: outbox.ChargeAuthenticate, RefID: c.ID}
-	got, err := s.challenges.RecordAnswer(ctx, c.ID, answer, s.now().UTC().Truncate(time.Millisecond), task)
+	got, err := s.challenges.RecordAnswer(ctx, c.ID, answer, details, s.now().UTC().Truncate(time.Millisecond), task)
 	if err != nil {
 		return c, err
 	}

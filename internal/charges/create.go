@@ -92,6 +92,9 @@ type Store interface {
 	ListCharges(ctx context.Context, merchantID string, f Filter, p listing.Params) (listing.Page[Charge], error)
 	RequestAction(ctx context.Context, r ActionRequest) (replay *idempotency.Response, err error)
 	ChargeForWork(ctx context.Context, id string) (Charge, []byte, error)
+	// ActionDetails reads what the provider's challenge page sent the
+	// cardholder back with (Service.Returned), nil for nothing.
+	ActionDetails(ctx context.Context, chargeID string) (map[string]string, error)
 	// BeginAttempt appends a as the charge's current attempt if the charge
 	// is still created with before attempts.
 	BeginAttempt(ctx context.Context, chargeID string, before int, a Attempt) (bool, error)

@@ -92,8 +92,10 @@ type adyenCall struct {
 	payment      string // the payment a modification is about (from the path)
 	op           string // payments, captures, cancels, refunds
 	status       int
-	psp          string // the pspReference answered
-	replayed     bool   // answered from the key's first request
+	psp          string            // the pspReference answered
+	replayed     bool              // answered from the key's first request
+	returnURL    string            // a payment's returnUrl
+	details      map[string]string // /payments/details: the details sent
 }
 
 // adyenAnswer is an answer kept for an idempotency key.
@@ -127,15 +129,23 @@ type adyenRecorder struct {
 // answered "received".
 var adyenExamples = map[string]string{
 	"payments": "card-direct",
+	"details":  "00.redirect",
 	"captures": "capture",
 	"cancels":  "cancel-with-psp-reference",
 	"refunds":  "refund",
 }
 
+// adyenThreeDSAmount is the amount of a payment the proxy has Adyen answer
+// with a 3-D Secure redirect (RedirectShopper).
+const adyenThreeDSAmount = 3100
+
 // adyenOp reads the operation and the payment of a Checkout API path.
 func adyenOp(path string) (op, payment string) {
 	if path == "/payments" {
 		return "payments", ""
+	}
+	if path == "/payments/details" {
+		return "details", ""
 	}
 	rest, ok := strings.CutPrefix(path, "/payments/")
 	if !ok {
@@ -161,6 +171,9 @@ func newAdyenRecorder(t *testing.T, upstream string) *adyenRecorder {
 			op, _ := adyenOp(pr.In.URL.Path)
 			if ex, ok := adyenExamples[op]; ok {
 				pr.Out.Header.Set("Prefer", "example="+ex)
+			}
+			if call, _ := pr.In.Context().Value(adyenCallKey{}).(*adyenCall); call != nil && op == "payments" && call.amount == adyenThreeDSAmount {
+				pr.Out.Header.Set("Prefer", "example=card-3d-secure-redirect")
 			}
 		},
 		ModifyResponse: func(res *http.Response) error {
@@ -195,14 +208,17 @@ func newAdyenRecorder(t *testing.T, upstream string) *adyenRecorder {
 	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		body, _ := io.ReadAll(req.Body)
 		var sent struct {
-			Reference string `json:"reference"`
+			Reference string            `json:"reference"`
+			ReturnURL string            `json:"returnUrl"`
+			Details   map[string]string `json:"details"`
 			Amount    *struct {
 				Value    int64  `json:"value"`
 				Currency string `json:"currency"`
 			} `json:"amount"`
 		}
 		_ = json.Unmarshal(body, &sent)
-		call := &adyenCall{method: req.Method, path: req.URL.Path, key: req.Header.Get("Idempotency-Key"), reference: sent.Reference}
+		call := &adyenCall{method: req.Method, path: req.URL.Path, key: req.Header.Get("Idempotency-Key"), reference: sent.Reference,
+			returnURL: sent.ReturnURL, details: sent.Details}
 		call.op, call.payment = adyenOp(req.URL.Path)
 		if sent.Amount != nil {
 			call.amount, call.currency = sent.Amount.Value, sent.Amount.Currency
@@ -238,6 +254,13 @@ func (r *adyenRecorder) url() string { return r.srv.URL }
 func (r *adyenRecorder) book(call *adyenCall, body []byte) []byte {
 	var obj map[string]any
 	if json.Unmarshal(body, &obj) != nil {
+		return body
+	}
+	if call.op == "details" {
+		// Prism's answer names its example's payment; the gateway takes
+		// the reference of the answer, as Adyen's may differ from the
+		// redirect's.
+		call.psp, _ = obj["pspReference"].(string)
 		return body
 	}
 	call.psp = strings.ToUpper(harness.RandomHex(8)) // 16 characters, like Adyen's
@@ -990,4 +1013,73 @@ func waitCount(t *testing.T, what string, count func() int, n int) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// TestAdyenThreeDSecure: Adyen asks for 3-D Secure (RedirectShopper): the
+// charge requires action with Adyen's page as next_action; the cardholder
+// comes back to Gatehouse's return page with Adyen's redirectResult, which
+// the worker sends to /payments/details; Adyen's Authorised answer
+// captures the charge, and the authentication succeeded.
+func TestAdyenThreeDSecure(t *testing.T) {
+	t.Parallel()
+	s := newAdyenSetup(t, "127.0.0.164", "adyen 3-D Secure")
+	m, rec := s.m, s.rec
+	m.putRouting(t, `{"default":`+route(s.conn.ID)+`}`)
+
+	ch := m.charge(t, routeBody("4242424242424242", adyenThreeDSAmount, "eur", true, "adyen-3ds", ""))
+	s.waitStatus(t, ch.ID, "requires_action")
+	pay := rec.booked(t, "payments", "gh_"+ch.ID+"_authorize", 10*time.Second)
+	e := m.call(t, http.MethodGet, "/v1/charges/"+ch.ID, "")
+	mustExpect(t, e, http.StatusOK, "")
+	var view struct {
+		NextAction *struct {
+			Type string `json:"type"`
+		} `json:"next_action"`
+		Authentication struct {
+			Status string `json:"status"`
+		} `json:"authentication"`
+	}
+	decode(t, e, &view)
+	if view.NextAction == nil || view.Authentication.Status != "pending" {
+		t.Fatalf("charge %s requires action: %s; want a next_action and the authentication pending", ch.ID, e.body)
+	}
+	if pay.returnURL == "" || !strings.Contains(pay.returnURL, "/authenticate/v1/"+ch.ID+"/") {
+		t.Fatalf("the payment's returnUrl %q: want Gatehouse's return page of %s", pay.returnURL, ch.ID)
+	}
+
+	// The cardholder comes back from Adyen's page.
+	const redirectResult = "X6XtfGC3!Y3hlY2tvdXRTaG9wcGVyOjpzZXNzaW9uRGF0YQ=="
+	back, err := url.Parse(pay.returnURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := back.Query()
+	q.Set("redirectResult", redirectResult)
+	back.RawQuery = q.Encode()
+	resp, err := noRedirects(newClient(t, "127.0.0.165")).Get(back.String())
+	if err != nil {
+		t.Fatalf("the return page: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode/100 != 2 && resp.StatusCode/100 != 3 {
+		t.Fatalf("the return page: %d", resp.StatusCode)
+	}
+
+	got := s.waitStatus(t, ch.ID, "captured")
+	details := rec.booked(t, "details", "gh_"+ch.ID+"_authenticate", 10*time.Second)
+	if details.details["redirectResult"] != redirectResult {
+		t.Errorf("/payments/details sent %v, want the redirectResult the cardholder came back with", details.details)
+	}
+	if got.AmountCaptured != adyenThreeDSAmount || details.psp == "" || chaosDeref(got.ProviderReference) != details.psp {
+		t.Errorf("charge %s: captured %d, reference %s; want %d, %s (the answer of /payments/details)", ch.ID, got.AmountCaptured,
+			chaosDeref(got.ProviderReference), adyenThreeDSAmount, details.psp)
+	}
+}
+
+// noRedirects is c without following redirects: the return page sends the
+// cardholder on to the merchant's page, which is not there.
+func noRedirects(c *http.Client) *http.Client {
+	cc := *c
+	cc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	return &cc
 }

@@ -7,6 +7,7 @@ import (
 	"html/template"
 	"net/url"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/gofiber/fiber/v2"
 
@@ -93,9 +94,34 @@ func (s *server) challengeAnswer(c *fiber.Ctx) error {
 	return s.challengeOver(c, ch, answer)
 }
 
+// Bounds of what a provider's page may send the cardholder back with.
+const (
+	maxReturnDetails     = 8
+	maxReturnDetailKey   = 64
+	maxReturnDetailValue = 8 << 10
+)
+
+// returnDetails are the query parameters the provider's page sent the
+// cardholder back with (Adyen's redirectResult), kept for the worker's
+// call that settles the authentication; the adapter passes on only the
+// names its provider takes. Parameters past the bounds are dropped.
+func returnDetails(c *fiber.Ctx) map[string]string {
+	out := map[string]string{}
+	c.Context().QueryArgs().VisitAll(func(k, v []byte) {
+		if len(out) < maxReturnDetails && len(k) > 0 && len(k) <= maxReturnDetailKey && len(v) <= maxReturnDetailValue &&
+			utf8.Valid(k) && utf8.Valid(v) {
+			out[string(k)] = string(v)
+		}
+	})
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
 // challengeReturn is where a provider's challenge page sends the cardholder.
 func (s *server) challengeReturn(c *fiber.Ctx) error {
-	ch, err := s.Charges.Returned(c.UserContext(), strings.Clone(c.Params("id")), strings.Clone(c.Params("token")))
+	ch, err := s.Charges.Returned(c.UserContext(), strings.Clone(c.Params("id")), strings.Clone(c.Params("token")), returnDetails(c))
 	if err != nil {
 		return challengeError(err)
 	}

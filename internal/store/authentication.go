@@ -2,7 +2,9 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -31,7 +33,7 @@ func (s *Store) ChallengeCharge(ctx context.Context, id string) (charges.Charge,
 // waits for it and its time is not up, and writes the task that settles it.
 const recordAnswer = `
 WITH upd AS (
-	UPDATE charges SET action_answer = $2, updated_at = $3
+	UPDATE charges SET action_answer = $2, updated_at = $3, action_details = $6
 	WHERE id = $1 AND status = 'requires_action' AND pending_action IS NULL AND action_answer IS NULL
 		AND action_expires_at > now()
 	RETURNING ` + chargeColumns + `
@@ -44,8 +46,15 @@ SELECT * FROM upd`
 // RecordAnswer implements charges.ChallengeStore: it records answer and
 // writes task in one statement, or returns charges.ErrChallengeClosed when
 // the charge no longer waits for an answer.
-func (s *Store) RecordAnswer(ctx context.Context, chargeID, answer string, at time.Time, task outbox.Task) (charges.Charge, error) {
-	c, err := scanCharge(s.pool.QueryRow(ctx, recordAnswer, chargeID, answer, at, task.ID(), task.Type))
+func (s *Store) RecordAnswer(ctx context.Context, chargeID, answer string, details map[string]string, at time.Time, task outbox.Task) (charges.Charge, error) {
+	var raw []byte
+	if len(details) > 0 {
+		var err error
+		if raw, err = json.Marshal(details); err != nil {
+			return charges.Charge{}, err
+		}
+	}
+	c, err := scanCharge(s.pool.QueryRow(ctx, recordAnswer, chargeID, answer, at, task.ID(), task.Type, raw))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return c, charges.ErrChallengeClosed
 	}
@@ -67,4 +76,21 @@ func (s *Store) ElementsCharge(ctx context.Context, merchantID, environment, cha
 		return c, mapErr(err, "charge")
 	}
 	return c, nil
+}
+
+// ActionDetails implements charges.Store: what the provider's challenge
+// page sent the cardholder back with, nil for nothing.
+func (s *Store) ActionDetails(ctx context.Context, chargeID string) (map[string]string, error) {
+	var raw []byte
+	if err := s.pool.QueryRow(ctx, `SELECT action_details FROM charges WHERE id = $1`, chargeID).Scan(&raw); err != nil {
+		return nil, mapErr(err, "charge")
+	}
+	if raw == nil {
+		return nil, nil
+	}
+	var details map[string]string
+	if err := json.Unmarshal(raw, &details); err != nil {
+		return nil, fmt.Errorf("store: the action details of charge %s: %w", chargeID, err)
+	}
+	return details, nil
 }
