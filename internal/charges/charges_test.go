@@ -136,7 +136,9 @@ func (s *fakeStore) ChargeForWork(ctx context.Context, id string) (charges.Charg
 	return charges.Charge{}, nil, apperr.NotFound("charge")
 }
 
-func (s *fakeStore) ActionDetails(context.Context, string) (map[string]string, error) { return nil, nil }
+func (s *fakeStore) ActionDetails(context.Context, string) (map[string]string, error) {
+	return nil, nil
+}
 
 func (s *fakeStore) ApplyTransition(ctx context.Context, tr charges.Transition) (bool, []outbox.Task, error) {
 	s.mu.Lock()
