@@ -176,6 +176,14 @@ func TestCLIEndToEnd(t *testing.T) {
 	started := time.Now()
 	for _, ev := range events.Types {
 		out, errOut, code := gatehouse("trigger", ev)
+		if ev == events.ChargeCaptureFailed {
+			// Only a provider that settles captures by notification fires
+			// it: trigger says so and creates nothing.
+			if code != 2 || !strings.Contains(errOut, "Adyen") {
+				t.Errorf("gatehouse trigger %s: exit %d, want 2 saying only Adyen fires it\n%s%s", ev, code, out, errOut)
+			}
+			continue
+		}
 		if code != 0 {
 			t.Fatalf("gatehouse trigger %s: exit %d\n%s%s", ev, code, out, errOut)
 		}
@@ -216,7 +224,7 @@ func TestCLIEndToEnd(t *testing.T) {
 		lags = append(lags, time.UnixMilli(r.AtMS).Sub(e.CreatedAt))
 	}
 	for _, ev := range events.Types {
-		if !types[ev] {
+		if !types[ev] && ev != events.ChargeCaptureFailed {
 			t.Errorf("no %s forwarded", ev)
 		}
 	}
