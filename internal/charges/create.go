@@ -3,6 +3,7 @@ package charges
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -17,6 +18,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/money"
 	"github.com/gatehouse-pay/gatehouse/internal/outbox"
 	"github.com/gatehouse-pay/gatehouse/internal/providers"
+	"github.com/gatehouse-pay/gatehouse/internal/providers/adyen"
 )
 
 // Limits on charge input (api/openapi.yaml).
@@ -240,12 +242,35 @@ func (s *Service) route(ctx context.Context, c *Charge, p CreateParams) error {
 			}
 		}
 	}
+	plan, err = adyenCarries(plan, c)
+	if err != nil {
+		return err
+	}
 	c.ConnectorID, c.Provider = &plan[0].ID, plan[0].Provider
 	c.Route = make([]RouteStep, len(plan))
 	for i, r := range plan {
 		c.Route[i] = RouteStep{Connector: r.ID, Provider: r.Provider}
 	}
 	return nil
+}
+
+// adyenCarries refuses, as a 400, a charge whose first connector is an
+// Adyen one when Adyen cannot carry its amount (Adyen takes IDR and CVE in
+// whole units: IDR 123.45 cannot be sent), and leaves such connectors out
+// of its fallbacks, where the charge would only be declined.
+func adyenCarries(plan []connectors.Ref, c *Charge) ([]connectors.Ref, error) {
+	err := adyen.Carries(c.Amount, c.Currency)
+	if err == nil {
+		return plan, nil
+	}
+	if plan[0].Provider == connectors.ProviderAdyen {
+		msg := "An adyen connector cannot carry this amount."
+		if d, ok := providers.AsDecline(err); ok {
+			msg = d.Message
+		}
+		return nil, apperr.Invalid("amount", "%s", msg)
+	}
+	return slices.DeleteFunc(plan, func(p connectors.Ref) bool { return p.Provider == connectors.ProviderAdyen }), nil
 }
 
 // errAdyenToken refuses a provider token on an Adyen connector: the

@@ -345,3 +345,48 @@ func TestServerAccountTakesOnlyTestTokens(t *testing.T) {
 		t.Errorf("a token of the merchant's own Stripe account: %s", c.raw)
 	}
 }
+
+// An Adyen connector takes IDR and CVE in whole units: a charge it would
+// take first with an amount Adyen's unit cannot carry is refused with 400
+// (param amount) and nothing is stored; as a fallback, such a connector is
+// left out of the charge's route.
+func TestAdyenAmountsItCannotCarry(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, paymentsEnv)
+	a := h.account("ada@example.com")
+	auth := bearer(a.secret)
+	ady := h.newConnector(t, a.secret, `{"provider":"adyen","name":"Adyen","credentials":{"api_key":"AQEkey","merchant_account":"M","hmac_key":"`+
+		strings.Repeat("AB", 32)+`"}}`).body["id"].(string)
+	sb := h.newConnector(t, a.secret, `{"provider":"sandbox","name":"One"}`).body["id"].(string)
+
+	for _, c := range []struct {
+		currency string
+		amount   int
+	}{{"idr", 12345}, {"IDR", 101}, {"cve", 250}} {
+		r := h.do("POST", "/v1/charges", chargeJSON(set("connector", ady), set("currency", c.currency), set("amount", c.amount)), auth...)
+		want(t, r, 400, "parameter_invalid")
+		if r.errField("param") != "amount" || !strings.Contains(r.errField("message"), "whole units") {
+			t.Errorf("%d %s at Adyen: %s, want param amount and why", c.amount, c.currency, r.raw)
+		}
+	}
+	if n := h.count(t, `SELECT count(*) FROM charges WHERE merchant_id = $1`, a.merchantID); n != 0 {
+		t.Errorf("refused charges stored: %d", n)
+	}
+	whole := h.createCharge(t, a.secret, chargeJSON(set("connector", ady), set("currency", "idr"), set("amount", 12300)))
+	if whole.body["connector"] != ady {
+		t.Errorf("IDR 123.00 naming the Adyen connector went to %v: %s", whole.body["connector"], whole.raw)
+	}
+
+	want(t, h.do("PUT", "/v1/routing", `{"default":{"connectors":["`+sb+`","`+ady+`"]}}`, auth...), 200, "")
+	for amount, route := range map[int]string{12345: `["` + sb + `"]`, 12300: `["` + sb + `", "` + ady + `"]`} {
+		c := h.createCharge(t, a.secret, chargeJSON(set("currency", "idr"), set("amount", amount)))
+		var got string
+		if err := h.db.Pool.QueryRow(context.Background(), `SELECT jsonb_path_query_array(route, '$[*].connector')::text FROM charges WHERE id = $1`,
+			c.body["id"]).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		if got != route {
+			t.Errorf("IDR %d routed [sandbox, adyen]: route %s, want %s", amount, got, route)
+		}
+	}
+}

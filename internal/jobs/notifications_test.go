@@ -240,6 +240,13 @@ func newAdyenSet(t *testing.T, exec func(string, ...any), prefix string) adyenSe
 	item("REFUND", "refunded", "ref1", s.refunds["refund"], true, 500)
 	item("REFUND_FAILED", "refund-fails", "ref2", s.refunds["refund-fails"], true, 500)
 	item("CAPTURE", "early", "cap3", "", true, 1500)
+	// AUTHORISATION names the payment itself: of a charge the gateway
+	// holds, it repeats what the payment's answer said; of another, it is
+	// about nothing the gateway holds.
+	for _, psp := range []string{"refunded", "nobody"} {
+		s.items = append(s.items, adyen.NotificationItem{EventCode: "AUTHORISATION", PSPReference: prefix + psp, MerchantAccountCode: "GatehouseECOM",
+			MerchantReference: "gh_" + prefix + psp + "_authorize", Success: "true", Amount: adyen.Amount{Value: 2000, Currency: "EUR"}})
+	}
 	return s
 }
 
@@ -372,5 +379,18 @@ func TestAdyenNotificationsSettleOnceInAnyOrder(t *testing.T) {
 	applied := testutil.ToFloat64(m.Notifications.WithLabelValues("adyen", "applied"))
 	if applied != 12 {
 		t.Errorf("applied notifications: %v, want 12", applied)
+	}
+	// The AUTHORISATIONs: a duplicate of the payment's answer, or ignored.
+	for _, set := range []adyenSet{inOrder, twice} {
+		for psp, want := range map[string]string{"refunded": "duplicate " + set.charges["refunded"], "nobody": "ignored "} {
+			var outcome, charge string
+			if err := db.Pool.QueryRow(ctx, `SELECT outcome, coalesce(charge_id::text, '') FROM provider_notifications
+				WHERE type = 'AUTHORISATION' AND provider_event_id = $1 ORDER BY received_at LIMIT 1`, set.items[len(set.items)-1].PSPReference[:2]+psp).Scan(&outcome, &charge); err != nil {
+				t.Fatal(err)
+			}
+			if got := outcome + " " + charge; got != want {
+				t.Errorf("AUTHORISATION of %s: %s, want %s", psp, got, want)
+			}
+		}
 	}
 }

@@ -180,7 +180,7 @@ func (a *Applier) apply(ctx context.Context, n Notification) (outcome string, ch
 var stripeTypes = []string{"payment_intent.", "charge.refund.", "charge.", "refund."}
 
 // adyenCodes are the Adyen event codes the worker applies.
-var adyenCodes = map[string]bool{"CAPTURE": true, "CAPTURE_FAILED": true, "CANCELLATION": true, "REFUND": true, "REFUND_FAILED": true}
+var adyenCodes = map[string]bool{"AUTHORISATION": true, "CAPTURE": true, "CAPTURE_FAILED": true, "CANCELLATION": true, "REFUND": true, "REFUND_FAILED": true}
 
 // Handled reports whether the worker acts on notifications of type typ
 // from provider; the others are stored as ignored when they arrive.
@@ -252,6 +252,10 @@ func stripePayment(n Notification) string {
 // adyen applies one Adyen notification item. Adyen's notifications are the
 // only word on its captures, cancels and refunds (its Checkout API has no
 // lookup); their HMAC signature was verified when they arrived.
+//   - AUTHORISATION: the outcome of the payment pspReference, which the
+//     answer to /payments (or /payments/details) already gave: a duplicate
+//     of that answer when the gateway holds the payment, ignored when it
+//     does not (an answer that was lost leaves no reference to find it by);
 //   - CAPTURE, CAPTURE_FAILED: the capture of the payment originalReference;
 //   - CANCELLATION: its void;
 //   - REFUND, REFUND_FAILED: the refund whose id is merchantReference (the
@@ -279,6 +283,12 @@ func (a *Applier) adyen(ctx context.Context, n Notification) (string, *string, e
 		cf = charges.Confirmation{Action: charges.ActionVoid, Success: item.Succeeded(), Reason: item.Reason}
 	case "REFUND", "REFUND_FAILED":
 		refund = true
+	case "AUTHORISATION":
+		p, found, err := a.store.PaymentByReference(ctx, n.MerchantID, item.PSPReference)
+		if err != nil || !found {
+			return OutcomeIgnored, nil, err
+		}
+		return OutcomeDuplicate, &p.ChargeID, nil
 	default:
 		return OutcomeIgnored, nil, nil
 	}

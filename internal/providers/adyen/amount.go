@@ -37,6 +37,14 @@ func pow10(n int) int64 {
 	return p
 }
 
+// Carries returns nil when Adyen can carry amount of currency, and
+// otherwise a *providers.Decline (invalid_request) that says why: an IDR
+// amount with sen, say, or a currency that is not three letters.
+func Carries(amount int64, currency string) error {
+	_, err := toAdyen(amount, currency)
+	return err
+}
+
 // toAdyen turns amount (Gatehouse's minor units of currency) into Adyen's.
 // An amount Adyen's unit cannot carry (IDR 12345 is 123.45 rupiah, and
 // Adyen takes whole rupiah) and a currency that is not three letters are
