@@ -13,7 +13,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -24,6 +23,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -96,6 +96,10 @@ type adyenCall struct {
 	replayed     bool              // answered from the key's first request
 	returnURL    string            // a payment's returnUrl
 	details      map[string]string // /payments/details: the details sent
+	card         string            // a payment's card number
+	refused      bool              // a payment answered Refused (see refusals)
+	start        time.Time         // when the call arrived
+	took         time.Duration     // until Prism's answer was read (0 for a replay)
 }
 
 // adyenAnswer is an answer kept for an idempotency key.
@@ -122,6 +126,12 @@ type adyenRecorder struct {
 	calls   []adyenCall
 	answers map[string]adyenAnswer
 	hold    func(adyenCall)
+	// refusals: the cards whose payments Adyen refuses, with the
+	// refusalReasonCode; set before the first payment.
+	refusals map[string]string
+	inflight atomic.Int64
+	quiet    atomic.Int64 // UnixNano of the last answer
+	stopped  atomic.Bool
 }
 
 // adyenExamples are the examples of Adyen's description the proxy asks
@@ -183,6 +193,7 @@ func newAdyenRecorder(t *testing.T, upstream string) *adyenRecorder {
 			if err != nil {
 				return err
 			}
+			call.took = time.Since(call.start)
 			call.status = res.StatusCode
 			if res.StatusCode/100 == 2 {
 				body = r.book(call, body)
@@ -208,6 +219,9 @@ func newAdyenRecorder(t *testing.T, upstream string) *adyenRecorder {
 	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		body, _ := io.ReadAll(req.Body)
 		var sent struct {
+			PaymentMethod struct {
+				Number string `json:"number"`
+			} `json:"paymentMethod"`
 			Reference string            `json:"reference"`
 			ReturnURL string            `json:"returnUrl"`
 			Details   map[string]string `json:"details"`
@@ -218,7 +232,7 @@ func newAdyenRecorder(t *testing.T, upstream string) *adyenRecorder {
 		}
 		_ = json.Unmarshal(body, &sent)
 		call := &adyenCall{method: req.Method, path: req.URL.Path, key: req.Header.Get("Idempotency-Key"), reference: sent.Reference,
-			returnURL: sent.ReturnURL, details: sent.Details}
+			returnURL: sent.ReturnURL, details: sent.Details, card: sent.PaymentMethod.Number, start: time.Now()}
 		call.op, call.payment = adyenOp(req.URL.Path)
 		if sent.Amount != nil {
 			call.amount, call.currency = sent.Amount.Value, sent.Amount.Currency
@@ -240,6 +254,8 @@ func newAdyenRecorder(t *testing.T, upstream string) *adyenRecorder {
 			return
 		}
 		req.Body = io.NopCloser(bytes.NewReader(body))
+		r.inflight.Add(1)
+		defer func() { r.quiet.Store(time.Now().UnixNano()); r.inflight.Add(-1) }()
 		rp.ServeHTTP(w, req.WithContext(context.WithValue(req.Context(), adyenCallKey{}, call)))
 	}))
 	t.Cleanup(r.srv.Close)
@@ -267,6 +283,11 @@ func (r *adyenRecorder) book(call *adyenCall, body []byte) []byte {
 	obj["pspReference"] = call.psp
 	if call.op == "payments" {
 		obj["merchantReference"] = call.reference
+		if code := r.refusals[call.card]; code != "" {
+			call.refused = true
+			obj["resultCode"], obj["refusalReasonCode"], obj["refusalReason"] = "Refused", code, adyenRefusalReasons[code]
+			delete(obj, "action")
+		}
 	} else {
 		obj["paymentPspReference"] = call.payment
 		obj["reference"] = call.reference
@@ -280,6 +301,28 @@ func (r *adyenRecorder) book(call *adyenCall, body []byte) []byte {
 		return body
 	}
 	return out
+}
+
+// adyenRefusalReasons are Adyen's refusal reasons by refusalReasonCode.
+var adyenRefusalReasons = map[string]string{"2": "Refused", "12": "Not enough balance"}
+
+// stop is Adyen going away: once no call is under way and none was
+// answered for half a second (or after 10 s), the listener is closed,
+// its idle connections with it, and every later call is refused at the
+// dial: it never reaches Adyen.
+func (r *adyenRecorder) stop() {
+	if r.stopped.Swap(true) {
+		return
+	}
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if r.inflight.Load() == 0 && time.Since(time.Unix(0, r.quiet.Load())) > 500*time.Millisecond {
+			break
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = r.srv.Config.Shutdown(ctx)
+	r.srv.Close()
 }
 
 func (r *adyenRecorder) all() []adyenCall {
@@ -374,14 +417,15 @@ func (n adyenNotifier) post(t *testing.T, body string) exchange {
 	return e
 }
 
-// send sends items signed with the connector's key and wants Adyen's
-// acknowledgement.
-func (n adyenNotifier) send(t *testing.T, items ...adyen.NotificationItem) {
+// send sends items signed with the connector's key, wants Adyen's
+// acknowledgement, and returns the exchange.
+func (n adyenNotifier) send(t *testing.T, items ...adyen.NotificationItem) exchange {
 	t.Helper()
 	e := n.post(t, n.body(t, n.hmacKey, items...))
 	if e.status() != http.StatusOK || string(e.body) != "[accepted]" {
 		t.Fatalf("notification %s: got %d %s, want 200 [accepted]", items[0].EventCode, e.status(), e.body)
 	}
+	return e
 }
 
 // notificationJSON is a provider notification as the API lists it.
@@ -474,18 +518,26 @@ func newAdyenSetup(t *testing.T, ip, what string, extra ...string) *adyenSetup {
 	env := append(slices.Clone(routingStackEnv), extra...)
 	st := newStack(t, stackOptions{env: env, workerEnv: append(slices.Clone(routingWorkerEnv), "ADYEN_API_BASE="+rec.url())}, what)
 	m := newRoutingMerchant(t, st, ip, "adyen")
+	conn, notifier := m.adyenConnector(t, st, ip, "Adyen EU")
+	return &adyenSetup{st: st, rec: rec, m: m, conn: conn, hmacKey: notifier.hmacKey, notifier: notifier}
+}
+
+// adyenConnector creates an Adyen connector of the merchant, with an HMAC
+// key of its own, and returns it with the notifier that sends its
+// notifications from ip.
+func (m *rtMerchant) adyenConnector(t *testing.T, st *stack, ip, name string) (adyenConnectorJSON, adyenNotifier) {
+	t.Helper()
 	// 64 hex characters, as the Customer Area shows an HMAC key.
 	hmacKey := strings.ToUpper(harness.RandomHex(32))
-	e := m.call(t, http.MethodPost, "/v1/connectors", fmt.Sprintf(`{"provider":"adyen","name":"Adyen EU","credentials":{"api_key":%q,"merchant_account":%q,"hmac_key":%q}}`,
-		"AQE"+harness.RandomHex(24), adyenMerchantAccount, hmacKey))
+	e := m.call(t, http.MethodPost, "/v1/connectors", fmt.Sprintf(`{"provider":"adyen","name":%q,"credentials":{"api_key":%q,"merchant_account":%q,"hmac_key":%q}}`,
+		name, "AQE"+harness.RandomHex(24), adyenMerchantAccount, hmacKey))
 	mustExpect(t, e, http.StatusCreated, "")
 	var conn adyenConnectorJSON
 	decode(t, e, &conn)
 	if conn.Provider != "adyen" || !conn.HasCredentials || conn.NotificationURL != st.replicas[0]+"/v1/provider_notifications/"+conn.ID {
 		t.Fatalf("adyen connector: got %s, want has_credentials and the notification_url %s/v1/provider_notifications/%s", e.body, st.replicas[0], conn.ID)
 	}
-	return &adyenSetup{st: st, rec: rec, m: m, conn: conn, hmacKey: hmacKey,
-		notifier: adyenNotifier{st: st, c: newClient(t, ip), url: conn.NotificationURL, hmacKey: hmacKey}}
+	return conn, adyenNotifier{st: st, c: newClient(t, ip), url: conn.NotificationURL, hmacKey: hmacKey}
 }
 
 // authorizedAtAdyen creates a charge held for capture and waits until it
@@ -751,179 +803,6 @@ func checkAdyenBooks(t *testing.T, calls []adyenCall, want []adyenBooking) {
 			t.Errorf("Adyen booked %d %s under %s, want 1", booked[b.key], b.op, b.key)
 		}
 	}
-}
-
-// adyenFlow is one charge of TestAdyenNotificationsOutOfOrder and what
-// Adyen booked for it.
-type adyenFlow struct {
-	charge            routedJSON
-	pay, capt, refund adyenCall
-	refundID          string
-}
-
-// TestAdyenNotificationsOutOfOrder runs two identical sets of charges,
-// each authorized at Adyen, captured in part and refunded in part. Set A's
-// notifications come in order, one each, after the calls' answers. Set
-// B's come twice each, shuffled among the charges, and before the answers
-// of Adyen to the capture and refund calls they settle (the recorder holds
-// those answers until the notifications are applied). Both sets end the
-// same: statuses, amounts, events; and Adyen booked each operation once.
-func TestAdyenNotificationsOutOfOrder(t *testing.T) {
-	t.Parallel()
-	began := time.Now()
-	// Adyen's answers are held for seconds: a call may take that long.
-	s := newAdyenSetup(t, "127.0.0.161", "adyen notifications out of order", "PROVIDER_TIMEOUT=30s")
-	m, rec, nt := s.m, s.rec, s.notifier
-	m.putRouting(t, `{"default":`+route(s.conn.ID)+`}`)
-	amounts := []int64{2000, 3000, 4000}
-	captureOf := func(i int) int64 { return amounts[i] - 100*int64(i+1) }
-	const refundAmount = 500
-
-	start := func(set string) []*adyenFlow {
-		var flows []*adyenFlow
-		for i, a := range amounts {
-			ch, pay := s.authorizedAtAdyen(t, a, fmt.Sprintf("%s-%d", set, i))
-			flows = append(flows, &adyenFlow{charge: ch, pay: pay})
-		}
-		return flows
-	}
-	capture := func(f *adyenFlow, i int) {
-		mustExpect(t, m.call(t, http.MethodPost, "/v1/charges/"+f.charge.ID+"/capture", fmt.Sprintf(`{"amount":%d}`, captureOf(i))), http.StatusOK, "")
-	}
-	refund := func(f *adyenFlow) {
-		e := m.call(t, http.MethodPost, "/v1/refunds", fmt.Sprintf(`{"charge":%q,"amount":%d}`, f.charge.ID, refundAmount))
-		mustExpect(t, e, http.StatusCreated, "")
-		var r refundJSON
-		decode(t, e, &r)
-		f.refundID = r.ID
-	}
-	ids := func(flows []*adyenFlow) []string {
-		var out []string
-		for _, f := range flows {
-			out = append(out, f.charge.ID)
-		}
-		return out
-	}
-
-	// Set A, in order.
-	a := start("a")
-	for i, f := range a {
-		capture(f, i)
-	}
-	m.waitRouted(t, ids(a), func(c routedJSON) bool { return c.Status == "capturing" }, 30*time.Second)
-	for i, f := range a {
-		f.capt = rec.booked(t, "captures", "gh_"+f.charge.ID+"_capture", 10*time.Second)
-		nt.send(t, adyenItem("CAPTURE", f.capt.psp, f.pay.psp, f.capt.reference, captureOf(i), "EUR", true))
-	}
-	m.waitRouted(t, ids(a), func(c routedJSON) bool { return c.Status == "captured" }, 30*time.Second)
-	for _, f := range a {
-		refund(f)
-		f.refund = rec.booked(t, "refunds", "gh_"+f.refundID+"_refund", 30*time.Second)
-	}
-	for _, f := range a {
-		nt.send(t, adyenItem("REFUND", f.refund.psp, f.pay.psp, f.refundID, refundAmount, "EUR", true))
-	}
-	for _, f := range a {
-		if r := m.waitRefund(t, f.refundID, 30*time.Second); r.Status != "succeeded" {
-			t.Errorf("set A: refund %s: %s, want succeeded", f.refundID, r.Status)
-		}
-	}
-
-	// Set B: Adyen's answers to captures and refunds are held until the
-	// test lets them go, after the notifications were applied.
-	b := start("b")
-	gate := newAnswerGate("captures", "refunds")
-	rec.setHold(gate.hold)
-	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
-	deliverShuffled := func(items []adyen.NotificationItem) {
-		twice := append(slices.Clone(items), items...)
-		rng.Shuffle(len(twice), func(i, j int) { twice[i], twice[j] = twice[j], twice[i] })
-		// Some alone, some in a batch of two, as Adyen batches them.
-		for k := 0; k < len(twice); {
-			n := 1 + rng.IntN(2)
-			n = min(n, len(twice)-k)
-			nt.send(t, twice[k:k+n]...)
-			k += n
-		}
-	}
-	jobsOK := func(typ string) int {
-		e := s.st.do(t, newClient(t, "127.0.0.1"), http.MethodGet, s.st.worker+"/metrics", "", "")
-		n, _ := metricSum(filterMetric(string(e.body), "gatehouse_jobs_processed_total", `outcome="ok"`, fmt.Sprintf("type=%q", typ)), "gatehouse_jobs_processed_total")
-		return int(n)
-	}
-	capturesBefore, refundsBefore := jobsOK("charge:capture"), jobsOK("refund:process")
-	for i, f := range b {
-		capture(f, i)
-	}
-	var items []adyen.NotificationItem
-	for i, f := range b {
-		f.capt = rec.booked(t, "captures", "gh_"+f.charge.ID+"_capture", 30*time.Second)
-		items = append(items, adyenItem("CAPTURE", f.capt.psp, f.pay.psp, f.capt.reference, captureOf(i), "EUR", true))
-	}
-	// Every capture is booked at Adyen and its answer held: the charges
-	// are still authorized, their capture in flight.
-	for _, f := range b {
-		if c := m.routed(t, f.charge.ID); c.Status != "authorized" {
-			t.Errorf("set B: charge %s while Adyen's answer to its capture is held: %s, want authorized", f.charge.ID, c.Status)
-		}
-	}
-	deliverShuffled(items)
-	m.waitRouted(t, ids(b), func(c routedJSON) bool { return c.Status == "captured" }, 30*time.Second)
-	gate.release(t, len(b))
-	// The capture calls' own answers came after: their tasks end, finding
-	// the charges captured.
-	waitCount(t, "charge:capture tasks of set B", func() int { return jobsOK("charge:capture") - capturesBefore }, len(b))
-
-	items = items[:0]
-	for _, f := range b {
-		refund(f)
-	}
-	for _, f := range b {
-		f.refund = rec.booked(t, "refunds", "gh_"+f.refundID+"_refund", 30*time.Second)
-		items = append(items, adyenItem("REFUND", f.refund.psp, f.pay.psp, f.refundID, refundAmount, "EUR", true))
-	}
-	// The CAPTURE notifications again, late, among the REFUND ones.
-	for i, f := range b {
-		items = append(items, adyenItem("CAPTURE", f.capt.psp, f.pay.psp, f.capt.reference, captureOf(i), "EUR", true))
-	}
-	deliverShuffled(items)
-	for _, f := range b {
-		if r := m.waitRefund(t, f.refundID, 30*time.Second); r.Status != "succeeded" {
-			t.Errorf("set B: refund %s: %s, want succeeded", f.refundID, r.Status)
-		}
-	}
-	gate.release(t, len(b))
-	rec.setHold(nil)
-	waitCount(t, "refund:process tasks of set B", func() int { return jobsOK("refund:process") - refundsBefore }, len(b))
-	m.waitNotificationsApplied(t, s.conn.ID, 2*len(a)+2*2*len(b)+2*len(b), 30*time.Second)
-
-	// Both sets end the same.
-	all := m.events(t)
-	for i := range amounts {
-		fa, fb := a[i], b[i]
-		ca, cb := m.routed(t, fa.charge.ID), m.routed(t, fb.charge.ID)
-		ra, rb := m.refundOf(t, fa.refundID), m.refundOf(t, fb.refundID)
-		if ca.Status != "captured" || ca.AmountCaptured != captureOf(i) || ca.AmountRefunded != refundAmount {
-			t.Errorf("set A, charge %d: %s, captured %d, refunded %d; want captured, %d, %d", i, ca.Status, ca.AmountCaptured, ca.AmountRefunded, captureOf(i), refundAmount)
-		}
-		if cb.Status != ca.Status || cb.AmountCaptured != ca.AmountCaptured || cb.AmountRefunded != ca.AmountRefunded || rb.Status != ra.Status || rb.Amount != ra.Amount {
-			t.Errorf("charge %d: set B %s, captured %d, refunded %d, refund %s; set A %s, %d, %d, refund %s",
-				i, cb.Status, cb.AmountCaptured, cb.AmountRefunded, rb.Status, ca.Status, ca.AmountCaptured, ca.AmountRefunded, ra.Status)
-		}
-		ea, eb := chargeEvents(t, all, fa.charge.ID), chargeEvents(t, all, fb.charge.ID)
-		if !mapsEqual(ea, eb) || ea["charge.captured"] != 1 || ea["refund.succeeded"] != 1 {
-			t.Errorf("charge %d: events of set A %v, of set B %v; want the same, one charge.captured and one refund.succeeded each", i, ea, eb)
-		}
-	}
-	var want []adyenBooking
-	for i, f := range append(slices.Clone(a), b...) {
-		want = append(want,
-			adyenBooking{"payments", "gh_" + f.charge.ID + "_authorize", "", amounts[i%len(amounts)], f.pay.psp},
-			adyenBooking{"captures", "gh_" + f.charge.ID + "_capture", f.pay.psp, captureOf(i % len(amounts)), f.capt.psp},
-			adyenBooking{"refunds", "gh_" + f.refundID + "_refund", f.pay.psp, refundAmount, f.refund.psp})
-	}
-	checkAdyenBooks(t, rec.all(), want)
-	t.Logf("adyen out of order: %d charges per set, %d calls to Adyen, in %s", len(amounts), len(rec.all()), time.Since(began).Round(time.Millisecond))
 }
 
 // answerGate holds Adyen's answers to some operations until released.

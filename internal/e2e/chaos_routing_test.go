@@ -15,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/gatehouse-pay/gatehouse/internal/providers/adyen"
 	"github.com/gatehouse-pay/gatehouse/internal/testenv/harness"
 )
 
@@ -58,15 +59,21 @@ type f11Charge struct {
 }
 
 // TestChaosConnectorFailover is F11: the connectors of a route fail one
-// after another under a steady load of charges. The route is sandbox A,
-// sandbox B, Stripe S (stripe-mock behind the recorder), sandbox C. Phase
-// 0: all healthy. Phase 1: A rehearses an outage (PATCH). Phase 2: B
-// declines every authorization with processing_error as well. Phase 3:
-// Stripe goes away (the recorder stops and stripe-mock is killed). Each
-// phase leaves one healthy connector: A, B, S, C. Every good card is
-// captured by the next connector that works; a hard decline is never
-// tried at another connector; what each provider booked equals what the
-// gateway captured through it; no charge has two succeeded attempts.
+// after another under a steady load of charges, across the three kinds of
+// provider. The route is sandbox A, sandbox B, Stripe S (stripe-mock behind
+// the recorder), Adyen Y (Prism behind the recorder, which refuses the
+// hard-decline cards as Adyen would), sandbox C. Phase 0: all healthy.
+// Phase 1: A rehearses an outage (PATCH). Phase 2: B declines every
+// authorization with processing_error as well. Phase 3: Stripe goes away
+// (the recorder stops and stripe-mock is killed). Phase 4: Adyen goes away
+// too (its recorder stops). Each phase leaves one healthy connector: A, B,
+// S, Y, C. Every good card is captured by the next connector that works; a
+// hard decline is never tried at another connector; what each provider
+// booked equals what the gateway captured through it; no charge has two
+// succeeded attempts. Afterwards the test sends the AUTHORISATION
+// notifications Adyen sends for its payments, and refunds a few of them,
+// each settled by Adyen's REFUND notification: Adyen's refunds are the
+// gateway's.
 func TestChaosConnectorFailover(t *testing.T) {
 	chaosParallel(t)
 	var (
@@ -78,15 +85,18 @@ func TestChaosConnectorFailover(t *testing.T) {
 	)
 	mock, mockProc := startStripeMock(t)
 	rec := newStripeRecorder(t, mock)
+	yrec := newAdyenRecorder(t, startAdyenPrism(t))
+	yrec.refusals = map[string]string{"4000000000000002": "2", "4000000000009995": "12"} // card_declined, insufficient_funds
 	st, wm := chaosStack(t, "127.0.0.110", stackOptions{env: []string{
 		"STRIPE_API_BASE=" + rec.url(),
-		// Production's breaker, a few quick retries, and room for four connectors.
-		"PROVIDER_BREAKER_FAILURES=20", "PROVIDER_MAX_ATTEMPTS=3", "ROUTING_MAX_ATTEMPTS=4",
-	}})
+		// Production's breaker, a few quick retries, and room for five connectors.
+		"PROVIDER_BREAKER_FAILURES=20", "PROVIDER_MAX_ATTEMPTS=3", "ROUTING_MAX_ATTEMPTS=5",
+	}, workerEnv: []string{"ADYEN_API_BASE=" + yrec.url()}})
 	m := &rtMerchant{payments: wm.payments, id: wm.id}
 	a := m.sandboxConnector(t, "A", "")
 	b := m.sandboxConnector(t, "B", "")
 	s := m.createConnector(t, fmt.Sprintf(`{"provider":"stripe","name":"S","credentials":{"secret_key":"sk_test_%s"}}`, harness.RandomHex(16)))
+	y, ynt := m.adyenConnector(t, st, "127.0.0.111", "Y")
 	c := m.sandboxConnector(t, "C", "")
 	// The routing's notice is handed to every replica before the load
 	// starts, so neither routes by a copy from before it.
@@ -94,15 +104,16 @@ func TestChaosConnectorFailover(t *testing.T) {
 	if _, err := notices.Receive(context.Background()); err != nil {
 		t.Fatalf("subscribe to the routing notices: %v", err)
 	}
-	m.putRouting(t, `{"default":`+route(a.ID, b.ID, s.ID, c.ID)+`}`)
+	m.putRouting(t, `{"default":`+route(a.ID, b.ID, s.ID, y.ID, c.ID)+`}`)
 	select {
 	case <-notices.Channel():
 	case <-time.After(waitFloor):
 		t.Fatalf("no routing notice within %s of the PUT", waitFloor)
 	}
 	notices.Close()
-	order := map[string]int{a.ID: 0, b.ID: 1, s.ID: 2, c.ID: 3}
-	names := map[string]string{a.ID: "A", b.ID: "B", s.ID: "S", c.ID: "C"}
+	order := map[string]int{a.ID: 0, b.ID: 1, s.ID: 2, y.ID: 3, c.ID: 4}
+	names := map[string]string{a.ID: "A", b.ID: "B", s.ID: "S", y.ID: "Y", c.ID: "C"}
+	providerOf := map[string]string{a.ID: "sandbox", b.ID: "sandbox", s.ID: "stripe", y.ID: "adyen", c.ID: "sandbox"}
 
 	// The load: rate charges a second, one in ten a hard decline.
 	var (
@@ -110,7 +121,7 @@ func TestChaosConnectorFailover(t *testing.T) {
 		shots  []f11Shot
 		wg     sync.WaitGroup
 		cur    int // the phase
-		faults [4]time.Time
+		faults [5]time.Time
 		// At smoke scale the load pauses before each fault until every
 		// charge sent has settled (see next).
 		paused   bool
@@ -135,7 +146,7 @@ func TestChaosConnectorFailover(t *testing.T) {
 				card = []string{"4000000000000002", "4000000000009995"}[(i/10)%2]
 			}
 			sh := f11Shot{tag: fmt.Sprintf("f11-%05d", i), card: card, amount: int64(1000 + (i*7919)%9000), sent: time.Now()}
-			if sh.amount == 1313 { // the sandbox's lost-answer amount
+			if sh.amount == 1313 || sh.amount == adyenThreeDSAmount { // the sandbox's lost answer, the recorder's 3-D Secure
 				sh.amount++
 			}
 			mu.Lock()
@@ -230,6 +241,13 @@ func TestChaosConnectorFailover(t *testing.T) {
 		}
 		<-mockProc.Done()
 	})
+	// Before Adyen goes away, its word on what it took so far: the
+	// notifications it sends, and refunds that wait for theirs.
+	var word f11AdyenWord
+	next(4, "Adyen stopped", func() {
+		word = f11AdyenNotifications(t, st, m, yrec, ynt, y.ID)
+		yrec.stop()
+	})
 	time.Sleep(time.Until(phaseStart.Add(phase)))
 	close(stop)
 	<-genDone
@@ -285,6 +303,16 @@ func TestChaosConnectorFailover(t *testing.T) {
 		}
 	}
 
+	// Adyen's payments (Authorised: Refused ones book nothing), by charge.
+	adyenBooked := map[string][]booking{}
+	for _, call := range yrec.all() {
+		if call.op == "payments" && !call.replayed && call.status/100 == 2 && !call.refused {
+			id := f11ChargeOfKey(call.key)
+			adyenBooked[id] = append(adyenBooked[id], booking{key: call.key, reference: call.psp, amount: call.amount})
+		}
+	}
+	books := map[string]map[string][]booking{"sandbox": sandboxBooked, "stripe": stripeBooked, "adyen": adyenBooked}
+
 	byID := map[string]f11Charge{}
 	for _, ch := range charges {
 		byID[ch.ID] = ch
@@ -292,15 +320,14 @@ func TestChaosConnectorFailover(t *testing.T) {
 	var (
 		goodSent, goodCaptured, hardSent, hardOK int
 		doubleSucceeded, unknownAttempts         int
-		gatewaySandbox, gatewayStripe            int64
-		nSandbox, nStripe                        int
-		bookedSandbox, bookedStripe              int64
+		gateway, booked                          = map[string]int64{}, map[string]int64{}
+		captures                                 = map[string]int{} // charges captured, by provider
 		single, multi                            []time.Duration
 		perAttempts                              = map[int][]time.Duration{}
-		perPhase                                 [4][]time.Duration
+		perPhase                                 [5][]time.Duration
 		settledAt                                = map[string]int{}
 		early                                    int
-		phaseTally                               [4]map[string]int
+		phaseTally                               [5]map[string]int
 	)
 	for i := range phaseTally {
 		phaseTally[i] = map[string]int{}
@@ -332,7 +359,10 @@ func TestChaosConnectorFailover(t *testing.T) {
 			unknownAttempts += unknown
 			t.Errorf("charge %s: an attempt's outcome is unknown %s", ch.ID, f11Path(ch, names))
 		}
-		sb, sp := sandboxBooked[ch.ID], stripeBooked[ch.ID]
+		bookings := 0
+		for _, byCharge := range books {
+			bookings += len(byCharge[ch.ID])
+		}
 		hard, isHard := f11Hard[sh.card]
 		switch {
 		case !isHard:
@@ -349,7 +379,7 @@ func TestChaosConnectorFailover(t *testing.T) {
 			settledAt[names[ch.Connector]]++
 			// Faults only add up: a charge sent well after a fault began is
 			// never taken by a connector that fault broke.
-			for p := 3; p >= 1; p-- {
+			for p := len(faults) - 1; p >= 1; p-- {
 				if sh.sent.After(faults[p].Add(margin)) && order[ch.Connector] < p {
 					early++
 					t.Errorf("good card %s sent %s after phase %d began was captured at %s %s", ch.ID,
@@ -363,21 +393,12 @@ func TestChaosConnectorFailover(t *testing.T) {
 			if n := order[ch.Connector]; n > 0 {
 				want += fmt.Sprintf("_%d", n+1)
 			}
-			var got []booking
-			if ch.Connector == s.ID {
-				got = sp
-				nStripe++
-				gatewayStripe += ch.Captured
-				if len(sb) != 0 {
-					t.Errorf("charge %s captured at Stripe has sandbox bookings %+v", ch.ID, sb)
-				}
-			} else {
-				got = sb
-				nSandbox++
-				gatewaySandbox += ch.Captured
-				if len(sp) != 0 {
-					t.Errorf("charge %s captured at %s has Stripe payment intents %+v", ch.ID, names[ch.Connector], sp)
-				}
+			prov := providerOf[ch.Connector]
+			got := books[prov][ch.ID]
+			captures[prov]++
+			gateway[prov] += ch.Captured
+			if bookings != len(got) {
+				t.Errorf("charge %s captured at %s (%s) has bookings at other providers: %d in all", ch.ID, names[ch.Connector], prov, bookings)
 			}
 			if len(got) != 1 || got[0].key != want || got[0].amount != ch.Amount || ch.Reference == nil || got[0].reference != *ch.Reference {
 				t.Errorf("charge %s captured at %s (reference %s): bookings %+v, want one under %s", ch.ID, names[ch.Connector], chaosDeref(ch.Reference), got, want)
@@ -400,9 +421,9 @@ func TestChaosConnectorFailover(t *testing.T) {
 			}
 			last := len(ch.Attempts) - 1
 			if ch.Status != "failed" || chaosDeref(ch.FailureCode) != hard || declines != 1 || !moved || last < 0 ||
-				chaosDeref(ch.Attempts[last].FailureCode) != hard || len(sb)+len(sp) != 0 {
+				chaosDeref(ch.Attempts[last].FailureCode) != hard || bookings != 0 {
 				t.Errorf("hard decline %s (%s, phase %d): %s %q %s, bookings %d; want failed %s in exactly one declined attempt, the last",
-					ch.ID, sh.card[len(sh.card)-4:], sh.phase, ch.Status, chaosDeref(ch.FailureCode), f11Path(ch, names), len(sb)+len(sp), hard)
+					ch.ID, sh.card[len(sh.card)-4:], sh.phase, ch.Status, chaosDeref(ch.FailureCode), f11Path(ch, names), bookings, hard)
 				continue
 			}
 			hardOK++
@@ -420,20 +441,17 @@ func TestChaosConnectorFailover(t *testing.T) {
 			}
 		}
 	}
-	for id, bks := range sandboxBooked {
-		if _, ok := byID[id]; !ok {
-			t.Errorf("sandbox bookings for no charge of the test: %+v", bks)
+	for prov, byCharge := range books {
+		for id, bks := range byCharge {
+			if _, ok := byID[id]; !ok {
+				t.Errorf("%s bookings for no charge of the test: %+v", prov, bks)
+			}
+			for _, bk := range bks {
+				booked[prov] += bk.amount
+			}
 		}
-		for _, bk := range bks {
-			bookedSandbox += bk.amount
-		}
-	}
-	for id, bks := range stripeBooked {
-		if _, ok := byID[id]; !ok {
-			t.Errorf("Stripe payment intents for no charge of the test: %+v", bks)
-		}
-		for _, bk := range bks {
-			bookedStripe += bk.amount
+		if booked[prov] != gateway[prov] || len(byCharge) != captures[prov] {
+			t.Errorf("%s: booked %d for %d charges, the gateway captured %d of %d charges there", prov, booked[prov], len(byCharge), gateway[prov], captures[prov])
 		}
 	}
 	for pi, n := range intentIDs {
@@ -441,20 +459,26 @@ func TestChaosConnectorFailover(t *testing.T) {
 			t.Errorf("payment intent %s answered %d times", pi, n)
 		}
 	}
-	if bookedSandbox != gatewaySandbox {
-		t.Errorf("sandbox: booked %d, the gateway captured %d through sandbox connectors", bookedSandbox, gatewaySandbox)
-	}
-	if bookedStripe != gatewayStripe || len(intentIDs) != nStripe {
-		t.Errorf("Stripe: %d payment intents for %d, the gateway captured %d charges for %d through S", len(intentIDs), bookedStripe, nStripe, gatewayStripe)
-	}
 	if goodCaptured != goodSent || hardOK != hardSent || len(sent) != len(charges) {
 		t.Errorf("good cards captured %d of %d, hard declines as expected %d of %d, charges %d answered 201 and %d in Postgres",
 			goodCaptured, goodSent, hardOK, hardSent, len(sent), len(charges))
 	}
-	for _, name := range []string{"A", "B", "S", "C"} {
+	for _, name := range []string{"A", "B", "S", "Y", "C"} {
 		if settledAt[name] == 0 {
 			t.Errorf("no good card was captured at %s: the phase did not happen", name)
 		}
+	}
+	// Adyen's refunds are the gateway's.
+	var adyenRefunds int64
+	for _, call := range yrec.all() {
+		if call.op == "refunds" && !call.replayed && call.status/100 == 2 {
+			adyenRefunds += call.amount
+		}
+	}
+	gatewayRefunds := queryInt(t, st.db, `SELECT coalesce(sum(amount_refunded), 0) FROM charges WHERE merchant_id = $1`, m.id)
+	if word.refunds == 0 || adyenRefunds != gatewayRefunds || adyenRefunds != word.refunded {
+		t.Errorf("refunds: Adyen booked %d, the gateway refunded %d, the test asked for %d in %d refunds; want them equal, and at least one",
+			adyenRefunds, gatewayRefunds, word.refunded, word.refunds)
 	}
 	if n := queryInt(t, st.db, `SELECT count(*) FROM outbox WHERE task_type = 'charge:reverse'`); n != 0 {
 		t.Errorf("charge:reverse tasks in the outbox: %d, want 0 (no answer was lost)", n)
@@ -466,8 +490,8 @@ func TestChaosConnectorFailover(t *testing.T) {
 		if len(ds) > 0 {
 			p50, p99 = quantile(ds, 0.5), quantile(ds, 0.99)
 		}
-		t.Logf("F11 phase %d: good cards sent %d, captured at A %d, B %d, S %d, C %d; settled after creation p50 %s, p99 %s", p,
-			tally["A"]+tally["B"]+tally["S"]+tally["C"], tally["A"], tally["B"], tally["S"], tally["C"],
+		t.Logf("F11 phase %d: good cards sent %d, captured at A %d, B %d, S %d, Y %d, C %d; settled after creation p50 %s, p99 %s", p,
+			tally["A"]+tally["B"]+tally["S"]+tally["Y"]+tally["C"], tally["A"], tally["B"], tally["S"], tally["Y"], tally["C"],
 			p50.Round(time.Millisecond), p99.Round(time.Millisecond))
 	}
 	// Authorizations sent more than once under one key (a task run twice;
@@ -490,6 +514,13 @@ func TestChaosConnectorFailover(t *testing.T) {
 	if len(stripeTook) > 0 {
 		stripeP50, stripeP99 = quantile(stripeTook, 0.5), quantile(stripeTook, 0.99)
 	}
+	var adyenTook []time.Duration
+	for _, call := range yrec.all() {
+		if call.op == "payments" && !call.replayed && call.status/100 == 2 {
+			adyenTook = append(adyenTook, call.took)
+		}
+	}
+	slices.Sort(adyenTook)
 	attempts := 0
 	for _, ch := range charges {
 		attempts += len(ch.Attempts)
@@ -502,9 +533,10 @@ func TestChaosConnectorFailover(t *testing.T) {
 			runs += v
 		}
 	}
-	t.Logf("F11 worker: critical queue at most %d pending and %d scheduled or retrying; charge:authorize runs ended ok %.0f for %d attempts; authorizations repeated under their key: sandbox %d, Stripe %d; stripe-mock's payment intent creation p50 %s, p99 %s",
-		maxPending, maxRetry, runs, attempts, repeated, stripeRepeats, stripeP50.Round(time.Millisecond), stripeP99.Round(time.Millisecond))
-	for n := 1; n <= 4; n++ {
+	t.Logf("F11 worker: critical queue at most %d pending and %d scheduled or retrying; charge:authorize runs ended ok %.0f for %d attempts; authorizations repeated under their key: sandbox %d, Stripe %d; stripe-mock's payment intent creation p50 %s, p99 %s; Prism's payment p50 %s, p99 %s",
+		maxPending, maxRetry, runs, attempts, repeated, stripeRepeats, stripeP50.Round(time.Millisecond), stripeP99.Round(time.Millisecond),
+		quantile(adyenTook, 0.5).Round(time.Millisecond), quantile(adyenTook, 0.99).Round(time.Millisecond))
+	for n := 1; n <= len(order); n++ {
 		ds := perAttempts[n]
 		slices.Sort(ds)
 		if len(ds) > 0 {
@@ -521,12 +553,86 @@ func TestChaosConnectorFailover(t *testing.T) {
 	if len(multi) > 0 {
 		p99Multi = quantile(multi, 0.99)
 	}
-	t.Logf("F11 figures: scale %s, %d charges at %d/s over %s (phases of %s); good cards %d, captured %d (%.2f%%): at A %d, B %d, S %d, C %d; hard declines %d, declined once and never tried further %d; charges with two succeeded attempts %d; unknown attempts %d; sandbox booked %d for %d charges, gateway %d; Stripe booked %d in %d payment intents, gateway %d for %d charges; settle latency p99: one attempt %s (%d), after failover %s (%d), added %s; all settled %s after the load",
+	t.Logf("F11 figures: scale %s, %d charges at %d/s over %s (phases of %s); good cards %d, captured %d (%.2f%%): at A %d, B %d, S %d, Y %d, C %d; hard declines %d, declined once and never tried further %d; charges with two succeeded attempts %d; unknown attempts %d; sandbox booked %d for %d charges, gateway %d; Stripe booked %d in %d payment intents, gateway %d for %d charges; Adyen booked %d in %d payments, gateway %d for %d charges; settle latency p99: one attempt %s (%d), after failover %s (%d), added %s; all settled %s after the load",
 		chaosScale("smoke", "full"), len(sent), rate, loadEnded.Sub(began).Round(time.Millisecond), phase,
-		goodSent, goodCaptured, 100*float64(goodCaptured)/float64(max(goodSent, 1)), settledAt["A"], settledAt["B"], settledAt["S"], settledAt["C"],
-		hardSent, hardOK, doubleSucceeded, unknownAttempts, bookedSandbox, nSandbox, gatewaySandbox, bookedStripe, len(intentIDs), gatewayStripe, nStripe,
+		goodSent, goodCaptured, 100*float64(goodCaptured)/float64(max(goodSent, 1)), settledAt["A"], settledAt["B"], settledAt["S"], settledAt["Y"], settledAt["C"],
+		hardSent, hardOK, doubleSucceeded, unknownAttempts, booked["sandbox"], len(sandboxBooked), gateway["sandbox"],
+		booked["stripe"], len(intentIDs), gateway["stripe"], captures["stripe"], booked["adyen"], len(adyenBooked), gateway["adyen"], captures["adyen"],
 		p99Single.Round(time.Millisecond), len(single), p99Multi.Round(time.Millisecond), len(multi), (p99Multi - p99Single).Round(time.Millisecond),
 		settledAfter.Round(time.Millisecond))
+}
+
+// f11AdyenWord is what F11 heard from Adyen before it went away.
+type f11AdyenWord struct {
+	authorisations, refunds int
+	refunded                int64
+}
+
+// f11AdyenNotifications sends the AUTHORISATION notification Adyen sends
+// for each payment the charges captured at its connector so far (each
+// answered Authorised: nothing is left to move, and each is stored as a
+// duplicate of that answer), then refunds part of up to three of them,
+// each pending until the REFUND notification the test sends once Adyen
+// booked it. Every notification is acknowledged, stored and processed.
+func f11AdyenNotifications(t *testing.T, st *stack, m *rtMerchant, rec *adyenRecorder, nt adyenNotifier, connector string) f11AdyenWord {
+	t.Helper()
+	payments := map[string]adyenCall{}
+	for _, call := range rec.all() {
+		if call.op == "payments" && !call.replayed && call.status/100 == 2 && !call.refused {
+			payments[f11ChargeOfKey(call.key)] = call
+		}
+	}
+	var (
+		word  f11AdyenWord
+		items []adyen.NotificationItem
+		taken []string
+	)
+	outcomes := map[string]string{} // eventCode:pspReference -> the outcome wanted
+	for _, ch := range f11Charges(t, st, m.id) {
+		pay, ok := payments[ch.ID]
+		if ch.Connector != connector || ch.Status != "captured" || !ok {
+			continue
+		}
+		items = append(items, adyenItem("AUTHORISATION", pay.psp, "", pay.reference, pay.amount, pay.currency, true))
+		outcomes["AUTHORISATION:"+pay.psp] = "duplicate"
+		taken = append(taken, ch.ID)
+	}
+	if len(taken) == 0 {
+		t.Errorf("no charge was captured at Adyen before it went away")
+		return word
+	}
+	word.authorisations = len(items)
+	for len(items) > 0 { // Adyen sends up to a few items a request
+		n := min(5, len(items))
+		nt.send(t, items[:n]...)
+		items = items[n:]
+	}
+	const part = 100
+	for _, id := range taken[:min(3, len(taken))] {
+		e := m.call(t, http.MethodPost, "/v1/refunds", fmt.Sprintf(`{"charge":%q,"amount":%d}`, id, part))
+		mustExpect(t, e, http.StatusCreated, "")
+		var r refundJSON
+		decode(t, e, &r)
+		call := rec.booked(t, "refunds", "gh_"+r.ID+"_refund", 30*time.Second)
+		if call.payment != payments[id].psp || call.amount != part {
+			t.Errorf("refund %s at Adyen: %+v; want %d of %s", r.ID, call, part, payments[id].psp)
+		}
+		nt.send(t, adyenItem("REFUND", call.psp, call.payment, r.ID, part, call.currency, true))
+		outcomes["REFUND:"+call.psp] = "applied"
+		if got := m.waitRefund(t, r.ID, 30*time.Second); got.Status != "succeeded" {
+			t.Errorf("refund %s after Adyen's REFUND: %s, want succeeded", r.ID, got.Status)
+		}
+		word.refunds++
+		word.refunded += part
+	}
+	list := m.waitNotificationsApplied(t, connector, len(outcomes), 30*time.Second)
+	for _, n := range list {
+		if want := outcomes[n.Type+":"+n.ProviderEventID]; n.Outcome != want || n.Charge == nil {
+			t.Errorf("Adyen's %s %s: outcome %s, charge %s; want %s, of its charge", n.Type, n.ProviderEventID, n.Outcome, chaosDeref(n.Charge), want)
+		}
+	}
+	t.Logf("F11 Adyen: %d AUTHORISATION notifications, %d refunds settled by REFUND notifications", word.authorisations, word.refunds)
+	return word
 }
 
 // f11Charges reads every charge of the merchant with its attempts.
