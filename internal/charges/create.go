@@ -18,7 +18,6 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/money"
 	"github.com/gatehouse-pay/gatehouse/internal/outbox"
 	"github.com/gatehouse-pay/gatehouse/internal/providers"
-	"github.com/gatehouse-pay/gatehouse/internal/providers/adyen"
 )
 
 // Limits on charge input (api/openapi.yaml).
@@ -259,16 +258,13 @@ func (s *Service) route(ctx context.Context, c *Charge, p CreateParams) error {
 // whole units: IDR 123.45 cannot be sent), and leaves such connectors out
 // of its fallbacks, where the charge would only be declined.
 func adyenCarries(plan []connectors.Ref, c *Charge) ([]connectors.Ref, error) {
-	err := adyen.Carries(c.Amount, c.Currency)
-	if err == nil {
+	digits := money.AdyenDigits(c.Currency)
+	if money.FitsDigits(c.Amount, c.Currency, digits) {
 		return plan, nil
 	}
 	if plan[0].Provider == connectors.ProviderAdyen {
-		msg := "An adyen connector cannot carry this amount."
-		if d, ok := providers.AsDecline(err); ok {
-			msg = d.Message
-		}
-		return nil, apperr.Invalid("amount", "%s", msg)
+		return nil, apperr.Invalid("amount", "An adyen connector takes %s amounts in whole units of %d decimals; %s is not one.",
+			strings.ToUpper(c.Currency), digits, money.Format(c.Amount, c.Currency))
 	}
 	return slices.DeleteFunc(plan, func(p connectors.Ref) bool { return p.Provider == connectors.ProviderAdyen }), nil
 }

@@ -68,6 +68,34 @@ func Digits(currency string) int {
 	return 2
 }
 
+// adyenDigits lists the currencies whose minor unit at Adyen is not ISO
+// 4217's. Adyen's table of currency codes says its own decimals lead for
+// these four: CLP and ISK have 2 at Adyen (0 in ISO 4217), CVE and IDR
+// have 0 (2 in ISO 4217).
+var adyenDigits = map[string]int{"CLP": 2, "ISK": 2, "CVE": 0, "IDR": 0}
+
+// AdyenDigits is the number of decimals of currency (in any case) in
+// Adyen's minor unit; for every currency but four it is Digits.
+func AdyenDigits(currency string) int {
+	if d, ok := adyenDigits[strings.ToUpper(currency)]; ok {
+		return d
+	}
+	return Digits(currency)
+}
+
+// FitsDigits reports whether amount, in currency's minor units, can be
+// written with digits decimals: IDR 12345 (123.45 rupiah) cannot with 0,
+// IDR 12300 can. Any amount fits more decimals than the currency has.
+func FitsDigits(amount int64, currency string, digits int) bool {
+	for d := Digits(currency); d > digits; d-- {
+		if amount%10 != 0 {
+			return false
+		}
+		amount /= 10
+	}
+	return true
+}
+
 // Major renders amount (minor units) in the currency's major unit, with
 // exactly the currency's digits after the point: 1250 USD is "12.50", 1500
 // JPY is "1500", 1 KWD is "0.001". A negative amount starts with "-".

@@ -139,3 +139,24 @@ func FuzzRoundTrip(f *testing.F) {
 		}
 	})
 }
+
+func TestAdyenDigitsAndFit(t *testing.T) {
+	for cur, want := range map[string]int{"idr": 0, "CVE": 0, "CLP": 2, "isk": 2, "EUR": 2, "JPY": 0, "KWD": 3} {
+		if got := AdyenDigits(cur); got != want {
+			t.Errorf("AdyenDigits(%s) = %d, want %d", cur, got, want)
+		}
+	}
+	for _, c := range []struct {
+		amount   int64
+		currency string
+		digits   int
+		want     bool
+	}{
+		{12345, "IDR", 0, false}, {12300, "IDR", 0, true}, {101, "idr", 0, false}, {250, "CVE", 0, false},
+		{1, "IDR", 1, false}, {10, "IDR", 1, true}, {12345, "EUR", 2, true}, {5, "JPY", 2, true}, {1234, "KWD", 2, false}, {1230, "KWD", 2, true},
+	} {
+		if got := FitsDigits(c.amount, c.currency, c.digits); got != c.want {
+			t.Errorf("FitsDigits(%d, %s, %d) = %t, want %t", c.amount, c.currency, c.digits, got, c.want)
+		}
+	}
+}

@@ -14,20 +14,9 @@ type Amount struct {
 	Value    int64  `json:"value"`
 }
 
-// adyenDigits lists the currencies whose minor unit at Adyen is not ISO
-// 4217's, which Gatehouse's amounts follow (money.Digits). Adyen's table of
-// currency codes says its own decimals lead for these four: CLP and ISK
-// have 2 at Adyen (0 in ISO 4217), CVE and IDR have 0 (2 in ISO 4217). For
-// every other currency Adyen's minor unit is ISO 4217's.
-var adyenDigits = map[string]int{"CLP": 2, "ISK": 2, "CVE": 0, "IDR": 0}
-
-// digits is the number of decimals of currency at Adyen.
-func digits(currency string) int {
-	if d, ok := adyenDigits[currency]; ok {
-		return d
-	}
-	return money.Digits(currency)
-}
+// digits is the number of decimals of currency at Adyen (money.AdyenDigits:
+// ISO 4217's, which Gatehouse's amounts follow, but for four currencies).
+func digits(currency string) int { return money.AdyenDigits(currency) }
 
 func pow10(n int) int64 {
 	p := int64(1)
@@ -35,14 +24,6 @@ func pow10(n int) int64 {
 		p *= 10
 	}
 	return p
-}
-
-// Carries returns nil when Adyen can carry amount of currency, and
-// otherwise a *providers.Decline (invalid_request) that says why: an IDR
-// amount with sen, say, or a currency that is not three letters.
-func Carries(amount int64, currency string) error {
-	_, err := toAdyen(amount, currency)
-	return err
 }
 
 // toAdyen turns amount (Gatehouse's minor units of currency) into Adyen's.
