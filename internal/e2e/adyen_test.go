@@ -10,6 +10,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -26,6 +27,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	stripewebhook "github.com/stripe/stripe-go/v84/webhook"
 
 	"github.com/gatehouse-pay/gatehouse/internal/providers/adyen"
 	"github.com/gatehouse-pay/gatehouse/internal/testenv"
@@ -387,7 +391,10 @@ func adyenItem(event, psp, original, merchantRef string, value int64, currency s
 	}
 }
 
-// body is Adyen's notification of items, each signed with key.
+// body is Adyen's notification of items, each signed with key. Each item,
+// as a notification of its own, must be valid against the request schema
+// of its eventCode in Adyen's webhook description (Webhooks-v1.json): the
+// test sends what Adyen would.
 func (n adyenNotifier) body(t *testing.T, key string, items ...adyen.NotificationItem) string {
 	t.Helper()
 	wrapped := make([]adyen.ItemWrapper, len(items))
@@ -398,12 +405,93 @@ func (n adyenNotifier) body(t *testing.T, key string, items ...adyen.Notificatio
 		}
 		it.AdditionalData = map[string]any{"hmacSignature": sig}
 		wrapped[i] = adyen.ItemWrapper{Item: it}
+		one, err := json.Marshal(adyen.Notification{Live: "false", Items: wrapped[i : i+1]})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := adyenWebhookSchemas.validate(it.EventCode, one); err != nil {
+			t.Fatalf("a notification %s the test built is not one Adyen sends: %v\n%s", it.EventCode, err, one)
+		}
 	}
 	b, err := json.Marshal(adyen.Notification{Live: "false", Items: wrapped})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// adyenWebhookSchemas are the request schemas of Adyen's webhook
+// description, by eventCode, compiled once.
+var adyenWebhookSchemas = &webhookSchemas{byCode: map[string]*jsonschema.Schema{}}
+
+type webhookSchemas struct {
+	mu     sync.Mutex
+	c      *jsonschema.Compiler
+	doc    map[string]any
+	err    error
+	byCode map[string]*jsonschema.Schema
+}
+
+// validate checks body against the schema of the webhook /code.
+func (w *webhookSchemas) validate(code string, body []byte) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	const base = "file:///adyen/Webhooks-v1.json"
+	if w.c == nil && w.err == nil {
+		w.err = func() error {
+			root, err := harness.ModuleRoot()
+			if err != nil {
+				return err
+			}
+			f, err := os.Open(filepath.Join(filepath.Dir(root), "shared", "third_party", "adyen-openapi", "Webhooks-v1.json"))
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			doc, err := jsonschema.UnmarshalJSON(f)
+			if err != nil {
+				return err
+			}
+			w.c = jsonschema.NewCompiler()
+			w.c.DefaultDraft(jsonschema.Draft2020)
+			if err := w.c.AddResource(base, doc); err != nil {
+				return err
+			}
+			w.doc, _ = doc.(map[string]any)
+			return nil
+		}()
+	}
+	if w.err != nil {
+		return fmt.Errorf("Adyen's webhook description: %w", w.err)
+	}
+	sch, ok := w.byCode[code]
+	if !ok {
+		// webhooks./CODE.post.requestBody.content.application/json.schema.$ref
+		ref := ""
+		if hooks, _ := w.doc["webhooks"].(map[string]any); hooks != nil {
+			if hook, _ := hooks["/"+code].(map[string]any); hook != nil {
+				post, _ := hook["post"].(map[string]any)
+				rb, _ := post["requestBody"].(map[string]any)
+				content, _ := rb["content"].(map[string]any)
+				js, _ := content["application/json"].(map[string]any)
+				schema, _ := js["schema"].(map[string]any)
+				ref, _ = schema["$ref"].(string)
+			}
+		}
+		if ref == "" {
+			return fmt.Errorf("no webhook %s in Adyen's description", code)
+		}
+		var err error
+		if sch, err = w.c.Compile(base + ref); err != nil {
+			return err
+		}
+		w.byCode[code] = sch
+	}
+	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	return sch.Validate(inst)
 }
 
 // post sends a body to the notification URL.
@@ -595,7 +683,8 @@ func TestAdyenSettlesByNotification(t *testing.T) {
 	// the charges never need.
 	s := newAdyenSetup(t, "127.0.0.160", "adyen settles by notification", "STRIPE_API_BASE="+startStripeMockProcess(t))
 	m, rec, nt := s.m, s.rec, s.notifier
-	stripe := m.createConnector(t, fmt.Sprintf(`{"provider":"stripe","name":"Stripe","credentials":{"secret_key":"sk_test_%s"}}`, harness.RandomHex(16)))
+	whsec := "whsec_" + harness.RandomHex(16)
+	stripe := m.createConnector(t, fmt.Sprintf(`{"provider":"stripe","name":"Stripe","credentials":{"secret_key":"sk_test_%s","webhook_secret":%q}}`, harness.RandomHex(16), whsec))
 	m.putRouting(t, `{"default":`+route(s.conn.ID, stripe.ID)+`}`)
 
 	// Authorized at Adyen, the first of the route.
@@ -718,6 +807,50 @@ func TestAdyenSettlesByNotification(t *testing.T) {
 	})
 	if rows := ledgerKeys(t, s.st.db, ch.ID); len(rows) != 0 {
 		t.Errorf("charge %s: sandbox_ledger %+v, want nothing (Adyen took it)", ch.ID, rows)
+	}
+
+	// Stripe's door, through the binaries: a charge held at the Stripe
+	// connector, then Stripe's events about its PaymentIntent, signed with
+	// the connector's webhook secret. The charge's work is settled, so the
+	// worker lists the event a duplicate of it; an event about a payment
+	// the gateway does not hold is ignored; a resent one is a duplicate
+	// when it arrives; a forged one is refused and not stored.
+	held := m.charge(t, routeBody("4242424242424242", 2500, "eur", false, "stripe-held", fmt.Sprintf(`"connector":%q`, stripe.ID)))
+	got = m.waitRouted(t, []string{held.ID}, settled, 30*time.Second)[held.ID]
+	pi := chaosDeref(got.ProviderReference)
+	if got.Status != "authorized" || got.Provider != "stripe" || !strings.HasPrefix(pi, "pi_") {
+		t.Fatalf("charge %s at Stripe: %s at %s, reference %s; want authorized with a PaymentIntent", held.ID, got.Status, got.Provider, pi)
+	}
+	stripeURL := strings.Replace(s.notifier.url, s.conn.ID, stripe.ID, 1)
+	postStripe := func(body, secret string) exchange {
+		t.Helper()
+		at := time.Now()
+		sig := stripewebhook.ComputeSignature(at, []byte(body), secret)
+		e, err := sendWith(nt.c, http.MethodPost, stripeURL, "", body, "Stripe-Signature", fmt.Sprintf("t=%d,v1=%s", at.Unix(), hex.EncodeToString(sig)))
+		if err != nil {
+			t.Fatalf("POST %s: %v", stripeURL, err)
+		}
+		s.st.check(t, e)
+		return e
+	}
+	event := func(id, pi string) string {
+		return fmt.Sprintf(`{"id":%q,"object":"event","type":"payment_intent.amount_capturable_updated","data":{"object":{"id":%q,"object":"payment_intent","status":"requires_capture"}}}`, id, pi)
+	}
+	evHeld, evOther := "evt_"+harness.RandomHex(8), "evt_"+harness.RandomHex(8)
+	for _, body := range []string{event(evHeld, pi), event(evOther, "pi_"+harness.RandomHex(8)), event(evHeld, pi)} {
+		if e := postStripe(body, whsec); e.status() != http.StatusOK || !strings.Contains(string(e.body), `"received":true`) {
+			t.Fatalf("Stripe's event: %s, want 200 received", e)
+		}
+	}
+	expect(t, postStripe(event("evt_"+harness.RandomHex(8), pi), "whsec_"+harness.RandomHex(16)), http.StatusUnauthorized, "invalid_credentials")
+	stripeList := m.waitNotificationsApplied(t, stripe.ID, 3, 30*time.Second)
+	outcomes := map[string]int{}
+	for _, n := range stripeList {
+		outcomes[n.ProviderEventID+" "+n.Outcome+" "+chaosDeref(n.Charge)]++
+	}
+	wantOutcomes := map[string]int{evHeld + " duplicate " + held.ID: 1, evHeld + " duplicate ": 1, evOther + " ignored ": 1}
+	if !mapsEqual(outcomes, wantOutcomes) {
+		t.Errorf("Stripe's events: %v, want %v", outcomes, wantOutcomes)
 	}
 	t.Logf("adyen: %d calls to Adyen, %d notifications, in %s", len(rec.all()), len(list), time.Since(began).Round(time.Millisecond))
 }
