@@ -318,15 +318,7 @@ func (r *adyenRecorder) stop() {
 	if r.stopped.Swap(true) {
 		return
 	}
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if r.inflight.Load() == 0 && time.Since(time.Unix(0, r.quiet.Load())) > 500*time.Millisecond {
-			break
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	_ = r.srv.Config.Shutdown(ctx)
-	r.srv.Close()
+	closeWhenQuiet(r.srv, &r.inflight, &r.quiet)
 }
 
 func (r *adyenRecorder) all() []adyenCall {

@@ -471,15 +471,23 @@ func (r *stripeRecorder) stop() {
 		return
 	}
 	r.closing.Store(true)
+	closeWhenQuiet(r.srv, &r.inflight, &r.quiet)
+}
+
+// closeWhenQuiet closes srv once no request is under way (inflight) and
+// none was answered for half a second (quiet: the UnixNano of the last
+// answer), or after 10 s: its listener first, then what it serves once
+// answered.
+func closeWhenQuiet(srv *httptest.Server, inflight, quiet *atomic.Int64) {
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if r.inflight.Load() == 0 && time.Since(time.Unix(0, r.quiet.Load())) > 500*time.Millisecond {
+		if inflight.Load() == 0 && time.Since(time.Unix(0, quiet.Load())) > 500*time.Millisecond {
 			break
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_ = r.srv.Config.Shutdown(ctx)
-	r.srv.Close()
+	_ = srv.Config.Shutdown(ctx)
+	srv.Close()
 }
 
 func (r *stripeRecorder) all() []stripeCall {
