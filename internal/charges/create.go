@@ -258,15 +258,30 @@ func (s *Service) route(ctx context.Context, c *Charge, p CreateParams) error {
 // whole units: IDR 123.45 cannot be sent), and leaves such connectors out
 // of its fallbacks, where the charge would only be declined.
 func adyenCarries(plan []connectors.Ref, c *Charge) ([]connectors.Ref, error) {
-	digits := money.AdyenDigits(c.Currency)
-	if money.FitsDigits(c.Amount, c.Currency, digits) {
+	err := CheckProviderAmount(connectors.ProviderAdyen, c.Currency, c.Amount)
+	if err == nil {
 		return plan, nil
 	}
 	if plan[0].Provider == connectors.ProviderAdyen {
-		return nil, apperr.Invalid("amount", "An adyen connector takes %s amounts in whole units of %d decimals; %s is not one.",
-			strings.ToUpper(c.Currency), digits, money.Format(c.Amount, c.Currency))
+		return nil, err
 	}
 	return slices.DeleteFunc(plan, func(p connectors.Ref) bool { return p.Provider == connectors.ProviderAdyen }), nil
+}
+
+// CheckProviderAmount refuses, as a 400 on amount, an amount of currency
+// that provider cannot carry: an Adyen connector takes CVE and IDR in
+// whole units (money.AdyenDigits), so IDR 123.45 cannot be sent to it, as
+// a charge, a capture or a refund.
+func CheckProviderAmount(provider, currency string, amount int64) error {
+	if provider != connectors.ProviderAdyen {
+		return nil
+	}
+	digits := money.AdyenDigits(currency)
+	if money.FitsDigits(amount, currency, digits) {
+		return nil
+	}
+	return apperr.Invalid("amount", "An adyen connector takes %s amounts in whole units of %d decimals; %s is not one.",
+		strings.ToUpper(currency), digits, money.Format(amount, currency))
 }
 
 // errAdyenToken refuses a provider token on an Adyen connector: the

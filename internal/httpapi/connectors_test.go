@@ -372,10 +372,33 @@ func TestAdyenAmountsItCannotCarry(t *testing.T) {
 	if n := h.count(t, `SELECT count(*) FROM charges WHERE merchant_id = $1`, a.merchantID); n != 0 {
 		t.Errorf("refused charges stored: %d", n)
 	}
-	whole := h.createCharge(t, a.secret, chargeJSON(set("connector", ady), set("currency", "idr"), set("amount", 12300)))
+	whole := h.createCharge(t, a.secret, chargeJSON(set("connector", ady), set("currency", "idr"), set("amount", 12300), set("capture", false)))
 	if whole.body["connector"] != ady {
 		t.Errorf("IDR 123.00 naming the Adyen connector went to %v: %s", whole.body["connector"], whole.raw)
 	}
+	// A capture and a refund of such an amount are refused the same way,
+	// and change nothing; whole rupiah go through.
+	id := whole.body["id"].(string)
+	exec := func(sql string) {
+		t.Helper()
+		if _, err := h.db.Pool.Exec(context.Background(), sql, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exec(`UPDATE charges SET status = 'authorized' WHERE id = $1`)
+	r := h.do("POST", "/v1/charges/"+id+"/capture", `{"amount":12250}`, auth...)
+	want(t, r, 400, "parameter_invalid")
+	if r.errField("param") != "amount" || h.count(t, `SELECT count(*) FROM charges WHERE id = $1 AND pending_action IS NULL AND status = 'authorized'`, id) != 1 {
+		t.Errorf("capture of IDR 122.50 at Adyen: %s; want 400 on amount and the charge unchanged", r.raw)
+	}
+	want(t, h.do("POST", "/v1/charges/"+id+"/capture", `{"amount":12200}`, auth...), 200, "")
+	exec(`UPDATE charges SET status = 'captured', pending_action = NULL, amount_captured = 12200 WHERE id = $1`)
+	r = h.do("POST", "/v1/refunds", `{"charge":"`+id+`","amount":50}`, auth...)
+	want(t, r, 400, "parameter_invalid")
+	if r.errField("param") != "amount" || h.count(t, `SELECT count(*) FROM refunds WHERE charge_id = $1`, id) != 0 {
+		t.Errorf("refund of IDR 0.50 at Adyen: %s; want 400 on amount and no refund", r.raw)
+	}
+	want(t, h.do("POST", "/v1/refunds", `{"charge":"`+id+`","amount":100}`, auth...), 201, "")
 
 	want(t, h.do("PUT", "/v1/routing", `{"default":{"connectors":["`+sb+`","`+ady+`"]}}`, auth...), 200, "")
 	for amount, route := range map[int]string{12345: `["` + sb + `"]`, 12300: `["` + sb + `", "` + ady + `"]`} {

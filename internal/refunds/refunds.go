@@ -164,6 +164,9 @@ func (s *Service) Create(ctx context.Context, merchantID string, p CreateParams,
 			return Plan{}, &apperr.Error{Kind: apperr.KindInvalid, Code: apperr.CodeAmountTooLarge, Param: "amount",
 				Message: fmt.Sprintf("amount %d exceeds what remains refundable, %d.", amount, remaining)}
 		}
+		if err := charges.CheckProviderAmount(c.Provider, c.Currency, amount); err != nil {
+			return Plan{}, err
+		}
 		r := Refund{ID: ids.NewUUID(), MerchantID: merchantID, ChargeID: c.ID, Amount: amount, Currency: c.Currency,
 			Status: StatusPending, Reason: p.Reason, Metadata: p.Metadata, CreatedAt: now, UpdatedAt: now}
 		if r.Metadata == nil {

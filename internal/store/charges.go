@@ -259,6 +259,12 @@ func (s *Store) RequestAction(ctx context.Context, r charges.ActionRequest) (*id
 		if err != nil {
 			return mapErr(err, "charge")
 		}
+		if r.Action == charges.ActionCapture && r.Amount != nil {
+			// The transaction is rolled back: nothing is marked.
+			if err := charges.CheckProviderAmount(c.Provider, c.Currency, *r.Amount); err != nil {
+				return err
+			}
+		}
 		resp, err := r.Render(c)
 		if err != nil {
 			return apperr.Internal(err)
