@@ -450,7 +450,12 @@ func (s *Service) credentials(c *Connector, in *map[string]string, required bool
 	if !(strings.HasPrefix(key, "sk_test_") || strings.HasPrefix(key, "rk_test_")) || len(key) > 255 || strings.ContainsAny(key, " \t\r\n\x00") {
 		return apperr.Invalid("credentials.secret_key", "credentials.secret_key must be a Stripe secret or restricted key of test mode (sk_test_..., rk_test_...).")
 	}
-	plain, err := json.Marshal(Credentials{SecretKey: key, WebhookSecret: hook})
+	return s.seal(c, Credentials{SecretKey: key, WebhookSecret: hook})
+}
+
+// seal seals the connector's credentials under its id.
+func (s *Service) seal(c *Connector, cr Credentials) error {
+	plain, err := json.Marshal(cr)
 	if err != nil {
 		return apperr.Internal(err)
 	}
@@ -502,16 +507,7 @@ func (s *Service) adyenCredentials(c *Connector, in map[string]string) error {
 	if len(cr.NotificationUsername) > 255 || len(cr.NotificationPassword) > 255 {
 		return apperr.Invalid("credentials.notification_password", "notification_username and notification_password are at most 255 characters each.")
 	}
-	plain, err := json.Marshal(cr)
-	if err != nil {
-		return apperr.Internal(err)
-	}
-	sealed, err := s.keys.Seal(keyring.PurposeConnector, plain, []byte(c.ID))
-	if err != nil {
-		return apperr.Internal(err)
-	}
-	c.Sealed = sealed
-	return nil
+	return s.seal(c, cr)
 }
 
 // livePrefixes are the prefixes of the providers' live-mode credentials:

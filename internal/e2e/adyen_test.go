@@ -522,26 +522,9 @@ type notificationJSON struct {
 // notifications lists every notification of the connector, newest first.
 func (m *rtMerchant) notifications(t *testing.T, connector string) []notificationJSON {
 	t.Helper()
-	var out []notificationJSON
-	after := ""
-	for {
-		q := url.Values{"limit": {"100"}}
-		if after != "" {
-			q.Set("starting_after", after)
-		}
-		e := m.call(t, http.MethodGet, "/v1/connectors/"+connector+"/notifications?"+q.Encode(), "")
-		mustExpect(t, e, http.StatusOK, "")
-		var page struct {
-			Data    []notificationJSON `json:"data"`
-			HasMore bool               `json:"has_more"`
-		}
-		decode(t, e, &page)
-		out = append(out, page.Data...)
-		if !page.HasMore || len(page.Data) == 0 {
-			return out
-		}
-		after = out[len(out)-1].ID
-	}
+	return listAll(t, func(query string) exchange {
+		return m.call(t, http.MethodGet, "/v1/connectors/"+connector+"/notifications?"+query, "")
+	}, func(n notificationJSON) string { return n.ID })
 }
 
 // waitNotificationsApplied waits until the connector has n notifications

@@ -266,25 +266,35 @@ func (m *whMerchant) charge(t *testing.T, tag string) string {
 // deliveries returns every delivery of the endpoint (newest first).
 func (m *whMerchant) deliveries(t *testing.T, endpoint string) []deliveryJSON {
 	t.Helper()
-	var out []deliveryJSON
+	return listAll(t, func(query string) exchange {
+		return m.do(t, http.MethodGet, "/v1/me/webhook_endpoints/"+endpoint+"/deliveries?"+query, "")
+	}, func(d deliveryJSON) string { return d.ID })
+}
+
+// listAll reads every page of a list (newest first): get answers one
+// page for a query (limit, starting_after), id names an item for the next
+// page's cursor.
+func listAll[T any](t *testing.T, get func(query string) exchange, id func(T) string) []T {
+	t.Helper()
+	var out []T
 	after := ""
 	for {
 		q := url.Values{"limit": {"100"}}
 		if after != "" {
 			q.Set("starting_after", after)
 		}
-		e := m.do(t, http.MethodGet, "/v1/me/webhook_endpoints/"+endpoint+"/deliveries?"+q.Encode(), "")
+		e := get(q.Encode())
 		mustExpect(t, e, http.StatusOK, "")
 		var list struct {
-			Data    []deliveryJSON `json:"data"`
-			HasMore bool           `json:"has_more"`
+			Data    []T  `json:"data"`
+			HasMore bool `json:"has_more"`
 		}
 		decode(t, e, &list)
 		out = append(out, list.Data...)
 		if !list.HasMore || len(list.Data) == 0 {
 			return out
 		}
-		after = list.Data[len(list.Data)-1].ID
+		after = id(list.Data[len(list.Data)-1])
 	}
 }
 

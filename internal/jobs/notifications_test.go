@@ -40,12 +40,7 @@ func TestNotificationApplyWakesTheWorkInFlight(t *testing.T) {
 	redisURL := testenv.PrivateRedis(t)
 	st := store.New(db.Pool)
 	ctx := context.Background()
-	exec := func(sql string, args ...any) {
-		t.Helper()
-		if _, err := db.Pool.Exec(ctx, sql, args...); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
+	exec := dbExec(t, db)
 	exec(`INSERT INTO merchants (id, email, name, password_hash) VALUES ('mer_notify', 'notify@example.com', 'n', 'h')`)
 	exec(`INSERT INTO connectors (id, merchant_id, provider, name, server_account, created_at, updated_at)
 		VALUES ('conn_notify', 'mer_notify', 'stripe', 'Stripe', true, now(), now())`)
@@ -259,12 +254,7 @@ func TestAdyenNotificationsSettleOnceInAnyOrder(t *testing.T) {
 	db := testenv.NewDB(t)
 	st := store.New(db.Pool)
 	ctx := context.Background()
-	exec := func(sql string, args ...any) {
-		t.Helper()
-		if _, err := db.Pool.Exec(ctx, sql, args...); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
+	exec := dbExec(t, db)
 	exec(`INSERT INTO merchants (id, email, name, password_hash) VALUES ('mer_adyen', 'adyen@example.com', 'n', 'h')`)
 	exec(`INSERT INTO connectors (id, merchant_id, provider, name, credentials_sealed, created_at, updated_at)
 		VALUES ('conn_adyen', 'mer_adyen', 'adyen', 'Adyen', '\x00'::bytea, now(), now())`)
@@ -391,6 +381,17 @@ func TestAdyenNotificationsSettleOnceInAnyOrder(t *testing.T) {
 			if got := outcome + " " + charge; got != want {
 				t.Errorf("AUTHORISATION of %s: %s, want %s", psp, got, want)
 			}
+		}
+	}
+}
+
+// dbExec returns a function that runs one statement on db, failing the
+// test on an error.
+func dbExec(t *testing.T, db testenv.DB) func(sql string, args ...any) {
+	return func(sql string, args ...any) {
+		t.Helper()
+		if _, err := db.Pool.Exec(context.Background(), sql, args...); err != nil {
+			t.Fatalf("%s: %v", sql, err)
 		}
 	}
 }
