@@ -36,6 +36,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/httpapi"
 	"github.com/gatehouse-pay/gatehouse/internal/jobs"
 	"github.com/gatehouse-pay/gatehouse/internal/keyring"
+	"github.com/gatehouse-pay/gatehouse/internal/ledger"
 	"github.com/gatehouse-pay/gatehouse/internal/logging"
 	"github.com/gatehouse-pay/gatehouse/internal/members"
 	"github.com/gatehouse-pay/gatehouse/internal/merchants"
@@ -324,6 +325,7 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer) er
 	cfg.HTTPBound(ln.Addr().String())
 
 	httpMetrics := metrics.NewHTTP(reg)
+	conns := connectors.NewService(db, keys, directory, cfg.Providers(), time.Now).WithPublicURL(cfg.PublicURL)
 	deps := httpapi.Deps{
 		Config:    cfg,
 		Log:       log,
@@ -336,7 +338,8 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer) er
 		Charges: charges.NewService(db, relay, keys, cfg.Providers(), cfg.DefaultProvider, time.Now, onEnqueueErr).WithTokens(db).
 			WithCustomers(db).WithChallenges(db, charges.NewLinks(cfg.PublicURL, keys)).
 			WithRouter(directory, cfg.RoutingMaxAttempts),
-		Connectors: connectors.NewService(db, keys, directory, cfg.Providers(), time.Now).WithPublicURL(cfg.PublicURL),
+		Connectors: conns,
+		Ledger:     ledger.NewService(db, conns.Payee, relay, time.Now, cfg.SandboxPayoutDelay, onEnqueueErr),
 		Notifications: notifications.NewReceiver(db, keys, relay, string(cfg.StripeWebhookSecret), time.Now, onEnqueueErr).
 			WithMetrics(notifications.NewMetrics(reg)),
 		Refunds:        refunds.NewService(db, relay, time.Now, onEnqueueErr),

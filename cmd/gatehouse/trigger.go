@@ -35,6 +35,9 @@ and waits until the worker has done its part:
 			if !events.Known(args[0]) {
 				return usageError{fmt.Errorf("%q is not an event type; one of %s", args[0], strings.Join(events.Types, ", "))}
 			}
+			if strings.HasPrefix(args[0], "payout.") {
+				return usageError{fmt.Errorf("%s fires when a payout is made or arrives: a payout pays out an available balance, which a new capture reaches only after SANDBOX_SETTLEMENT_DELAY; make one with POST /v1/payouts then", args[0])}
+			}
 			if args[0] == events.ChargeCaptureFailed {
 				return usageError{fmt.Errorf("%s fires only when a provider that settles captures by notification (Adyen) reports a failed capture; the sandbox cannot fire it", args[0])}
 			}

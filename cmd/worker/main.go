@@ -34,6 +34,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/health"
 	"github.com/gatehouse-pay/gatehouse/internal/jobs"
 	"github.com/gatehouse-pay/gatehouse/internal/keyring"
+	"github.com/gatehouse-pay/gatehouse/internal/ledger"
 	"github.com/gatehouse-pay/gatehouse/internal/logging"
 	"github.com/gatehouse-pay/gatehouse/internal/metrics"
 	"github.com/gatehouse-pay/gatehouse/internal/notifications"
@@ -199,6 +200,9 @@ func work(ctx context.Context, getenv func(string) string, stderr io.Writer) err
 	chargeProcessor := charges.NewProcessor(db, registry, keys, cfg.ProviderTimeout, time.Now, log, observe).WithQueue(queue).WithOutcomes(chargeOutcome).
 		WithWindows(cfg.ProviderIdempotencyWindow, cfg.ProviderOutcomeUnknownAfter).WithSlots(slots).
 		WithAuthentication(cfg.AuthenticationTimeout, charges.NewLinks(cfg.PublicURL, keys), queue.EnqueueAt).
+		WithLedger(func(ctx context.Context, connectorID *string, provider string) (ledger.Terms, error) {
+			return registry.Terms(ctx, connectorID, provider, cfg.SandboxSettlementDelay)
+		}).
 		WithAttempts(func(a charges.Attempt, failover bool) {
 			pm.Attempts.WithLabelValues(a.Connector, a.Provider, a.Status).Inc()
 			if failover {
@@ -216,10 +220,12 @@ func work(ctx context.Context, getenv func(string) string, stderr io.Writer) err
 			WithConfirmers(chargeProcessor, refundProcessor),
 		Store:      db,
 		SavedCards: customers.NewCardHousekeeping(db, keys),
-		Queue:      queue,
-		Config:     cfg,
-		Log:        log,
-		Metrics:    jm,
+		Payouts: ledger.NewRunner(db, registry.PayoutFailure, queue, time.Now, cfg.SandboxPayoutInterval,
+			cfg.SandboxPayoutDelay, log),
+		Queue:   queue,
+		Config:  cfg,
+		Log:     log,
+		Metrics: jm,
 	}
 
 	srv := jobs.NewServers(qrdb, log, cfg, deliveryQueues)
@@ -242,7 +248,7 @@ func work(ctx context.Context, getenv func(string) string, stderr io.Writer) err
 		return err
 	}
 	scheduler := asynq.NewScheduler(sharedRedis{srdb}, &asynq.SchedulerOpts{Logger: handlers.Logger(), LogLevel: asynq.WarnLevel})
-	if err := jobs.Register(scheduler, jobs.PrunePeriod(cfg)); err != nil {
+	if err := jobs.Register(scheduler, jobs.PrunePeriod(cfg), jobs.PayoutPeriod(cfg)); err != nil {
 		return err
 	}
 	// The partitions are kept at start too, not only a period later: after

@@ -44,6 +44,8 @@ const (
 	CodeMethodNotAllowed     = "method_not_allowed"
 	CodeIdempotencyInUse     = "idempotency_key_in_use"
 	CodeInvalidState         = "invalid_state"
+	// CodeInsufficientBalance refuses a payout above the available balance.
+	CodeInsufficientBalance = "insufficient_balance"
 	// CodeMFARequired answers the right password of a member with
 	// two-factor sign-in on: no session yet; the error carries the
 	// challenge that the second step completes.

@@ -14,7 +14,7 @@ import (
 // Resource is a family of objects a permission covers.
 type Resource string
 
-// The resources. Keys (secret and restricted) reach the first seven;
+// The resources. Keys (secret and restricted) reach the first eight;
 // members, the audit log and the account's settings are for signed-in
 // members only.
 const (
@@ -22,6 +22,7 @@ const (
 	Refunds          Resource = "refunds"           // refunds
 	Customers        Resource = "customers"         // customers and their saved cards
 	Connectors       Resource = "connectors"        // connectors and the routing
+	Balance          Resource = "balance"           // the balance, its transactions and payouts
 	WebhookEndpoints Resource = "webhook_endpoints" // endpoints, their deliveries and retries
 	Events           Resource = "events"            // events and the event stream
 	APIKeys          Resource = "api_keys"          // keys of the account
@@ -32,7 +33,7 @@ const (
 
 // KeyResources are the resources a restricted key's permissions name, in
 // the order they are shown.
-var KeyResources = []Resource{Charges, Refunds, Customers, Connectors, WebhookEndpoints, Events, APIKeys}
+var KeyResources = []Resource{Charges, Refunds, Customers, Connectors, Balance, WebhookEndpoints, Events, APIKeys}
 
 // Access is a level of access to a resource; each level includes the ones
 // below it.
@@ -101,17 +102,17 @@ func ValidRole(role string) bool {
 // that only an owner changes the account's sign-in policy (and only an owner
 // makes, changes or removes another owner: the members service's rule).
 var roles = map[string]Permissions{
-	Owner: {Charges: Write, Refunds: Write, Customers: Write, Connectors: Write, WebhookEndpoints: Write,
+	Owner: {Charges: Write, Refunds: Write, Customers: Write, Connectors: Write, Balance: Write, WebhookEndpoints: Write,
 		Events: Write, APIKeys: Write, Members: Write, AuditLog: Read, Account: Write},
-	Admin: {Charges: Write, Refunds: Write, Customers: Write, Connectors: Write, WebhookEndpoints: Write,
+	Admin: {Charges: Write, Refunds: Write, Customers: Write, Connectors: Write, Balance: Write, WebhookEndpoints: Write,
 		Events: Write, APIKeys: Write, Members: Write, AuditLog: Read, Account: Read},
 	// Keys and webhooks, and payments to read.
-	Developer: {Charges: Read, Refunds: Read, Customers: Read, Connectors: Read, WebhookEndpoints: Write,
+	Developer: {Charges: Read, Refunds: Read, Customers: Read, Connectors: Read, Balance: Read, WebhookEndpoints: Write,
 		Events: Read, APIKeys: Write, Account: Read},
 	// Payments to read, and refunds.
 	Support: {Charges: Read, Refunds: Write, Customers: Read, Events: Read, Account: Read},
 	// Everything a payment team reads, nothing else.
-	Viewer: {Charges: Read, Refunds: Read, Customers: Read, Connectors: Read, WebhookEndpoints: Read,
+	Viewer: {Charges: Read, Refunds: Read, Customers: Read, Connectors: Read, Balance: Read, WebhookEndpoints: Read,
 		Events: Read, APIKeys: Read, Account: Read},
 }
 

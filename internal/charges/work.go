@@ -12,6 +12,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/events"
 	"github.com/gatehouse-pay/gatehouse/internal/ids"
 	"github.com/gatehouse-pay/gatehouse/internal/keyring"
+	"github.com/gatehouse-pay/gatehouse/internal/ledger"
 	"github.com/gatehouse-pay/gatehouse/internal/outbox"
 	"github.com/gatehouse-pay/gatehouse/internal/providers"
 )
@@ -33,6 +34,12 @@ type Transition struct {
 	// SavedCardAuthenticated marks the charge's saved card as authenticated
 	// by its cardholder (the issuer's mandate for off-session charges).
 	SavedCardAuthenticated bool
+	// Booking is the ledger transaction the move causes (a capture's),
+	// written with it; the Processor sets it.
+	Booking *ledger.Transaction
+	// Fee is the fee the provider reported with its answer, when it did
+	// (Stripe's balance transaction); nil books by the connector's terms.
+	Fee *ledger.Fee
 }
 
 // ErrIllegalMove is returned for a transition the state machine refuses.
@@ -75,6 +82,7 @@ type Processor struct {
 	observe   func(provider, op string, o Outcome, d time.Duration)
 	queue     outbox.Enqueuer
 	settled   func(provider, status string)
+	terms     Terms
 	// window and unknownAfter: see WithWindows.
 	window       time.Duration
 	unknownAfter time.Duration
@@ -165,6 +173,13 @@ func (p *Processor) apply(ctx context.Context, t Transition) error {
 		}
 		t.Event = &e
 	}
+	if t.After.Status == StatusCaptured && t.Before.Status != StatusCaptured && p.terms != nil {
+		b, err := p.captureBooking(ctx, t)
+		if err != nil {
+			return err
+		}
+		t.Booking = &b
+	}
 	applied, deliveries, err := p.store.ApplyTransition(ctx, t)
 	if err != nil {
 		return err
@@ -186,6 +201,48 @@ func (p *Processor) apply(ctx context.Context, t Transition) error {
 		}
 	}
 	return nil
+}
+
+// Terms finds what a charge's connector charges and when it pays.
+type Terms func(ctx context.Context, connectorID *string, provider string) (ledger.Terms, error)
+
+// WithLedger makes the processor book each capture in the merchant's
+// ledger, with the capture's own transition, by the connector's terms.
+func (p *Processor) WithLedger(terms Terms) *Processor {
+	p.terms = terms
+	return p
+}
+
+// captureBooking is the ledger transaction of t's capture: the amount
+// captured, its fee (as the provider reported it, or by the connector's
+// schedule, or pending until the provider reports it), available after the
+// connector's settlement delay.
+func (p *Processor) captureBooking(ctx context.Context, t Transition) (ledger.Transaction, error) {
+	c := t.After
+	terms, err := p.terms(ctx, c.ConnectorID, c.Provider)
+	if err != nil {
+		return ledger.Transaction{}, err
+	}
+	fee := terms.FeeFor(c.AmountCaptured)
+	if t.Fee != nil {
+		fee = *t.Fee
+	}
+	ref := ""
+	if c.ProviderReference != nil {
+		ref = *c.ProviderReference
+	}
+	at := c.UpdatedAt
+	return ledger.Captured(AccountOf(c), c.ID, ref, c.AmountCaptured, fee, at, at.Add(terms.SettlementDelay)), nil
+}
+
+// AccountOf is the ledger account a charge's money moves in: its
+// connector's (its provider's, for a charge made before connectors).
+func AccountOf(c Charge) ledger.Account {
+	conn := c.Provider
+	if c.ConnectorID != nil {
+		conn = *c.ConnectorID
+	}
+	return ledger.Account{MerchantID: c.MerchantID, ConnectorID: conn, Currency: c.Currency}
 }
 
 // NewProcessor returns the worker-side service; timeout bounds each provider

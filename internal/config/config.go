@@ -329,6 +329,17 @@ type Config struct {
 	ReconcileAfter time.Duration `env:"RECONCILE_AFTER" envDefault:"2m" min:"1s" by:"worker"`
 	// Artificial latency of each sandbox provider call (load tests).
 	SandboxLatency time.Duration `env:"SANDBOX_LATENCY" envDefault:"0s" by:"worker"`
+	// How long a sandbox capture's money waits before it is available for
+	// payout (its balance transaction's available_on). The API's sandbox
+	// settlement report reads it too: give both binaries the same value.
+	SandboxSettlementDelay time.Duration `env:"SANDBOX_SETTLEMENT_DELAY" envDefault:"48h" by:"api,worker"`
+	// How often a sandbox connector on the daily payout schedule pays out
+	// its available balance: 24 h is daily, at midnight UTC (shorter, in
+	// tests, to see schedules run).
+	SandboxPayoutInterval time.Duration `env:"SANDBOX_PAYOUT_INTERVAL" envDefault:"24h" min:"1s" by:"worker"`
+	// How long a sandbox payout is in transit before it is paid (or fails,
+	// when its connector rehearses a payout failure).
+	SandboxPayoutDelay time.Duration `env:"SANDBOX_PAYOUT_DELAY" envDefault:"24h" by:"api,worker"`
 
 	// The delay before each delivery attempt, counted from the previous
 	// attempt's end; each is made up to 10 % longer at random (never

@@ -24,6 +24,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/idempotency"
 	"github.com/gatehouse-pay/gatehouse/internal/ids"
 	"github.com/gatehouse-pay/gatehouse/internal/keyring"
+	"github.com/gatehouse-pay/gatehouse/internal/ledger"
 	"github.com/gatehouse-pay/gatehouse/internal/listing"
 	"github.com/gatehouse-pay/gatehouse/internal/resource"
 )
@@ -80,6 +81,10 @@ type Sandbox struct {
 	DeclineCode *string `json:"decline_code"`
 	// LatencyMS is added before every call.
 	LatencyMS int `json:"latency_ms"`
+	// PayoutFailure, when set, is the bank's answer every payout of the
+	// connector fails with once in transit (its money returns to the
+	// balance).
+	PayoutFailure *string `json:"payout_failure"`
 }
 
 // Connector is one of a merchant's accounts at a provider.
@@ -94,11 +99,16 @@ type Connector struct {
 	ServerAccount bool
 	// Sealed is the sealed credentials (nil for none); only the worker
 	// opens them.
-	Sealed    []byte
-	Sandbox   *Sandbox
-	CreatedAt time.Time
-	UpdatedAt time.Time
-	DeletedAt *time.Time
+	Sealed  []byte
+	Sandbox *Sandbox
+	// Fees is a sandbox connector's fee schedule (nil: the default one);
+	// other providers report each fee.
+	Fees *ledger.FeeSchedule
+	// PayoutSchedule is a sandbox connector's: manual or daily.
+	PayoutSchedule string
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+	DeletedAt      *time.Time
 	// NotificationURL is where the provider sends its notifications about
 	// the connector's payments (NotificationPath under PUBLIC_URL); "" for
 	// the sandbox, which sends none. The Service sets it.
@@ -122,8 +132,35 @@ func (c Connector) View() resource.Connector {
 			s = resource.Sandbox(*c.Sandbox)
 		}
 		v.Sandbox = &s
+		f := c.FeeSchedule()
+		v.Fees = &resource.FeeSchedule{PercentBPS: f.PercentBPS, Fixed: f.Fixed}
+		ps := c.PayoutSchedule
+		if ps == "" {
+			ps = ledger.ScheduleDaily
+		}
+		v.PayoutSchedule = &ps
 	}
 	return v
+}
+
+// FeeSchedule is a sandbox connector's fee schedule, its own or the
+// default.
+func (c Connector) FeeSchedule() ledger.FeeSchedule {
+	if c.Fees != nil {
+		return *c.Fees
+	}
+	return ledger.DefaultSandboxFees
+}
+
+// Terms are what the connector's provider charges and when it pays:
+// settlementDelay is the sandbox's (SANDBOX_SETTLEMENT_DELAY); Stripe and
+// Adyen report each fee themselves.
+func (c Connector) Terms(settlementDelay time.Duration) ledger.Terms {
+	if c.Provider == ProviderSandbox {
+		f := c.FeeSchedule()
+		return ledger.Terms{Fees: &f, SettlementDelay: settlementDelay}
+	}
+	return ledger.Terms{SettlementDelay: ledger.DefaultSettlementDelay}
 }
 
 // MarshalJSON renders the public form.
@@ -160,6 +197,9 @@ type CreateParams struct {
 	Credentials *map[string]string `json:"credentials"`
 	Enabled     *bool              `json:"enabled"`
 	Sandbox     *SandboxParams     `json:"sandbox"`
+	// Fees and PayoutSchedule: a sandbox connector's terms.
+	Fees           *ledger.FeeSchedule `json:"fees"`
+	PayoutSchedule *string             `json:"payout_schedule"`
 }
 
 // SandboxParams sets a sandbox connector's rehearsal; an absent field keeps
@@ -170,6 +210,9 @@ type SandboxParams struct {
 	// declineSet tells an explicit null (clear it) from an absent field.
 	declineSet bool
 	LatencyMS  *int `json:"latency_ms"`
+	// PayoutFailure: null clears it.
+	PayoutFailure *string `json:"payout_failure"`
+	failureSet    bool
 }
 
 // Rehearsal is a whole rehearsal, every field set (a nil declineCode
@@ -179,7 +222,7 @@ func Rehearsal(unavailable bool, declineCode *string, latencyMS int) *SandboxPar
 }
 
 // sandboxFields are the names SandboxParams takes, exactly.
-var sandboxFields = map[string]bool{"unavailable": true, "decline_code": true, "latency_ms": true}
+var sandboxFields = map[string]bool{"unavailable": true, "decline_code": true, "latency_ms": true, "payout_failure": true}
 
 // UnmarshalJSON tells "decline_code": null from no decline_code. It takes
 // the exact names only (encoding/json would fill LatencyMS from
@@ -202,6 +245,7 @@ func (p *SandboxParams) UnmarshalJSON(b []byte) error {
 	}
 	*p = SandboxParams(v)
 	_, p.declineSet = raw["decline_code"]
+	_, p.failureSet = raw["payout_failure"]
 	return nil
 }
 
@@ -212,15 +256,20 @@ type UpdateParams struct {
 	Credentials *map[string]string `json:"credentials"`
 	Enabled     *bool              `json:"enabled"`
 	Sandbox     *SandboxParams     `json:"sandbox"`
+	// Fees and PayoutSchedule: a sandbox connector's terms.
+	Fees           *ledger.FeeSchedule `json:"fees"`
+	PayoutSchedule *string             `json:"payout_schedule"`
 }
 
 // Patch is a checked update.
 type Patch struct {
-	Name    *string
-	Enabled *bool
-	Sealed  []byte // nil keeps the credentials
-	Sandbox *Sandbox
-	At      time.Time
+	Name           *string
+	Enabled        *bool
+	Sealed         []byte // nil keeps the credentials
+	Sandbox        *Sandbox
+	Fees           *ledger.FeeSchedule
+	PayoutSchedule *string
+	At             time.Time
 }
 
 // Store persists connectors and routing. Every method that takes a
@@ -320,6 +369,12 @@ func (s *Service) Create(ctx context.Context, merchantID string, p CreateParams,
 		return Result{}, err
 	}
 	c.Sandbox = sb
+	if c.Fees, c.PayoutSchedule, err = termsOf(c.Provider, p.Fees, p.PayoutSchedule); err != nil {
+		return Result{}, err
+	}
+	if c.Provider == ProviderSandbox && c.PayoutSchedule == "" {
+		c.PayoutSchedule = ledger.ScheduleDaily
+	}
 	first, err := render(s.located(c))
 	if err != nil {
 		return Result{}, apperr.Internal(err)
@@ -394,6 +449,14 @@ func (s *Service) Update(ctx context.Context, merchantID, id string, p UpdatePar
 			return Connector{}, err
 		}
 		patch.Sandbox = sb
+	}
+	fees, schedule, err := termsOf(cur.Provider, p.Fees, p.PayoutSchedule)
+	if err != nil {
+		return Connector{}, err
+	}
+	patch.Fees = fees
+	if schedule != "" {
+		patch.PayoutSchedule = &schedule
 	}
 	c, err := s.store.UpdateConnector(ctx, merchantID, id, patch)
 	if err != nil {
@@ -561,6 +624,31 @@ func checkName(n string) error {
 	return nil
 }
 
+// termsOf checks a sandbox connector's fee schedule and payout schedule;
+// other providers set their own.
+func termsOf(provider string, fees *ledger.FeeSchedule, schedule *string) (*ledger.FeeSchedule, string, error) {
+	if provider != ProviderSandbox {
+		if fees != nil {
+			return nil, "", apperr.Invalid("fees", "Only a sandbox connector has a fee schedule; %s reports each fee.", provider)
+		}
+		if schedule != nil {
+			return nil, "", apperr.Invalid("payout_schedule", "Only a sandbox connector has a payout schedule; %s pays out on its own.", provider)
+		}
+		return nil, "", nil
+	}
+	if fees != nil && !fees.Valid() {
+		return nil, "", apperr.Invalid("fees", "fees.percent_bps must be from 0 to %d and fees.fixed from 0 to %d.", ledger.MaxPercentBPS, ledger.MaxFixed)
+	}
+	out := ""
+	if schedule != nil {
+		if *schedule != ledger.ScheduleManual && *schedule != ledger.ScheduleDaily {
+			return nil, "", apperr.Invalid("payout_schedule", "payout_schedule must be manual or daily.")
+		}
+		out = *schedule
+	}
+	return fees, out, nil
+}
+
 // sandboxOf applies p to a sandbox connector's rehearsal cur.
 func sandboxOf(provider string, cur *Sandbox, p *SandboxParams) (*Sandbox, error) {
 	if provider != ProviderSandbox {
@@ -591,6 +679,12 @@ func sandboxOf(provider string, cur *Sandbox, p *SandboxParams) (*Sandbox, error
 		}
 		s.LatencyMS = *p.LatencyMS
 	}
+	if p.failureSet {
+		if p.PayoutFailure != nil && !oneOf(ledger.PayoutFailures, *p.PayoutFailure) {
+			return nil, apperr.Invalid("sandbox.payout_failure", "sandbox.payout_failure must be null or one of: %s.", strings.Join(ledger.PayoutFailures, ", "))
+		}
+		s.PayoutFailure = p.PayoutFailure
+	}
 	return &s, nil
 }
 
@@ -601,4 +695,23 @@ func oneOf(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// Payee finds the connector a payout is made from: the merchant's
+// connector id, or for "" its server-account sandbox connector.
+func (s *Service) Payee(ctx context.Context, merchantID, id string) (ledger.ConnectorInfo, error) {
+	if id == "" {
+		snap, err := s.dir.Snapshot(ctx, merchantID)
+		if err != nil {
+			return ledger.ConnectorInfo{}, err
+		}
+		for _, c := range snap.Connectors {
+			if c.Provider == ProviderSandbox && c.ServerAccount {
+				return ledger.ConnectorInfo{ID: c.ID, Provider: c.Provider}, nil
+			}
+		}
+		return ledger.ConnectorInfo{}, errNotFound()
+	}
+	c, err := s.Get(ctx, merchantID, id)
+	return ledger.ConnectorInfo{ID: c.ID, Provider: c.Provider}, err
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gatehouse-pay/gatehouse/internal/apperr"
 	"github.com/gatehouse-pay/gatehouse/internal/keyring"
+	"github.com/gatehouse-pay/gatehouse/internal/ledger"
 	"github.com/gatehouse-pay/gatehouse/internal/providers"
 )
 
@@ -44,6 +45,7 @@ type resolved struct {
 	prov      providers.Provider
 	sealed    []byte
 	rehearsal *atomic.Pointer[Sandbox]
+	terms     *atomic.Pointer[Connector] // the connector as last read, for Terms
 	fetched   time.Time
 }
 
@@ -84,6 +86,7 @@ func (r *Resolver) Resolve(ctx context.Context, connectorID *string, provider st
 	defer r.mu.Unlock()
 	if e = r.byID[c.ID]; e != nil && string(e.sealed) == string(c.Sealed) {
 		e.rehearsal.Store(c.Sandbox)
+		e.terms.Store(&c)
 		e.fetched = now
 		return e.prov, nil
 	}
@@ -91,14 +94,48 @@ func (r *Resolver) Resolve(ctx context.Context, connectorID *string, provider st
 	if err != nil {
 		return nil, err
 	}
-	e = &resolved{sealed: c.Sealed, rehearsal: &atomic.Pointer[Sandbox]{}, fetched: now}
+	e = &resolved{sealed: c.Sealed, rehearsal: &atomic.Pointer[Sandbox]{}, terms: &atomic.Pointer[Connector]{}, fetched: now}
 	e.rehearsal.Store(c.Sandbox)
+	e.terms.Store(&c)
 	if c.Provider == ProviderSandbox {
 		base = &rehearsed{Provider: base, settings: e.rehearsal}
 	}
 	e.prov = r.wrap(c.ID, base)
 	r.byID[c.ID] = e
 	return e.prov, nil
+}
+
+// Terms are the terms of a charge's connector (its provider's, for a
+// charge made before connectors), as fresh as Resolve keeps them:
+// settlementDelay is the sandbox's.
+func (r *Resolver) Terms(ctx context.Context, connectorID *string, provider string, settlementDelay time.Duration) (ledger.Terms, error) {
+	if connectorID == nil {
+		return Connector{Provider: provider}.Terms(settlementDelay), nil
+	}
+	if _, err := r.Resolve(ctx, connectorID, provider); err != nil && !errors.Is(err, providers.ErrNotConfigured) {
+		return ledger.Terms{}, err
+	}
+	r.mu.Lock()
+	e := r.byID[*connectorID]
+	r.mu.Unlock()
+	if e == nil {
+		c, err := r.store.ConnectorForWork(ctx, *connectorID)
+		if err != nil {
+			return ledger.Terms{}, err
+		}
+		return c.Terms(settlementDelay), nil
+	}
+	return e.terms.Load().Terms(settlementDelay), nil
+}
+
+// PayoutFailure is the failure a sandbox connector rehearses for its
+// payouts, "" for none, read fresh.
+func (r *Resolver) PayoutFailure(ctx context.Context, connectorID string) (string, error) {
+	c, err := r.store.ConnectorForWork(ctx, connectorID)
+	if err != nil || c.Sandbox == nil || c.Sandbox.PayoutFailure == nil {
+		return "", err
+	}
+	return *c.Sandbox.PayoutFailure, nil
 }
 
 // base is the unwrapped provider of c.

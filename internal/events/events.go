@@ -29,10 +29,16 @@ const (
 	ChargeRefunded      = "charge.refunded"
 	RefundCreated       = "refund.created"
 	RefundSucceeded     = "refund.succeeded"
+	// Payouts: made, paid into the merchant's bank, or failed (its money
+	// back in the balance).
+	PayoutCreated = "payout.created"
+	PayoutPaid    = "payout.paid"
+	PayoutFailed  = "payout.failed"
 )
 
 // Types lists every event type in the order of api/openapi.yaml.
-var Types = []string{ChargeCreated, ChargeCaptured, ChargeFailed, ChargeVoided, ChargeRefunded, RefundCreated, RefundSucceeded, ChargeRequiresAction, ChargeCaptureFailed}
+var Types = []string{ChargeCreated, ChargeCaptured, ChargeFailed, ChargeVoided, ChargeRefunded, RefundCreated, RefundSucceeded, ChargeRequiresAction, ChargeCaptureFailed,
+	PayoutCreated, PayoutPaid, PayoutFailed}
 
 // Known reports whether t is an event type.
 func Known(t string) bool {
@@ -63,11 +69,21 @@ type Event struct {
 // forms of the objects as they are after the change; refund is nil for
 // charge events.
 func New(id, merchantID, environment, typ string, at time.Time, charge resource.Charge, refund *resource.Refund) (Event, error) {
-	data := resource.EventData{Object: "charge", Charge: charge}
+	data := resource.EventData{Object: "charge", Charge: &charge}
 	if refund != nil {
 		data.Object, data.Refund = "refund", refund
 	}
 	body, err := json.Marshal(resource.Event{ID: id, Object: "event", EventType: typ, CreatedAt: Timestamp(at), Data: data})
+	if err != nil {
+		return Event{}, err
+	}
+	return Event{ID: id, MerchantID: merchantID, Environment: environment, Type: typ, Body: body, CreatedAt: at}, nil
+}
+
+// NewPayout renders an event of a payout, as it is after the change.
+func NewPayout(id, merchantID, environment, typ string, at time.Time, payout resource.Payout) (Event, error) {
+	body, err := json.Marshal(resource.Event{ID: id, Object: "event", EventType: typ, CreatedAt: Timestamp(at),
+		Data: resource.EventData{Object: "payout", Payout: &payout}})
 	if err != nil {
 		return Event{}, err
 	}

@@ -336,6 +336,8 @@ func TestAbusiveBodies(t *testing.T) {
 			base: []field{}, emptyIsValid: true},
 		"POST /v1/me/webhook_endpoints/:id/recover": {path: "/v1/me/webhook_endpoints/" + endpoint + "/recover", auth: bearer(a.secret),
 			base: []field{{"since", `"2026-01-01T00:00:00Z"`}}, str: "since"},
+		"POST /v1/payouts": {path: "/v1/payouts", auth: bearer(a.secret),
+			base: []field{{"amount", "100"}, {"currency", `"usd"`}, {"description", `"by hand"`}}, str: "description", num: "amount"},
 		"POST /v1/customers": {path: "/v1/customers", auth: bearer(a.secret),
 			base: []field{{"email", `"abuse@example.com"`}, {"name", `"Abuse"`}, {"description", `"d"`}}, str: "name", emptyIsValid: true},
 		"PATCH /v1/customers/:id": {path: "/v1/customers/" + customer, auth: bearer(a.secret),

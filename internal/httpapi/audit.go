@@ -50,6 +50,7 @@ var actions = map[string]auditAction{
 	"POST /v1/charges/:id/capture":                    {"charge.capture", "charge", "id"},
 	"POST /v1/charges/:id/void":                       {"charge.void", "charge", "id"},
 	"POST /v1/refunds":                                {"refund.create", "refund", ""},
+	"POST /v1/payouts":                                {"payout.create", "payout", ""},
 	"POST /v1/customers":                              {"customer.create", "customer", ""},
 	"PATCH /v1/customers/:id":                         {"customer.update", "customer", "id"},
 	"DELETE /v1/customers/:id":                        {"customer.delete", "customer", "id"},

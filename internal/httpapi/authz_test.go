@@ -98,6 +98,9 @@ type authzRoute struct {
 	// idKind is the kind of object the route names: by :id in the path, or
 	// (POST /v1/refunds) by a field of the body. "" when it names none.
 	idKind string
+	// madeUp is the :id of a route whose objects no fixture has: an id of
+	// the right shape that names nothing.
+	madeUp string
 	// lists is the kind of objects a list route returns.
 	lists string
 	// query is appended to the path.
@@ -183,6 +186,16 @@ var authzRoutes = map[string]authzRoute{
 	}},
 	"GET /v1/refunds/:id": {auth: keyOnly, ok: 200, idKind: kindRefund},
 
+	// The fixtures have no balance (nothing is captured without a worker):
+	// a payout is refused for it, and ids name nothing. Another merchant's
+	// payouts and transactions are its own: internal/e2e's ledger tests.
+	"GET /v1/balance":                  {auth: keyOnly, ok: 200},
+	"GET /v1/balance_transactions":     {auth: keyOnly, ok: 200, query: "type=charge"},
+	"GET /v1/balance_transactions/:id": {auth: keyOnly, ok: 404, madeUp: "txn_06h21drmp9u29dkegv9s209f08"},
+	"POST /v1/payouts":                 {auth: keyOnly, ok: 409, body: fixed(`{"amount":100,"currency":"usd"}`)},
+	"GET /v1/payouts":                  {auth: keyOnly, ok: 200},
+	"GET /v1/payouts/:id":              {auth: keyOnly, ok: 404, madeUp: "po_06h21dscqtupdc4b6fl6b6lb3o"},
+
 	"POST /v1/customers": {auth: keyOnly, ok: 201, body: fixed(`{"email":"matrix@example.com","name":"Matrix"}`)},
 	"GET /v1/customers": {auth: keyOnly, ok: 200, lists: kindCustomer, filters: func(o *authzFixture) []string {
 		return []string{"email=" + url.QueryEscape(buyerEmail(o)), "email=" + url.QueryEscape(strings.ToUpper(buyerEmail(o)))}
@@ -258,6 +271,9 @@ func (r authzRoute) request(route string, f *authzFixture, id string) (method, p
 		if cus, ok := customerOfMethod.Load(id); ok {
 			id = cus.(string)
 		}
+	}
+	if id == "" && r.madeUp != "" {
+		id = r.madeUp
 	}
 	path = strings.Replace(path, ":id", id, 1)
 	if r.query != "" {

@@ -31,6 +31,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/httpapi"
 	"github.com/gatehouse-pay/gatehouse/internal/jobs"
 	"github.com/gatehouse-pay/gatehouse/internal/keyring"
+	"github.com/gatehouse-pay/gatehouse/internal/ledger"
 	"github.com/gatehouse-pay/gatehouse/internal/members"
 	"github.com/gatehouse-pay/gatehouse/internal/merchants"
 	"github.com/gatehouse-pay/gatehouse/internal/metrics"
@@ -157,6 +158,7 @@ func newHarnessWith(t *testing.T, o harnessOptions) *harness {
 	directory := connectors.NewDirectory(st, notices, cfg.Providers(), cfg.DefaultProvider, 0, time.Now)
 	go notices.Listen(hubCtx, directory.Forget, directory.ForgetAll, log)
 	// The charges service as the API's (cmd/api): customers, challenges and routing too.
+	conns := connectors.NewService(st, keys, directory, cfg.Providers(), time.Now).WithPublicURL(cfg.PublicURL)
 	chargeService := charges.NewService(st, queue, keys, cfg.Providers(), cfg.DefaultProvider, time.Now, nil).WithTokens(st).
 		WithCustomers(st).WithChallenges(st, charges.NewLinks(cfg.PublicURL, keys)).
 		WithRouter(directory, cfg.RoutingMaxAttempts)
@@ -172,7 +174,8 @@ func newHarnessWith(t *testing.T, o harnessOptions) *harness {
 		Charges:    chargeService,
 		Refunds:    refunds.NewService(st, queue, time.Now, nil),
 		Customers:  customers.NewService(st, keys, time.Now),
-		Connectors: connectors.NewService(st, keys, directory, cfg.Providers(), time.Now).WithPublicURL(cfg.PublicURL),
+		Connectors: conns,
+		Ledger:     ledger.NewService(st, conns.Payee, queue, time.Now, cfg.SandboxPayoutDelay, nil),
 		Notifications: notifications.NewReceiver(st, keys, queue, string(cfg.StripeWebhookSecret), time.Now, nil).
 			WithMetrics(notifications.NewMetrics(reg)),
 		Events:         events.NewService(st, time.Now),

@@ -66,6 +66,13 @@ func (s *server) routes(app *fiber.App) {
 	app.Get("/v1/refunds", perIP, secret, s.listRefunds)
 	app.Get("/v1/refunds/:id", perIP, secret, s.getRefund)
 
+	app.Get("/v1/balance", perIP, secret, s.getBalance)
+	app.Get("/v1/balance_transactions", perIP, secret, s.listBalanceTransactions)
+	app.Get("/v1/balance_transactions/:id", perIP, secret, s.getBalanceTransaction)
+	app.Post("/v1/payouts", perIP, secret, s.createPayout)
+	app.Get("/v1/payouts", perIP, secret, s.listPayouts)
+	app.Get("/v1/payouts/:id", perIP, secret, s.getPayout)
+
 	app.Post("/v1/customers", perIP, secret, s.createCustomer)
 	app.Get("/v1/customers", perIP, secret, s.listCustomers)
 	app.Get("/v1/customers/:id", perIP, secret, s.getCustomer)

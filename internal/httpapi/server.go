@@ -27,6 +27,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/customers"
 	"github.com/gatehouse-pay/gatehouse/internal/events"
 	"github.com/gatehouse-pay/gatehouse/internal/keyring"
+	"github.com/gatehouse-pay/gatehouse/internal/ledger"
 	"github.com/gatehouse-pay/gatehouse/internal/members"
 	"github.com/gatehouse-pay/gatehouse/internal/merchants"
 	"github.com/gatehouse-pay/gatehouse/internal/metrics"
@@ -87,6 +88,9 @@ type Deps struct {
 	Customers *customers.Service
 	// Connectors are the merchant's accounts at providers and the routing.
 	Connectors *connectors.Service
+	// Ledger is the merchant's books: balance, balance transactions and
+	// payouts.
+	Ledger *ledger.Service
 	// Notifications takes the providers' notifications.
 	Notifications *notifications.Receiver
 	Events        *events.Service

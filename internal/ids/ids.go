@@ -59,3 +59,16 @@ func UUIDFloor(t time.Time) string {
 	u[8] = 0x80 // RFC 4122 variant
 	return u.String()
 }
+
+// UUIDOf returns the UUID beneath an id New made with prefix.
+func UUIDOf(prefix, id string) (string, bool) {
+	if !Valid(prefix, id) {
+		return "", false
+	}
+	b, _ := sortable.DecodeString(strings.TrimPrefix(id, prefix+"_"))
+	u, err := uuid.FromBytes(b)
+	if err != nil {
+		return "", false
+	}
+	return u.String(), true
+}

@@ -21,6 +21,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/charges"
 	"github.com/gatehouse-pay/gatehouse/internal/config"
 	"github.com/gatehouse-pay/gatehouse/internal/customers"
+	"github.com/gatehouse-pay/gatehouse/internal/ledger"
 	"github.com/gatehouse-pay/gatehouse/internal/logging"
 	"github.com/gatehouse-pay/gatehouse/internal/metrics"
 	"github.com/gatehouse-pay/gatehouse/internal/notifications"
@@ -70,10 +71,13 @@ type Handlers struct {
 	Store         Maintenance
 	// SavedCards is the housekeeping of saved cards; nil skips it.
 	SavedCards *customers.CardHousekeeping
-	Queue      *Queue
-	Config     config.Config
-	Log        *slog.Logger
-	Metrics    *metrics.Jobs
+	// Payouts carries sandbox payouts and makes the scheduled ones; nil
+	// skips them.
+	Payouts *ledger.Runner
+	Queue   *Queue
+	Config  config.Config
+	Log     *slog.Logger
+	Metrics *metrics.Jobs
 }
 
 // Maintenance is the store's housekeeping side.

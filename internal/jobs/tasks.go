@@ -53,6 +53,9 @@ const (
 	// release sealed with their CVC under the card key, and vacuums the
 	// data keys of deleted payment methods away.
 	TypeSavedCardsHousekeeping = "payment_methods:housekeeping"
+	// TypePayoutsRun carries sandbox payouts from pending to paid (or
+	// failed) and makes the automatic payouts of each schedule's slot.
+	TypePayoutsRun = "payouts:run"
 )
 
 // payload is the body of every object task: the id and nothing else, so no
@@ -144,6 +147,21 @@ func NewSavedCardsHousekeepingTask() *asynq.Task {
 		asynq.Unique(50*time.Second), asynq.Timeout(10*time.Minute))
 }
 
+// NewPayoutsRunTask returns the run of sandbox payouts: one per period
+// however many workers schedule it.
+func NewPayoutsRunTask(period time.Duration) *asynq.Task {
+	return asynq.NewTask(TypePayoutsRun, nil, asynq.Queue("maintenance"), asynq.MaxRetry(0),
+		asynq.Unique(max(period*5/6, time.Second)), asynq.Timeout(5*time.Minute))
+}
+
+// PayoutPeriod is how often the payouts run: every minute, or a quarter of
+// the payout interval or of the time in transit when that is less (at
+// least a second), so a payout arrives and a schedule's slot is paid out
+// soon after they are due.
+func PayoutPeriod(c config.Config) time.Duration {
+	return max(time.Second, min(time.Minute, c.SandboxPayoutInterval/4, c.SandboxPayoutDelay/4).Truncate(time.Second))
+}
+
 // PrunePeriod is how often the retention prune runs: hourly, or a sixth of
 // the shorter of the events' and the delivery log's retention when that is
 // less (30 s for 3 minutes), so partitions are dropped about a width after
@@ -156,7 +174,7 @@ func PrunePeriod(c config.Config) time.Duration {
 
 // Register adds the periodic tasks to the scheduler; the retention prune
 // runs every prunePeriod.
-func Register(s *asynq.Scheduler, prunePeriod time.Duration) error {
+func Register(s *asynq.Scheduler, prunePeriod, payoutPeriod time.Duration) error {
 	for _, p := range []struct {
 		spec string
 		task *asynq.Task
@@ -165,6 +183,7 @@ func Register(s *asynq.Scheduler, prunePeriod time.Duration) error {
 		{"@every 10s", NewOutboxSweepTask()},
 		{"@every " + prunePeriod.String(), NewRetentionPruneTask(prunePeriod)},
 		{"@every 1m", NewSavedCardsHousekeepingTask()},
+		{"@every " + payoutPeriod.String(), NewPayoutsRunTask(payoutPeriod)},
 	} {
 		if _, err := s.Register(p.spec, p.task); err != nil {
 			return err
@@ -181,6 +200,7 @@ func (h *Handlers) Mux() *asynq.ServeMux {
 	mux.HandleFunc(TypeOutboxSweep, h.HandleOutboxSweep)
 	mux.HandleFunc(TypeRetentionPrune, h.HandleRetentionPrune)
 	mux.HandleFunc(TypeSavedCardsHousekeeping, h.HandleSavedCardsHousekeeping)
+	mux.HandleFunc(TypePayoutsRun, h.HandlePayoutsRun)
 	mux.HandleFunc(TypeChargeAuthorize, h.HandleChargeAuthorize)
 	mux.HandleFunc(TypeChargeCapture, h.provider(h.Charges.Capture))
 	mux.HandleFunc(TypeChargeVoid, h.provider(h.Charges.Void))
@@ -192,6 +212,14 @@ func (h *Handlers) Mux() *asynq.ServeMux {
 	mux.HandleFunc(TypeWebhookEvent, h.HandleWebhookEvent)
 	mux.HandleFunc(TypeNotificationApply, h.HandleNotificationApply)
 	return mux
+}
+
+// HandlePayoutsRun runs the sandbox payouts that are due.
+func (h *Handlers) HandlePayoutsRun(ctx context.Context, _ *asynq.Task) error {
+	if h.Payouts == nil {
+		return nil
+	}
+	return h.Payouts.Run(ctx)
 }
 
 // HandleNotificationApply applies a stored provider notification.

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/gatehouse-pay/gatehouse/internal/charges"
-	"github.com/gatehouse-pay/gatehouse/internal/events"
 	"github.com/gatehouse-pay/gatehouse/internal/ids"
 	"github.com/gatehouse-pay/gatehouse/internal/providers"
 	"github.com/gatehouse-pay/gatehouse/internal/providers/providertest"
@@ -35,7 +34,7 @@ func FuzzRefundOutcomes(f *testing.F) {
 			Status: refunds.StatusPending, CreatedAt: testNow, UpdatedAt: testNow}
 		st := &fakeStore{
 			RefundForWorkFn: func(context.Context, string) (refunds.Refund, charges.Charge, error) { return cur, c, nil },
-			SettleRefundFn: func(_ context.Context, after refunds.Refund, _ string, eventsFor func(refunds.Refund, charges.Charge) ([]events.Event, error)) (bool, error) {
+			SettleRefundFn: func(_ context.Context, after refunds.Refund, _ string, eventsFor func(refunds.Refund, charges.Charge) (refunds.Settlement, error)) (bool, error) {
 				if cur.Status != refunds.StatusPending {
 					return false, nil
 				}

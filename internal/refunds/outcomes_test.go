@@ -12,7 +12,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/gatehouse-pay/gatehouse/internal/charges"
-	"github.com/gatehouse-pay/gatehouse/internal/events"
 	"github.com/gatehouse-pay/gatehouse/internal/providers"
 	"github.com/gatehouse-pay/gatehouse/internal/providers/providertest"
 	"github.com/gatehouse-pay/gatehouse/internal/refunds"
@@ -53,10 +52,10 @@ func TestProcessorReportsOutcomes(t *testing.T) {
 	down := func(context.Context, providers.RefundRequest) (providers.Result, error) {
 		return providers.Result{}, providers.ErrUnavailable
 	}
-	lostRace := func(context.Context, refunds.Refund, string, func(refunds.Refund, charges.Charge) ([]events.Event, error)) (bool, error) {
+	lostRace := func(context.Context, refunds.Refund, string, func(refunds.Refund, charges.Charge) (refunds.Settlement, error)) (bool, error) {
 		return false, nil
 	}
-	storeDown := func(context.Context, refunds.Refund, string, func(refunds.Refund, charges.Charge) ([]events.Event, error)) (bool, error) {
+	storeDown := func(context.Context, refunds.Refund, string, func(refunds.Refund, charges.Charge) (refunds.Settlement, error)) (bool, error) {
 		return false, errors.New("connection reset")
 	}
 	cases := []struct {
@@ -65,7 +64,7 @@ func TestProcessorReportsOutcomes(t *testing.T) {
 		noRef    bool   // the charge has no provider reference
 		refund   func(context.Context, providers.RefundRequest) (providers.Result, error)
 		final    bool
-		settle   func(context.Context, refunds.Refund, string, func(refunds.Refund, charges.Charge) ([]events.Event, error)) (bool, error)
+		settle   func(context.Context, refunds.Refund, string, func(refunds.Refund, charges.Charge) (refunds.Settlement, error)) (bool, error)
 		wantErr  bool
 		want     []outcome
 	}{

@@ -16,6 +16,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/events"
 	"github.com/gatehouse-pay/gatehouse/internal/idempotency"
 	"github.com/gatehouse-pay/gatehouse/internal/ids"
+	"github.com/gatehouse-pay/gatehouse/internal/ledger"
 	"github.com/gatehouse-pay/gatehouse/internal/listing"
 	"github.com/gatehouse-pay/gatehouse/internal/money"
 	"github.com/gatehouse-pay/gatehouse/internal/outbox"
@@ -81,15 +82,16 @@ type Plan struct {
 //
 // SettleRefund moves a pending refund to its final state and, for a success,
 // moves the held amount to amount_refunded on the charge (and the charge to
-// refunded when fully refunded); it calls eventsFor with the refund and the
-// charge as they are after the change, and deletes the task. It returns false
+// refunded when fully refunded); it calls settle with the refund and the
+// charge as they are after the change, writes the events and the ledger
+// transaction it returns, and deletes the task. It returns false
 // when the refund was no longer pending.
 type Store interface {
 	CreateRefund(ctx context.Context, merchantID, chargeID string, idem *idempotency.Request, plan func(charges.Charge) (Plan, error)) (replay *idempotency.Response, deliveries []outbox.Task, err error)
 	RefundByID(ctx context.Context, merchantID, id string) (Refund, error)
 	ListRefunds(ctx context.Context, merchantID, chargeID string, p listing.Params) (listing.Page[Refund], error)
 	RefundForWork(ctx context.Context, id string) (Refund, charges.Charge, error)
-	SettleRefund(ctx context.Context, after Refund, doneTask string, eventsFor func(Refund, charges.Charge) ([]events.Event, error)) (applied bool, deliveries []outbox.Task, err error)
+	SettleRefund(ctx context.Context, after Refund, doneTask string, settle func(Refund, charges.Charge) (Settlement, error)) (applied bool, deliveries []outbox.Task, err error)
 	DeleteTask(ctx context.Context, taskID string) error
 	// AwaitRefund records the provider's reference of a pending refund the
 	// provider received (it settles by notification) and deletes the task:
@@ -268,8 +270,8 @@ func (p *Processor) WithWindows(window, unknownAfter time.Duration) *Processor {
 	return p
 }
 
-func (p *Processor) settle(ctx context.Context, provider string, after Refund, doneTask string, eventsFor func(Refund, charges.Charge) ([]events.Event, error)) error {
-	applied, deliveries, err := p.store.SettleRefund(ctx, after, doneTask, eventsFor)
+func (p *Processor) settle(ctx context.Context, provider string, after Refund, doneTask string, settle func(Refund, charges.Charge) (Settlement, error)) error {
+	applied, deliveries, err := p.store.SettleRefund(ctx, after, doneTask, settle)
 	if err != nil {
 		return err
 	}
@@ -380,7 +382,7 @@ func (p *Processor) Process(ctx context.Context, id string, final bool) error {
 	case err == nil && !res.Pending:
 		p.observe(c.Provider, op, charges.OutcomeSucceeded, elapsed)
 		after.Status, after.ProviderReference = StatusSucceeded, &res.Reference
-		return p.settle(ctx, c.Provider, after, task.ID(), succeededEvents)
+		return p.settle(ctx, c.Provider, after, task.ID(), succeeded)
 	case err == nil:
 		p.observe(c.Provider, op, charges.OutcomePending, elapsed)
 		return p.unknown(ctx, r, final, now, fmt.Errorf("refunds: the provider's refund %s is still pending", res.Reference))
@@ -399,6 +401,28 @@ func (p *Processor) Process(ctx context.Context, id string, final bool) error {
 		return p.unknown(ctx, r, final, now, err)
 	}
 	return p.settle(ctx, c.Provider, after, task.ID(), noEvents)
+}
+
+// Settlement is what settling a refund writes besides the refund and its
+// charge: its events, and the ledger transaction of its money.
+type Settlement struct {
+	Events  []events.Event
+	Booking *ledger.Transaction
+}
+
+// succeeded is the settlement of a refund that succeeded: its events, and
+// the amount booked back to the cardholder from the merchant's balance.
+func succeeded(r Refund, c charges.Charge) (Settlement, error) {
+	evs, err := succeededEvents(r, c)
+	if err != nil {
+		return Settlement{}, err
+	}
+	ref := ""
+	if r.ProviderReference != nil {
+		ref = *r.ProviderReference
+	}
+	b := ledger.Refunded(charges.AccountOf(c), r.ID, ref, r.Amount, r.UpdatedAt)
+	return Settlement{Events: evs, Booking: &b}, nil
 }
 
 // succeededEvents are the events of a refund that succeeded:
@@ -440,7 +464,7 @@ func (p *Processor) Confirm(ctx context.Context, id string, success bool, provid
 		after.ProviderReference = &providerReference
 	}
 	task := outbox.Task{Type: outbox.RefundProcess, RefID: id}
-	eventsFor := succeededEvents
+	eventsFor := succeeded
 	if success {
 		after.Status = StatusSucceeded
 	} else {
@@ -476,7 +500,7 @@ func (p *Processor) unknown(ctx context.Context, r Refund, final bool, now time.
 	return fmt.Errorf("refunds: outcome of refund %s still unknown after the last attempt; the sweeper sends it again: %w", r.ID, err)
 }
 
-func noEvents(Refund, charges.Charge) ([]events.Event, error) { return nil, nil }
+func noEvents(Refund, charges.Charge) (Settlement, error) { return Settlement{}, nil }
 
 func contains(list []string, s string) bool {
 	for _, v := range list {

@@ -38,7 +38,7 @@ type fakeStore struct {
 	Charge          charges.Charge
 	CreateRefundFn  func(ctx context.Context, merchantID, chargeID string, idem *idempotency.Request, plan func(charges.Charge) (refunds.Plan, error)) (*idempotency.Response, error)
 	RefundForWorkFn func(ctx context.Context, id string) (refunds.Refund, charges.Charge, error)
-	SettleRefundFn  func(ctx context.Context, after refunds.Refund, doneTask string, eventsFor func(refunds.Refund, charges.Charge) ([]events.Event, error)) (bool, error)
+	SettleRefundFn  func(ctx context.Context, after refunds.Refund, doneTask string, eventsFor func(refunds.Refund, charges.Charge) (refunds.Settlement, error)) (bool, error)
 	ListRefundsFn   func(ctx context.Context, merchantID, chargeID string, p listing.Params) (listing.Page[refunds.Refund], error)
 	RefundByIDFn    func(ctx context.Context, merchantID, id string) (refunds.Refund, error)
 	createCalls     int
@@ -84,7 +84,7 @@ func (s *fakeStore) RefundForWork(ctx context.Context, id string) (refunds.Refun
 	return refunds.Refund{}, charges.Charge{}, apperr.NotFound("refund")
 }
 
-func (s *fakeStore) SettleRefund(ctx context.Context, after refunds.Refund, doneTask string, eventsFor func(refunds.Refund, charges.Charge) ([]events.Event, error)) (bool, []outbox.Task, error) {
+func (s *fakeStore) SettleRefund(ctx context.Context, after refunds.Refund, doneTask string, eventsFor func(refunds.Refund, charges.Charge) (refunds.Settlement, error)) (bool, []outbox.Task, error) {
 	s.mu.Lock()
 	s.settled = append(s.settled, after)
 	s.settledTasks = append(s.settledTasks, doneTask)
@@ -281,14 +281,17 @@ func TestProcess(t *testing.T) {
 		for _, full := range []bool{false, true} {
 			var got []string
 			st := &fakeStore{RefundForWorkFn: forWork(pending, capturedCharge()),
-				SettleRefundFn: func(_ context.Context, after refunds.Refund, _ string, eventsFor func(refunds.Refund, charges.Charge) ([]events.Event, error)) (bool, error) {
+				SettleRefundFn: func(_ context.Context, after refunds.Refund, _ string, eventsFor func(refunds.Refund, charges.Charge) (refunds.Settlement, error)) (bool, error) {
 					c := capturedCharge()
 					c.AmountRefunded = 500
 					if full {
 						c.Status, c.AmountRefunded = charges.StatusRefunded, 2000
 					}
-					evs, err := eventsFor(after, c)
-					for _, e := range evs {
+					st, err := eventsFor(after, c)
+					if err == nil && (st.Booking == nil || st.Booking.Amount != -after.Amount || st.Booking.Check() != nil) {
+						t.Errorf("a refund that succeeded books %+v", st.Booking)
+					}
+					for _, e := range st.Events {
 						got = append(got, e.Type)
 					}
 					return true, err
@@ -335,10 +338,10 @@ func TestProcess(t *testing.T) {
 	for _, c := range failures {
 		t.Run(c.name, func(t *testing.T) {
 			st := &fakeStore{RefundForWorkFn: forWork(pending, capturedCharge()),
-				SettleRefundFn: func(_ context.Context, after refunds.Refund, _ string, eventsFor func(refunds.Refund, charges.Charge) ([]events.Event, error)) (bool, error) {
-					evs, err := eventsFor(after, capturedCharge())
-					if len(evs) != 0 {
-						t.Errorf("a failed refund fires %d events", len(evs))
+				SettleRefundFn: func(_ context.Context, after refunds.Refund, _ string, eventsFor func(refunds.Refund, charges.Charge) (refunds.Settlement, error)) (bool, error) {
+					st, err := eventsFor(after, capturedCharge())
+					if len(st.Events) != 0 || st.Booking != nil {
+						t.Errorf("a failed refund fires %d events and books %+v", len(st.Events), st.Booking)
 					}
 					return true, err
 				}}

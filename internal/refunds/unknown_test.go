@@ -52,9 +52,9 @@ func bookedSandbox(t *testing.T, lose func(sandbox.Operation, int64) bool) (test
 func settleRecorder(r refunds.Refund, c charges.Charge, evs *[]string) *fakeStore {
 	return &fakeStore{
 		RefundForWorkFn: func(context.Context, string) (refunds.Refund, charges.Charge, error) { return r, c, nil },
-		SettleRefundFn: func(_ context.Context, after refunds.Refund, _ string, eventsFor func(refunds.Refund, charges.Charge) ([]events.Event, error)) (bool, error) {
-			list, err := eventsFor(after, c)
-			for _, e := range list {
+		SettleRefundFn: func(_ context.Context, after refunds.Refund, _ string, eventsFor func(refunds.Refund, charges.Charge) (refunds.Settlement, error)) (bool, error) {
+			st, err := eventsFor(after, c)
+			for _, e := range st.Events {
 				*evs = append(*evs, e.Type)
 			}
 			return true, err

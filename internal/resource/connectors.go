@@ -11,6 +11,9 @@ type Connector struct {
 	ServerAccount  bool     `json:"server_account"`
 	HasCredentials bool     `json:"has_credentials"`
 	Sandbox        *Sandbox `json:"sandbox,omitempty"` // the sandbox provider's only
+	// Fees and PayoutSchedule: a sandbox connector's terms.
+	Fees           *FeeSchedule `json:"fees,omitempty"`
+	PayoutSchedule *string      `json:"payout_schedule,omitempty"`
 	// NotificationURL is where the provider sends its notifications; a
 	// real provider's connectors only.
 	NotificationURL *string `json:"notification_url,omitempty"`
@@ -23,6 +26,15 @@ type Sandbox struct {
 	Unavailable bool    `json:"unavailable"`
 	DeclineCode *string `json:"decline_code"`
 	LatencyMS   int     `json:"latency_ms"`
+	// PayoutFailure: every payout fails with this bank answer.
+	PayoutFailure *string `json:"payout_failure"`
+}
+
+// FeeSchedule is a sandbox connector's price: basis points of the amount
+// plus a fixed part in minor units.
+type FeeSchedule struct {
+	PercentBPS int64 `json:"percent_bps"`
+	Fixed      int64 `json:"fixed"`
 }
 
 // Routing is a merchant's routing: the first rule whose condition matches

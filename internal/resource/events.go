@@ -13,7 +13,8 @@ type Event struct {
 // EventData is the object an event is about, as it is after the change:
 // the charge, and for a refund event the refund too.
 type EventData struct {
-	Object string  `json:"object"` // "charge" or "refund"
-	Charge Charge  `json:"charge"`
+	Object string  `json:"object"` // "charge", "refund" or "payout"
+	Charge *Charge `json:"charge,omitempty"`
 	Refund *Refund `json:"refund,omitempty"`
+	Payout *Payout `json:"payout,omitempty"`
 }

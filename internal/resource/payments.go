@@ -129,3 +129,59 @@ type PaymentMethod struct {
 	Card      Card   `json:"card"`
 	CreatedAt string `json:"created_at"`
 }
+
+// FeeDetail is one part of a balance transaction's fee.
+type FeeDetail struct {
+	Type        string `json:"type"` // "provider_fee" | "dispute_fee"
+	Amount      int64  `json:"amount"`
+	Description string `json:"description"`
+}
+
+// BalanceTransaction is one movement of a merchant's balance: a ledger
+// transaction as the merchant sees it.
+type BalanceTransaction struct {
+	ID          string      `json:"id"`
+	Object      string      `json:"object"` // "balance_transaction"
+	Type        string      `json:"type"`
+	Source      string      `json:"source"`
+	Connector   string      `json:"connector"`
+	Amount      int64       `json:"amount"`
+	Fee         int64       `json:"fee"`
+	FeeDetails  []FeeDetail `json:"fee_details"`
+	Net         int64       `json:"net"`
+	Currency    string      `json:"currency"`
+	Status      string      `json:"status"` // "pending" | "available"
+	AvailableOn string      `json:"available_on"`
+	CreatedAt   string      `json:"created_at"`
+}
+
+// BalanceAmount is a balance in one currency.
+type BalanceAmount struct {
+	Currency string `json:"currency"`
+	Amount   int64  `json:"amount"`
+}
+
+// Balance is a merchant's balance: what it may be paid out now, and what
+// becomes available later.
+type Balance struct {
+	Object    string          `json:"object"` // "balance"
+	Available []BalanceAmount `json:"available"`
+	Pending   []BalanceAmount `json:"pending"`
+}
+
+// Payout is money sent from a connector's balance to the merchant's bank.
+type Payout struct {
+	ID             string  `json:"id"`
+	Object         string  `json:"object"` // "payout"
+	Connector      string  `json:"connector"`
+	Amount         int64   `json:"amount"`
+	Currency       string  `json:"currency"`
+	Status         string  `json:"status"`
+	Automatic      bool    `json:"automatic"`
+	ArrivalDate    string  `json:"arrival_date"`
+	Description    *string `json:"description"`
+	FailureCode    *string `json:"failure_code"`
+	FailureMessage *string `json:"failure_message"`
+	CreatedAt      string  `json:"created_at"`
+	UpdatedAt      string  `json:"updated_at"`
+}

@@ -325,9 +325,10 @@ func (s *Store) ChargeForWork(ctx context.Context, id string) (charges.Charge, [
 
 // applyTransition moves a charge if it is still where the worker found it
 // (status, pending action, answer, attempts and connector),
-// writes the event, drops the task that did it and writes the task the new
-// state calls for (if any), in one statement.
-const applyTransition = `
+// writes the event, drops the task that did it, writes the task the new
+// state calls for (if any) and books the ledger transaction it causes (a
+// capture's), in one statement.
+var applyTransition = `
 WITH upd AS (
 	UPDATE charges SET status = $3, amount_captured = $4, provider_reference = $5, failure_code = $6,
 		failure_message = $7, pending_action = $8, capture_amount = $9, updated_at = $10,
@@ -354,7 +355,7 @@ WITH upd AS (
 	INSERT INTO outbox (task_id, task_type, ref_id, attempt)
 	SELECT $17::text, $18::text, upd.id, $31::int FROM upd WHERE $17::text IS NOT NULL
 	ON CONFLICT (task_id) DO UPDATE SET created_at = now(), attempt = EXCLUDED.attempt
-)` + fanout + `
+), ` + bookCTEs("bk", 32, "upd") + fanout + `
 SELECT count(*), ` + deliveriesOf + ` FROM upd`
 
 // ApplyTransition implements charges.Store.
@@ -373,12 +374,19 @@ func (s *Store) ApplyTransition(ctx context.Context, t charges.Transition) (bool
 	}
 	var n int
 	var deliveries []string
-	err := s.pool.QueryRow(ctx, applyTransition, a.ID, t.Before.Status, a.Status, a.AmountCaptured, a.ProviderReference,
+	args := []any{a.ID, t.Before.Status, a.Status, a.AmountCaptured, a.ProviderReference,
 		a.FailureCode, a.FailureMessage, a.PendingAction, a.CaptureAmount, a.UpdatedAt, t.PurgeCard, t.Before.PendingAction,
 		evID, evType, evBody, t.DoneTask, thenID, thenType,
 		authStatus(a.Authentication.Status), a.Authentication.CompletedAt, a.Authentication.NextActionURL,
 		a.Authentication.ExpiresAt, a.Authentication.Answer, t.Before.Authentication.Answer, t.SavedCardAuthenticated,
-		attemptsJSON(a.Attempts), a.ConnectorID, a.Provider, len(t.Before.Attempts), t.Before.ConnectorID, thenAttempt).Scan(&n, &deliveries)
+		attemptsJSON(a.Attempts), a.ConnectorID, a.Provider, len(t.Before.Attempts), t.Before.ConnectorID, thenAttempt}
+	if t.Booking != nil {
+		if err := t.Booking.Check(); err != nil {
+			return false, nil, err
+		}
+	}
+	args = append(args, bookingValues(t.Booking)...)
+	err := s.pool.QueryRow(ctx, applyTransition, args...).Scan(&n, &deliveries)
 	return n == 1, deliveryTasks(deliveries), mapErr(err, "charge")
 }
 

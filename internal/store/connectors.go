@@ -16,24 +16,24 @@ import (
 )
 
 const connectorColumns = `id, merchant_id, provider, name, enabled, server_account, credentials_sealed, sandbox,
-created_at, updated_at, deleted_at`
+created_at, updated_at, deleted_at, fees, payout_schedule`
 
 func scanConnector(row pgx.Row) (connectors.Connector, error) {
 	var c connectors.Connector
 	err := row.Scan(&c.ID, &c.MerchantID, &c.Provider, &c.Name, &c.Enabled, &c.ServerAccount, &c.Sealed, &c.Sandbox,
-		&c.CreatedAt, &c.UpdatedAt, &c.DeletedAt)
+		&c.CreatedAt, &c.UpdatedAt, &c.DeletedAt, &c.Fees, &c.PayoutSchedule)
 	return c, err
 }
 
 const insertConnector = `INSERT INTO connectors (id, merchant_id, provider, name, enabled, server_account,
-	credentials_sealed, sandbox, created_at, updated_at)
-VALUES ($1, $2, $3, $4, $5, false, $6, $7, $8, $8)`
+	credentials_sealed, sandbox, created_at, updated_at, fees, payout_schedule)
+VALUES ($1, $2, $3, $4, $5, false, $6, $7, $8, $8, $9, coalesce(nullif($10, ''), 'daily'))`
 
 // CreateConnector implements connectors.Store.
 func (s *Store) CreateConnector(ctx context.Context, c connectors.Connector, idem *idempotency.Request, first idempotency.Response) (*idempotency.Response, error) {
 	audit.SetObject(ctx, "connector", c.ID)
 	return s.createOnce(ctx, c.MerchantID, idem, first, func(tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, insertConnector, c.ID, c.MerchantID, c.Provider, c.Name, c.Enabled, c.Sealed, c.Sandbox, c.CreatedAt)
+		_, err := tx.Exec(ctx, insertConnector, c.ID, c.MerchantID, c.Provider, c.Name, c.Enabled, c.Sealed, c.Sandbox, c.CreatedAt, c.Fees, c.PayoutSchedule)
 		return mapErr(err, "connector")
 	})
 }
@@ -53,14 +53,15 @@ func (s *Store) ListConnectors(ctx context.Context, merchantID string, p listing
 }
 
 const updateConnector = `UPDATE connectors SET name = coalesce($3, name), enabled = coalesce($4, enabled),
-	credentials_sealed = coalesce($5, credentials_sealed), sandbox = coalesce($6, sandbox), updated_at = $7
+	credentials_sealed = coalesce($5, credentials_sealed), sandbox = coalesce($6, sandbox), updated_at = $7,
+	fees = coalesce($8, fees), payout_schedule = coalesce($9, payout_schedule)
 WHERE id = $1 AND merchant_id = $2 AND deleted_at IS NULL
 RETURNING ` + connectorColumns
 
 // UpdateConnector implements connectors.Store.
 func (s *Store) UpdateConnector(ctx context.Context, merchantID, id string, p connectors.Patch) (c connectors.Connector, err error) {
 	err = s.audited(ctx, func(q dbtx) error {
-		c, err = scanConnector(q.QueryRow(ctx, updateConnector, id, merchantID, p.Name, p.Enabled, p.Sealed, p.Sandbox, p.At))
+		c, err = scanConnector(q.QueryRow(ctx, updateConnector, id, merchantID, p.Name, p.Enabled, p.Sealed, p.Sandbox, p.At, p.Fees, p.PayoutSchedule))
 		return mapErr(err, "connector")
 	})
 	return c, err

@@ -10,7 +10,6 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/apperr"
 	"github.com/gatehouse-pay/gatehouse/internal/audit"
 	"github.com/gatehouse-pay/gatehouse/internal/charges"
-	"github.com/gatehouse-pay/gatehouse/internal/events"
 	"github.com/gatehouse-pay/gatehouse/internal/idempotency"
 	"github.com/gatehouse-pay/gatehouse/internal/listing"
 	"github.com/gatehouse-pay/gatehouse/internal/outbox"
@@ -137,7 +136,7 @@ func (s *Store) AwaitRefund(ctx context.Context, id, providerReference, doneTask
 	return mapErr(err, "refund")
 }
 
-func (s *Store) SettleRefund(ctx context.Context, after refunds.Refund, doneTask string, eventsFor func(refunds.Refund, charges.Charge) ([]events.Event, error)) (bool, []outbox.Task, error) {
+func (s *Store) SettleRefund(ctx context.Context, after refunds.Refund, doneTask string, settle func(refunds.Refund, charges.Charge) (refunds.Settlement, error)) (bool, []outbox.Task, error) {
 	applied := false
 	var tasks []outbox.Task
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
@@ -157,11 +156,16 @@ func (s *Store) SettleRefund(ctx context.Context, after refunds.Refund, doneTask
 		if err != nil {
 			return mapErr(err, "charge")
 		}
-		evs, err := eventsFor(r, c)
+		st, err := settle(r, c)
 		if err != nil {
 			return apperr.Internal(err)
 		}
-		for _, e := range evs {
+		if st.Booking != nil {
+			if _, err := book(ctx, tx, *st.Booking); err != nil {
+				return err
+			}
+		}
+		for _, e := range st.Events {
 			t, err := s.writeEvent(ctx, tx, r, e)
 			if err != nil {
 				return err
