@@ -237,6 +237,9 @@ func (p *Processor) resume(ctx context.Context, c Charge, sealed []byte, prov pr
 		return err
 	}
 	t.SavedCardAuthenticated, t.Cause = c.PaymentMethodID != nil, CauseIssuer
+	if c.Capture {
+		t.Settlement = res.Settlement
+	}
 	return p.apply(ctx, t)
 }
 

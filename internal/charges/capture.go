@@ -30,7 +30,7 @@ func (p *Processor) capture(ctx context.Context, c Charge, prov providers.Provid
 	if now.Sub(c.UpdatedAt) < p.window {
 		var res providers.Result
 		res, err = prov.Capture(cctx, providers.CaptureRequest{IdempotencyKey: IdempotencyKey(c.ID, "capture"), Reference: *c.ProviderReference, Amount: amount, Currency: c.Currency})
-		pay = providers.Payment{Reference: res.Reference, Status: providers.PaymentCaptured, Captured: amount}
+		pay = providers.Payment{Reference: res.Reference, Status: providers.PaymentCaptured, Captured: amount, Settlement: res.Settlement}
 		if err == nil && res.Pending && providers.SettlesByNotification(c.Provider) {
 			// Received: the provider's notification settles it (Confirm).
 			cancel()
@@ -105,7 +105,11 @@ func (p *Processor) capture(ctx context.Context, c Charge, prov providers.Provid
 		}
 		ev = &e
 	}
-	return p.apply(ctx, Transition{Before: c, After: after, Event: ev, DoneTask: task.ID()})
+	t := Transition{Before: c, After: after, Event: ev, DoneTask: task.ID()}
+	if after.Status == StatusCaptured {
+		t.Settlement = pay.Settlement
+	}
+	return p.apply(ctx, t)
 }
 
 // captureUnknown answers an attempt after which the capture's outcome is

@@ -37,9 +37,10 @@ type Transition struct {
 	// Booking is the ledger transaction the move causes (a capture's),
 	// written with it; the Processor sets it.
 	Booking *ledger.Transaction
-	// Fee is the fee the provider reported with its answer, when it did
-	// (Stripe's balance transaction); nil books by the connector's terms.
-	Fee *ledger.Fee
+	// Settlement is what the provider reported of the capture with its
+	// answer, when it did (Stripe's balance transaction): its fee and when
+	// it is available. nil books by the connector's terms.
+	Settlement *providers.Settlement
 }
 
 // ErrIllegalMove is returned for a transition the state machine refuses.
@@ -223,16 +224,22 @@ func (p *Processor) captureBooking(ctx context.Context, t Transition) (ledger.Tr
 	if err != nil {
 		return ledger.Transaction{}, err
 	}
-	fee := terms.FeeFor(c.AmountCaptured)
-	if t.Fee != nil {
-		fee = *t.Fee
+	at := c.UpdatedAt
+	fee, availableOn := terms.FeeFor(c.AmountCaptured), at.Add(terms.SettlementDelay)
+	if s := t.Settlement; s != nil {
+		fee = ledger.Fee{Amount: s.Fee}
+		for _, l := range s.FeeDetails {
+			fee.Details = append(fee.Details, ledger.FeeDetail{Type: ledger.FeeProvider, Amount: l.Amount, Description: l.Description})
+		}
+		if !s.AvailableOn.IsZero() {
+			availableOn = s.AvailableOn
+		}
 	}
 	ref := ""
 	if c.ProviderReference != nil {
 		ref = *c.ProviderReference
 	}
-	at := c.UpdatedAt
-	return ledger.Captured(AccountOf(c), c.ID, ref, c.AmountCaptured, fee, at, at.Add(terms.SettlementDelay)), nil
+	return ledger.Captured(AccountOf(c), c.ID, ref, c.AmountCaptured, fee, at, availableOn), nil
 }
 
 // AccountOf is the ledger account a charge's money moves in: its
@@ -403,9 +410,9 @@ func (p *Processor) AuthorizeAttempt(ctx context.Context, id string, attempt int
 	}
 	p.observe(c.Provider, "authorize", OutcomeSucceeded, elapsed)
 	if c.Capture {
-		return p.authorized(ctx, c, task, res.Reference, providers.PaymentCaptured, c.Amount)
+		return p.authorized(ctx, c, task, res.Reference, providers.PaymentCaptured, c.Amount, res.Settlement)
 	}
-	return p.authorized(ctx, c, task, res.Reference, providers.PaymentAuthorized, 0)
+	return p.authorized(ctx, c, task, res.Reference, providers.PaymentAuthorized, 0, nil)
 }
 
 // follow looks up a payment the provider accepted and had not finished
@@ -425,7 +432,7 @@ func (p *Processor) follow(ctx context.Context, c Charge, prov providers.Provide
 		return p.authorizeUnknown(ctx, c, final, err)
 	case pay.Status == providers.PaymentCaptured, pay.Status == providers.PaymentAuthorized:
 		p.observe(c.Provider, "authorize_lookup", OutcomeSucceeded, elapsed)
-		return p.authorized(ctx, c, task, *c.ProviderReference, pay.Status, pay.Captured)
+		return p.authorized(ctx, c, task, *c.ProviderReference, pay.Status, pay.Captured, pay.Settlement)
 	case pay.Status == providers.PaymentFailed, pay.Status == providers.PaymentCanceled:
 		p.observe(c.Provider, "authorize_lookup", OutcomeDeclined, elapsed)
 		if d := pay.Failure; d != nil {
@@ -441,7 +448,7 @@ func (p *Processor) follow(ctx context.Context, c Charge, prov providers.Provide
 // authorized records a payment the provider completed: captured (with
 // captured, the amount it took; 0 or more than the charge's means all of
 // it) or only authorized.
-func (p *Processor) authorized(ctx context.Context, c Charge, task outbox.Task, reference, status string, captured int64) error {
+func (p *Processor) authorized(ctx context.Context, c Charge, task outbox.Task, reference, status string, captured int64, s *providers.Settlement) error {
 	after := c
 	after.ProviderReference = &reference
 	after.UpdatedAt = p.stamp()
@@ -449,6 +456,7 @@ func (p *Processor) authorized(ctx context.Context, c Charge, task outbox.Task, 
 	if err != nil {
 		return err
 	}
+	t.Settlement = s
 	return p.apply(ctx, t)
 }
 

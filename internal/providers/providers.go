@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Card is what the provider needs to charge a card: either the raw card data
@@ -128,6 +129,11 @@ type Result struct {
 	// processing). Money may still move either way: the caller follows the
 	// object with a Lookup until it is final.
 	Pending bool
+	// Settlement, when not nil, is what the provider reported of a capture
+	// it made: its fee and when its money is available (Stripe's balance
+	// transaction). nil leaves the fee to the connector's terms, or to be
+	// reported later.
+	Settlement *Settlement
 	// Action, when not nil, says the payment waits for the cardholder to
 	// authenticate (3-D Secure): nothing is taken until the issuer's answer.
 	// The caller records it and asks again with Authenticate once the
@@ -264,6 +270,23 @@ type Payment struct {
 	Captured  int64  // the amount captured, when Status is PaymentCaptured
 	// Failure is the provider's reason when Status is PaymentFailed, if it gave one.
 	Failure *Decline
+	// Settlement: see Result.
+	Settlement *Settlement
+}
+
+// Settlement is a provider's account of a capture's money: the fee it kept,
+// in its parts, and when the rest is available to pay out.
+type Settlement struct {
+	Fee         int64
+	FeeDetails  []FeeLine
+	AvailableOn time.Time
+}
+
+// FeeLine is one part of a provider's fee.
+type FeeLine struct {
+	Type        string
+	Amount      int64
+	Description string
 }
 
 // Lookup reads the provider's own books. The worker uses it when resending a

@@ -198,6 +198,8 @@ func intentParams(r providers.AuthorizeRequest, pm string) *stripego.PaymentInte
 	}
 	if !r.Capture {
 		params.CaptureMethod = stripego.String(string(stripego.PaymentIntentCaptureMethodManual))
+	} else {
+		params.AddExpand(expandSettlement)
 	}
 	if r.OffSession {
 		params.OffSession = stripego.Bool(true)
@@ -242,7 +244,36 @@ func intentResult(pi *stripego.PaymentIntent, offSession bool) (providers.Result
 			return providers.Result{}, cardDecline(e)
 		}
 	}
-	return providers.Result{Reference: pi.ID, Pending: pi.Status == stripego.PaymentIntentStatusProcessing}, nil
+	return providers.Result{Reference: pi.ID, Pending: pi.Status == stripego.PaymentIntentStatusProcessing,
+		Settlement: settlementOf(pi)}, nil
+}
+
+// expandSettlement asks Stripe to answer a capture with the balance
+// transaction of its charge: the fee Stripe kept and when the money is
+// available, in the same call.
+const expandSettlement = "latest_charge.balance_transaction"
+
+// settlementOf reads the balance transaction of a captured PaymentIntent's
+// charge, nil when Stripe gave none (not captured, not expanded, or not yet
+// made: the fee is then booked when it is reported).
+func settlementOf(pi *stripego.PaymentIntent) *providers.Settlement {
+	if pi.Status != stripego.PaymentIntentStatusSucceeded || pi.LatestCharge == nil || pi.LatestCharge.BalanceTransaction == nil {
+		return nil
+	}
+	bt := pi.LatestCharge.BalanceTransaction
+	if bt.ID == "" || bt.Object == "" { // an id alone: not expanded
+		return nil
+	}
+	s := &providers.Settlement{Fee: bt.Fee}
+	if bt.AvailableOn > 0 {
+		s.AvailableOn = time.Unix(bt.AvailableOn, 0).UTC()
+	}
+	for _, d := range bt.FeeDetails {
+		if d != nil {
+			s.FeeDetails = append(s.FeeDetails, providers.FeeLine{Type: d.Type, Amount: d.Amount, Description: d.Description})
+		}
+	}
+	return s
 }
 
 // challenge is the result of a PaymentIntent that waits for the cardholder:
@@ -278,7 +309,9 @@ func (p *Provider) Authenticate(ctx context.Context, r providers.AuthenticateReq
 	if strings.TrimSpace(r.Reference) == "" {
 		return providers.Result{}, &providers.Decline{Code: "invalid_request", Message: "A payment reference is required."}
 	}
-	pi, err := p.client.V1PaymentIntents.Retrieve(ctx, r.Reference, nil)
+	params := &stripego.PaymentIntentRetrieveParams{}
+	params.AddExpand(expandSettlement)
+	pi, err := p.client.V1PaymentIntents.Retrieve(ctx, r.Reference, params)
 	if err != nil {
 		return providers.Result{}, mapError(err)
 	}
@@ -289,7 +322,7 @@ func (p *Provider) Authenticate(ctx context.Context, r providers.AuthenticateReq
 func authenticationResult(pi *stripego.PaymentIntent) (providers.Result, error) {
 	switch pi.Status {
 	case stripego.PaymentIntentStatusSucceeded, stripego.PaymentIntentStatusRequiresCapture:
-		return providers.Result{Reference: pi.ID}, nil
+		return providers.Result{Reference: pi.ID, Settlement: settlementOf(pi)}, nil
 	case stripego.PaymentIntentStatusProcessing:
 		return providers.Result{Reference: pi.ID, Pending: true}, nil
 	case stripego.PaymentIntentStatusRequiresAction, statusRequiresSourceAction:
@@ -340,12 +373,14 @@ func (p *Provider) Capture(ctx context.Context, r providers.CaptureRequest) (pro
 	if r.Amount > 0 {
 		params.AmountToCapture = stripego.Int64(r.Amount)
 	}
+	params.AddExpand(expandSettlement)
 	params.SetIdempotencyKey(r.IdempotencyKey)
 	pi, err := p.client.V1PaymentIntents.Capture(ctx, r.Reference, params)
 	if err != nil {
 		return providers.Result{}, mapError(err)
 	}
-	return providers.Result{Reference: pi.ID, Pending: pi.Status == stripego.PaymentIntentStatusProcessing}, nil
+	return providers.Result{Reference: pi.ID, Pending: pi.Status == stripego.PaymentIntentStatusProcessing,
+		Settlement: settlementOf(pi)}, nil
 }
 
 // Void cancels the PaymentIntent r.Reference, which releases its authorization.
@@ -428,14 +463,16 @@ func (p *Provider) LookupRefund(ctx context.Context, r providers.RefundLookup) (
 // (a processing payment that failed, or a failed authentication) or canceled
 // holds nothing; one in requires_action waits for the cardholder.
 func (p *Provider) LookupPayment(ctx context.Context, reference string) (providers.Payment, error) {
-	pi, err := p.client.V1PaymentIntents.Retrieve(ctx, reference, nil)
+	params := &stripego.PaymentIntentRetrieveParams{}
+	params.AddExpand(expandSettlement)
+	pi, err := p.client.V1PaymentIntents.Retrieve(ctx, reference, params)
 	if err != nil {
 		return providers.Payment{}, mapError(err)
 	}
 	out := providers.Payment{Reference: pi.ID}
 	switch pi.Status {
 	case stripego.PaymentIntentStatusSucceeded:
-		out.Status, out.Captured = providers.PaymentCaptured, pi.AmountReceived
+		out.Status, out.Captured, out.Settlement = providers.PaymentCaptured, pi.AmountReceived, settlementOf(pi)
 	case stripego.PaymentIntentStatusProcessing:
 		out.Status = providers.PaymentProcessing
 	case stripego.PaymentIntentStatusCanceled:

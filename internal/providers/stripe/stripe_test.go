@@ -403,7 +403,7 @@ func TestRequestShapes(t *testing.T) {
 			}, "pi_fake",
 			[]request{
 				{Method: "POST", Path: "/v1/payment_intents", IdempotencyKey: "charge-2", Form: url.Values{
-					"amount": {"2000"}, "currency": {"usd"}, "confirm": {"true"},
+					"amount": {"2000"}, "currency": {"usd"}, "confirm": {"true"}, "expand[0]": {"latest_charge.balance_transaction"},
 					"payment_method": {"pm_card_visa"}, "payment_method_types[0]": {"card"}}},
 			}},
 		{"authorize a tok_ token",
@@ -415,7 +415,7 @@ func TestRequestShapes(t *testing.T) {
 			[]request{
 				{Method: "POST", Path: "/v1/payment_methods", Form: url.Values{"type": {"card"}, "card[token]": {"tok_visa"}}},
 				{Method: "POST", Path: "/v1/payment_intents", IdempotencyKey: "charge-3", Form: url.Values{
-					"amount": {"2000"}, "currency": {"usd"}, "confirm": {"true"},
+					"amount": {"2000"}, "currency": {"usd"}, "confirm": {"true"}, "expand[0]": {"latest_charge.balance_transaction"},
 					"payment_method": {"pm_fake"}, "payment_method_types[0]": {"card"}}},
 			}},
 		{"capture part",
@@ -423,12 +423,13 @@ func TestRequestShapes(t *testing.T) {
 				return p.Capture(context.Background(), providers.CaptureRequest{IdempotencyKey: "cap-1", Reference: "pi_fake", Amount: 1500})
 			}, "pi_fake",
 			[]request{{Method: "POST", Path: "/v1/payment_intents/pi_fake/capture", IdempotencyKey: "cap-1",
-				Form: url.Values{"amount_to_capture": {"1500"}}}}},
+				Form: url.Values{"amount_to_capture": {"1500"}, "expand[0]": {"latest_charge.balance_transaction"}}}}},
 		{"capture all",
 			func(p *stripe.Provider) (providers.Result, error) {
 				return p.Capture(context.Background(), providers.CaptureRequest{IdempotencyKey: "cap-2", Reference: "pi_fake"})
 			}, "pi_fake",
-			[]request{{Method: "POST", Path: "/v1/payment_intents/pi_fake/capture", IdempotencyKey: "cap-2", Form: url.Values{}}}},
+			[]request{{Method: "POST", Path: "/v1/payment_intents/pi_fake/capture", IdempotencyKey: "cap-2",
+				Form: url.Values{"expand[0]": {"latest_charge.balance_transaction"}}}}},
 		{"void",
 			func(p *stripe.Provider) (providers.Result, error) {
 				return p.Void(context.Background(), providers.VoidRequest{IdempotencyKey: "void-1", Reference: "pi_fake"})

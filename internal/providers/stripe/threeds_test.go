@@ -115,6 +115,7 @@ func TestAuthorizeSendsReturnURLOrOffSession(t *testing.T) {
 				t.Fatalf("request %s %s key %q, want POST /v1/payment_intents key charge-3ds", last.Method, last.Path, last.IdempotencyKey)
 			}
 			want := url.Values{"amount": {"2000"}, "currency": {"usd"}, "confirm": {"true"}, "payment_method_types[0]": {"card"},
+				"expand[0]":   {"latest_charge.balance_transaction"},
 				"description": {"Order 1042"}, "metadata[order_id]": {"1042"}, "payment_method": {tt.card.Token}}
 			if tt.card.Token == "" {
 				want["payment_method"] = []string{"pm_1QxGh1LkdIwHu7ixkq9V3wLs"}
