@@ -102,6 +102,7 @@ type eventJSON struct {
 		Object string          `json:"object"`
 		Charge json.RawMessage `json:"charge"`
 		Refund json.RawMessage `json:"refund"`
+		Payout json.RawMessage `json:"payout"`
 	} `json:"data"`
 	raw json.RawMessage
 }
