@@ -355,7 +355,7 @@ WITH upd AS (
 	INSERT INTO outbox (task_id, task_type, ref_id, attempt)
 	SELECT $17::text, $18::text, upd.id, $31::int FROM upd WHERE $17::text IS NOT NULL
 	ON CONFLICT (task_id) DO UPDATE SET created_at = now(), attempt = EXCLUDED.attempt
-), ` + bookCTEs("bk", 32, "upd") + fanout + `
+), ` + bookCTE("bk", 32, "upd") + fanout + `
 SELECT count(*), ` + deliveriesOf + ` FROM upd`
 
 // ApplyTransition implements charges.Store.

@@ -19,42 +19,38 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/outbox"
 )
 
-// The books (docs/ledger.md): balance_transactions holds each ledger
-// transaction's header, ledger_entries its entries; migration 00023's
-// statement triggers refuse any statement that leaves a transaction
-// unbalanced, and any update or delete.
+// The books (docs/ledger.md): each ledger transaction is one row of
+// balance_transactions, its entries in two arrays of the row; migration
+// 00023's CHECK ledger_balanced refuses a row whose entries do not balance,
+// and its triggers any update or delete.
 
-// bookingArgs is the number of arguments bookCTEs takes.
+// bookingArgs is the number of arguments bookCTE takes.
 const bookingArgs = 16
 
-// bookCTEs returns two CTEs, <name>h and <name>e, that write a ledger
-// transaction from the arguments $first to $first+15 (bookingValues) once
-// per row of gate (a relation of the statement, or "" for one row), unless
-// its cause was booked before: then they write nothing. The header and its
-// entries are one statement, as ledger_check requires.
-func bookCTEs(name string, first int, gate string) string {
+// bookCTE returns a CTE named name that writes a ledger transaction from the
+// arguments $first to $first+15 (bookingValues) once per row of gate (a
+// relation of the statement, or "" for one row), unless its cause was
+// booked before: then it writes nothing.
+func bookCTE(name string, first int, gate string) string {
 	a := func(i int) string { return "$" + strconv.Itoa(first+i) }
 	from := ""
 	if gate != "" {
 		from = " FROM " + gate
 	}
-	return name + `h AS (
+	return name + ` AS (
 	INSERT INTO balance_transactions (id, merchant_id, connector_id, currency, type, source, cause, amount, fee, net,
-		fee_details, fee_pending, provider_reference, available_on, created_at)
+		fee_details, fee_pending, provider_reference, available_on, created_at, accounts, amounts)
 	SELECT ` + a(0) + `::text, ` + a(1) + `::text, ` + a(2) + `::text, ` + a(3) + `::text, ` + a(4) + `::text, ` + a(5) + `::text, ` +
 		a(6) + `::text, ` + a(7) + `::bigint, ` + a(8) + `::bigint, ` + a(7) + `::bigint - ` + a(8) + `::bigint, ` + a(9) + `::jsonb, ` +
-		a(10) + `::bool, ` + a(11) + `::text, ` + a(12) + `::timestamptz, ` + a(13) + `::timestamptz` + from + `
+		a(10) + `::bool, ` + a(11) + `::text, ` + a(12) + `::timestamptz, ` + a(13) + `::timestamptz, ` + a(14) + `::text[], ` +
+		a(15) + `::bigint[]` + from + `
 	WHERE ` + a(0) + `::text IS NOT NULL
 	ON CONFLICT (merchant_id, cause) DO NOTHING
-	RETURNING id, merchant_id, connector_id, currency, available_on
-), ` + name + `e AS (
-	INSERT INTO ledger_entries (txn_id, seq, merchant_id, connector_id, currency, account, amount, available_on)
-	SELECT h.id, e.seq, h.merchant_id, h.connector_id, h.currency, e.account, e.amount, h.available_on
-	FROM ` + name + `h h, unnest(` + a(14) + `::text[], ` + a(15) + `::bigint[]) WITH ORDINALITY AS e (account, amount, seq)
+	RETURNING id
 )`
 }
 
-// bookingValues are bookCTEs' arguments for t; all NULL for nil (nothing to
+// bookingValues are bookCTE's arguments for t; all NULL for nil (nothing to
 // book).
 func bookingValues(t *ledger.Transaction) []any {
 	if t == nil {
@@ -89,7 +85,7 @@ func book(ctx context.Context, tx pgx.Tx, t ledger.Transaction) (bool, error) {
 		return false, err
 	}
 	var n int
-	err := tx.QueryRow(ctx, `WITH `+bookCTEs("bk", 1, "")+` SELECT count(*) FROM bkh`, bookingValues(&t)...).Scan(&n)
+	err := tx.QueryRow(ctx, `WITH `+bookCTE("bk", 1, "")+` SELECT count(*) FROM bk`, bookingValues(&t)...).Scan(&n)
 	return n == 1, mapErr(err, "balance transaction")
 }
 
@@ -120,12 +116,12 @@ func scanTxn(row pgx.Row) (ledger.Transaction, error) {
 	return t, err
 }
 
-// The balance reads the merchant's balance-account entries through
-// ledger_entries_balance_idx alone.
+// The balance is the net of the merchant's transactions, what each moved in
+// its balance account, read through balance_transactions_balance_idx alone.
 const selectBalance = `SELECT currency,
-	coalesce(sum(amount) FILTER (WHERE available_on <= $2), 0),
-	coalesce(sum(amount) FILTER (WHERE available_on > $2), 0)
-FROM ledger_entries WHERE merchant_id = $1 AND account = 'balance' AND ($3 = '' OR connector_id = $3)
+	coalesce(sum(net) FILTER (WHERE available_on <= $2), 0),
+	coalesce(sum(net) FILTER (WHERE available_on > $2), 0)
+FROM balance_transactions WHERE merchant_id = $1 AND ($3 = '' OR connector_id = $3)
 GROUP BY currency`
 
 // Balance implements ledger.Store.
@@ -192,8 +188,8 @@ const (
 	// lockAccount serialises the payouts of one account, from the read of
 	// its balance to the commit.
 	lockAccount      = `SELECT pg_advisory_xact_lock(hashtextextended('ledger:' || $1 || ':' || $2 || ':' || $3, 0))`
-	availableBalance = `SELECT coalesce(sum(amount), 0) FROM ledger_entries
-WHERE merchant_id = $1 AND account = 'balance' AND currency = $3 AND connector_id = $2 AND available_on <= $4`
+	availableBalance = `SELECT coalesce(sum(net), 0) FROM balance_transactions
+WHERE merchant_id = $1 AND currency = $3 AND connector_id = $2 AND available_on <= $4`
 	insertPayout = `INSERT INTO payouts (` + payoutColumns + `, schedule_slot) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)`
 	// insertPayoutEvent writes an event of payout $7 (its uuid $8), numbered
 	// by the payout's counter, and its deliveries. Payout events have no
@@ -341,17 +337,18 @@ func (s *Store) MovePayout(ctx context.Context, m ledger.PayoutMove) (bool, []ou
 	return moved, tasks, err
 }
 
-// ScheduledAccounts implements ledger.Store: the accounts with balance
-// entries of sandbox connectors on the daily schedule, found by a skip scan
-// of ledger_entries_balance_idx (one probe per account, not per entry).
+// ScheduledAccounts implements ledger.Store: the accounts with transactions
+// of sandbox connectors on the daily schedule, found by a skip scan of
+// balance_transactions_balance_idx (one probe per account, not per
+// transaction).
 const scheduledAccounts = `
 WITH RECURSIVE acc AS (
-	(SELECT merchant_id, currency, connector_id FROM ledger_entries WHERE account = 'balance'
+	(SELECT merchant_id, currency, connector_id FROM balance_transactions
 	 ORDER BY merchant_id, currency, connector_id LIMIT 1)
 	UNION ALL
 	SELECT n.* FROM acc, LATERAL (
-		SELECT merchant_id, currency, connector_id FROM ledger_entries
-		WHERE account = 'balance' AND (merchant_id, currency, connector_id) > (acc.merchant_id, acc.currency, acc.connector_id)
+		SELECT merchant_id, currency, connector_id FROM balance_transactions
+		WHERE (merchant_id, currency, connector_id) > (acc.merchant_id, acc.currency, acc.connector_id)
 		ORDER BY merchant_id, currency, connector_id LIMIT 1) n
 )
 SELECT acc.merchant_id, acc.connector_id, acc.currency FROM acc

@@ -24,18 +24,16 @@ import (
 )
 
 // The database itself keeps the books whole: it refuses a transaction
-// whose entries do not sum to zero or do not move its net, a header
-// without entries, entries without a header, and any change or removal.
+// whose entries do not sum to zero, do not move its net in the balance
+// account, are fewer than two, hold a zero or name an unknown account, and
+// any change or removal of a transaction.
 func TestLedgerDatabaseRefusesWhatDoesNotBalance(t *testing.T) {
 	db := testenv.NewDB(t)
 	ctx := context.Background()
-	insert := func(id string, net int64, entries ...int64) error {
-		q := `WITH h AS (INSERT INTO balance_transactions (id, merchant_id, connector_id, currency, type, source, cause,
-	amount, fee, net, available_on, created_at) VALUES ($1, 'mer_x', 'conn_x', 'USD', 'adjustment', 's', $1, $2, 0, $2, now(), now()))
-INSERT INTO ledger_entries (txn_id, seq, merchant_id, connector_id, currency, account, amount, available_on)
-SELECT $1, o, 'mer_x', 'conn_x', 'USD', CASE WHEN o = 1 THEN 'balance' ELSE 'adjustments' END, a, now()
-FROM unnest($3::bigint[]) WITH ORDINALITY AS e (a, o)`
-		_, err := db.Pool.Exec(ctx, q, id, net, entries)
+	insert := func(id string, net int64, accounts []string, amounts []int64) error {
+		_, err := db.Pool.Exec(ctx, `INSERT INTO balance_transactions (id, merchant_id, connector_id, currency, type, source, cause,
+	amount, fee, net, available_on, created_at, accounts, amounts)
+VALUES ($1, 'mer_x', 'conn_x', 'USD', 'adjustment', 's', $1, $2, 0, $2, now(), now(), $3, $4)`, id, net, accounts, amounts)
 		return err
 	}
 	refused := func(what string, err error, code string) {
@@ -45,32 +43,37 @@ FROM unnest($3::bigint[]) WITH ORDINALITY AS e (a, o)`
 			t.Errorf("%s: %v, want SQLSTATE %s", what, err, code)
 		}
 	}
-	if err := insert("txn_ok", 100, 100, -100); err != nil {
+	two := []string{"balance", "adjustments"}
+	if err := insert("txn_ok", 100, two, []int64{100, -100}); err != nil {
 		t.Fatalf("a balanced transaction: %v", err)
 	}
-	refused("entries summing to 1", insert("txn_sum", 100, 100, -99), "23514")
-	refused("a net the balance entry does not move", insert("txn_net", 50, 100, -100), "23514")
-	refused("one entry", insert("txn_one", 0, 0), "23514")
-	refused("a header without entries", insert("txn_none", 0), "23514")
-	_, err := db.Pool.Exec(ctx, `INSERT INTO ledger_entries (txn_id, seq, merchant_id, connector_id, currency, account, amount, available_on)
-VALUES ('txn_ok', 3, 'mer_x', 'conn_x', 'USD', 'fees', 5, now()), ('txn_ok', 4, 'mer_x', 'conn_x', 'USD', 'adjustments', -5, now())`)
-	refused("entries added to a written transaction, balanced among themselves", err, "23514")
-	_, err = db.Pool.Exec(ctx, `INSERT INTO ledger_entries (txn_id, seq, merchant_id, connector_id, currency, account, amount, available_on)
-VALUES ('txn_orphan', 1, 'mer_x', 'conn_x', 'USD', 'balance', 5, now()), ('txn_orphan', 2, 'mer_x', 'conn_x', 'USD', 'adjustments', -5, now())`)
-	refused("entries without a header", err, "23514")
+	if err := insert("txn_fee", 0, []string{"fees", "adjustments"}, []int64{7, -7}); err != nil {
+		t.Fatalf("a balanced transaction outside the balance: %v", err)
+	}
+	refused("entries summing to 1", insert("txn_sum", 100, two, []int64{100, -99}), "23514")
+	refused("a net the balance entry does not move", insert("txn_net", 50, two, []int64{100, -100}), "23514")
+	refused("one entry", insert("txn_one", 0, []string{"balance"}, []int64{0}), "23514")
+	refused("no entry", insert("txn_none", 0, []string{}, []int64{}), "23514")
+	refused("a zero entry", insert("txn_zero", 0, []string{"balance", "fees", "adjustments"}, []int64{0, 5, -5}), "23514")
+	refused("an unknown account", insert("txn_acct", 100, []string{"balance", "elsewhere"}, []int64{100, -100}), "23514")
+	refused("more accounts than amounts", insert("txn_len", 100, []string{"balance", "adjustments", "fees"}, []int64{100, -100}), "23514")
 	for _, q := range []string{
-		`UPDATE ledger_entries SET amount = amount + 1`,
-		`DELETE FROM ledger_entries`,
+		`UPDATE balance_transactions SET amounts = '{101,-101}', amount = 101, net = 101 WHERE id = 'txn_ok'`,
 		`UPDATE balance_transactions SET fee = 1, net = net - 1`,
 		`DELETE FROM balance_transactions`,
-		`TRUNCATE ledger_entries`,
+		`TRUNCATE balance_transactions`,
 	} {
 		_, err := db.Pool.Exec(ctx, q)
 		refused(q, err, "42501")
 	}
-	var n int
-	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM ledger_entries`).Scan(&n); err != nil || n != 2 {
-		t.Fatalf("entries after the refusals: %d, %v; want the 2 of txn_ok", n, err)
+	_, err := db.Pool.Exec(ctx, `INSERT INTO ledger_entries (txn_id, seq, merchant_id, connector_id, currency, account, amount, available_on)
+VALUES ('txn_ok', 3, 'mer_x', 'conn_x', 'USD', 'fees', 5, now())`)
+	if err == nil {
+		t.Error("an entry added to a written transaction")
+	}
+	var n, sum int64
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*), sum(amount) FROM ledger_entries`).Scan(&n, &sum); err != nil || n != 4 || sum != 0 {
+		t.Fatalf("entries after the refusals: %d summing to %d, %v; want the 4 of txn_ok and txn_fee, summing to 0", n, sum, err)
 	}
 }
 
@@ -348,7 +351,8 @@ func (w *ledgerWorld) checkBooks() error {
 	var bad string
 	err := w.pool.QueryRow(w.ctx, `SELECT coalesce(string_agg(txn_id, ','), '') FROM (
 	SELECT e.txn_id FROM ledger_entries e JOIN balance_transactions t ON t.id = e.txn_id
-	GROUP BY e.txn_id, t.net HAVING sum(e.amount) <> 0 OR sum(e.amount) FILTER (WHERE e.account = 'balance') IS DISTINCT FROM nullif(t.net, 0)
+	GROUP BY e.txn_id, t.net HAVING sum(e.amount) <> 0 OR count(*) < 2
+		OR coalesce(sum(e.amount) FILTER (WHERE e.account = 'balance'), 0) <> t.net
 ) x`).Scan(&bad)
 	if err != nil || bad != "" {
 		return fmt.Errorf("transactions that do not balance: %q (%v)", bad, err)
