@@ -217,7 +217,8 @@ func work(ctx context.Context, getenv func(string) string, stderr io.Writer) err
 		Refunds:  refundProcessor,
 		Webhooks: deliverer,
 		Notifications: notifications.NewApplier(db, queue, notifications.NewMetrics(reg), log, time.Now).
-			WithConfirmers(chargeProcessor, refundProcessor),
+			WithConfirmers(chargeProcessor, refundProcessor).
+			WithPayouts(ledger.NewImporter(db, queue, time.Now, log), registry),
 		Store:      db,
 		SavedCards: customers.NewCardHousekeeping(db, keys),
 		Payouts: ledger.NewRunner(db, registry.PayoutFailure, queue, time.Now, cfg.SandboxPayoutInterval,

@@ -833,6 +833,37 @@ func TestAdyenSettlesByNotification(t *testing.T) {
 	if !mapsEqual(outcomes, wantOutcomes) || named == 0 {
 		t.Errorf("Stripe's events: %v, %d naming charge %s; want %v, the first naming it", outcomes, named, held.ID, wantOutcomes)
 	}
+
+	// Stripe pays out on its own: a payout.* event makes the worker read
+	// the payout from Stripe's books (stripe-mock's: 11.00 USD, in
+	// transit, whatever the event says) and book it, once for two events.
+	poEvent := func(id string) string {
+		return fmt.Sprintf(`{"id":%q,"object":"event","type":"payout.paid","data":{"object":{"id":"po_1StripePaid","object":"payout","status":"paid"}}}`, id)
+	}
+	for _, id := range []string{"evt_" + harness.RandomHex(8), "evt_" + harness.RandomHex(8)} {
+		if e := postStripe(poEvent(id), whsec); e.status() != http.StatusOK {
+			t.Fatalf("Stripe's payout event: %s, want 200", e)
+		}
+	}
+	payoutOutcomes := map[string]int{}
+	for _, n := range m.waitNotificationsApplied(t, stripe.ID, 5, 30*time.Second) {
+		if n.Type == "payout.paid" {
+			payoutOutcomes[n.Outcome]++
+		}
+	}
+	if !mapsEqual(payoutOutcomes, map[string]int{"applied": 1, "duplicate": 1}) {
+		t.Errorf("Stripe's payout events: %v, want one applied and one duplicate", payoutOutcomes)
+	}
+	imported := listAll(t, func(q string) exchange { return m.call(t, http.MethodGet, "/v1/payouts?connector="+stripe.ID+"&"+q, "") },
+		func(x payoutJSON) string { return x.ID })
+	if len(imported) != 1 || imported[0].Amount != 1100 || imported[0].Currency != "USD" || imported[0].Status != "in_transit" || !imported[0].Automatic {
+		t.Fatalf("Stripe's payouts: %+v, want its one payout of 1100 USD in transit", imported)
+	}
+	if got := m.transactions(t, url.Values{"source": {imported[0].ID}}); len(got) != 1 || got[0].Type != "payout" || got[0].Net != -1100 {
+		t.Fatalf("the Stripe payout's transactions: %+v", got)
+	}
+	mustExpect(t, m.call(t, http.MethodPost, "/v1/payouts", fmt.Sprintf(`{"connector":%q,"amount":100,"currency":"usd"}`, stripe.ID)),
+		http.StatusBadRequest, "parameter_invalid")
 	t.Logf("adyen: %d calls to Adyen, %d notifications, in %s", len(rec.all()), len(list), time.Since(began).Round(time.Millisecond))
 }
 

@@ -61,9 +61,12 @@ type Payout struct {
 	Description    *string
 	FailureCode    *string
 	FailureMessage *string
-	ArrivalDate    time.Time
-	CreatedAt      time.Time
-	UpdatedAt      time.Time
+	// ProviderReference is the provider's id of a payout it made on its own
+	// and reported (Stripe's po_...); nil for the sandbox's.
+	ProviderReference *string
+	ArrivalDate       time.Time
+	CreatedAt         time.Time
+	UpdatedAt         time.Time
 }
 
 // View returns the public form.
@@ -85,6 +88,8 @@ var payoutMoves = map[[2]string]bool{
 	{PayoutPending, PayoutFailed}:    true,
 	{PayoutInTransit, PayoutPaid}:    true,
 	{PayoutInTransit, PayoutFailed}:  true,
+	// A bank may return a payout after it arrived (Stripe reports it so).
+	{PayoutPaid, PayoutFailed}: true,
 }
 
 // CanMovePayout reports whether a payout may go from one status to another.

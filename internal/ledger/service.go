@@ -78,6 +78,13 @@ type Store interface {
 	// ScheduledAccounts returns the accounts of sandbox connectors on the
 	// daily schedule that have a balance.
 	ScheduledAccounts(ctx context.Context) ([]Account, error)
+	// PayoutByReference finds a payout a provider reported, by the
+	// provider's reference; false when none.
+	PayoutByReference(ctx context.Context, connectorID, reference string) (Payout, bool, error)
+	// ImportPayout writes a payout a provider made (plan.Payout carries its
+	// reference), its transaction and its event, unless the connector has a
+	// payout of that reference already: then it writes nothing (false).
+	ImportPayout(ctx context.Context, plan PayoutPlan) (bool, []outbox.Task, error)
 	// CreateAutomaticPayout, with the account locked, picks its balance
 	// transactions available at `at` that no automatic payout paid out
 	// yet, and calls plan with the sum of their net; it writes what plan

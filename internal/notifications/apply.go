@@ -3,6 +3,7 @@ package notifications
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -14,7 +15,9 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/charges"
 	"github.com/gatehouse-pay/gatehouse/internal/connectors"
 	"github.com/gatehouse-pay/gatehouse/internal/ids"
+	"github.com/gatehouse-pay/gatehouse/internal/ledger"
 	"github.com/gatehouse-pay/gatehouse/internal/outbox"
+	"github.com/gatehouse-pay/gatehouse/internal/providers"
 	"github.com/gatehouse-pay/gatehouse/internal/providers/adyen"
 )
 
@@ -91,21 +94,36 @@ type RefundConfirmer interface {
 	Confirm(ctx context.Context, refundID string, success bool, providerReference string) (bool, error)
 }
 
+// PayoutImporter books a payout a provider reports (ledger.Importer).
+type PayoutImporter interface {
+	Import(ctx context.Context, merchantID, connectorID string, r ledger.Reported) (bool, error)
+}
+
 // Applier is the worker side.
 type Applier struct {
-	store   WorkStore
-	waker   Waker
-	metrics *Metrics
-	log     *slog.Logger
-	now     func() time.Time
-	charges ChargeConfirmer
-	refunds RefundConfirmer
+	payouts   PayoutImporter
+	providers providers.Resolver
+	store     WorkStore
+	waker     Waker
+	metrics   *Metrics
+	log       *slog.Logger
+	now       func() time.Time
+	charges   ChargeConfirmer
+	refunds   RefundConfirmer
 }
 
 // WithConfirmers sets what settles the captures, voids and refunds of the
 // providers that settle by notification (Adyen).
 func (a *Applier) WithConfirmers(c ChargeConfirmer, r RefundConfirmer) *Applier {
 	a.charges, a.refunds = c, r
+	return a
+}
+
+// WithPayouts makes the applier import the payouts a provider reports
+// (Stripe's payout.* events), read from the provider's own books through
+// reg.
+func (a *Applier) WithPayouts(im PayoutImporter, reg providers.Resolver) *Applier {
+	a.payouts, a.providers = im, reg
 	return a
 }
 
@@ -150,6 +168,9 @@ func (a *Applier) apply(ctx context.Context, n Notification) (outcome string, ch
 	var reference string
 	switch n.Provider {
 	case connectors.ProviderStripe:
+		if strings.HasPrefix(n.Type, "payout.") {
+			return a.stripePayout(ctx, n)
+		}
 		reference = stripePayment(n)
 	case connectors.ProviderAdyen:
 		return a.adyen(ctx, n)
@@ -176,8 +197,55 @@ func (a *Applier) apply(ctx context.Context, n Notification) (outcome string, ch
 }
 
 // stripeTypes are the prefixes of the Stripe event types about a
-// payment's authorization, capture, cancel or refunds.
-var stripeTypes = []string{"payment_intent.", "charge.refund.", "charge.", "refund."}
+// payment's authorization, capture, cancel or refunds, and about payouts.
+var stripeTypes = []string{"payment_intent.", "charge.refund.", "charge.", "refund.", "payout."}
+
+// stripePayout imports the payout a Stripe payout.* event is about, as
+// Stripe's own books show it now (the event is only the signal to read
+// them): the payout and its balance transaction when it is new, then its
+// status. Without an importer, or for an event that names no payout, it is
+// ignored.
+func (a *Applier) stripePayout(ctx context.Context, n Notification) (string, *string, error) {
+	var ev struct {
+		Data struct {
+			Object struct {
+				ID     string `json:"id"`
+				Object string `json:"object"`
+			} `json:"object"`
+		} `json:"data"`
+	}
+	if a.payouts == nil || json.Unmarshal(n.Payload, &ev) != nil || ev.Data.Object.Object != "payout" || ev.Data.Object.ID == "" {
+		return OutcomeIgnored, nil, nil
+	}
+	p, err := a.providers.Resolve(ctx, &n.ConnectorID, n.Provider)
+	if err != nil {
+		return "", nil, err
+	}
+	reader, ok := p.(providers.PayoutReader)
+	if !ok {
+		return OutcomeIgnored, nil, nil
+	}
+	po, err := reader.Payout(ctx, ev.Data.Object.ID)
+	if err != nil {
+		if _, declined := providers.AsDecline(err); declined {
+			return OutcomeIgnored, nil, nil // Stripe holds no such payout
+		}
+		return "", nil, err
+	}
+	changed, err := a.payouts.Import(ctx, n.MerchantID, n.ConnectorID, ledger.Reported{Reference: po.Reference, Amount: po.Amount,
+		Currency: po.Currency, Status: po.Status, Automatic: po.Automatic, ArrivalDate: po.ArrivalDate, FailureCode: po.FailureCode})
+	if errors.Is(err, ledger.ErrBadReport) {
+		a.log.WarnContext(ctx, "a payout Stripe reported cannot be booked", "connector", n.ConnectorID, "payout", po.Reference, "err", err)
+		return OutcomeIgnored, nil, nil
+	}
+	if err != nil {
+		return "", nil, err
+	}
+	if !changed {
+		return OutcomeDuplicate, nil, nil
+	}
+	return OutcomeApplied, nil, nil
+}
 
 // adyenCodes are the Adyen event codes the worker applies.
 var adyenCodes = map[string]bool{"AUTHORISATION": true, "CAPTURE": true, "CAPTURE_FAILED": true, "CANCELLATION": true, "REFUND": true, "REFUND_FAILED": true}

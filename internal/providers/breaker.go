@@ -152,6 +152,23 @@ func (b *Breaker) LookupPayment(ctx context.Context, reference string) (Payment,
 	return p, err
 }
 
+// Payout reads a payout from the wrapped provider's books unless the
+// circuit is open. A provider that pays out through the gateway (the
+// sandbox) answers ErrUnavailable and ErrNoLookup.
+func (b *Breaker) Payout(ctx context.Context, reference string) (Payout, error) {
+	r, ok := b.p.(PayoutReader)
+	if !ok {
+		return Payout{}, fmt.Errorf("%w: %s: %w", ErrUnavailable, b.p.Name(), ErrNoLookup)
+	}
+	var p Payout
+	_, err := b.call(func() (Result, error) {
+		var err error
+		p, err = r.Payout(ctx, reference)
+		return Result{Reference: p.Reference}, err
+	})
+	return p, err
+}
+
 var _ Authenticator = (*Breaker)(nil)
 
 // Authenticate resumes a payment at the wrapped provider unless the circuit

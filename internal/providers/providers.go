@@ -274,6 +274,24 @@ type Payment struct {
 	Settlement *Settlement
 }
 
+// Payout is a provider's payout of a merchant's balance to its bank, as the
+// provider reports it.
+type Payout struct {
+	Reference   string
+	Amount      int64
+	Currency    string // upper case
+	Status      string // pending, in_transit, paid, failed or canceled
+	Automatic   bool
+	ArrivalDate time.Time
+	FailureCode string
+}
+
+// PayoutReader reads a payout from the provider's own books, by its
+// reference; a provider that pays out on its own (Stripe) has one.
+type PayoutReader interface {
+	Payout(ctx context.Context, reference string) (Payout, error)
+}
+
 // Settlement is a provider's account of a capture's money: the fee it kept,
 // in its parts, and when the rest is available to pay out.
 type Settlement struct {

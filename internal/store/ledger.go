@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -175,12 +176,12 @@ func (s *Store) TransactionByID(ctx context.Context, merchantID, id string) (led
 }
 
 const payoutColumns = `id, merchant_id, environment, connector_id, currency, amount, status, automatic, description,
-failure_code, failure_message, arrival_date, created_at, updated_at`
+failure_code, failure_message, arrival_date, created_at, updated_at, provider_reference`
 
 func scanPayout(row pgx.Row) (ledger.Payout, error) {
 	var p ledger.Payout
 	err := row.Scan(&p.ID, &p.MerchantID, &p.Environment, &p.ConnectorID, &p.Currency, &p.Amount, &p.Status, &p.Automatic,
-		&p.Description, &p.FailureCode, &p.FailureMessage, &p.ArrivalDate, &p.CreatedAt, &p.UpdatedAt)
+		&p.Description, &p.FailureCode, &p.FailureMessage, &p.ArrivalDate, &p.CreatedAt, &p.UpdatedAt, &p.ProviderReference)
 	return p, err
 }
 
@@ -190,7 +191,8 @@ const (
 	lockAccount      = `SELECT pg_advisory_xact_lock(hashtextextended('ledger:' || $1 || ':' || $2 || ':' || $3, 0))`
 	availableBalance = `SELECT coalesce(sum(net), 0) FROM balance_transactions
 WHERE merchant_id = $1 AND currency = $3 AND connector_id = $2 AND available_on <= $4`
-	insertPayout = `INSERT INTO payouts (` + payoutColumns + `, schedule_slot) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)`
+	insertPayout = `INSERT INTO payouts (` + payoutColumns + `, schedule_slot) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)
+ON CONFLICT (connector_id, provider_reference) WHERE provider_reference IS NOT NULL DO NOTHING`
 	// insertPayoutEvent writes an event of payout $7 (its uuid $8), numbered
 	// by the payout's counter, and its deliveries. Payout events have no
 	// charge: the nil UUID keeps them out of the backfill of old events.
@@ -220,9 +222,14 @@ func (s *Store) writePayoutEvent(ctx context.Context, tx pgx.Tx, payoutID string
 // writePayout inserts a planned payout, its transaction and its event.
 func (s *Store) writePayout(ctx context.Context, tx pgx.Tx, plan ledger.PayoutPlan, slot *time.Time) ([]outbox.Task, error) {
 	po := plan.Payout
-	if _, err := tx.Exec(ctx, insertPayout, po.ID, po.MerchantID, po.Environment, po.ConnectorID, po.Currency, po.Amount,
-		po.Status, po.Automatic, po.Description, po.FailureCode, po.FailureMessage, po.ArrivalDate, po.CreatedAt, po.UpdatedAt, slot); err != nil {
+	tag, err := tx.Exec(ctx, insertPayout, po.ID, po.MerchantID, po.Environment, po.ConnectorID, po.Currency, po.Amount,
+		po.Status, po.Automatic, po.Description, po.FailureCode, po.FailureMessage, po.ArrivalDate, po.CreatedAt, po.UpdatedAt,
+		po.ProviderReference, slot)
+	if err != nil {
 		return nil, mapErr(err, "payout")
+	}
+	if tag.RowsAffected() == 0 {
+		return nil, errImported
 	}
 	booked, err := book(ctx, tx, plan.Transaction)
 	if err != nil {
@@ -232,6 +239,33 @@ func (s *Store) writePayout(ctx context.Context, tx pgx.Tx, plan ledger.PayoutPl
 		return nil, fmt.Errorf("store: payout %s was booked before it was made", po.ID)
 	}
 	return s.writePayoutEvent(ctx, tx, po.ID, plan.Event)
+}
+
+// errImported: the provider's payout was imported before.
+var errImported = errors.New("store: the payout was imported before")
+
+// PayoutByReference implements ledger.Store.
+func (s *Store) PayoutByReference(ctx context.Context, connectorID, reference string) (ledger.Payout, bool, error) {
+	p, err := scanPayout(s.pool.QueryRow(ctx, `SELECT `+payoutColumns+` FROM payouts WHERE connector_id = $1 AND provider_reference = $2`,
+		connectorID, reference))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return p, false, nil
+	}
+	return p, err == nil, mapErr(err, "payout")
+}
+
+// ImportPayout implements ledger.Store.
+func (s *Store) ImportPayout(ctx context.Context, plan ledger.PayoutPlan) (bool, []outbox.Task, error) {
+	var tasks []outbox.Task
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		tasks, err = s.writePayout(ctx, tx, plan, nil)
+		return err
+	})
+	if errors.Is(err, errImported) {
+		return false, nil, nil
+	}
+	return err == nil, tasks, err
 }
 
 // CreatePayout implements ledger.Store.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -433,4 +435,89 @@ func TestLedgerCheckFailsWithoutTheBookingKey(t *testing.T) {
 		t.Fatalf("without the key: %v; want the check to find a cause booked twice", err)
 	}
 	t.Log(err)
+}
+
+// nopQueue drops what it is given: the outbox rows stay for the sweeper.
+type nopQueue struct{}
+
+func (nopQueue) Enqueue(context.Context, outbox.Task) error { return nil }
+
+// A payout a provider made is booked when it is first reported, then moves
+// with each later report: once, whatever is reported again, and a failure
+// after it arrived returns its money once.
+func TestImportedPayouts(t *testing.T) {
+	db := testenv.NewDB(t)
+	s := store.New(db.Pool)
+	ctx := context.Background()
+	m := newMerchant(t, s, "imports@example.com")
+	conn := ids.New("conn")
+	im := ledger.NewImporter(s, nopQueue{}, time.Now, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	report := ledger.Reported{Reference: "po_1Stripe", Amount: 1100, Currency: "usd", Status: "in_transit", Automatic: true,
+		ArrivalDate: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)}
+	state := func() (string, int64, int) {
+		t.Helper()
+		p, found, err := s.PayoutByReference(ctx, conn, "po_1Stripe")
+		if err != nil || !found {
+			t.Fatalf("the imported payout: %v, found %v", err, found)
+		}
+		var net int64
+		var n int
+		if err := db.Pool.QueryRow(ctx, `SELECT coalesce(sum(net), 0), count(*) FROM balance_transactions WHERE merchant_id = $1 AND source = $2`,
+			m.ID, p.ID).Scan(&net, &n); err != nil {
+			t.Fatal(err)
+		}
+		return p.Status, net, n
+	}
+	steps := []struct {
+		status      string
+		wantChanged bool
+		wantStatus  string
+		wantNet     int64
+		wantTxns    int
+	}{
+		{"in_transit", true, "in_transit", -1100, 1},
+		{"in_transit", false, "in_transit", -1100, 1},
+		{"pending", false, "in_transit", -1100, 1}, // behind it: nothing
+		{"paid", true, "paid", -1100, 1},
+		{"failed", true, "failed", 0, 2},
+		{"failed", false, "failed", 0, 2},
+		{"paid", false, "failed", 0, 2},
+	}
+	for i, st := range steps {
+		r := report
+		r.Status = st.status
+		changed, err := im.Import(ctx, m.ID, conn, r)
+		if err != nil || changed != st.wantChanged {
+			t.Fatalf("step %d (%s): changed %v, %v; want %v", i, st.status, changed, err, st.wantChanged)
+		}
+		if status, net, n := state(); status != st.wantStatus || net != st.wantNet || n != st.wantTxns {
+			t.Fatalf("step %d (%s): %s, net %d in %d transactions; want %s, %d in %d", i, st.status, status, net, n, st.wantStatus, st.wantNet, st.wantTxns)
+		}
+	}
+	p, _, _ := s.PayoutByReference(ctx, conn, "po_1Stripe")
+	if !p.Automatic || p.Currency != "USD" || p.FailureCode == nil || *p.FailureCode != "could_not_process" || !p.ArrivalDate.Equal(report.ArrivalDate) {
+		t.Fatalf("the imported payout: %+v", p)
+	}
+	var evs []string
+	rows, err := db.Pool.Query(ctx, `SELECT type FROM events WHERE merchant_id = $1 ORDER BY sequence`, m.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var typ string
+		if err := rows.Scan(&typ); err != nil {
+			t.Fatal(err)
+		}
+		evs = append(evs, typ)
+	}
+	if want := []string{"payout.created", "payout.paid", "payout.failed"}; fmt.Sprint(evs) != fmt.Sprint(want) {
+		t.Fatalf("events %v, want %v", evs, want)
+	}
+	for _, bad := range []ledger.Reported{{Reference: "po_x", Amount: 0, Currency: "usd", Status: "paid"},
+		{Reference: "po_x", Amount: 10, Currency: "usdx", Status: "paid"}, {Reference: "", Amount: 10, Currency: "usd", Status: "paid"},
+		{Reference: "po_x", Amount: 10, Currency: "usd", Status: "lost"}} {
+		if _, err := im.Import(ctx, m.ID, conn, bad); !errors.Is(err, ledger.ErrBadReport) {
+			t.Errorf("import %+v: %v, want ErrBadReport", bad, err)
+		}
+	}
 }

@@ -489,6 +489,24 @@ func (p *Provider) LookupPayment(ctx context.Context, reference string) (provide
 	return out, nil
 }
 
+// Payout reads one of the account's payouts: what the gateway books when
+// Stripe reports that it paid out (payout.* events).
+func (p *Provider) Payout(ctx context.Context, reference string) (providers.Payout, error) {
+	if strings.TrimSpace(reference) == "" {
+		return providers.Payout{}, &providers.Decline{Code: "invalid_request", Message: "A payout reference is required."}
+	}
+	po, err := p.client.V1Payouts.Retrieve(ctx, reference, nil)
+	if err != nil {
+		return providers.Payout{}, mapError(err)
+	}
+	out := providers.Payout{Reference: po.ID, Amount: po.Amount, Currency: strings.ToUpper(string(po.Currency)),
+		Status: string(po.Status), Automatic: po.Automatic, FailureCode: string(po.FailureCode)}
+	if po.ArrivalDate > 0 {
+		out.ArrivalDate = time.Unix(po.ArrivalDate, 0).UTC()
+	}
+	return out, nil
+}
+
 // refundResult reads a Stripe refund: succeeded is a result, pending or
 // requires_action a pending result, failed or canceled a decline.
 func refundResult(re *stripego.Refund) (providers.Result, error) {
