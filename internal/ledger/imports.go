@@ -81,7 +81,7 @@ func (im *Importer) Import(ctx context.Context, merchantID, connectorID string, 
 		if err != nil {
 			return false, err
 		}
-		im.enqueue(ctx, tasks)
+		enqueue(ctx, im.queue, im.log, tasks)
 		if p, found, err = im.store.PayoutByReference(ctx, connectorID, r.Reference); err != nil || !found {
 			return created, fmt.Errorf("ledger: payout %s of %s not found after its import: %w", r.Reference, connectorID, err)
 		}
@@ -152,14 +152,6 @@ func (im *Importer) move(ctx context.Context, p Payout, status, code string) (bo
 	if err != nil {
 		return false, p, err
 	}
-	im.enqueue(ctx, tasks)
+	enqueue(ctx, im.queue, im.log, tasks)
 	return moved, after, nil
-}
-
-func (im *Importer) enqueue(ctx context.Context, tasks []outbox.Task) {
-	for _, t := range tasks {
-		if err := im.queue.Enqueue(ctx, t); err != nil {
-			im.log.WarnContext(ctx, "delivery not enqueued; the outbox sweeper will enqueue it", "err", err)
-		}
-	}
 }

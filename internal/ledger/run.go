@@ -80,7 +80,7 @@ func (r *Runner) Run(ctx context.Context) error {
 			errs = append(errs, err)
 			continue
 		}
-		r.enqueue(ctx, tasks)
+		enqueue(ctx, r.queue, r.log, tasks)
 	}
 	if !failed {
 		r.lastSlot = slot
@@ -133,14 +133,16 @@ func (r *Runner) advance(ctx context.Context, p Payout) error {
 	if moved {
 		r.log.InfoContext(ctx, "payout moved", "payout", p.ID, "from", p.Status, "to", after.Status)
 	}
-	r.enqueue(ctx, tasks)
+	enqueue(ctx, r.queue, r.log, tasks)
 	return nil
 }
 
-func (r *Runner) enqueue(ctx context.Context, tasks []outbox.Task) {
+// enqueue hands the deliveries a commit wrote to the queue; those it
+// cannot are left to the outbox sweeper.
+func enqueue(ctx context.Context, q outbox.Enqueuer, log *slog.Logger, tasks []outbox.Task) {
 	for _, t := range tasks {
-		if err := r.queue.Enqueue(ctx, t); err != nil {
-			r.log.WarnContext(ctx, "delivery not enqueued; the outbox sweeper will enqueue it", "err", err)
+		if err := q.Enqueue(ctx, t); err != nil {
+			log.WarnContext(ctx, "delivery not enqueued; the outbox sweeper will enqueue it", "err", err)
 		}
 	}
 }

@@ -206,14 +206,7 @@ var stripeTypes = []string{"payment_intent.", "charge.refund.", "charge.", "refu
 // status. Without an importer, or for an event that names no payout, it is
 // ignored.
 func (a *Applier) stripePayout(ctx context.Context, n Notification) (string, *string, error) {
-	var ev struct {
-		Data struct {
-			Object struct {
-				ID     string `json:"id"`
-				Object string `json:"object"`
-			} `json:"object"`
-		} `json:"data"`
-	}
+	var ev stripeEvent
 	if a.payouts == nil || json.Unmarshal(n.Payload, &ev) != nil || ev.Data.Object.Object != "payout" || ev.Data.Object.ID == "" {
 		return OutcomeIgnored, nil, nil
 	}
