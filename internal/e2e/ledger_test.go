@@ -325,6 +325,8 @@ func TestLedgerEndToEnd(t *testing.T) {
 		t.Fatalf("the other merchant's balance: %+v", b)
 	}
 	mustExpect(t, p.do(t, http.MethodGet, "/v1/balance_transactions?type=bogus", ""), 400, "parameter_invalid")
+	mustExpect(t, p.do(t, http.MethodGet, "/v1/balance?connector=bogus", ""), 400, "parameter_invalid")
+	mustExpect(t, p.do(t, http.MethodGet, "/v1/payouts?status=lost", ""), 400, "parameter_invalid")
 
 	// Every transaction in the database balances, and the books were
 	// never edited.

@@ -5,6 +5,8 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 
+	"github.com/gatehouse-pay/gatehouse/internal/apperr"
+	"github.com/gatehouse-pay/gatehouse/internal/connectors"
 	"github.com/gatehouse-pay/gatehouse/internal/ledger"
 	"github.com/gatehouse-pay/gatehouse/internal/resource"
 )
@@ -12,8 +14,22 @@ import (
 // The merchant's books: its balance, balance transactions and payouts
 // (api/openapi.yaml, tag balance).
 
+// connectorFilter reads the connector a list or the balance is narrowed
+// to: "" for none; an id that cannot be a connector's is a 400.
+func connectorFilter(c *fiber.Ctx) (string, error) {
+	id := strings.Clone(c.Query("connector"))
+	if id != "" && !connectors.ValidID(id) {
+		return "", apperr.Invalid("connector", "connector must be a connector id (conn_...).")
+	}
+	return id, nil
+}
+
 func (s *server) getBalance(c *fiber.Ctx) error {
-	b, err := s.Ledger.Balance(c.UserContext(), principal(c).MerchantID, strings.Clone(c.Query("connector")))
+	conn, err := connectorFilter(c)
+	if err != nil {
+		return err
+	}
+	b, err := s.Ledger.Balance(c.UserContext(), principal(c).MerchantID, conn)
 	if err != nil {
 		return err
 	}
@@ -25,8 +41,12 @@ func (s *server) listBalanceTransactions(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
+	conn, err := connectorFilter(c)
+	if err != nil {
+		return err
+	}
 	f := ledger.Filter{Type: strings.Clone(c.Query("type")), Source: strings.Clone(c.Query("source")),
-		PayoutID: strings.Clone(c.Query("payout")), ConnectorID: strings.Clone(c.Query("connector"))}
+		PayoutID: strings.Clone(c.Query("payout")), ConnectorID: conn}
 	if f.CreatedGTE, err = parseTimeQuery(c, "created[gte]"); err != nil {
 		return err
 	}
@@ -68,7 +88,11 @@ func (s *server) listPayouts(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	f := ledger.PayoutFilter{Status: strings.Clone(c.Query("status")), ConnectorID: strings.Clone(c.Query("connector"))}
+	conn, err := connectorFilter(c)
+	if err != nil {
+		return err
+	}
+	f := ledger.PayoutFilter{Status: strings.Clone(c.Query("status")), ConnectorID: conn}
 	page, err := s.Ledger.Payouts(c.UserContext(), principal(c).MerchantID, f, p)
 	if err != nil {
 		return err
