@@ -90,6 +90,8 @@ var dashboardFuncs = template.FuncMap{
 	// day is a date (UTC); px a coordinate of a chart.
 	"day": func(t time.Time) string { return t.UTC().Format(time.DateOnly) },
 	"px":  func(f float64) string { return strconv.FormatFloat(f, 'f', 1, 64) },
+	// stamp is a time for a table whose heading says UTC.
+	"stamp": func(t time.Time) string { return t.UTC().Format(time.DateTime) },
 	"whenp": func(t *time.Time) string {
 		if t == nil {
 			return ""

@@ -338,7 +338,9 @@ func (s *server) payoutPage(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	view.Data = v
+	// A reload (the page reloads itself while the payout is on its way)
+	// shows it without the notice of its creation.
+	view.Data, view.Canonical = v, dashboardPath+"/payouts/"+po.ID
 	view.Busy = po.Status == ledger.PayoutPending ||
 		po.Status == ledger.PayoutInTransit && po.ArrivalDate.Sub(v.Now) < payoutBusyWithin
 	return s.render(c, fiber.StatusOK, "payout", view)

@@ -192,7 +192,7 @@ func TestDashboardBalance(t *testing.T) {
 	if got, want := rowsOf(p.body, "data-day"), []string{dayOf(0), dayOf(-1), dayOf(-3)}; !cmp.Equal(got, want) {
 		t.Errorf("the table's days %v, want %v", got, want)
 	}
-	if !regexp.MustCompile(`<tr id="days-total"><th>Total</th><td class="num">2</td><td class="num">70.00 USD</td><td class="num">2.63 USD</td><td class="num">67.37 USD</td><td class="num">5.00 USD</td>`).MatchString(p.body) {
+	if !regexp.MustCompile(`<tr id="days-total" data-captures="2" data-gross="7000" data-fees="263" data-net="6737"><th>Total</th><td class="num">2</td><td class="num">70.00 USD</td><td class="num">2.63 USD</td><td class="num">67.37 USD</td><td class="num">5.00 USD</td>`).MatchString(p.body) {
 		t.Errorf("the table's totals\n%.4000s", p.body[strings.Index(p.body, `id="days"`):])
 	}
 
