@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"math"
 	"strconv"
 	"time"
 
@@ -89,10 +90,12 @@ func newChart(s ledger.Series) chart {
 		}
 	}
 	step := niceStep((hi - lo + chartTicks - 1) / chartTicks)
-	ch.Top, ch.Bottom = ceilTo(hi, step), -ceilTo(-lo, step)
-	if ch.Top == ch.Bottom {
-		ch.Top = step
+	if hi == lo {
+		// Nothing to draw: an axis of a few major units.
+		step = int64(math.Pow10(money.Digits(s.Currency)))
+		hi = chartTicks * step
 	}
+	ch.Top, ch.Bottom = ceilTo(hi, step), -ceilTo(-lo, step)
 	y := func(v int64) float64 {
 		return ch.PlotTop + float64(ch.Top-v)*ch.PlotHeight/float64(ch.Top-ch.Bottom)
 	}

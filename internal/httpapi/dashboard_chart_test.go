@@ -52,3 +52,19 @@ func TestChartNegativeNet(t *testing.T) {
 		t.Errorf("a day without captures has %d bars", n)
 	}
 }
+
+// A window without bookings still has an axis: a few major units of its
+// currency, and no bars.
+func TestChartEmpty(t *testing.T) {
+	for currency, top := range map[string]int64{"USD": 400, "JPY": 4, "KWD": 4000} {
+		ch := newChart(ledger.Series{Currency: currency, Days: make([]ledger.Day, 30)})
+		if !ch.Empty || ch.Top != top || ch.Bottom != 0 || len(ch.Ticks) != 5 || ch.Ticks[4].Label != "4"+map[string]string{"USD": ".00", "JPY": "", "KWD": ".000"}[currency] {
+			t.Errorf("%s: empty %v, axis %d to %d, ticks %+v", currency, ch.Empty, ch.Bottom, ch.Top, ch.Ticks)
+		}
+		for _, d := range ch.Days {
+			if len(d.Bars) != 0 {
+				t.Errorf("%s: an empty day has bars", currency)
+			}
+		}
+	}
+}

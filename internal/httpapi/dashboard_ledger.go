@@ -194,7 +194,10 @@ func (s *server) renderPayouts(c *fiber.Ctx, status int, f payoutForm, fail *app
 	if err != nil {
 		return err
 	}
-	view.Data, view.Canonical = v, dashboardPath+"/payouts"
+	view.Data = v
+	if c.Method() != fiber.MethodGet {
+		view.Canonical = dashboardPath + "/payouts" // the answer to the form
+	}
 	if fail != nil {
 		view.Error, view.ErrorCode = fail.Message, fail.Code
 		if fail.Code == apperr.CodeInsufficientBalance {
@@ -338,9 +341,12 @@ func (s *server) payoutPage(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	// A reload (the page reloads itself while the payout is on its way)
-	// shows it without the notice of its creation.
-	view.Data, view.Canonical = v, dashboardPath+"/payouts/"+po.ID
+	view.Data = v
+	if c.Query("notice") != "" {
+		// A reload (the page reloads itself while the payout is on its
+		// way) shows it without the notice of its creation.
+		view.Canonical = dashboardPath + "/payouts/" + po.ID
+	}
 	view.Busy = po.Status == ledger.PayoutPending ||
 		po.Status == ledger.PayoutInTransit && po.ArrivalDate.Sub(v.Now) < payoutBusyWithin
 	return s.render(c, fiber.StatusOK, "payout", view)
