@@ -75,6 +75,7 @@ var actions = map[string]auditAction{
 	"POST /dashboard/charges/:id/capture":                         {"charge.capture", "charge", "id"},
 	"POST /dashboard/charges/:id/void":                            {"charge.void", "charge", "id"},
 	"POST /dashboard/charges/:id/refund":                          {"refund.create", "refund", ""},
+	"POST /dashboard/payouts":                                     {"payout.create", "payout", ""},
 	"POST /dashboard/customers/:id/delete":                        {"customer.delete", "customer", "id"},
 	"POST /dashboard/customers/:id/payment_methods/:pm_id/delete": {"payment_method.delete", "payment_method", "pm_id"},
 	"POST /dashboard/connectors":                                  {"connector.create", "connector", ""},

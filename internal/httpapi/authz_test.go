@@ -37,6 +37,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/connectors"
 	"github.com/gatehouse-pay/gatehouse/internal/idempotency"
 	"github.com/gatehouse-pay/gatehouse/internal/ids"
+	"github.com/gatehouse-pay/gatehouse/internal/ledger"
 	"github.com/gatehouse-pay/gatehouse/internal/providers/providertest"
 	"github.com/gatehouse-pay/gatehouse/internal/store"
 	"github.com/gatehouse-pay/gatehouse/internal/testenv"
@@ -76,6 +77,7 @@ const (
 	kindPaymentMethod = "payment_method"
 	kindConnector     = "connector" // a sandbox connector the routing does not name
 	kindMember        = "member"    // an invited member of the team
+	kindPayout        = "payout"    // a payout made by hand
 )
 
 // tableOf groups kinds that share ids, for the "id of another kind" cases.
@@ -83,10 +85,12 @@ var tableOf = map[string]string{
 	kindCharge: "charges", kindAuthorized: "charges", kindRefund: "refunds", kindEvent: "events",
 	kindEndpoint: "webhook_endpoints", kindDelivery: "webhook_deliveries", kindAPIKey: "api_keys",
 	kindCustomer: "customers", kindPaymentMethod: "payment_methods", kindConnector: "connectors", kindMember: "members",
+	kindPayout: "payouts",
 }
 
 // prefixedKinds have ids like key_... rather than UUIDs.
-var prefixedKinds = map[string]bool{kindAPIKey: true, kindEndpoint: true, kindCustomer: true, kindPaymentMethod: true, kindConnector: true, kindMember: true}
+var prefixedKinds = map[string]bool{kindAPIKey: true, kindEndpoint: true, kindCustomer: true, kindPaymentMethod: true, kindConnector: true, kindMember: true,
+	kindPayout: true}
 
 // customerOfMethod maps the fixtures' payment method ids to their
 // customers', for the routes that name both.
@@ -300,6 +304,8 @@ type authzFixture struct {
 	ids   map[string][]string // kind -> ids, oldest first
 	next  map[string]int
 	idem  map[string]string // route -> the Idempotency-Key the merchant used on it
+	// payoutFrom is the connector its payouts are made from.
+	payoutFrom string
 }
 
 // take returns an object of the kind that no other case has used.
@@ -405,6 +411,7 @@ func (h *harness) newAuthzFixture(t *testing.T, email string, w *worker, d *webh
 	}
 	h.customersOf(t, f, n, key)
 	h.connectorsOf(t, f, n, key)
+	h.payoutsOf(t, f, n)
 	for i := 0; i < n; i++ {
 		r := h.with(t).do("POST", "/v1/me/members", `{"email":"member-`+strconv.Itoa(i)+`-`+email+`","role":"developer"}`, bearer(f.token)...)
 		want(t, r, 201, "")
@@ -422,6 +429,37 @@ func (h *harness) connectorsOf(t *testing.T, f *authzFixture, n int, key func(st
 			append(bearer(f.secret), key("POST /v1/connectors")...)...)
 		want(t, r, 201, "")
 		f.ids[kindConnector] = append(f.ids[kindConnector], r.body["id"].(string))
+	}
+}
+
+// payoutsOf gives f n payouts made by hand from its server-account sandbox
+// connector, of a capture booked for them, as the ledger service makes
+// them: they leave nothing more available than before.
+func (h *harness) payoutsOf(t *testing.T, f *authzFixture, n int) {
+	t.Helper()
+	ctx := context.Background()
+	if err := h.db.Pool.QueryRow(ctx, `SELECT id FROM connectors WHERE merchant_id = $1 AND provider = 'sandbox' AND server_account`,
+		f.merchantID).Scan(&f.payoutFrom); err != nil {
+		t.Fatalf("the server-account sandbox connector of %s: %v", f.email, err)
+	}
+	st := store.New(h.db.Pool)
+	a := ledger.Account{MerchantID: f.merchantID, ConnectorID: f.payoutFrom, Currency: "USD"}
+	at := time.Now().UTC().Add(-time.Hour).Truncate(time.Millisecond)
+	if _, err := st.Book(ctx, ledger.Captured(a, ids.NewUUID(), "", int64(100*n), ledger.Fee{}, at, at)); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < n; i++ {
+		now := time.Now().UTC().Truncate(time.Millisecond)
+		var made string
+		_, _, err := st.CreatePayout(ctx, nil, a, now, func(int64) (ledger.PayoutPlan, error) {
+			p, err := ledger.NewPayoutPlan(a, "sandbox", 100, false, nil, now, time.Hour)
+			made = p.Payout.ID
+			return p, err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.ids[kindPayout] = append(f.ids[kindPayout], made)
 	}
 }
 
@@ -528,7 +566,8 @@ func (h *harness) ownedStrings(t *testing.T, merchantID string) []string {
 		UNION ALL SELECT id FROM customers WHERE merchant_id = $1
 		UNION ALL SELECT id FROM payment_methods WHERE merchant_id = $1
 		UNION ALL SELECT id FROM connectors WHERE merchant_id = $1
-		UNION ALL SELECT id FROM members WHERE merchant_id = $1 UNION ALL SELECT email FROM members WHERE merchant_id = $1`, merchantID)
+		UNION ALL SELECT id FROM members WHERE merchant_id = $1 UNION ALL SELECT email FROM members WHERE merchant_id = $1
+		UNION ALL SELECT id FROM payouts WHERE merchant_id = $1 UNION ALL SELECT id FROM balance_transactions WHERE merchant_id = $1`, merchantID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -562,14 +601,16 @@ var stateTables = map[string]string{
 		(SELECT id FROM webhook_deliveries WHERE merchant_id = $1)`,
 	"outbox": `FROM outbox x WHERE $1 = '' OR ref_id IN (SELECT id FROM charges WHERE merchant_id = $1
 		UNION ALL SELECT id FROM refunds WHERE merchant_id = $1 UNION ALL SELECT id FROM webhook_deliveries WHERE merchant_id = $1)`,
-	"sandbox_ledger":  `FROM sandbox_ledger x WHERE $1 = ''`,
-	"customers":       `FROM customers x WHERE $1 = '' OR merchant_id = $1`,
-	"payment_methods": `FROM payment_methods x WHERE $1 = '' OR merchant_id = $1`,
-	"audit_log":       `FROM audit_log x WHERE $1 = '' OR merchant_id = $1`,
-	"card_tokens":     `FROM card_tokens x WHERE $1 = '' OR merchant_id = $1`,
-	"connectors":      `FROM connectors x WHERE $1 = '' OR merchant_id = $1`,
-	"routing":         `FROM routing x WHERE $1 = '' OR merchant_id = $1`,
-	"members":         `FROM members x WHERE $1 = '' OR merchant_id = $1`,
+	"sandbox_ledger":       `FROM sandbox_ledger x WHERE $1 = ''`,
+	"customers":            `FROM customers x WHERE $1 = '' OR merchant_id = $1`,
+	"payment_methods":      `FROM payment_methods x WHERE $1 = '' OR merchant_id = $1`,
+	"audit_log":            `FROM audit_log x WHERE $1 = '' OR merchant_id = $1`,
+	"card_tokens":          `FROM card_tokens x WHERE $1 = '' OR merchant_id = $1`,
+	"connectors":           `FROM connectors x WHERE $1 = '' OR merchant_id = $1`,
+	"routing":              `FROM routing x WHERE $1 = '' OR merchant_id = $1`,
+	"members":              `FROM members x WHERE $1 = '' OR merchant_id = $1`,
+	"payouts":              `FROM payouts x WHERE $1 = '' OR merchant_id = $1`,
+	"balance_transactions": `FROM balance_transactions x WHERE $1 = '' OR merchant_id = $1`,
 }
 
 // state digests every table (whole rows, so any column that moves shows).

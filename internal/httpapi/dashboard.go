@@ -87,6 +87,11 @@ var dashboardFuncs = template.FuncMap{
 	"keyExpired":   func(k apikeys.Key) bool { return k.Expired(time.Now()) },
 	"rollOverlaps": func() any { return rollOverlaps },
 	"when":         func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05 UTC") },
+	// day is a date (UTC); px a coordinate of a chart.
+	"day": func(t time.Time) string { return t.UTC().Format(time.DateOnly) },
+	"px":  func(f float64) string { return strconv.FormatFloat(f, 'f', 1, 64) },
+	// stamp is a time for a table whose heading says UTC.
+	"stamp": func(t time.Time) string { return t.UTC().Format(time.DateTime) },
 	"whenp": func(t *time.Time) string {
 		if t == nil {
 			return ""
@@ -140,7 +145,8 @@ type chargeRow struct {
 func newDashboard() *dashboard {
 	d := &dashboard{pages: map[string]*template.Template{}}
 	for _, name := range []string{"login", "error", "keys", "charges", "charge", "customers", "customer", "events", "event", "webhooks", "webhook",
-		"connectors", "connector", "routing", "team", "setup", "audit", "security", "login_mfa"} {
+		"connectors", "connector", "routing", "team", "setup", "audit", "security", "login_mfa",
+		"balance", "payouts", "payout"} {
 		d.pages[name] = template.Must(template.New(name).Funcs(dashboardFuncs).
 			ParseFS(dashboardFiles, "dashboard/layout.html", "dashboard/"+name+".html"))
 	}
@@ -252,6 +258,7 @@ var notices = map[string]string{
 	"mfa_required":     "Your account requires two-factor sign-in. Set it up here to continue.",
 	"mfa_policy_on":    "Two-factor sign-in is now required: members without it can only set it up until they do.",
 	"mfa_policy_off":   "Two-factor sign-in is no longer required of every member.",
+	"payout_created":   "Payout created: its amount has left your available balance. The worker sends it on its way; it arrives on its arrival date.",
 }
 
 // failureTitles head a failure page by its status.
@@ -452,6 +459,11 @@ func (s *server) dashboardRoutes(app *fiber.App) {
 	post("/charges/:id/capture", s.dashCapture)
 	post("/charges/:id/void", s.dashVoid)
 	post("/charges/:id/refund", s.dashRefund)
+
+	get("/balance", s.balancePage)
+	get("/payouts", s.payoutsPage)
+	post("/payouts", s.dashCreatePayout)
+	get("/payouts/:id", s.payoutPage)
 
 	get("/customers", s.customersPage)
 	get("/customers/:id", s.customerPage)

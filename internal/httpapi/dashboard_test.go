@@ -203,6 +203,15 @@ var dashRoutes = map[string]dashRoute{
 	"POST /dashboard/webhooks/:id/delete":  {ok: 303, idKind: kindEndpoint},
 	"POST /dashboard/deliveries/:id/retry": {ok: 303, idKind: kindDelivery},
 
+	"GET /dashboard/balance":     {ok: 200},
+	"GET /dashboard/payouts":     {ok: 200, lists: kindPayout},
+	"GET /dashboard/payouts/:id": {ok: 200, idKind: kindPayout},
+	// The fixtures' payouts took what was available: more is refused, on
+	// the page (TestDashboardPayouts pays out).
+	"POST /dashboard/payouts": {ok: 409, formOf: func(a *authzFixture) url.Values {
+		return url.Values{"account": {a.payoutFrom + "/USD"}, "amount": {"1.00"}}
+	}},
+
 	"GET /dashboard/customers":             {ok: 200, lists: kindCustomer},
 	"GET /dashboard/customers/:id":         {ok: 200, idKind: kindCustomer},
 	"POST /dashboard/customers/:id/delete": {ok: 303, idKind: kindCustomer},

@@ -60,6 +60,14 @@ func UUIDFloor(t time.Time) string {
 	return u.String()
 }
 
+// Floor returns the least id New(prefix) makes in the millisecond of t:
+// every id New makes at t or later sorts at or after it, so a range on a
+// prefixed id column finds the rows made since t through the id's index.
+func Floor(prefix string, t time.Time) string {
+	u := uuid.MustParse(UUIDFloor(t))
+	return prefix + "_" + sortable.EncodeToString(u[:])
+}
+
 // UUIDOf returns the UUID beneath an id New made with prefix.
 func UUIDOf(prefix, id string) (string, bool) {
 	if !Valid(prefix, id) {

@@ -70,3 +70,23 @@ func TestUUIDFloor(t *testing.T) {
 		t.Errorf("UUIDFloor(%s) = %s is not a canonical UUID", at, UUIDFloor(at))
 	}
 }
+
+// Floor(prefix, t) sorts at or before every id New makes at t or later,
+// after every one made before t's millisecond, and is a valid id itself.
+func TestFloor(t *testing.T) {
+	before := time.Now()
+	id := New("txn")
+	after := time.Now()
+	if floor := Floor("txn", before); floor > id {
+		t.Errorf("Floor(just before) %s sorts after %s", floor, id)
+	}
+	if floor := Floor("txn", after.Add(2*time.Millisecond)); floor <= id {
+		t.Errorf("Floor(2 ms later) %s sorts at or before %s", floor, id)
+	}
+	at := time.Date(2026, 11, 25, 18, 0, 0, 123456789, time.UTC)
+	floor := Floor("txn", at)
+	u, ok := UUIDOf("txn", floor)
+	if !ok || !Valid("txn", floor) || u != UUIDFloor(at) {
+		t.Errorf("Floor(txn, %s) = %s: want a valid id over UUIDFloor %s, got %s", at, floor, UUIDFloor(at), u)
+	}
+}

@@ -92,6 +92,17 @@ type Store interface {
 	// One automatic payout per account and slot: false when the slot has
 	// one already.
 	CreateAutomaticPayout(ctx context.Context, a Account, slot, at time.Time, plan func(total int64) (*PayoutPlan, error)) (bool, []outbox.Task, error)
+
+	// Accounts returns the balance of each of the merchant's accounts at
+	// `at`, in no particular order.
+	Accounts(ctx context.Context, merchantID string, at time.Time) ([]AccountSum, error)
+	// Daily sums the merchant's balance transactions created in [since,
+	// until) per UTC day and currency (see Day): one row per day and
+	// currency that has any, in no particular order.
+	Daily(ctx context.Context, merchantID string, since, until time.Time) ([]Day, error)
+	// PayoutSettled sums the balance transactions an automatic payout
+	// paid out.
+	PayoutSettled(ctx context.Context, merchantID, payoutID string) (Settled, error)
 }
 
 // ConnectorInfo is what payouts need of a connector.

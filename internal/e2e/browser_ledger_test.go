@@ -1,0 +1,290 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gatehouse-pay/gatehouse/internal/testenv/harness"
+)
+
+// ledgerSums are a currency's captures as the Balance page's chart sums
+// them.
+type ledgerSums struct {
+	Captures int64 `json:"captures"`
+	Gross    int64 `json:"gross"`
+	Fees     int64 `json:"fees"`
+	Net      int64 `json:"net"`
+	Bars     int   `json:"bars"`
+}
+
+// ledgerJourney is what ledger.mjs saw.
+type ledgerJourney struct {
+	Error         string                `json:"error"`
+	FailedAt      string                `json:"failedAt"`
+	FailedAlert   []string              `json:"failedAlert"`
+	Steps         map[string]int64      `json:"steps"`
+	TookMS        int64                 `json:"took_ms"`
+	NavLinks      []string              `json:"navLinks"`
+	Available     map[string]int64      `json:"available"`
+	Pending       map[string]int64      `json:"pending"`
+	ChartCurrency string                `json:"chartCurrency"`
+	Chart         map[string]ledgerSums `json:"chart"`
+	ChartTitle    string                `json:"chartTitle"`
+	Refused       struct {
+		Status  int    `json:"status"`
+		Message string `json:"message"`
+		Kept    string `json:"kept"`
+	} `json:"refused"`
+	Manual struct {
+		ID     string `json:"id"`
+		Notice string `json:"notice"`
+		Amount int64  `json:"amount"`
+		Status string `json:"status"`
+		Made   string `json:"made"`
+	} `json:"manual"`
+	Automatic struct {
+		ID       string   `json:"id"`
+		Amount   int64    `json:"amount"`
+		Status   string   `json:"status"`
+		Count    int64    `json:"count"`
+		Net      int64    `json:"net"`
+		Balances string   `json:"balances"`
+		Listed   []string `json:"listed"`
+		SumCheck string   `json:"sumCheck"`
+	} `json:"automatic"`
+	PageErrors    []string `json:"pageErrors"`
+	ConsoleErrors []string `json:"consoleErrors"`
+}
+
+// TestBrowserLedger is the dashboard's books in Debian's chromium against
+// the real binaries (ledger.mjs), with time compressed: captures are
+// available after 3 s, the daily schedule pays out every 20 s and a payout
+// is in transit for 3 s. A merchant routes USD charges to the server's
+// sandbox (on the daily schedule) and EUR ones to a sandbox connector of
+// its own that pays out by hand only; after real captures (and a partial
+// refund) the journey signs in, sees the available and pending balance
+// and the chart of the last 30 days, is refused a payout above the
+// available EUR (409, on the page), pays out half of it by hand and sees
+// the payout paid, then sees the schedule's USD payout paid and opens it:
+// what it paid out, summing to its amount. The page's numbers are checked
+// against the API's.
+func TestBrowserLedger(t *testing.T) {
+	t.Parallel()
+	dir, chromium := browserTools(t)
+	shots := screenshotDir(t)
+	st := newStack(t, stackOptions{env: []string{"SANDBOX_SETTLEMENT_DELAY=3s", "SANDBOX_PAYOUT_DELAY=3s"},
+		workerEnv: []string{"SANDBOX_PAYOUT_INTERVAL=20s"}}, "browser ledger")
+	setup := newClient(t, "127.0.0.41")
+	email, password := "books-"+harness.RandomHex(4)+"@example.com", "correct horse "+harness.RandomHex(8)
+	merchantID := st.createMerchant(t, email, password, "Ledger Shop")
+	token := st.sessionToken(t, setup, email, password)
+	p := &payments{st: st, c: setup, key: st.newKey(t, setup, token, "books").SecretKey}
+
+	// EUR charges go to a sandbox connector of the merchant's on the
+	// manual schedule; the others to the server's sandbox, paid out daily.
+	e := p.do(t, http.MethodPost, "/v1/connectors", `{"provider":"sandbox","name":"EU sandbox","payout_schedule":"manual"}`)
+	mustExpect(t, e, http.StatusCreated, "")
+	var eu struct {
+		ID string `json:"id"`
+	}
+	decode(t, e, &eu)
+	e = p.do(t, http.MethodGet, "/v1/connectors?limit=100", "")
+	mustExpect(t, e, http.StatusOK, "")
+	var list struct {
+		Data []struct {
+			ID            string `json:"id"`
+			Provider      string `json:"provider"`
+			ServerAccount bool   `json:"server_account"`
+		} `json:"data"`
+	}
+	decode(t, e, &list)
+	server := ""
+	for _, c := range list.Data {
+		if c.Provider == "sandbox" && c.ServerAccount {
+			server = c.ID
+		}
+	}
+	if server == "" {
+		t.Fatalf("no server-account sandbox connector in %s", e.body)
+	}
+	mustExpect(t, p.do(t, http.MethodPut, "/v1/routing", fmt.Sprintf(
+		`{"rules":[{"if":{"currency":["eur"]},"then":{"connectors":[%q]}}],"default":{"connectors":[%q]}}`, eu.ID, server)), http.StatusOK, "")
+
+	// Real captures: four in USD, three in EUR, and 5.00 USD of the first
+	// refunded.
+	var charged []string
+	for _, c := range []struct {
+		amount   int64
+		currency string
+	}{{4200, "usd"}, {1850, "usd"}, {12000, "usd"}, {725, "usd"}, {2500, "eur"}, {6000, "eur"}, {1200, "eur"}} {
+		body := strings.Replace(cardBody("4242424242424242", true, c.amount, "books"), `"currency":"usd"`, `"currency":"`+c.currency+`"`, 1)
+		body = strings.Replace(body, `,"provider":"sandbox"`, "", 1)
+		e := p.do(t, http.MethodPost, "/v1/charges", body)
+		mustExpect(t, e, http.StatusCreated, "")
+		var ch struct {
+			ID string `json:"id"`
+		}
+		decode(t, e, &ch)
+		charged = append(charged, ch.ID)
+	}
+	p.waitCharges(t, charged, func(_, status string) bool { return status == "captured" }, 30*time.Second)
+	e = p.do(t, http.MethodPost, "/v1/refunds", fmt.Sprintf(`{"charge":%q,"amount":500}`, charged[0]))
+	mustExpect(t, e, http.StatusCreated, "")
+	var refund struct {
+		ID string `json:"id"`
+	}
+	decode(t, e, &refund)
+	if r := p.waitRefund(t, refund.ID, 20*time.Second); r.Status != "succeeded" {
+		t.Fatalf("the refund is %s", r.Status)
+	}
+
+	cfg, err := json.Marshal(map[string]string{"api": st.replicas[0], "email": email, "password": password, "shots": shots})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, stderr, err := runJourney(dir, chromium, "ledger.mjs", cfg, 3*time.Minute)
+	for _, h := range append(scanSecrets("ledger.mjs output", out), scanSecrets("ledger.mjs stderr", []byte(stderr))...) {
+		t.Errorf("secret scan: %s", h)
+	}
+	if err != nil {
+		t.Fatalf("node ledger.mjs: %v\n%s", err, stderr)
+	}
+	var got ledgerJourney
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatalf("ledger.mjs printed %q: %v", out, err)
+	}
+	t.Logf("ledger journey in chromium: %d ms; steps (ms): %v; screenshots in %s", got.TookMS, got.Steps, shots)
+	if got.Error != "" {
+		t.Fatalf("ledger.mjs: %s\nat %s, showing %q (screenshot ledger-failure.png)", got.Error, got.FailedAt, got.FailedAlert)
+	}
+	if len(got.PageErrors) > 0 || len(got.ConsoleErrors) > 0 {
+		t.Errorf("page errors %q, console errors %q", got.PageErrors, got.ConsoleErrors)
+	}
+
+	// The chart sums what the API lists as the captures' transactions.
+	want := map[string]ledgerSums{}
+	for _, txn := range p.balanceTransactions(t, "type=charge") {
+		s := want[txn.Currency]
+		s.Captures++
+		s.Gross += txn.Amount
+		s.Fees += txn.Fee
+		s.Net += txn.Net
+		want[txn.Currency] = s
+	}
+	for cur, w := range want {
+		g := got.Chart[cur]
+		if g.Captures != w.Captures || g.Gross != w.Gross || g.Fees != w.Fees || g.Net != w.Net || g.Bars == 0 || g.Bars%3 != 0 {
+			t.Errorf("the %s chart shows %+v; the API's charge transactions sum to %+v (want 3 bars a day: gross, fees, net)", cur, g, w)
+		}
+	}
+	if len(want) != 2 || want["USD"].Captures != 4 || want["EUR"].Captures != 3 || got.ChartCurrency != "USD" ||
+		!strings.Contains(got.ChartTitle, "Captures per day in USD") {
+		t.Errorf("captures through the API %+v; the page chose %q, titled %q", want, got.ChartCurrency, got.ChartTitle)
+	}
+	if !strings.Contains(strings.Join(got.NavLinks, " "), "/dashboard/balance /dashboard/payouts") {
+		t.Errorf("the navigation: %v", got.NavLinks)
+	}
+	// The EUR connector pays out by hand only: all of its net was
+	// available when the journey saw the page.
+	if got.Available["EUR"] != want["EUR"].Net || got.Pending["EUR"] != 0 {
+		t.Errorf("the page showed EUR %d available, %d pending; want all %d available", got.Available["EUR"], got.Pending["EUR"], want["EUR"].Net)
+	}
+
+	// The payout above the available balance: refused on the page.
+	if got.Refused.Status != http.StatusConflict || !strings.Contains(got.Refused.Message, "Not enough available") ||
+		!strings.Contains(got.Refused.Message, "Nothing was paid out") || got.Refused.Kept == "" {
+		t.Errorf("a payout above the available balance: %+v", got.Refused)
+	}
+	// The payout by hand: half the EUR, paid, audit-logged.
+	type payoutJSON struct {
+		ID        string `json:"id"`
+		Amount    int64  `json:"amount"`
+		Currency  string `json:"currency"`
+		Status    string `json:"status"`
+		Automatic bool   `json:"automatic"`
+		Connector string `json:"connector"`
+	}
+	payout := func(id string) payoutJSON {
+		t.Helper()
+		e := p.do(t, http.MethodGet, "/v1/payouts/"+id, "")
+		mustExpect(t, e, http.StatusOK, "")
+		var po payoutJSON
+		decode(t, e, &po)
+		return po
+	}
+	manual := payout(got.Manual.ID)
+	if manual.Automatic || manual.Connector != eu.ID || manual.Currency != "EUR" || manual.Amount != want["EUR"].Net/2 ||
+		manual.Status != "paid" || got.Manual.Status != "paid" || got.Manual.Made != "false" || !strings.Contains(got.Manual.Notice, "Payout created") {
+		t.Errorf("the payout by hand: the page saw %+v; the API says %+v (want paid, half of %d EUR from %s)", got.Manual, manual, want["EUR"].Net, eu.ID)
+	}
+	if n := queryInt(t, st.db, `SELECT count(*) FROM payouts WHERE merchant_id = $1 AND NOT automatic`, merchantID); n != 1 {
+		t.Errorf("%d payouts by hand, want 1 (the refused one made nothing)", n)
+	}
+	if n := queryInt(t, st.db, `SELECT count(*) FROM audit_log WHERE merchant_id = $1 AND action = 'payout.create' AND object_id = $2
+		AND actor_type = 'member'`, merchantID, manual.ID); n != 1 {
+		t.Errorf("%d audit log entries of the payout by hand, want 1", n)
+	}
+	// The schedule's payout: what it paid out sums to its amount, as the
+	// API lists it.
+	auto := payout(got.Automatic.ID)
+	settled := p.balanceTransactions(t, "payout="+auto.ID)
+	var net int64
+	var listed []string
+	for _, txn := range settled {
+		net += txn.Net
+		listed = append(listed, txn.ID)
+	}
+	if !auto.Automatic || auto.Connector != server || auto.Status != "paid" || got.Automatic.Status != "paid" ||
+		got.Automatic.Amount != auto.Amount || got.Automatic.Net != auto.Amount || net != auto.Amount ||
+		got.Automatic.Count != int64(len(settled)) || got.Automatic.Balances != "true" ||
+		strings.Join(got.Automatic.Listed, " ") != strings.Join(listed, " ") || !strings.Contains(got.Automatic.SumCheck, "sums to") {
+		t.Errorf("the automatic payout: the page saw %+v; the API says %+v, its transactions %v summing to %d", got.Automatic, auto, listed, net)
+	}
+	for _, name := range []string{"balance", "payouts", "payout", "payout-refused", "payout-manual"} {
+		if fi, err := os.Stat(filepath.Join(shots, name+".png")); err != nil || fi.Size() < 1000 {
+			t.Errorf("screenshot %s: %v", name, err)
+		}
+	}
+}
+
+// balanceTxnJSON is a balance transaction as the API shows it.
+type balanceTxnJSON struct {
+	ID       string `json:"id"`
+	Type     string `json:"type"`
+	Amount   int64  `json:"amount"`
+	Fee      int64  `json:"fee"`
+	Net      int64  `json:"net"`
+	Currency string `json:"currency"`
+}
+
+// balanceTransactions lists the merchant's balance transactions that the
+// query selects, newest first, through the API.
+func (p *payments) balanceTransactions(t *testing.T, query string) []balanceTxnJSON {
+	t.Helper()
+	var out []balanceTxnJSON
+	after := ""
+	for {
+		q := "/v1/balance_transactions?limit=100&" + query
+		if after != "" {
+			q += "&starting_after=" + after
+		}
+		e := p.do(t, http.MethodGet, q, "")
+		mustExpect(t, e, http.StatusOK, "")
+		var page struct {
+			Data    []balanceTxnJSON `json:"data"`
+			HasMore bool             `json:"has_more"`
+		}
+		decode(t, e, &page)
+		out = append(out, page.Data...)
+		if !page.HasMore || len(page.Data) == 0 {
+			return out
+		}
+		after = page.Data[len(page.Data)-1].ID
+	}
+}
