@@ -14,11 +14,11 @@ import (
 // Daily, PayoutSettled).
 
 // selectAccounts is selectBalance per connector too: the same index-only
-// scan of the merchant's balance entries.
+// scan of the merchant's transactions.
 const selectAccounts = `SELECT connector_id, currency,
-	coalesce(sum(amount) FILTER (WHERE available_on <= $2), 0),
-	coalesce(sum(amount) FILTER (WHERE available_on > $2), 0)
-FROM ledger_entries WHERE merchant_id = $1 AND account = 'balance'
+	coalesce(sum(net) FILTER (WHERE available_on <= $2), 0),
+	coalesce(sum(net) FILTER (WHERE available_on > $2), 0)
+FROM balance_transactions WHERE merchant_id = $1
 GROUP BY currency, connector_id`
 
 // Accounts implements ledger.Store.

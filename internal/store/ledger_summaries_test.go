@@ -121,15 +121,11 @@ func TestLedgerDailyReadsOnlyTheWindow(t *testing.T) {
 			txnIDs, at = append(txnIDs, ids.Floor(ledger.PrefixTransaction, tm)), append(at, tm)
 		}
 		_, err := db.Pool.Exec(ctx, `
-WITH h AS (
-	INSERT INTO balance_transactions (id, merchant_id, connector_id, currency, type, source, cause, amount, fee, net, available_on, created_at)
-	SELECT u.id, $1, 'conn_x', 'USD', 'charge', u.id, 'charge:' || u.id, 1000, 59, 941, u.at, u.at
-	FROM unnest($2::text[], $3::timestamptz[]) AS u (id, at)
-	RETURNING id, available_on
-)
-INSERT INTO ledger_entries (txn_id, seq, merchant_id, connector_id, currency, account, amount, available_on)
-SELECT h.id, e.seq, $1, 'conn_x', 'USD', e.account, e.amount, h.available_on
-FROM h, (VALUES (1, 'provider', -1000), (2, 'fees', 59), (3, 'balance', 941)) AS e (seq, account, amount)`, m, txnIDs, at)
+INSERT INTO balance_transactions (id, merchant_id, connector_id, currency, type, source, cause, amount, fee, net, available_on,
+	created_at, accounts, amounts)
+SELECT u.id, $1, 'conn_x', 'USD', 'charge', u.id, 'charge:' || u.id, 1000, 59, 941, u.at, u.at,
+	'{provider,fees,balance}', '{-1000,59,941}'
+FROM unnest($2::text[], $3::timestamptz[]) AS u (id, at)`, m, txnIDs, at)
 		if err != nil {
 			t.Fatal(err)
 		}
