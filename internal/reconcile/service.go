@@ -303,10 +303,9 @@ func (s *Service) Resolve(ctx context.Context, merchantID, reconciliationID, exc
 	if p.Note != nil && len([]rune(*p.Note)) > MaxNoteLen {
 		return Result{}, apperr.Invalid("note", "note must be at most %d characters.", MaxNoteLen)
 	}
-	if !ValidID(reconciliationID) {
-		return Result{}, apperr.NotFound("reconciliation")
-	}
-	if !ValidExceptionID(exceptionID) {
+	// One answer for every exception the merchant does not have, whatever
+	// of the path is wrong.
+	if !ValidID(reconciliationID) || !ValidExceptionID(exceptionID) {
 		return Result{}, apperr.NotFound("reconciliation exception")
 	}
 	now := s.now().UTC().Truncate(time.Millisecond)

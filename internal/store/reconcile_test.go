@@ -303,7 +303,6 @@ func TestReconcileRefusals(t *testing.T) {
 	w.book(ledger.Captured(a, "ch_1", "sbx_ch_1", 2000, ledger.DefaultSandboxFees.For(2000), w.day, w.day))
 	d := w.day.Format(reconcile.DateLayout)
 	good := reconcile.Header + "\nsbx_ch_1,charge,USD,2000,88,1912," + d + "\n"
-	counts := w.counts()
 	for _, tc := range []struct {
 		name  string
 		p     reconcile.CreateParams
@@ -322,7 +321,7 @@ func TestReconcileRefusals(t *testing.T) {
 		{"a made-up connector", reconcile.CreateParams{Connector: strPtr("conn_x"), Report: &good}, apperr.CodeParameterInvalid, "connector"},
 		{"another merchant's connector", reconcile.CreateParams{Connector: strPtr(w.connector(newMerchant(t, w.s, "other-"+ids.NewUUID()+"@example.com").ID)), Report: &good}, apperr.CodeParameterInvalid, "connector"},
 	} {
-		counts = w.counts()
+		counts := w.counts()
 		_, err := w.create(auditCtx(w.m, "reconciliation.create"), tc.p, idempotency.NewRequest(idempotency.ScopeServer, "k-"+tc.name, []byte("fp")))
 		e, ok := apperr.As(err)
 		if !ok || e.Kind != apperr.KindInvalid || e.Code != tc.code || e.Param != tc.param {
