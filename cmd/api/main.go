@@ -45,6 +45,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/notifications"
 	"github.com/gatehouse-pay/gatehouse/internal/outbox"
 	"github.com/gatehouse-pay/gatehouse/internal/ratelimit"
+	"github.com/gatehouse-pay/gatehouse/internal/reconcile"
 	"github.com/gatehouse-pay/gatehouse/internal/refunds"
 	"github.com/gatehouse-pay/gatehouse/internal/store"
 	"github.com/gatehouse-pay/gatehouse/internal/tracing"
@@ -340,6 +341,7 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer) er
 			WithRouter(directory, cfg.RoutingMaxAttempts),
 		Connectors: conns,
 		Ledger:     ledger.NewService(db, conns.Payee, relay, time.Now, cfg.SandboxPayoutDelay, onEnqueueErr),
+		Reconcile:  reconcile.NewService(db, conns.GetAny, settlementReports(db, keys, cfg), time.Now),
 		Notifications: notifications.NewReceiver(db, keys, relay, string(cfg.StripeWebhookSecret), time.Now, onEnqueueErr).
 			WithMetrics(notifications.NewMetrics(reg)),
 		Refunds:        refunds.NewService(db, relay, time.Now, onEnqueueErr),

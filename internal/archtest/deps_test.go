@@ -10,7 +10,7 @@ const module = "github.com/gatehouse-pay/gatehouse"
 
 // Domain packages hold the rules; adapters (store, httpapi, jobs, cache,
 // ratelimit) carry the libraries below.
-var domain = []string{"merchants", "members", "authz", "mfa", "apikeys", "auth", "audit", "charges", "refunds", "ledger", "customers", "webhooks", "providers", "connectors", "money"}
+var domain = []string{"merchants", "members", "authz", "mfa", "apikeys", "auth", "audit", "charges", "refunds", "customers", "webhooks", "providers", "connectors", "money", "ledger", "reconcile"}
 
 var forbiddenInDomain = []string{
 	"github.com/gofiber/fiber",

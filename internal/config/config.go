@@ -273,8 +273,10 @@ type Config struct {
 	// point it at a mock in tests. Adyen connectors take their credentials
 	// from the connector.
 	AdyenAPIBase string `env:"ADYEN_API_BASE" envDefault:"https://checkout-test.adyen.com/v71" by:"worker"`
-	// Where the worker calls Stripe; point it at stripe-mock in tests.
-	StripeAPIBase string `env:"STRIPE_API_BASE" envDefault:"https://api.stripe.com" by:"worker"`
+	// Where the worker calls Stripe, and where the API reads a Stripe
+	// connector's balance transactions to reconcile them; point it at
+	// stripe-mock in tests.
+	StripeAPIBase string `env:"STRIPE_API_BASE" envDefault:"https://api.stripe.com" by:"api,worker"`
 	// The bound on one provider call. The API reads it too, for the deadline
 	// of the tasks it enqueues: give both binaries the same value.
 	ProviderTimeout time.Duration `env:"PROVIDER_TIMEOUT" envDefault:"15s" min:"10ms" by:"api,worker"`

@@ -399,6 +399,22 @@ func (s *Service) Get(ctx context.Context, merchantID, id string) (Connector, er
 	return s.located(c), err
 }
 
+// GetAny returns one of the merchant's connectors, deleted or not: a
+// connector's books, and what its provider settled, outlive it.
+func (s *Service) GetAny(ctx context.Context, merchantID, id string) (Connector, error) {
+	if !ValidID(id) {
+		return Connector{}, errNotFound()
+	}
+	c, err := s.store.ConnectorForWork(ctx, id)
+	if err != nil {
+		return Connector{}, err
+	}
+	if c.MerchantID != merchantID {
+		return Connector{}, errNotFound()
+	}
+	return s.located(c), nil
+}
+
 // List returns a page of the merchant's connectors, the server-account
 // ones included.
 func (s *Service) List(ctx context.Context, merchantID string, p listing.Params) (listing.Page[Connector], error) {

@@ -138,12 +138,21 @@ func (r *Resolver) PayoutFailure(ctx context.Context, connectorID string) (strin
 	return *c.Sandbox.PayoutFailure, nil
 }
 
+// accounts is a provider that keeps books per account (the sandbox): each
+// connector is an account of its own.
+type accounts interface {
+	ForAccount(account string) providers.Provider
+}
+
 // base is the unwrapped provider of c.
 func (r *Resolver) base(c Connector) (providers.Provider, error) {
 	if c.Sealed == nil {
 		p, ok := r.server[c.Provider]
 		if !ok {
 			return nil, fmt.Errorf("%w: %q (connector %s uses the server's account)", providers.ErrNotConfigured, c.Provider, c.ID)
+		}
+		if a, ok := p.(accounts); ok {
+			return a.ForAccount(c.ID), nil
 		}
 		return p, nil
 	}

@@ -854,7 +854,9 @@ func TestAdyenSettlesByNotification(t *testing.T) {
 	if !mapsEqual(payoutOutcomes, map[string]int{"applied": 1, "duplicate": 1}) {
 		t.Errorf("Stripe's payout events: %v, want one applied and one duplicate", payoutOutcomes)
 	}
-	imported := listAll(t, func(q string) exchange { return m.call(t, http.MethodGet, "/v1/payouts?connector="+stripe.ID+"&"+q, "") },
+	imported := listAll(t, func(q string) exchange {
+		return m.call(t, http.MethodGet, "/v1/payouts?connector="+stripe.ID+"&"+q, "")
+	},
 		func(x payoutJSON) string { return x.ID })
 	if len(imported) != 1 || imported[0].Amount != 1100 || imported[0].Currency != "USD" || imported[0].Status != "in_transit" || !imported[0].Automatic {
 		t.Fatalf("Stripe's payouts: %+v, want its one payout of 1100 USD in transit", imported)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/gatehouse-pay/gatehouse/internal/httpapi"
 	"github.com/gatehouse-pay/gatehouse/internal/providers/providertest"
+	"github.com/gatehouse-pay/gatehouse/internal/reconcile"
 )
 
 // bodyRoute is how TestAbusiveBodies reaches one route that takes a body: a
@@ -37,6 +38,9 @@ type bodyRoute struct {
 	// whatever it holds (the refusals of signed bodies are
 	// TestProviderNotifications').
 	signed bool
+	// bodyLimit is the route's own limit when it takes bodies larger than
+	// httpapi.BodyLimit (an uploaded report); 0 for the usual one.
+	bodyLimit int
 }
 
 type field struct{ name, raw string }
@@ -95,7 +99,7 @@ func abuseCases(r bodyRoute) []abuseCase {
 		bad("NUL byte in the JSON text", "{\x00"+good[1:], "invalid_json"),
 		bad("invalid UTF-8 outside strings", good+"\xff", "invalid_json"),
 		{name: "1 MiB body", body: render(with(r.base, "padding", `"`+strings.Repeat("a", 1<<20)+`"`)), status: 413, codes: []string{"payload_too_large"}},
-		{name: "128 KiB body", body: render(with(r.base, "padding", `"`+strings.Repeat("a", 128<<10)+`"`)), status: 413, codes: []string{"payload_too_large"}},
+		{name: "a body just over the limit", body: render(with(r.base, "padding", `"`+strings.Repeat("a", max(r.bodyLimit, 128<<10))+`"`)), status: 413, codes: []string{"payload_too_large"}},
 		{name: "1 MiB of whitespace", body: good + strings.Repeat(" ", 1<<20), status: 413, codes: []string{"payload_too_large"}},
 		bad("10,000 nested arrays", render(with(r.base, "nested", nested("[", "]"))), "invalid_json", "parameter_invalid"),
 		bad("10,000 nested objects", render(with(r.base, "nested", nested(`{"a":`, "}"))), "invalid_json", "parameter_invalid"),
@@ -287,6 +291,13 @@ func TestAbusiveBodies(t *testing.T) {
 	r = h.do("POST", "/v1/connectors", `{"provider":"sandbox","name":"Abuse"}`, bearer(a.secret)...)
 	want(t, r, 201, "")
 	connector := r.body["id"].(string)
+	d := "2026-11-27"
+	r = h.do("POST", "/v1/reconciliations", `{"connector":"`+connector+`","report":"`+reconcile.Header+`\nsbx_ch_abuse,charge,USD,100,33,67,`+d+`\n"}`, bearer(a.secret)...)
+	want(t, r, 201, "")
+	reconciliation := r.body["id"].(string)
+	r = h.do("GET", "/v1/reconciliations/"+reconciliation+"/exceptions", "", bearer(a.secret)...)
+	want(t, r, 200, "")
+	exception := obj(r.body["data"].([]any)[0])["id"].(string)
 
 	r = h.do("POST", "/v1/me/members", `{"email":"teammate@example.com","role":"viewer"}`, bearer(a.token)...)
 	want(t, r, 201, "")
@@ -338,6 +349,11 @@ func TestAbusiveBodies(t *testing.T) {
 			base: []field{{"since", `"2026-01-01T00:00:00Z"`}}, str: "since"},
 		"POST /v1/payouts": {path: "/v1/payouts", auth: bearer(a.secret),
 			base: []field{{"amount", "100"}, {"currency", `"usd"`}, {"description", `"by hand"`}}, str: "description", num: "amount"},
+		"POST /v1/reconciliations": {path: "/v1/reconciliations", auth: bearer(a.secret), bodyLimit: 1 << 20,
+			base: []field{{"connector", `"` + connector + `"`}, {"report", `"` + reconcile.Header + `\nsbx_ch_1,charge,USD,100,33,67,` + d + `\n"`}},
+			str:  "report"},
+		"POST /v1/reconciliations/:id/exceptions/:exc/resolve": {path: "/v1/reconciliations/" + reconciliation + "/exceptions/" + exception + "/resolve",
+			auth: bearer(a.secret), base: []field{{"action", `"accept"`}, {"note", `"checked"`}}, str: "note"},
 		"POST /v1/customers": {path: "/v1/customers", auth: bearer(a.secret),
 			base: []field{{"email", `"abuse@example.com"`}, {"name", `"Abuse"`}, {"description", `"d"`}}, str: "name", emptyIsValid: true},
 		"PATCH /v1/customers/:id": {path: "/v1/customers/" + customer, auth: bearer(a.secret),

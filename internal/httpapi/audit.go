@@ -68,6 +68,9 @@ var actions = map[string]auditAction{
 	"POST /v1/me/webhook_endpoints/:id/recover":       {"webhook_endpoint.recover", "webhook_endpoint", "id"},
 	"POST /v1/webhook_deliveries/:id/retry":           {"webhook_delivery.retry", "webhook_delivery", "id"},
 
+	"POST /v1/reconciliations":                             {"reconciliation.create", "reconciliation", ""},
+	"POST /v1/reconciliations/:id/exceptions/:exc/resolve": {"reconciliation_exception.resolve", "reconciliation_exception", "exc"},
+
 	"POST /dashboard/logout":                                      {"session.revoke", "session", ""},
 	"POST /dashboard/keys":                                        {"api_key.create", "api_key", ""},
 	"POST /dashboard/keys/:id/revoke":                             {"api_key.revoke", "api_key", "id"},

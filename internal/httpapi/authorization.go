@@ -73,6 +73,13 @@ var needs = map[string]authz.Need{
 	"GET /v1/events/stream":                           read(authz.Events),
 	"GET /v1/events/:id":                              read(authz.Events),
 
+	"POST /v1/reconciliations":                             write(authz.Balance),
+	"GET /v1/reconciliations":                              read(authz.Balance),
+	"GET /v1/reconciliations/:id":                          read(authz.Balance),
+	"GET /v1/reconciliations/:id/exceptions":               read(authz.Balance),
+	"POST /v1/reconciliations/:id/exceptions/:exc/resolve": write(authz.Balance),
+	"GET /v1/connectors/:id/settlement_report":             read(authz.Balance),
+
 	"POST /dashboard/logout":                                      authz.Anyone,
 	"GET /dashboard":                                              authz.Anyone,
 	"GET /dashboard/security":                                     authz.Anyone,

@@ -39,6 +39,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/ids"
 	"github.com/gatehouse-pay/gatehouse/internal/ledger"
 	"github.com/gatehouse-pay/gatehouse/internal/providers/providertest"
+	"github.com/gatehouse-pay/gatehouse/internal/reconcile"
 	"github.com/gatehouse-pay/gatehouse/internal/store"
 	"github.com/gatehouse-pay/gatehouse/internal/testenv"
 	"github.com/gatehouse-pay/gatehouse/internal/webhooks"
@@ -78,6 +79,10 @@ const (
 	kindConnector     = "connector" // a sandbox connector the routing does not name
 	kindMember        = "member"    // an invited member of the team
 	kindPayout        = "payout"    // a payout made by hand
+	// kindReconciliation is an uploaded report of one line the books lack;
+	// kindException is its exception (see reconciliationOfException).
+	kindReconciliation = "reconciliation"
+	kindException      = "reconciliation_exception"
 )
 
 // tableOf groups kinds that share ids, for the "id of another kind" cases.
@@ -85,16 +90,21 @@ var tableOf = map[string]string{
 	kindCharge: "charges", kindAuthorized: "charges", kindRefund: "refunds", kindEvent: "events",
 	kindEndpoint: "webhook_endpoints", kindDelivery: "webhook_deliveries", kindAPIKey: "api_keys",
 	kindCustomer: "customers", kindPaymentMethod: "payment_methods", kindConnector: "connectors", kindMember: "members",
-	kindPayout: "payouts",
+	kindPayout:         "payouts",
+	kindReconciliation: "reconciliations", kindException: "reconciliation_exceptions",
 }
 
 // prefixedKinds have ids like key_... rather than UUIDs.
 var prefixedKinds = map[string]bool{kindAPIKey: true, kindEndpoint: true, kindCustomer: true, kindPaymentMethod: true, kindConnector: true, kindMember: true,
-	kindPayout: true}
+	kindPayout: true, kindReconciliation: true, kindException: true}
 
 // customerOfMethod maps the fixtures' payment method ids to their
 // customers', for the routes that name both.
 var customerOfMethod sync.Map
+
+// reconciliationOfException maps the fixtures' exception ids to their
+// reconciliations', for the route that names both.
+var reconciliationOfException sync.Map
 
 // authzRoute is one row of the matrix: who may call the route and how.
 type authzRoute struct {
@@ -199,6 +209,22 @@ var authzRoutes = map[string]authzRoute{
 	"POST /v1/payouts":                 {auth: keyOnly, ok: 409, body: fixed(`{"amount":100,"currency":"usd"}`)},
 	"GET /v1/payouts":                  {auth: keyOnly, ok: 200},
 	"GET /v1/payouts/:id":              {auth: keyOnly, ok: 404, madeUp: "po_06h21dscqtupdc4b6fl6b6lb3o"},
+	// Each fixture's reconciliations are uploads of one line its books lack
+	// (one exception each); a resolution accepts it.
+	"POST /v1/reconciliations": {auth: keyOnly, ok: 201, body: func(f *authzFixture, _ string) string {
+		// A fixture without connectors (a request refused before its body
+		// is read) names no one's.
+		return reconciliationJSON(append(slices.Clone(f.ids[kindConnector]), "conn_00000000000000000000000000")[0], "sbx_ch_matrix")
+	}},
+	"GET /v1/reconciliations": {auth: keyOnly, ok: 200, lists: kindReconciliation, filters: func(o *authzFixture) []string {
+		return []string{"connector=" + o.ids[kindConnector][0]}
+	}},
+	"GET /v1/reconciliations/:id": {auth: keyOnly, ok: 200, idKind: kindReconciliation},
+	"GET /v1/reconciliations/:id/exceptions": {auth: keyOnly, ok: 200, idKind: kindReconciliation, lists: kindException,
+		filters: func(*authzFixture) []string { return []string{"status=open", "kind=missing_in_gateway"} }},
+	"POST /v1/reconciliations/:id/exceptions/:exc/resolve": {auth: keyOnly, ok: 200, idKind: kindException,
+		body: fixed(`{"action":"accept","note":"matrix"}`)},
+	"GET /v1/connectors/:id/settlement_report": {auth: keyOnly, ok: 200, idKind: kindConnector, query: "date=2026-11-27"},
 
 	"POST /v1/customers": {auth: keyOnly, ok: 201, body: fixed(`{"email":"matrix@example.com","name":"Matrix"}`)},
 	"GET /v1/customers": {auth: keyOnly, ok: 200, lists: kindCustomer, filters: func(o *authzFixture) []string {
@@ -274,6 +300,12 @@ func (r authzRoute) request(route string, f *authzFixture, id string) (method, p
 		path = strings.Replace(path, ":pm_id", id, 1)
 		if cus, ok := customerOfMethod.Load(id); ok {
 			id = cus.(string)
+		}
+	}
+	if strings.Contains(path, ":exc") {
+		path = strings.Replace(path, ":exc", id, 1)
+		if rec, ok := reconciliationOfException.Load(id); ok {
+			id = rec.(string)
 		}
 	}
 	if id == "" && r.madeUp != "" {
@@ -412,6 +444,7 @@ func (h *harness) newAuthzFixture(t *testing.T, email string, w *worker, d *webh
 	h.customersOf(t, f, n, key)
 	h.connectorsOf(t, f, n, key)
 	h.payoutsOf(t, f, n)
+	h.reconciliationsOf(t, f, n, key)
 	for i := 0; i < n; i++ {
 		r := h.with(t).do("POST", "/v1/me/members", `{"email":"member-`+strconv.Itoa(i)+`-`+email+`","role":"developer"}`, bearer(f.token)...)
 		want(t, r, 201, "")
@@ -460,6 +493,30 @@ func (h *harness) payoutsOf(t *testing.T, f *authzFixture, n int) {
 			t.Fatal(err)
 		}
 		f.ids[kindPayout] = append(f.ids[kindPayout], made)
+	}
+}
+
+// reconciliationJSON is the body of POST /v1/reconciliations uploading a
+// report of one line, reference, of the connector.
+func reconciliationJSON(connector, reference string) string {
+	return `{"connector":"` + connector + `","report":"` + reconcile.Header + `\n` + reference + `,charge,USD,100,33,67,2026-11-27\n"}`
+}
+
+// reconciliationsOf gives f n reconciliations of its first connector,
+// each with one exception: a line its books lack.
+func (h *harness) reconciliationsOf(t *testing.T, f *authzFixture, n int, key func(string) []string) {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		r := h.with(t).do("POST", "/v1/reconciliations", reconciliationJSON(f.ids[kindConnector][0], "sbx_ch_matrix"+strconv.Itoa(i)),
+			append(bearer(f.secret), key("POST /v1/reconciliations")...)...)
+		want(t, r, 201, "")
+		rec := r.body["id"].(string)
+		r = h.with(t).do("GET", "/v1/reconciliations/"+rec+"/exceptions", "", bearer(f.secret)...)
+		want(t, r, 200, "")
+		exc := obj(r.body["data"].([]any)[0])["id"].(string)
+		reconciliationOfException.Store(exc, rec)
+		f.ids[kindReconciliation] = append(f.ids[kindReconciliation], rec)
+		f.ids[kindException] = append(f.ids[kindException], exc)
 	}
 }
 
@@ -566,6 +623,8 @@ func (h *harness) ownedStrings(t *testing.T, merchantID string) []string {
 		UNION ALL SELECT id FROM customers WHERE merchant_id = $1
 		UNION ALL SELECT id FROM payment_methods WHERE merchant_id = $1
 		UNION ALL SELECT id FROM connectors WHERE merchant_id = $1
+		UNION ALL SELECT id FROM reconciliations WHERE merchant_id = $1
+		UNION ALL SELECT id FROM reconciliation_exceptions WHERE merchant_id = $1
 		UNION ALL SELECT id FROM members WHERE merchant_id = $1 UNION ALL SELECT email FROM members WHERE merchant_id = $1
 		UNION ALL SELECT id FROM payouts WHERE merchant_id = $1 UNION ALL SELECT id FROM balance_transactions WHERE merchant_id = $1`, merchantID)
 	if err != nil {
@@ -611,6 +670,9 @@ var stateTables = map[string]string{
 	"members":              `FROM members x WHERE $1 = '' OR merchant_id = $1`,
 	"payouts":              `FROM payouts x WHERE $1 = '' OR merchant_id = $1`,
 	"balance_transactions": `FROM balance_transactions x WHERE $1 = '' OR merchant_id = $1`,
+
+	"reconciliations":           `FROM reconciliations x WHERE $1 = '' OR merchant_id = $1`,
+	"reconciliation_exceptions": `FROM reconciliation_exceptions x WHERE $1 = '' OR merchant_id = $1`,
 }
 
 // state digests every table (whole rows, so any column that moves shows).

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"errors"
 	"net/http"
+	"strconv"
 
 	"github.com/gofiber/fiber/v2"
 
@@ -36,7 +37,7 @@ func fromFiber(c *fiber.Ctx, fe *fiber.Error) *apperr.Error {
 			Message: "Method " + c.Method() + " is not allowed on " + c.Path() + "."}
 	case fiber.StatusRequestEntityTooLarge:
 		return &apperr.Error{Kind: apperr.KindTooLarge, Code: apperr.CodePayloadTooLarge,
-			Message: "Request body is larger than 64 KiB."}
+			Message: "Request body is larger than " + sizeText(bodyLimitOf(c)) + "."}
 	case fiber.StatusRequestHeaderFieldsTooLarge, fiber.StatusBadRequest, fiber.StatusRequestTimeout:
 		return apperr.Invalid("", "Malformed HTTP request.")
 	}
@@ -81,4 +82,12 @@ func (s *server) renderError(c *fiber.Ctx, err error) error {
 		return s.renderDashboardError(c, status, ae)
 	}
 	return writeJSON(c, status, presentError(ae, id))
+}
+
+// sizeText writes a body limit as people read it: 64 KiB, 1 MiB.
+func sizeText(n int) string {
+	if n%(1<<20) == 0 {
+		return strconv.Itoa(n>>20) + " MiB"
+	}
+	return strconv.Itoa(n>>10) + " KiB"
 }

@@ -37,7 +37,10 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/metrics"
 	"github.com/gatehouse-pay/gatehouse/internal/mfa"
 	"github.com/gatehouse-pay/gatehouse/internal/notifications"
+	"github.com/gatehouse-pay/gatehouse/internal/providers"
+	"github.com/gatehouse-pay/gatehouse/internal/providers/sandbox"
 	"github.com/gatehouse-pay/gatehouse/internal/ratelimit"
+	"github.com/gatehouse-pay/gatehouse/internal/reconcile"
 	"github.com/gatehouse-pay/gatehouse/internal/refunds"
 	"github.com/gatehouse-pay/gatehouse/internal/store"
 	"github.com/gatehouse-pay/gatehouse/internal/testenv"
@@ -176,6 +179,7 @@ func newHarnessWith(t *testing.T, o harnessOptions) *harness {
 		Customers:  customers.NewService(st, keys, time.Now),
 		Connectors: conns,
 		Ledger:     ledger.NewService(st, conns.Payee, queue, time.Now, cfg.SandboxPayoutDelay, nil),
+		Reconcile:  reconcile.NewService(st, conns.GetAny, sandboxReports(st, cfg), time.Now),
 		Notifications: notifications.NewReceiver(st, keys, queue, string(cfg.StripeWebhookSecret), time.Now, nil).
 			WithMetrics(notifications.NewMetrics(reg)),
 		Events:         events.NewService(st, time.Now),
@@ -202,6 +206,20 @@ func newHarnessWith(t *testing.T, o harnessOptions) *harness {
 }
 
 var client = &http.Client{Timeout: 15 * time.Second}
+
+// sandboxReports is cmd/api's settlement report fetch for sandbox
+// connectors (the harness has no Stripe).
+func sandboxReports(st *store.Store, cfg config.Config) reconcile.Fetch {
+	sb := sandbox.New(st.SandboxLedger(), sandbox.Options{})
+	return func(ctx context.Context, c connectors.Connector, from, to time.Time) ([]providers.SettlementLine, error) {
+		if c.Provider != connectors.ProviderSandbox {
+			return nil, reconcile.ErrNoReport
+		}
+		fees := c.FeeSchedule()
+		return sb.Settled(ctx, c.ID, sandbox.Terms{Fee: func(amount int64) int64 { return fees.For(amount).Amount },
+			Delay: cfg.SandboxSettlementDelay}, from, to)
+	}
+}
 
 // clientFrom returns an HTTP client whose connections leave from the
 // loopback address ip (any of 127.0.0.0/8), so per-address limits see it as

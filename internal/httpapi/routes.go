@@ -72,6 +72,12 @@ func (s *server) routes(app *fiber.App) {
 	app.Post("/v1/payouts", perIP, secret, s.createPayout)
 	app.Get("/v1/payouts", perIP, secret, s.listPayouts)
 	app.Get("/v1/payouts/:id", perIP, secret, s.getPayout)
+	app.Post("/v1/reconciliations", perIP, secret, s.createReconciliation)
+	app.Get("/v1/reconciliations", perIP, secret, s.listReconciliations)
+	app.Get("/v1/reconciliations/:id", perIP, secret, s.getReconciliation)
+	app.Get("/v1/reconciliations/:id/exceptions", perIP, secret, s.listReconciliationExceptions)
+	app.Post("/v1/reconciliations/:id/exceptions/:exc/resolve", perIP, secret, s.resolveReconciliationException)
+	app.Get("/v1/connectors/:id/settlement_report", perIP, secret, s.getSettlementReport)
 
 	app.Post("/v1/customers", perIP, secret, s.createCustomer)
 	app.Get("/v1/customers", perIP, secret, s.listCustomers)

@@ -34,6 +34,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/mfa"
 	"github.com/gatehouse-pay/gatehouse/internal/notifications"
 	"github.com/gatehouse-pay/gatehouse/internal/ratelimit"
+	"github.com/gatehouse-pay/gatehouse/internal/reconcile"
 	"github.com/gatehouse-pay/gatehouse/internal/refunds"
 	"github.com/gatehouse-pay/gatehouse/internal/tracing"
 	"github.com/gatehouse-pay/gatehouse/internal/webhooks"
@@ -50,6 +51,9 @@ const notificationsPath = "/v1/provider_notifications/:connector_id"
 func bodyLimitOf(c *fiber.Ctx) int {
 	if c.Method() == fiber.MethodPost && strings.HasPrefix(c.Path(), "/v1/provider_notifications/") {
 		return notifications.MaxBody
+	}
+	if c.Method() == fiber.MethodPost && c.Path() == "/v1/reconciliations" {
+		return reconciliationBodyLimit
 	}
 	return BodyLimit
 }
@@ -91,6 +95,8 @@ type Deps struct {
 	// Ledger is the merchant's books: balance, balance transactions and
 	// payouts.
 	Ledger *ledger.Service
+	// Reconcile compares the books with the providers' settlement reports.
+	Reconcile *reconcile.Service
 	// Notifications takes the providers' notifications.
 	Notifications *notifications.Receiver
 	Events        *events.Service

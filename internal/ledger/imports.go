@@ -71,6 +71,7 @@ func (im *Importer) Import(ctx context.Context, merchantID, connectorID string, 
 		}
 		ref := r.Reference
 		plan.Payout.ProviderReference = &ref
+		plan.Transaction.ProviderReference = ref // the provider's reports name it so
 		if !r.ArrivalDate.IsZero() {
 			plan.Payout.ArrivalDate = r.ArrivalDate
 		}
@@ -139,6 +140,9 @@ func (im *Importer) move(ctx context.Context, p Payout, status, code string) (bo
 		msg := FailureMessage(code)
 		after.FailureCode, after.FailureMessage = &code, &msg
 		t := PayoutReturned(p.Account(), p.ID, p.Amount, now)
+		if p.ProviderReference != nil {
+			t.ProviderReference = *p.ProviderReference
+		}
 		m.After, m.Transaction = after, &t
 	}
 	if typ := eventOf(status); typ != "" {

@@ -208,19 +208,58 @@ func Refunded(a Account, refundID, providerReference string, amount int64, at ti
 }
 
 // PaidOut is the transaction of a payout: its amount leaves the balance for
-// the merchant's bank.
+// the merchant's bank. A sandbox payout is its own provider reference: the
+// sandbox's settlement report names it by its id.
 func PaidOut(a Account, payoutID string, amount int64, at time.Time) Transaction {
 	return Transaction{ID: ids.New(PrefixTransaction), MerchantID: a.MerchantID, ConnectorID: a.ConnectorID, Currency: a.Currency,
-		Type: TypePayout, Source: payoutID, Cause: payoutCause(payoutID), Amount: -amount,
+		Type: TypePayout, Source: payoutID, Cause: payoutCause(payoutID), Amount: -amount, ProviderReference: payoutID,
 		AvailableOn: at, CreatedAt: at, Entries: entries(AccountPayouts, -amount, 0)}
 }
 
 // PayoutReturned is the transaction of a failed payout: its amount comes
-// back to the balance.
+// back to the balance, under the payout's reference.
 func PayoutReturned(a Account, payoutID string, amount int64, at time.Time) Transaction {
 	return Transaction{ID: ids.New(PrefixTransaction), MerchantID: a.MerchantID, ConnectorID: a.ConnectorID, Currency: a.Currency,
-		Type: TypePayoutFailure, Source: payoutID, Cause: payoutFailureCause(payoutID), Amount: amount,
+		Type: TypePayoutFailure, Source: payoutID, Cause: payoutFailureCause(payoutID), Amount: amount, ProviderReference: payoutID,
 		AvailableOn: at, CreatedAt: at, Entries: entries(AccountPayouts, amount, 0)}
+}
+
+// FeeCause is the key of the fee of a charge whose provider reported it
+// after the capture: one per charge.
+func FeeCause(chargeID string) string { return "fee:" + chargeID }
+
+// AdjustmentCause is the key of the adjustment that resolves a
+// reconciliation exception: one per exception.
+func AdjustmentCause(exceptionID string) string { return "reconciliation:" + exceptionID }
+
+// FeeSettled is the transaction of a capture's fee that its provider
+// reported later, with settlement (Adyen): the capture was booked at its
+// gross with its fee pending, and the fee now goes from the balance to
+// fees. Its source is the charge and its reference the charge's, so it is
+// counted with the capture's line of a settlement report. fee must not be
+// zero (nothing would move).
+func FeeSettled(a Account, chargeID, providerReference string, fee int64, at time.Time) Transaction {
+	return Transaction{ID: ids.New(PrefixTransaction), MerchantID: a.MerchantID, ConnectorID: a.ConnectorID, Currency: a.Currency,
+		Type: TypeAdjustment, Source: chargeID, Cause: FeeCause(chargeID), Fee: fee,
+		FeeDetails:        []FeeDetail{{Type: FeeProvider, Amount: fee, Description: "Processing fee reported at settlement"}},
+		ProviderReference: providerReference, AvailableOn: at, CreatedAt: at, Entries: entries(AccountProvider, 0, fee)}
+}
+
+// Adjusted is the transaction of a correction a person decided: the
+// resolution of a reconciliation exception by adjusting the books to what
+// the provider reported. amount moves between the balance and the
+// adjustments account, fee between the balance and fees; the balance moves
+// by amount - fee. Its source is the exception. amount and fee must not
+// both be zero.
+func Adjusted(a Account, exceptionID, providerReference string, amount, fee int64, at time.Time) Transaction {
+	var details []FeeDetail
+	if fee != 0 {
+		details = []FeeDetail{{Type: FeeProvider, Amount: fee, Description: "Fee correction from reconciliation"}}
+	}
+	return Transaction{ID: ids.New(PrefixTransaction), MerchantID: a.MerchantID, ConnectorID: a.ConnectorID, Currency: a.Currency,
+		Type: TypeAdjustment, Source: exceptionID, Cause: AdjustmentCause(exceptionID), Amount: amount, Fee: fee,
+		FeeDetails: details, ProviderReference: providerReference, AvailableOn: at, CreatedAt: at,
+		Entries: entries(AccountAdjustments, amount, fee)}
 }
 
 // DisputeWithdrawn is the transaction of a dispute's funds withdrawn: the

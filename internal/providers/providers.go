@@ -373,3 +373,32 @@ func (r Registry) Resolve(_ context.Context, _ *string, provider string) (Provid
 	}
 	return p, nil
 }
+
+// Types of the lines of a settlement report: the balance transaction types
+// a provider reports.
+const (
+	SettlementCharge          = "charge"
+	SettlementRefund          = "refund"
+	SettlementDispute         = "dispute"
+	SettlementDisputeReversal = "dispute_reversal"
+	SettlementPayout          = "payout"
+)
+
+// SettlementTypes lists them in the order of api/openapi.yaml.
+var SettlementTypes = []string{SettlementCharge, SettlementRefund, SettlementDispute, SettlementDisputeReversal, SettlementPayout}
+
+// SettlementLine is one line of a provider's settlement report: money that
+// became available in the merchant's account at the provider (or left it),
+// as the provider's own books have it. Amounts are signed minor units; Net
+// is Gross - Fee.
+type SettlementLine struct {
+	// Reference is the provider's id of the payment, refund, dispute or
+	// payout: the one the gateway keeps as the object's provider_reference.
+	Reference   string
+	Type        string // one of the Settlement* types
+	Currency    string // upper-case ISO 4217
+	Gross       int64
+	Fee         int64
+	Net         int64
+	AvailableOn time.Time
+}

@@ -185,3 +185,57 @@ type Payout struct {
 	CreatedAt      string  `json:"created_at"`
 	UpdatedAt      string  `json:"updated_at"`
 }
+
+// Reconciliation is one comparison of a connector's settlement report
+// with the merchant's books, and what it found.
+type Reconciliation struct {
+	ID                string   `json:"id"`
+	Object            string   `json:"object"` // "reconciliation"
+	Connector         string   `json:"connector"`
+	Status            string   `json:"status"` // "reconciled" | "open" | "resolved"
+	Source            string   `json:"source"` // "upload" | "provider"
+	Dates             []string `json:"dates"`
+	Lines             int      `json:"lines"`
+	Matched           int      `json:"matched"`
+	MissingInGateway  int      `json:"missing_in_gateway"`
+	MissingAtProvider int      `json:"missing_at_provider"`
+	AmountMismatch    int      `json:"amount_mismatch"`
+	FeeMismatch       int      `json:"fee_mismatch"`
+	OpenExceptions    int      `json:"open_exceptions"`
+	CreatedAt         string   `json:"created_at"`
+}
+
+// ReconciliationAmounts are one side of a settlement line.
+type ReconciliationAmounts struct {
+	Gross int64 `json:"gross"`
+	Fee   int64 `json:"fee"`
+	Net   int64 `json:"net"`
+}
+
+// ReconciliationResolution is how a person resolved an exception.
+type ReconciliationResolution struct {
+	Action             string  `json:"action"` // "adjust" | "accept"
+	Note               *string `json:"note"`
+	BalanceTransaction *string `json:"balance_transaction"`
+	ResolvedAt         string  `json:"resolved_at"`
+}
+
+// ReconciliationException is a difference a reconciliation found between
+// a line of the provider's report and the merchant's books.
+type ReconciliationException struct {
+	ID                 string                    `json:"id"`
+	Object             string                    `json:"object"` // "reconciliation_exception"
+	Reconciliation     string                    `json:"reconciliation"`
+	Kind               string                    `json:"kind"`
+	ProviderReference  string                    `json:"provider_reference"`
+	Type               string                    `json:"type"`
+	Currency           string                    `json:"currency"`
+	Line               *int                      `json:"line"`
+	GatewayObject      *string                   `json:"gateway_object"`
+	BalanceTransaction *string                   `json:"balance_transaction"`
+	Provider           *ReconciliationAmounts    `json:"provider"`
+	Gateway            *ReconciliationAmounts    `json:"gateway"`
+	Status             string                    `json:"status"` // "open" | "resolved"
+	Resolution         *ReconciliationResolution `json:"resolution"`
+	CreatedAt          string                    `json:"created_at"`
+}

@@ -106,11 +106,14 @@ func (s *Store) Book(ctx context.Context, t ledger.Transaction) (bool, error) {
 const txnColumns = `id, merchant_id, connector_id, currency, type, source, cause, amount, fee, fee_details, fee_pending,
 coalesce(provider_reference, ''), available_on, created_at`
 
-func scanTxn(row pgx.Row) (ledger.Transaction, error) {
+func scanTxn(row pgx.Row) (ledger.Transaction, error) { return scanTxnWith(row) }
+
+// scanTxnWith scans txnColumns, then the columns after them into extra.
+func scanTxnWith(row pgx.Row, extra ...any) (ledger.Transaction, error) {
 	var t ledger.Transaction
 	var fd []byte
-	err := row.Scan(&t.ID, &t.MerchantID, &t.ConnectorID, &t.Currency, &t.Type, &t.Source, &t.Cause, &t.Amount, &t.Fee, &fd,
-		&t.FeePending, &t.ProviderReference, &t.AvailableOn, &t.CreatedAt)
+	err := row.Scan(append([]any{&t.ID, &t.MerchantID, &t.ConnectorID, &t.Currency, &t.Type, &t.Source, &t.Cause, &t.Amount, &t.Fee, &fd,
+		&t.FeePending, &t.ProviderReference, &t.AvailableOn, &t.CreatedAt}, extra...)...)
 	if err == nil {
 		err = json.Unmarshal(fd, &t.FeeDetails)
 	}

@@ -1,6 +1,9 @@
 package sandbox
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // Operation is what a provider call asks for.
 type Operation string
@@ -26,6 +29,12 @@ type Entry struct {
 	Amount int64
 	// Currency is upper-case ISO 4217 for authorize and refund; "" when the request has none.
 	Currency string
+	// Account is the connector the call came through (the merchant's
+	// account at the sandbox); "" for a charge made before connectors.
+	Account string
+	// Capture: an authorization (or its authentication) that captures at
+	// once.
+	Capture bool
 }
 
 // Record is the ledger's row for one idempotency key.
@@ -53,6 +62,9 @@ type Record struct {
 //	reference        text           -- NULL until a call with the key succeeded
 //	calls            bigint NOT NULL DEFAULT 1
 //	created_at, updated_at timestamptz NOT NULL DEFAULT now()
+//	account          text           -- the connector of the first call
+//	capture          boolean NOT NULL DEFAULT false
+//	booked_at        timestamptz    -- when the reference was booked
 //	UNIQUE (reference) WHERE operation IN ('authorize', 'refund')
 //
 // A capture or void books the reference of the authorization it acted on,
@@ -100,4 +112,34 @@ type Ledger interface {
 	//	SELECT ... FROM sandbox_ledger WHERE parent_reference = $1
 	//	AND operation IN ('authenticate', 'capture', 'void') AND reference IS NOT NULL ORDER BY created_at
 	Booked(ctx context.Context, reference string) ([]Record, error)
+
+	// Bookings returns the account's calls that moved money and were
+	// booked in [from, to): authorizations and authentications that
+	// captured, captures and refunds, each with the authorization it acts
+	// on, oldest first.
+	Bookings(ctx context.Context, account string, from, to time.Time) ([]Booking, error)
+
+	// Payouts returns the account's payouts made, or failed, in [from, to):
+	// the sandbox's bank run pays out what the gateway asks it to.
+	Payouts(ctx context.Context, account string, from, to time.Time) ([]Payout, error)
+}
+
+// Booking is a booked call that moved money, with when it was booked and
+// the authorization it acts on (for an authorization, itself).
+type Booking struct {
+	Record
+	Capture       bool
+	BookedAt      time.Time
+	Authorization Record
+}
+
+// Payout is a payout of an account: its amount left the account when it
+// was made and came back if it failed.
+type Payout struct {
+	ID        string
+	Currency  string
+	Amount    int64
+	CreatedAt time.Time
+	// FailedAt is when it failed; nil while it has not.
+	FailedAt *time.Time
 }

@@ -65,6 +65,8 @@ type Options struct {
 type Provider struct {
 	ledger Ledger
 	opts   Options
+	// account is the connector its calls come through ("" for none).
+	account string
 }
 
 // New returns the sandbox keeping its books in ledger, which must not be nil.
@@ -76,6 +78,13 @@ func New(ledger Ledger, opts Options) *Provider {
 }
 
 var _ providers.Provider = (*Provider)(nil)
+
+// ForAccount returns the sandbox as one connector's account: its books
+// record the connector of every call, so the sandbox can report what it
+// settled for each (Settled).
+func (p *Provider) ForAccount(account string) providers.Provider {
+	return &Provider{ledger: p.ledger, opts: p.opts, account: account}
+}
 
 // Name returns "sandbox".
 func (p *Provider) Name() string { return Name }
@@ -242,6 +251,7 @@ func (p *Provider) call(ctx context.Context, e Entry) (Record, error) {
 		return Record{}, err
 	}
 	e.Currency = strings.ToUpper(e.Currency)
+	e.Account = p.account
 	rec, err := p.ledger.Call(ctx, e)
 	if err != nil {
 		return Record{}, fmt.Errorf("%w: sandbox ledger: %w", providers.ErrUnavailable, err)
@@ -284,7 +294,7 @@ func (p *Provider) authorization(ctx context.Context, reference string) (Record,
 // cards also wrap providers.ErrNothingBooked: the sandbox read its books and
 // no call with the key was booked (neither card ever books a failed call).
 func (p *Provider) Authorize(ctx context.Context, r providers.AuthorizeRequest) (providers.Result, error) {
-	rec, err := p.call(ctx, Entry{IdempotencyKey: r.IdempotencyKey, Operation: OpAuthorize, Amount: r.Amount, Currency: r.Currency})
+	rec, err := p.call(ctx, Entry{IdempotencyKey: r.IdempotencyKey, Operation: OpAuthorize, Amount: r.Amount, Currency: r.Currency, Capture: r.Capture})
 	if err != nil {
 		return providers.Result{}, err
 	}
@@ -337,7 +347,8 @@ var _ providers.Authenticator = (*Provider)(nil)
 // authentication_failed; returned reads the books. A payment voided
 // meanwhile declines with authentication_expired.
 func (p *Provider) Authenticate(ctx context.Context, r providers.AuthenticateRequest) (providers.Result, error) {
-	rec, err := p.call(ctx, Entry{IdempotencyKey: r.IdempotencyKey, Operation: OpAuthenticate, Parent: r.Reference, Amount: r.Amount, Currency: r.Currency})
+	rec, err := p.call(ctx, Entry{IdempotencyKey: r.IdempotencyKey, Operation: OpAuthenticate, Parent: r.Reference, Amount: r.Amount,
+		Currency: r.Currency, Capture: r.Capture})
 	if err != nil {
 		return providers.Result{}, err
 	}
@@ -494,7 +505,8 @@ func (p *Provider) LookupRefund(ctx context.Context, r providers.RefundLookup) (
 // when a void was booked, captured (with the amount of the first
 // booked capture; 0 in the capture is the whole amount) when a capture was,
 // else authorized. An authorization captured by the authorize call itself
-// also reads as authorized: the ledger does not record the capture flag.
+// also reads as authorized: the lookup reads the calls booked after it
+// (the books record the capture, for Settled).
 func (p *Provider) LookupPayment(ctx context.Context, reference string) (providers.Payment, error) {
 	if err := p.wait(ctx); err != nil {
 		return providers.Payment{}, err

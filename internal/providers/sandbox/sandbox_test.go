@@ -91,6 +91,16 @@ func (l *fakeLedger) Booked(ctx context.Context, reference string) ([]sandbox.Re
 	return out, nil
 }
 
+// Bookings and Payouts: the fake keeps no times; the settlement report is
+// tested on the store's books (settlement_test.go).
+func (l *fakeLedger) Bookings(context.Context, string, time.Time, time.Time) ([]sandbox.Booking, error) {
+	return nil, errors.New("fakeLedger keeps no booking times")
+}
+
+func (l *fakeLedger) Payouts(context.Context, string, time.Time, time.Time) ([]sandbox.Payout, error) {
+	return nil, errors.New("fakeLedger keeps no payouts")
+}
+
 func (l *fakeLedger) row(t *testing.T, key string) sandbox.Record {
 	t.Helper()
 	l.mu.Lock()
@@ -195,7 +205,7 @@ func TestAuthorizeOutcomes(t *testing.T) {
 			}
 			row := l.row(t, "k1")
 			wantRow := sandbox.Record{
-				Entry: sandbox.Entry{IdempotencyKey: "k1", Operation: sandbox.OpAuthorize, Amount: 2000, Currency: "USD"},
+				Entry: sandbox.Entry{IdempotencyKey: "k1", Operation: sandbox.OpAuthorize, Amount: 2000, Currency: "USD", Capture: true},
 				Calls: 1, Reference: res.Reference,
 			}
 			if diff := cmp.Diff(wantRow, row); diff != "" {

@@ -245,7 +245,7 @@ func intentResult(pi *stripego.PaymentIntent, offSession bool) (providers.Result
 		}
 	}
 	return providers.Result{Reference: pi.ID, Pending: pi.Status == stripego.PaymentIntentStatusProcessing,
-		Settlement: settlementOf(pi)}, nil
+		Settlement: captureSettlement(pi)}, nil
 }
 
 // expandSettlement asks Stripe to answer a capture with the balance
@@ -253,10 +253,10 @@ func intentResult(pi *stripego.PaymentIntent, offSession bool) (providers.Result
 // available, in the same call.
 const expandSettlement = "latest_charge.balance_transaction"
 
-// settlementOf reads the balance transaction of a captured PaymentIntent's
+// captureSettlement reads the balance transaction of a captured PaymentIntent's
 // charge, nil when Stripe gave none (not captured, not expanded, or not yet
 // made: the fee is then booked when it is reported).
-func settlementOf(pi *stripego.PaymentIntent) *providers.Settlement {
+func captureSettlement(pi *stripego.PaymentIntent) *providers.Settlement {
 	if pi.Status != stripego.PaymentIntentStatusSucceeded || pi.LatestCharge == nil || pi.LatestCharge.BalanceTransaction == nil {
 		return nil
 	}
@@ -322,7 +322,7 @@ func (p *Provider) Authenticate(ctx context.Context, r providers.AuthenticateReq
 func authenticationResult(pi *stripego.PaymentIntent) (providers.Result, error) {
 	switch pi.Status {
 	case stripego.PaymentIntentStatusSucceeded, stripego.PaymentIntentStatusRequiresCapture:
-		return providers.Result{Reference: pi.ID, Settlement: settlementOf(pi)}, nil
+		return providers.Result{Reference: pi.ID, Settlement: captureSettlement(pi)}, nil
 	case stripego.PaymentIntentStatusProcessing:
 		return providers.Result{Reference: pi.ID, Pending: true}, nil
 	case stripego.PaymentIntentStatusRequiresAction, statusRequiresSourceAction:
@@ -380,7 +380,7 @@ func (p *Provider) Capture(ctx context.Context, r providers.CaptureRequest) (pro
 		return providers.Result{}, mapError(err)
 	}
 	return providers.Result{Reference: pi.ID, Pending: pi.Status == stripego.PaymentIntentStatusProcessing,
-		Settlement: settlementOf(pi)}, nil
+		Settlement: captureSettlement(pi)}, nil
 }
 
 // Void cancels the PaymentIntent r.Reference, which releases its authorization.
@@ -472,7 +472,7 @@ func (p *Provider) LookupPayment(ctx context.Context, reference string) (provide
 	out := providers.Payment{Reference: pi.ID}
 	switch pi.Status {
 	case stripego.PaymentIntentStatusSucceeded:
-		out.Status, out.Captured, out.Settlement = providers.PaymentCaptured, pi.AmountReceived, settlementOf(pi)
+		out.Status, out.Captured, out.Settlement = providers.PaymentCaptured, pi.AmountReceived, captureSettlement(pi)
 	case stripego.PaymentIntentStatusProcessing:
 		out.Status = providers.PaymentProcessing
 	case stripego.PaymentIntentStatusCanceled:
