@@ -341,7 +341,8 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer) er
 			WithRouter(directory, cfg.RoutingMaxAttempts),
 		Connectors: conns,
 		Ledger:     ledger.NewService(db, conns.Payee, relay, time.Now, cfg.SandboxPayoutDelay, onEnqueueErr),
-		Reconcile:  reconcile.NewService(db, conns.GetAny, settlementReports(db, keys, cfg), time.Now),
+		Reconcile: reconcile.NewService(db, conns.GetAny, settlementReports(db, keys, cfg), time.Now).
+			WithPayouts(ledger.NewImporter(db, relay, time.Now, log)),
 		Notifications: notifications.NewReceiver(db, keys, relay, string(cfg.StripeWebhookSecret), time.Now, onEnqueueErr).
 			WithMetrics(notifications.NewMetrics(reg)),
 		Refunds:        refunds.NewService(db, relay, time.Now, onEnqueueErr),

@@ -21,6 +21,9 @@ type Reported struct {
 	Automatic   bool
 	ArrivalDate time.Time
 	FailureCode string
+	// BookedOn is when the payout took its money from the balance, as a
+	// settlement report dates it; zero for when it is imported.
+	BookedOn time.Time
 }
 
 // ErrBadReport is the error of a report the books cannot take.
@@ -72,6 +75,9 @@ func (im *Importer) Import(ctx context.Context, merchantID, connectorID string, 
 		ref := r.Reference
 		plan.Payout.ProviderReference = &ref
 		plan.Transaction.ProviderReference = ref // the provider's reports name it so
+		if !r.BookedOn.IsZero() {
+			plan.Transaction.AvailableOn = r.BookedOn
+		}
 		if !r.ArrivalDate.IsZero() {
 			plan.Payout.ArrivalDate = r.ArrivalDate
 		}
@@ -93,7 +99,7 @@ func (im *Importer) Import(ctx context.Context, merchantID, connectorID string, 
 		if next == "" {
 			break // a status the payout has passed: nothing to book
 		}
-		moved, after, err := im.move(ctx, p, next, code)
+		moved, after, err := im.move(ctx, p, next, code, r.BookedOn)
 		if err != nil {
 			return changed, err
 		}
@@ -128,7 +134,7 @@ func nextStatus(from, to string) string {
 }
 
 // move moves p to status, returning its money to the balance when it fails.
-func (im *Importer) move(ctx context.Context, p Payout, status, code string) (bool, Payout, error) {
+func (im *Importer) move(ctx context.Context, p Payout, status, code string, bookedOn time.Time) (bool, Payout, error) {
 	now := im.now().UTC().Truncate(time.Millisecond)
 	after := p
 	after.Status, after.UpdatedAt = status, now
@@ -140,6 +146,9 @@ func (im *Importer) move(ctx context.Context, p Payout, status, code string) (bo
 		msg := FailureMessage(code)
 		after.FailureCode, after.FailureMessage = &code, &msg
 		t := PayoutReturned(p.Account(), p.ID, p.Amount, now)
+		if !bookedOn.IsZero() {
+			t.AvailableOn = bookedOn
+		}
 		if p.ProviderReference != nil {
 			t.ProviderReference = *p.ProviderReference
 		}

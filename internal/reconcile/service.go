@@ -77,12 +77,73 @@ var (
 // Connectors finds one of a merchant's connectors.
 type Connectors func(ctx context.Context, merchantID, id string) (connectors.Connector, error)
 
+// PayoutImporter books a payout its provider reports (ledger.Importer).
+type PayoutImporter interface {
+	Import(ctx context.Context, merchantID, connectorID string, r ledger.Reported) (bool, error)
+}
+
 // Service is the API side of reconciliation.
 type Service struct {
 	store      Store
 	connectors Connectors
 	fetch      Fetch
 	now        func() time.Time
+	payouts    PayoutImporter
+}
+
+// WithPayouts makes a reconciliation of a Stripe or Adyen connector import
+// the payouts its report settles that the books do not hold yet (the
+// provider pays out on its own; its report is its record of it), before it
+// compares them.
+func (s *Service) WithPayouts(im PayoutImporter) *Service {
+	s.payouts = im
+	return s
+}
+
+// importPayouts books the payouts of rep, a report of a connector of a
+// provider that pays out on its own: each reference's payout line (gross
+// negative) as paid, or as failed when a line of the same reference
+// returns it. The books take each once, whatever is imported again.
+func (s *Service) importPayouts(ctx context.Context, merchantID string, conn connectors.Connector, rep Report) error {
+	if s.payouts == nil || conn.Provider == connectors.ProviderSandbox {
+		return nil
+	}
+	type payout struct {
+		r        ledger.Reported
+		returned bool
+	}
+	byRef := map[string]*payout{}
+	var order []string
+	for _, l := range rep.Lines {
+		if l.Type != providers.SettlementPayout {
+			continue
+		}
+		p := byRef[l.Reference]
+		if p == nil {
+			p = &payout{r: ledger.Reported{Reference: l.Reference, Currency: l.Currency, Status: ledger.PayoutPaid, Automatic: true,
+				ArrivalDate: l.AvailableOn, BookedOn: l.AvailableOn}}
+			byRef[l.Reference] = p
+			order = append(order, l.Reference)
+		}
+		if l.Gross < 0 {
+			p.r.Amount = -l.Gross
+		} else {
+			p.returned = true
+		}
+	}
+	for _, ref := range order {
+		p := byRef[ref]
+		if p.r.Amount <= 0 {
+			continue // only its return: nothing to book it by
+		}
+		if p.returned {
+			p.r.Status = ledger.PayoutFailed
+		}
+		if _, err := s.payouts.Import(ctx, merchantID, conn.ID, p.r); err != nil && !errors.Is(err, ledger.ErrBadReport) {
+			return err
+		}
+	}
+	return nil
 }
 
 // NewService returns the service.
@@ -193,6 +254,9 @@ func (s *Service) Create(ctx context.Context, merchantID string, p CreateParams,
 		}
 	}
 
+	if err := s.importPayouts(ctx, merchantID, conn, rep); err != nil {
+		return Result{}, err
+	}
 	from, to := rep.Dates[0], rep.Dates[len(rep.Dates)-1].Add(24*time.Hour)
 	books, err := s.store.Movements(ctx, merchantID, conn.ID, from, to)
 	if err != nil {

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -372,5 +374,45 @@ func TestReconcileRefusals(t *testing.T) {
 	if _, err := w.svc.Resolve(ctx, other, r.ID, ids.New(reconcile.PrefixException), reconcile.ResolveParams{Action: strPtr("accept")}, nil,
 		renderJSON[resource.ReconciliationException]); apperr.KindOf(err) != apperr.KindNotFound {
 		t.Errorf("another merchant's resolution: %v", err)
+	}
+}
+
+// A reconciliation of a connector whose provider pays out on its own
+// (Adyen, Stripe) imports the payouts its report settles: a paid one and
+// one returned the same day, each once, so that they match; a second run
+// of the same report imports nothing more and finds nothing.
+func TestReconcileImportsTheProvidersPayouts(t *testing.T) {
+	w := newReconWorld(t)
+	ctx := context.Background()
+	w.svc.WithPayouts(ledger.NewImporter(w.s, nopQueue{}, time.Now, slog.New(slog.NewTextHandler(io.Discard, nil))))
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	adyen := connectors.Connector{ID: ids.New(connectors.Prefix), MerchantID: w.m, Provider: connectors.ProviderAdyen, Name: "Adyen",
+		Enabled: true, Sealed: []byte("sealed"), CreatedAt: now, UpdatedAt: now}
+	if _, err := w.s.CreateConnector(ctx, adyen, nil, idempotency.Response{}); err != nil {
+		t.Fatal(err)
+	}
+	day := w.day.Format("2006-01-02")
+	report := reconcile.Header + "\n" +
+		"PAYOUT-1,payout,EUR,-5000,0,-5000," + day + "\n" +
+		"PAYOUT-2,payout,EUR,-700,0,-700," + day + "\n" +
+		"PAYOUT-2,payout,EUR,700,0,700," + day + "\n"
+	for run := 1; run <= 2; run++ {
+		r, err := w.create(ctx, reconcile.CreateParams{Connector: &adyen.ID, Report: &report}, nil)
+		if err != nil {
+			t.Fatalf("run %d: %v", run, err)
+		}
+		if r.Matched == 0 || r.MissingInGateway+r.MissingAtProvider+r.AmountMismatch+r.FeeMismatch != 0 {
+			t.Fatalf("run %d: %+v, want every line matched", run, r)
+		}
+	}
+	for ref, want := range map[string]string{"PAYOUT-1": ledger.PayoutPaid, "PAYOUT-2": ledger.PayoutFailed} {
+		p, found, err := w.s.PayoutByReference(ctx, adyen.ID, ref)
+		if err != nil || !found || p.Status != want {
+			t.Fatalf("payout %s: %+v (found %v, %v), want %s", ref, p, found, err, want)
+		}
+	}
+	sums, err := w.s.Balance(ctx, w.m, adyen.ID, now.Add(time.Hour))
+	if err != nil || len(sums) != 1 || sums[0].Available != -5000 {
+		t.Fatalf("the Adyen connector's balance: %+v, %v; want -5000 (the paid payout; the returned one nets out)", sums, err)
 	}
 }
