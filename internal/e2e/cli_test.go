@@ -184,6 +184,16 @@ func TestCLIEndToEnd(t *testing.T) {
 			}
 			continue
 		}
+		if strings.HasPrefix(ev, "payout.") {
+			// A payout pays out an available balance, which a capture
+			// reaches only after the settlement delay: trigger says how
+			// to make one and creates nothing (TestLedgerEndToEnd fires
+			// them).
+			if code != 2 || !strings.Contains(errOut, "POST /v1/payouts") {
+				t.Errorf("gatehouse trigger %s: exit %d, want 2 naming POST /v1/payouts\n%s%s", ev, code, out, errOut)
+			}
+			continue
+		}
 		if code != 0 {
 			t.Fatalf("gatehouse trigger %s: exit %d\n%s%s", ev, code, out, errOut)
 		}
@@ -224,7 +234,7 @@ func TestCLIEndToEnd(t *testing.T) {
 		lags = append(lags, time.UnixMilli(r.AtMS).Sub(e.CreatedAt))
 	}
 	for _, ev := range events.Types {
-		if !types[ev] && ev != events.ChargeCaptureFailed {
+		if !types[ev] && ev != events.ChargeCaptureFailed && !strings.HasPrefix(ev, "payout.") {
 			t.Errorf("no %s forwarded", ev)
 		}
 	}

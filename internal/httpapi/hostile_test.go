@@ -202,18 +202,19 @@ func TestLiveModeInEveryBody(t *testing.T) {
 	h := newHarness(t, paymentsEnv)
 	a := h.account("live@example.com")
 	ids := map[string]string{
-		"/v1/charges/:id/capture":                    "0193a4b2-3c4d-7e5f-8a9b-0c1d2e3f4a5b",
-		"/v1/charges/:id/void":                       "0193a4b2-3c4d-7e5f-8a9b-0c1d2e3f4a5b",
-		"/v1/webhook_deliveries/:id/retry":           "0193a4b2-3c4d-7e5f-8a9b-0c1d2e3f4a5b",
-		"/v1/me/webhook_endpoints/:id":               "we_0000000000000000000000000",
-		"/v1/me/webhook_endpoints/:id/rotate_secret": "we_0000000000000000000000000",
-		"/v1/me/webhook_endpoints/:id/test":          "we_0000000000000000000000000",
-		"/v1/me/webhook_endpoints/:id/recover":       "we_0000000000000000000000000",
-		"/v1/customers/:id":                          "cus_0000000000000000000000000",
-		"/v1/customers/:id/payment_methods":          "cus_0000000000000000000000000",
-		"/v1/connectors/:id":                         "conn_00000000000000000000000000",
-		"/v1/me/members/:id":                         "mem_00000000000000000000000000",
-		"/v1/me/api_keys/:id/roll":                   "key_00000000000000000000000000",
+		"/v1/charges/:id/capture":                         "0193a4b2-3c4d-7e5f-8a9b-0c1d2e3f4a5b",
+		"/v1/charges/:id/void":                            "0193a4b2-3c4d-7e5f-8a9b-0c1d2e3f4a5b",
+		"/v1/webhook_deliveries/:id/retry":                "0193a4b2-3c4d-7e5f-8a9b-0c1d2e3f4a5b",
+		"/v1/me/webhook_endpoints/:id":                    "we_0000000000000000000000000",
+		"/v1/me/webhook_endpoints/:id/rotate_secret":      "we_0000000000000000000000000",
+		"/v1/me/webhook_endpoints/:id/test":               "we_0000000000000000000000000",
+		"/v1/me/webhook_endpoints/:id/recover":            "we_0000000000000000000000000",
+		"/v1/customers/:id":                               "cus_0000000000000000000000000",
+		"/v1/customers/:id/payment_methods":               "cus_0000000000000000000000000",
+		"/v1/connectors/:id":                              "conn_00000000000000000000000000",
+		"/v1/me/members/:id":                              "mem_00000000000000000000000000",
+		"/v1/me/api_keys/:id/roll":                        "key_00000000000000000000000000",
+		"/v1/reconciliations/:id/exceptions/:exc/resolve": "rec_00000000000000000000000000",
 	}
 	bodies := []string{
 		`{"environment":"live"}`,
@@ -242,6 +243,7 @@ func TestLiveModeInEveryBody(t *testing.T) {
 				continue
 			}
 			path = strings.Replace(path, ":id", id, 1)
+			path = strings.Replace(path, ":exc", "exc_00000000000000000000000000", 1)
 		}
 		var auth []string
 		switch {
