@@ -31,6 +31,7 @@ type ledgerJourney struct {
 	Steps         map[string]int64      `json:"steps"`
 	TookMS        int64                 `json:"took_ms"`
 	NavLinks      []string              `json:"navLinks"`
+	MoneyLinks    []string              `json:"moneyLinks"`
 	Available     map[string]int64      `json:"available"`
 	Pending       map[string]int64      `json:"pending"`
 	ChartCurrency string                `json:"chartCurrency"`
@@ -187,8 +188,11 @@ func TestBrowserLedger(t *testing.T) {
 		!strings.Contains(got.ChartTitle, "Captures per day in USD") {
 		t.Errorf("captures through the API %+v; the page chose %q, titled %q", want, got.ChartCurrency, got.ChartTitle)
 	}
-	if !strings.Contains(strings.Join(got.NavLinks, " "), "/dashboard/balance /dashboard/payouts") {
-		t.Errorf("the navigation: %v", got.NavLinks)
+	// The navigation's Money section leads to the balance, whose page
+	// lists the section's pages.
+	if nav := strings.Join(got.NavLinks, " "); !strings.Contains(nav, "/dashboard/balance") || strings.Contains(nav, "/dashboard/payouts") ||
+		strings.Join(got.MoneyLinks, " ") != "/dashboard/balance /dashboard/payouts" {
+		t.Errorf("the navigation %v, the Money section's %v", got.NavLinks, got.MoneyLinks)
 	}
 	// The EUR connector pays out by hand only: all of its net was
 	// available when the journey saw the page.

@@ -232,6 +232,14 @@ func (v view) Can(resource, access string) bool {
 	return authz.RolePermissions(v.Role).Allows(authz.Resource(resource), a)
 }
 
+// moneyPages are the pages of the navigation's Money section, which
+// lists them again under the header.
+var moneyPages = map[string]bool{"balance": true, "payouts": true}
+
+// InMoney reports whether the page is one of the Money section's: the
+// balance and the payouts.
+func (v view) InMoney() bool { return moneyPages[v.Nav] }
+
 // notices are the confirmations an action's redirect names.
 var notices = map[string]string{
 	"signed_out":       "You have signed out.",
