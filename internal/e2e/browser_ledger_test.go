@@ -1,11 +1,14 @@
 package e2e
 
 import (
+	"encoding/csv"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -31,6 +34,7 @@ type ledgerJourney struct {
 	Steps         map[string]int64      `json:"steps"`
 	TookMS        int64                 `json:"took_ms"`
 	NavLinks      []string              `json:"navLinks"`
+	MoneyLinks    []string              `json:"moneyLinks"`
 	Available     map[string]int64      `json:"available"`
 	Pending       map[string]int64      `json:"pending"`
 	ChartCurrency string                `json:"chartCurrency"`
@@ -73,7 +77,8 @@ type ledgerJourney struct {
 // available EUR (409, on the page), pays out half of it by hand and sees
 // the payout paid, then sees the schedule's USD payout paid and opens it:
 // what it paid out, summing to its amount. The page's numbers are checked
-// against the API's.
+// against the API's. Then the EUR connector is reconciled in the dashboard
+// (reconcileInBrowser).
 func TestBrowserLedger(t *testing.T) {
 	t.Parallel()
 	dir, chromium := browserTools(t)
@@ -187,8 +192,11 @@ func TestBrowserLedger(t *testing.T) {
 		!strings.Contains(got.ChartTitle, "Captures per day in USD") {
 		t.Errorf("captures through the API %+v; the page chose %q, titled %q", want, got.ChartCurrency, got.ChartTitle)
 	}
-	if !strings.Contains(strings.Join(got.NavLinks, " "), "/dashboard/balance /dashboard/payouts") {
-		t.Errorf("the navigation: %v", got.NavLinks)
+	// The navigation's Money section leads to the balance, whose page
+	// lists the section's pages.
+	if nav := strings.Join(got.NavLinks, " "); !strings.Contains(nav, "/dashboard/balance") || strings.Contains(nav, "/dashboard/payouts") ||
+		strings.Join(got.MoneyLinks, " ") != "/dashboard/balance /dashboard/payouts /dashboard/reconciliations" {
+		t.Errorf("the navigation %v, the Money section's %v", got.NavLinks, got.MoneyLinks)
 	}
 	// The EUR connector pays out by hand only: all of its net was
 	// available when the journey saw the page.
@@ -251,16 +259,271 @@ func TestBrowserLedger(t *testing.T) {
 			t.Errorf("screenshot %s: %v", name, err)
 		}
 	}
+
+	reconcileInBrowser(t, p, browserRun{dir: dir, chromium: chromium, shots: shots, email: email, password: password}, merchantID, eu.ID)
+}
+
+// browserRun is how a journey script is run, and as whom.
+type browserRun struct {
+	dir, chromium, shots string
+	email, password      string
+}
+
+// reconcileJourney is what reconcile.mjs saw.
+type reconcileJourney struct {
+	Error       string           `json:"error"`
+	FailedAt    string           `json:"failedAt"`
+	FailedAlert []string         `json:"failedAlert"`
+	Steps       map[string]int64 `json:"steps"`
+	TookMS      int64            `json:"took_ms"`
+	Days        []struct {
+		reconcileRun
+		Day        string `json:"day"`
+		AllMatched int    `json:"allMatched"`
+	} `json:"days"`
+	Refused struct {
+		Status  int    `json:"status"`
+		Message string `json:"message"`
+		Kept    string `json:"kept"`
+	} `json:"refused"`
+	Upload   reconcileRun        `json:"upload"`
+	Adjusted reconcileResolution `json:"adjusted"`
+	Accepted reconcileResolution `json:"accepted"`
+	Resolved reconcileRun        `json:"resolved"`
+	List     struct {
+		Runs []struct {
+			ID      string `json:"id"`
+			Status  string `json:"status"`
+			Open    int    `json:"open"`
+			Matched int    `json:"matched"`
+		} `json:"runs"`
+		Open []string `json:"open"`
+	} `json:"list"`
+	PageErrors    []string `json:"pageErrors"`
+	ConsoleErrors []string `json:"consoleErrors"`
+}
+
+// reconcileRun is a run's page as the journey read it.
+type reconcileRun struct {
+	ID         string `json:"id"`
+	Status     string `json:"status"`
+	Lines      int    `json:"lines"`
+	Matched    int    `json:"matched"`
+	Exceptions int    `json:"exceptions"`
+	Open       int    `json:"open"`
+	Listed     []struct {
+		ID        string `json:"id"`
+		Kind      string `json:"kind"`
+		Status    string `json:"status"`
+		Reference string `json:"reference"`
+		NetDiff   int64  `json:"netDiff"`
+		Link      string `json:"link"`
+	} `json:"listed"`
+}
+
+// reconcileResolution is an exception the journey resolved, as its page
+// then showed it.
+type reconcileResolution struct {
+	ID          string `json:"id"`
+	Asked       string `json:"asked"`
+	Notice      string `json:"notice"`
+	Status      string `json:"status"`
+	Action      string `json:"action"`
+	Note        string `json:"note"`
+	By          string `json:"by"`
+	Transaction string `json:"transaction"`
+	Net         int64  `json:"net"`
+	Forms       int    `json:"forms"`
+}
+
+// reconcileInBrowser reconciles the EUR connector's traffic in the
+// dashboard (reconcile.mjs): each of its days with the sandbox's report
+// (nothing differs), then its busiest day's report tampered (a line
+// removed, one added, an amount and a fee changed) and uploaded as a
+// file, whose amount is adjusted and fee accepted in the browser. The
+// pages are checked against the API: the runs and exceptions, exactly one
+// adjustment of the difference, nothing booked for the accepted one, and
+// the audit log.
+func reconcileInBrowser(t *testing.T, p *payments, b browserRun, merchantID, connector string) {
+	t.Helper()
+	days := map[string]int{}
+	for _, txn := range p.balanceTransactions(t, "connector="+connector) {
+		days[txn.AvailableOn[:10]]++
+	}
+	var order []string
+	busiest := ""
+	for day, n := range days {
+		order = append(order, day)
+		if busiest == "" || n > days[busiest] {
+			busiest = day
+		}
+	}
+	slices.Sort(order)
+	e := p.do(t, http.MethodGet, "/v1/connectors/"+connector+"/settlement_report?date="+busiest, "")
+	mustExpect(t, e, http.StatusOK, "")
+	rows, err := csv.NewReader(strings.NewReader(string(e.body))).ReadAll()
+	if err != nil || len(rows) < 2 {
+		t.Fatalf("the report of %s: %v\n%s", busiest, err, e.body)
+	}
+	var charges []int
+	for i, row := range rows[1:] {
+		if row[1] == "charge" {
+			charges = append(charges, i+1)
+		}
+	}
+	if len(charges) < 3 {
+		t.Fatalf("the report of %s has %d charge lines, want 3 to tamper with (did the day straddle midnight UTC?):\n%s", busiest, len(charges), e.body)
+	}
+	num := func(s string) int64 {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	removed, amount, fee := rows[charges[0]][0], rows[charges[1]], rows[charges[2]]
+	amount[3], amount[5] = strconv.FormatInt(num(amount[3])+100, 10), strconv.FormatInt(num(amount[5])+100, 10)
+	fee[4], fee[5] = strconv.FormatInt(num(fee[4])+5, 10), strconv.FormatInt(num(fee[5])-5, 10)
+	added := []string{"sbx_ch_" + harness.RandomHex(13), "charge", "EUR", "999", "59", "940", busiest}
+	var tampered strings.Builder
+	w := csv.NewWriter(&tampered)
+	for i, row := range rows {
+		if i != charges[0] {
+			_ = w.Write(row)
+		}
+	}
+	_ = w.Write(added)
+	w.Flush()
+
+	cfg, err := json.Marshal(map[string]any{"api": p.st.replicas[0], "email": b.email, "password": b.password, "shots": b.shots,
+		"connector": connector, "days": order, "tampered": tampered.String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, stderr, err := runJourney(b.dir, b.chromium, "reconcile.mjs", cfg, 3*time.Minute)
+	for _, h := range append(scanSecrets("reconcile.mjs output", out), scanSecrets("reconcile.mjs stderr", []byte(stderr))...) {
+		t.Errorf("secret scan: %s", h)
+	}
+	if err != nil {
+		t.Fatalf("node reconcile.mjs: %v\n%s", err, stderr)
+	}
+	var got reconcileJourney
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatalf("reconcile.mjs printed %q: %v", out, err)
+	}
+	t.Logf("reconciliation journey in chromium: %d ms; steps (ms): %v; days %v, the tampered report of %s", got.TookMS, got.Steps, order, busiest)
+	if got.Error != "" {
+		t.Fatalf("reconcile.mjs: %s\nat %s, showing %q (screenshot reconcile-failure.png)", got.Error, got.FailedAt, got.FailedAlert)
+	}
+	if len(got.PageErrors) > 0 || len(got.ConsoleErrors) > 0 {
+		t.Errorf("page errors %q, console errors %q", got.PageErrors, got.ConsoleErrors)
+	}
+
+	// Each day with the sandbox's report: every line matched.
+	lines := 0
+	for _, d := range got.Days {
+		lines += d.Lines
+		if d.Status != "reconciled" || d.Exceptions != 0 || d.Matched == 0 || d.AllMatched != 1 {
+			t.Errorf("the day %s reconciled in the browser: %+v", d.Day, d)
+		}
+	}
+	total := 0
+	for _, n := range days {
+		total += n
+	}
+	if len(got.Days) != len(order) || lines != total {
+		t.Errorf("%d days reconciled with %d lines; the connector has %d balance transactions over %v", len(got.Days), lines, total, order)
+	}
+	// A report that is not one: refused on the page, its text kept.
+	if got.Refused.Status != http.StatusBadRequest || !strings.Contains(got.Refused.Message, "report line 1 must be the header") ||
+		!strings.Contains(got.Refused.Kept, "provider_reference,type") {
+		t.Errorf("a report that is not one: %+v", got.Refused)
+	}
+	// The tampered report: exactly what was planted, as the API lists it.
+	planted := map[string]string{"missing_at_provider": removed, "missing_in_gateway": added[0], "amount_mismatch": amount[0], "fee_mismatch": fee[0]}
+	up := got.Upload
+	if up.Status != "open" || up.Lines != len(rows)-1 || up.Matched != len(rows)-1-3 || up.Exceptions != 4 || up.Open != 4 || len(up.Listed) != 4 {
+		t.Errorf("the tampered report's run: %+v", up)
+	}
+	e = p.do(t, http.MethodGet, "/v1/reconciliations/"+up.ID+"/exceptions?limit=100", "")
+	mustExpect(t, e, http.StatusOK, "")
+	var api struct {
+		Data []struct {
+			ID                string `json:"id"`
+			Kind              string `json:"kind"`
+			ProviderReference string `json:"provider_reference"`
+			Status            string `json:"status"`
+			Resolution        *struct {
+				Action             string  `json:"action"`
+				Note               *string `json:"note"`
+				BalanceTransaction *string `json:"balance_transaction"`
+			} `json:"resolution"`
+		} `json:"data"`
+	}
+	decode(t, e, &api)
+	byKind := map[string]int{}
+	for i, x := range api.Data {
+		byKind[x.Kind] = i
+		if planted[x.Kind] != x.ProviderReference {
+			t.Errorf("%s of %s, want %s", x.Kind, x.ProviderReference, planted[x.Kind])
+		}
+	}
+	for _, x := range up.Listed {
+		if planted[x.Kind] != x.Reference || x.Status != "open" || api.Data[byKind[x.Kind]].ID != x.ID {
+			t.Errorf("the page listed %+v; planted %s there", x, planted[x.Kind])
+		}
+		if (x.Link != "") != (x.Kind != "missing_in_gateway") || x.Link != "" && !strings.HasPrefix(x.Link, "/dashboard/charges/") {
+			t.Errorf("%s links to %q", x.Kind, x.Link)
+		}
+	}
+	// Adjusted: the difference, booked once; accepted: nothing.
+	adj, acc := api.Data[byKind["amount_mismatch"]], api.Data[byKind["fee_mismatch"]]
+	if got.Adjusted.ID != adj.ID || got.Adjusted.Status != "resolved" || got.Adjusted.Action != "adjust" || got.Adjusted.Net != 100 ||
+		got.Adjusted.Transaction == "" || got.Adjusted.Forms != 0 || !strings.Contains(got.Adjusted.Asked, "+1.00 EUR") ||
+		!strings.Contains(got.Adjusted.Notice, "booked to your balance") || got.Adjusted.By != b.email ||
+		adj.Resolution == nil || adj.Resolution.Action != "adjust" || adj.Resolution.BalanceTransaction == nil ||
+		*adj.Resolution.BalanceTransaction != got.Adjusted.Transaction || adj.Resolution.Note == nil || *adj.Resolution.Note != got.Adjusted.Note {
+		t.Errorf("the adjusted exception: the page saw %+v; the API says %+v", got.Adjusted, adj.Resolution)
+	}
+	if got.Accepted.ID != acc.ID || got.Accepted.Action != "accept" || got.Accepted.Transaction != "" || got.Accepted.Forms != 0 ||
+		acc.Resolution == nil || acc.Resolution.Action != "accept" || acc.Resolution.BalanceTransaction != nil {
+		t.Errorf("the accepted exception: the page saw %+v; the API says %+v", got.Accepted, acc.Resolution)
+	}
+	adjustments := p.balanceTransactions(t, "type=adjustment")
+	if len(adjustments) != 1 || adjustments[0].ID != got.Adjusted.Transaction || adjustments[0].Net != 100 || adjustments[0].Currency != "EUR" {
+		t.Errorf("the merchant's adjustments %+v, want the one of +100 EUR", adjustments)
+	}
+	if n := queryInt(t, p.st.db, `SELECT count(*) FROM audit_log WHERE merchant_id = $1 AND action = 'reconciliation_exception.resolve'
+		AND actor_type = 'member' AND object_id = ANY($2)`, merchantID, []string{adj.ID, acc.ID}); n != 2 {
+		t.Errorf("%d audit log entries of the two resolutions, want 2", n)
+	}
+	if r := got.Resolved; r.Status != "open" || r.Open != 2 || r.Exceptions != 4 {
+		t.Errorf("the run after two resolutions: %+v", r)
+	}
+	// The list: the runs, newest first, and the two exceptions still open.
+	if n := len(got.List.Runs); n != len(order)+1 || got.List.Runs[0].ID != up.ID || got.List.Runs[0].Open != 2 || got.List.Runs[n-1].Status != "reconciled" {
+		t.Errorf("the runs listed: %+v", got.List.Runs)
+	}
+	open := []string{api.Data[byKind["missing_in_gateway"]].ID, api.Data[byKind["missing_at_provider"]].ID}
+	if !slices.Equal(got.List.Open, open) {
+		t.Errorf("the open exceptions listed %v, want %v", got.List.Open, open)
+	}
+	for _, name := range []string{"reconciliations", "reconciliation"} {
+		if fi, err := os.Stat(filepath.Join(b.shots, name+".png")); err != nil || fi.Size() < 1000 {
+			t.Errorf("screenshot %s: %v", name, err)
+		}
+	}
 }
 
 // balanceTxnJSON is a balance transaction as the API shows it.
 type balanceTxnJSON struct {
-	ID       string `json:"id"`
-	Type     string `json:"type"`
-	Amount   int64  `json:"amount"`
-	Fee      int64  `json:"fee"`
-	Net      int64  `json:"net"`
-	Currency string `json:"currency"`
+	ID          string `json:"id"`
+	Type        string `json:"type"`
+	Amount      int64  `json:"amount"`
+	Fee         int64  `json:"fee"`
+	Net         int64  `json:"net"`
+	Currency    string `json:"currency"`
+	AvailableOn string `json:"available_on"`
 }
 
 // balanceTransactions lists the merchant's balance transactions that the

@@ -69,7 +69,7 @@ var actions = map[string]auditAction{
 	"POST /v1/webhook_deliveries/:id/retry":           {"webhook_delivery.retry", "webhook_delivery", "id"},
 
 	"POST /v1/reconciliations":                             {"reconciliation.create", "reconciliation", ""},
-	"POST /v1/reconciliations/:id/exceptions/:exc/resolve": {"reconciliation_exception.resolve", "reconciliation_exception", "exc"},
+	"POST /v1/reconciliations/:id/exceptions/:exc/resolve": {resolveAction, "reconciliation_exception", "exc"},
 
 	"POST /dashboard/logout":                                      {"session.revoke", "session", ""},
 	"POST /dashboard/keys":                                        {"api_key.create", "api_key", ""},
@@ -79,6 +79,8 @@ var actions = map[string]auditAction{
 	"POST /dashboard/charges/:id/void":                            {"charge.void", "charge", "id"},
 	"POST /dashboard/charges/:id/refund":                          {"refund.create", "refund", ""},
 	"POST /dashboard/payouts":                                     {"payout.create", "payout", ""},
+	"POST /dashboard/reconciliations":                             {"reconciliation.create", "reconciliation", ""},
+	"POST /dashboard/reconciliations/:id/exceptions/:exc/resolve": {resolveAction, "reconciliation_exception", "exc"},
 	"POST /dashboard/customers/:id/delete":                        {"customer.delete", "customer", "id"},
 	"POST /dashboard/customers/:id/payment_methods/:pm_id/delete": {"payment_method.delete", "payment_method", "pm_id"},
 	"POST /dashboard/connectors":                                  {"connector.create", "connector", ""},

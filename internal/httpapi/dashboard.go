@@ -126,6 +126,10 @@ var dashboardFuncs = template.FuncMap{
 	// route is a routing's route with the merchant's connectors by id.
 	"route": newRouteOf,
 	"share": share,
+	// kind names a reconciliation exception's kind; signed is an amount
+	// with its sign, for a difference.
+	"kind":   func(k string) string { return exceptionKinds[k] },
+	"signed": signedMoney,
 	"has": func(list []string, v string) bool {
 		for _, x := range list {
 			if x == v {
@@ -146,7 +150,7 @@ func newDashboard() *dashboard {
 	d := &dashboard{pages: map[string]*template.Template{}}
 	for _, name := range []string{"login", "error", "keys", "charges", "charge", "customers", "customer", "events", "event", "webhooks", "webhook",
 		"connectors", "connector", "routing", "team", "setup", "audit", "security", "login_mfa",
-		"balance", "payouts", "payout"} {
+		"balance", "payouts", "payout", "reconciliations", "reconciliation"} {
 		d.pages[name] = template.Must(template.New(name).Funcs(dashboardFuncs).
 			ParseFS(dashboardFiles, "dashboard/layout.html", "dashboard/"+name+".html"))
 	}
@@ -232,6 +236,14 @@ func (v view) Can(resource, access string) bool {
 	return authz.RolePermissions(v.Role).Allows(authz.Resource(resource), a)
 }
 
+// moneyPages are the pages of the navigation's Money section, which
+// lists them again under the header.
+var moneyPages = map[string]bool{"balance": true, "payouts": true, "reconciliations": true}
+
+// InMoney reports whether the page is one of the Money section's: the
+// balance, the payouts and reconciliation.
+func (v view) InMoney() bool { return moneyPages[v.Nav] }
+
 // notices are the confirmations an action's redirect names.
 var notices = map[string]string{
 	"signed_out":       "You have signed out.",
@@ -259,6 +271,9 @@ var notices = map[string]string{
 	"mfa_policy_on":    "Two-factor sign-in is now required: members without it can only set it up until they do.",
 	"mfa_policy_off":   "Two-factor sign-in is no longer required of every member.",
 	"payout_created":   "Payout created: its amount has left your available balance. The worker sends it on its way; it arrives on its arrival date.",
+	"reconciled":       "Reconciled. What differs is listed below, open until someone resolves it; nothing was adjusted.",
+	"adjusted":         "Exception resolved: the difference is booked to your balance as an adjustment.",
+	"accepted":         "Exception accepted: it is closed and nothing was booked.",
 }
 
 // failureTitles head a failure page by its status.
@@ -464,6 +479,10 @@ func (s *server) dashboardRoutes(app *fiber.App) {
 	get("/payouts", s.payoutsPage)
 	post("/payouts", s.dashCreatePayout)
 	get("/payouts/:id", s.payoutPage)
+	get("/reconciliations", s.reconciliationsPage)
+	post("/reconciliations", s.dashCreateReconciliation)
+	get("/reconciliations/:id", s.reconciliationPage)
+	post("/reconciliations/:id/exceptions/:exc/resolve", s.dashResolveException)
 
 	get("/customers", s.customersPage)
 	get("/customers/:id", s.customerPage)

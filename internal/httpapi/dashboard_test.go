@@ -23,6 +23,7 @@ import (
 
 	"github.com/gatehouse-pay/gatehouse/internal/ids"
 	"github.com/gatehouse-pay/gatehouse/internal/providers/providertest"
+	"github.com/gatehouse-pay/gatehouse/internal/reconcile"
 	"github.com/gatehouse-pay/gatehouse/internal/store"
 )
 
@@ -60,13 +61,18 @@ func (d *dashClient) send(method, path string, form url.Values, headers ...strin
 	var body io.Reader
 	if form != nil {
 		body = strings.NewReader(form.Encode())
+		headers = append([]string{"Content-Type", "application/x-www-form-urlencoded"}, headers...)
 	}
+	return d.sendBody(method, path, body, headers...)
+}
+
+// sendBody sends a request with a body of its own, its Content-Type among
+// the headers.
+func (d *dashClient) sendBody(method, path string, body io.Reader, headers ...string) dashPage {
+	d.t.Helper()
 	req, err := http.NewRequest(method, d.base+path, body)
 	if err != nil {
 		d.t.Fatal(err)
-	}
-	if form != nil {
-		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	}
 	for i := 0; i+1 < len(headers); i += 2 {
 		req.Header.Set(headers[i], headers[i+1])
@@ -211,6 +217,17 @@ var dashRoutes = map[string]dashRoute{
 	"POST /dashboard/payouts": {ok: 409, formOf: func(a *authzFixture) url.Values {
 		return url.Values{"account": {a.payoutFrom + "/USD"}, "amount": {"1.00"}}
 	}},
+	"GET /dashboard/reconciliations":     {ok: 200, lists: kindReconciliation},
+	"GET /dashboard/reconciliations/:id": {ok: 200, idKind: kindReconciliation},
+	// An upload of a line the books lack (TestDashboardReconciliation
+	// reconciles by day, uploads files and resolves).
+	"POST /dashboard/reconciliations": {ok: 303, formOf: func(a *authzFixture) url.Values {
+		return url.Values{"source": {"upload"}, "connector": {a.ids[kindConnector][0]},
+			"report": {reconcile.Header + "\nsbx_ch_dashboard,charge,USD,100,33,67,2026-11-27\n"}}
+	}},
+	// The route names the exception's reconciliation too (dashRoutePath).
+	"POST /dashboard/reconciliations/:id/exceptions/:exc/resolve": {ok: 303, idKind: kindException,
+		form: url.Values{"action": {"accept"}, "note": {"dashboard"}}},
 
 	"GET /dashboard/customers":             {ok: 200, lists: kindCustomer},
 	"GET /dashboard/customers/:id":         {ok: 200, idKind: kindCustomer},
@@ -489,13 +506,20 @@ func TestDashboardAuthz(t *testing.T) {
 
 // dashRoutePath is the method and path of a row's key for an object id. A
 // route that names a payment method names its customer (as :id) too: the
-// method's own, or for an id of no fixture's method the id itself.
+// method's own, or for an id of no fixture's method the id itself; one
+// that names an exception names its reconciliation so.
 func dashRoutePath(key, id string) (string, string) {
 	m, p, _ := strings.Cut(key, " ")
 	if strings.Contains(p, ":pm_id") {
 		p = strings.Replace(p, ":pm_id", id, 1)
 		if cus, ok := customerOfMethod.Load(id); ok {
 			id = cus.(string)
+		}
+	}
+	if strings.Contains(p, ":exc") {
+		p = strings.Replace(p, ":exc", id, 1)
+		if rec, ok := reconciliationOfException.Load(id); ok {
+			id = rec.(string)
 		}
 	}
 	return m, strings.Replace(p, ":id", id, 1)

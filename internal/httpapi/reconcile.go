@@ -13,7 +13,8 @@ import (
 // (api/openapi.yaml, tag balance).
 
 // reconciliationBodyLimit is the largest body POST /v1/reconciliations
-// takes: a report of reconcile.MaxReportBytes, JSON-escaped.
+// takes: a report of reconcile.MaxReportBytes, JSON-escaped; and the
+// dashboard's form, which uploads one as a file (multipart).
 const reconciliationBodyLimit = 1 << 20
 
 func (s *server) createReconciliation(c *fiber.Ctx) error {

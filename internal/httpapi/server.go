@@ -52,7 +52,7 @@ func bodyLimitOf(c *fiber.Ctx) int {
 	if c.Method() == fiber.MethodPost && strings.HasPrefix(c.Path(), "/v1/provider_notifications/") {
 		return notifications.MaxBody
 	}
-	if c.Method() == fiber.MethodPost && c.Path() == "/v1/reconciliations" {
+	if c.Method() == fiber.MethodPost && (c.Path() == "/v1/reconciliations" || c.Path() == dashboardPath+"/reconciliations") {
 		return reconciliationBodyLimit
 	}
 	return BodyLimit

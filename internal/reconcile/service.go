@@ -46,6 +46,9 @@ type Store interface {
 	// ListExceptions returns a page of the reconciliation's exceptions;
 	// NotFound when the merchant has no such reconciliation.
 	ListExceptions(ctx context.Context, merchantID, reconciliationID string, f ExceptionFilter, p listing.Params) (listing.Page[Exception], error)
+	// ListOpenExceptions returns a page of the merchant's open exceptions
+	// of every reconciliation, the newest run's first.
+	ListOpenExceptions(ctx context.Context, merchantID string, p listing.Params) (listing.Page[Exception], error)
 	// ResolveException claims the key, then, with the exception locked,
 	// calls plan with it and writes what plan returns: the exception as
 	// resolved, the adjustment (nil for none) and the response; the
@@ -348,6 +351,13 @@ func (s *Service) Exceptions(ctx context.Context, merchantID, id string, f Excep
 		return listing.Page[Exception]{}, apperr.Invalid("kind", "kind must be one of %v.", Kinds)
 	}
 	return s.store.ListExceptions(ctx, merchantID, id, f, p)
+}
+
+// OpenExceptions returns a page of the merchant's exceptions still open,
+// across its reconciliations: the newest run's first, each run's in the
+// order of its report.
+func (s *Service) OpenExceptions(ctx context.Context, merchantID string, p listing.Params) (listing.Page[Exception], error) {
+	return s.store.ListOpenExceptions(ctx, merchantID, p)
 }
 
 // Resolve resolves an open exception: adjust books the difference between

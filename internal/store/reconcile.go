@@ -234,6 +234,20 @@ func (s *Store) ListExceptions(ctx context.Context, merchantID, reconciliationID
 	return listPage(ctx, s, query, args, p, scanException, "reconciliation exception")
 }
 
+// selectOpenExceptions reads a merchant's open exceptions across its
+// reconciliations: the runs that still have one (reconciliations_merchant_idx;
+// a merchant has a run per connector and day at most, give or take), then
+// their exceptions (reconciliation_exceptions_run_idx). listPage orders
+// them by id: the newest run's first, each run's in its report's order.
+const selectOpenExceptions = `SELECT ` + exceptionColumns + ` FROM reconciliation_exceptions
+WHERE merchant_id = $1 AND status = 'open'
+	AND reconciliation_id IN (SELECT id FROM reconciliations WHERE merchant_id = $1 AND open_exceptions > 0)`
+
+// ListOpenExceptions implements reconcile.Store.
+func (s *Store) ListOpenExceptions(ctx context.Context, merchantID string, p listing.Params) (listing.Page[recon.Exception], error) {
+	return listPage(ctx, s, selectOpenExceptions, []any{merchantID}, p, scanException, "reconciliation exception")
+}
+
 const (
 	lockException = `SELECT ` + exceptionColumns + ` FROM reconciliation_exceptions
 WHERE id = $1 AND merchant_id = $2 AND reconciliation_id = $3 FOR UPDATE`

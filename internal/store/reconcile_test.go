@@ -416,3 +416,77 @@ func TestReconcileImportsTheProvidersPayouts(t *testing.T) {
 		t.Fatalf("the Adyen connector's balance: %+v, %v; want -5000 (the paid payout; the returned one nets out)", sums, err)
 	}
 }
+
+// The open exceptions across a merchant's runs: the newest run's first,
+// each run's in its report's order, without the resolved ones, the runs
+// found reconciled or another merchant's; paged like every list.
+func TestOpenExceptionsAcrossRuns(t *testing.T) {
+	w := newReconWorld(t)
+	ctx := context.Background()
+	d := w.day.Format(reconcile.DateLayout)
+	upload := func(m, conn string, refs ...string) string {
+		t.Helper()
+		report := reconcile.Header + "\n"
+		for _, ref := range refs {
+			report += ref + ",charge,USD,1000,59,941," + d + "\n"
+		}
+		res, err := w.svc.Create(ctx, m, reconcile.CreateParams{Connector: &conn, Report: &report}, nil, renderJSON[resource.Reconciliation])
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r resource.Reconciliation
+		if err := json.Unmarshal(res.Response.Body, &r); err != nil {
+			t.Fatal(err)
+		}
+		return r.ID
+	}
+	first := upload(w.m, w.conn, "sbx_ch_a", "sbx_ch_b")
+	stranger := newMerchant(t, w.s, "stranger-"+ids.NewUUID()+"@example.com").ID
+	upload(stranger, w.connector(stranger), "sbx_ch_theirs")
+	upload(w.m, w.conn, "sbx_ch_c", "sbx_ch_d", "sbx_ch_e")
+	firsts, err := w.svc.Exceptions(ctx, w.m, first, reconcile.ExceptionFilter{}, listing.Params{Limit: 10})
+	if err != nil || len(firsts.Items) != 2 || firsts.Items[0].ProviderReference != "sbx_ch_a" {
+		t.Fatalf("the first run's exceptions: %+v, %v", firsts.Items, err)
+	}
+
+	refs := func(p listing.Params) ([]string, bool) {
+		t.Helper()
+		page, err := w.svc.OpenExceptions(ctx, w.m, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, e := range page.Items {
+			if e.Status != reconcile.ExceptionOpen || e.MerchantID != w.m {
+				t.Errorf("listed %+v", e)
+			}
+			out = append(out, e.ProviderReference)
+		}
+		return out, page.HasMore
+	}
+	if got, _ := refs(listing.Params{Limit: 10}); strings.Join(got, " ") != "sbx_ch_c sbx_ch_d sbx_ch_e sbx_ch_a sbx_ch_b" {
+		t.Errorf("open exceptions: %v, want the second run's, then the first's, each in its report's order", got)
+	}
+	if _, _, err := w.resolve(ctx, firsts.Items[0], reconcile.ActionAccept, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := refs(listing.Params{Limit: 10}); strings.Join(got, " ") != "sbx_ch_c sbx_ch_d sbx_ch_e sbx_ch_b" {
+		t.Errorf("after accepting sbx_ch_a: %v", got)
+	}
+	page, _ := w.svc.OpenExceptions(ctx, w.m, listing.Params{Limit: 2})
+	if len(page.Items) != 2 || !page.HasMore {
+		t.Fatalf("a page of 2: %+v", page)
+	}
+	if got, more := refs(listing.Params{Limit: 2, StartingAfter: page.Items[1].ID}); strings.Join(got, " ") != "sbx_ch_e sbx_ch_b" || more {
+		t.Errorf("the next page: %v (more: %v)", got, more)
+	}
+	// A run that found nothing has nothing open.
+	w.book(ledger.Captured(ledger.Account{MerchantID: w.m, ConnectorID: w.conn, Currency: "USD"}, "ch_f", "sbx_ch_f", 1000,
+		ledger.DefaultSandboxFees.For(1000), w.day, w.day))
+	if r, err := w.svc.Get(ctx, w.m, upload(w.m, w.conn, "sbx_ch_f")); err != nil || r.Status() != reconcile.StatusReconciled {
+		t.Fatalf("a report that matches: %+v, %v", r, err)
+	}
+	if got, _ := refs(listing.Params{Limit: 10}); strings.Join(got, " ") != "sbx_ch_c sbx_ch_d sbx_ch_e sbx_ch_b" {
+		t.Errorf("after a run that found nothing: %v", got)
+	}
+}

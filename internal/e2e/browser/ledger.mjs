@@ -64,6 +64,7 @@ try {
 
   step('balance');
   await Promise.all([page.waitForURL('**/dashboard/balance'), page.click('nav a[href="/dashboard/balance"]')]);
+  out.moneyLinks = await page.$$eval('nav[aria-label=Money] a', (els) => els.map((a) => a.getAttribute('href')));
   // The EUR connector pays out by hand only: once its captures are
   // available, all of its balance is.
   await reloadUntil(async () => (await number('#balances [data-currency="EUR"]', 'data-pending')) === 0 &&
