@@ -851,8 +851,12 @@ func TestAdyenSettlesByNotification(t *testing.T) {
 			payoutOutcomes[n.Outcome]++
 		}
 	}
-	if !mapsEqual(payoutOutcomes, map[string]int{"applied": 1, "duplicate": 1}) {
-		t.Errorf("Stripe's payout events: %v, want one applied and one duplicate", payoutOutcomes)
+	// Two events of one payout: the first applied; the second a duplicate,
+	// or, when the worker took both at once, applied too (it moved the
+	// payout on to Stripe's status while the first was booking it). Either
+	// way the payout and its transaction are booked once (below).
+	if payoutOutcomes["applied"] < 1 || payoutOutcomes["applied"]+payoutOutcomes["duplicate"] != 2 {
+		t.Errorf("Stripe's payout events: %v, want one applied and one duplicate (or both applied)", payoutOutcomes)
 	}
 	imported := listAll(t, func(q string) exchange {
 		return m.call(t, http.MethodGet, "/v1/payouts?connector="+stripe.ID+"&"+q, "")

@@ -64,16 +64,18 @@ func TestMain(m *testing.M) {
 // harness is one API instance on a fresh database and a Redis server of its
 // own (testenv.PrivateRedis), so that tests run in parallel.
 type harness struct {
-	t         *testing.T
-	app       *fiber.App
-	hub       *events.Hub
-	base      string
-	db        testenv.DB
-	redisURL  string // the harness's own Redis (a replica's: the first one's)
-	rdb       redis.UniversalClient
-	spec      *testenv.Spec
-	merchants *merchants.Service
-	cfg       config.Config
+	// confirmedCode is the TOTP code enrollMFA last confirmed with.
+	confirmedCode string
+	t             *testing.T
+	app           *fiber.App
+	hub           *events.Hub
+	base          string
+	db            testenv.DB
+	redisURL      string // the harness's own Redis (a replica's: the first one's)
+	rdb           redis.UniversalClient
+	spec          *testenv.Spec
+	merchants     *merchants.Service
+	cfg           config.Config
 }
 
 func testConfig(t *testing.T, mutate func(map[string]string)) config.Config {

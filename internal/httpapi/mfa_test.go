@@ -38,7 +38,8 @@ func (h *harness) enrollMFA(token string) (string, []string) {
 	if err != nil || u.Scheme != "otpauth" || u.Query().Get("secret") != secret || u.Query().Get("issuer") != "Gatehouse" {
 		t.Fatalf("otpauth_url %v", r.body["otpauth_url"])
 	}
-	r = h.do("POST", "/v1/me/mfa/totp/confirm", `{"code":"`+totpNow(t, secret, 0)+`"}`, bearer(token)...)
+	h.confirmedCode = totpNow(t, secret, 0)
+	r = h.do("POST", "/v1/me/mfa/totp/confirm", `{"code":"`+h.confirmedCode+`"}`, bearer(token)...)
 	want(t, r, 200, "")
 	if r.header.Get("Cache-Control") != "no-store" {
 		t.Fatalf("recovery codes cacheable: %q", r.header.Get("Cache-Control"))
@@ -112,8 +113,9 @@ func TestTwoFactor(t *testing.T) {
 	want(t, h.do("POST", "/v1/auth/mfa", `{"challenge":"`+challenge+`","code":"`+totpNow(t, secret, 4)+`"}`), 401, "invalid_credentials")
 	want(t, h.do("POST", "/v1/auth/mfa", `{"challenge":"mfa_made-up","code":"`+totpNow(t, secret, 1)+`"}`), 401, "invalid_token")
 	want(t, h.do("POST", "/v1/auth/mfa", `{"challenge":"`+challenge+`"}`), 400, "parameter_missing")
-	// The confirming code was used already.
-	want(t, h.do("POST", "/v1/auth/mfa", `{"challenge":"`+challenge+`","code":"`+totpNow(t, secret, 0)+`"}`), 401, "invalid_credentials")
+	// The confirming code was used already (that very code: a 30 s step
+	// may have begun since).
+	want(t, h.do("POST", "/v1/auth/mfa", `{"challenge":"`+challenge+`","code":"`+h.confirmedCode+`"}`), 401, "invalid_credentials")
 	// The next step's code signs in, once.
 	next := totpNow(t, secret, 1)
 	r = h.do("POST", "/v1/auth/mfa", `{"challenge":"`+challenge+`","code":"`+next+`"}`)
