@@ -27,6 +27,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/apikeys"
 	"github.com/gatehouse-pay/gatehouse/internal/apperr"
 	"github.com/gatehouse-pay/gatehouse/internal/auth"
+	"github.com/gatehouse-pay/gatehouse/internal/authz"
 	"github.com/gatehouse-pay/gatehouse/internal/cache"
 	"github.com/gatehouse-pay/gatehouse/internal/charges"
 	"github.com/gatehouse-pay/gatehouse/internal/config"
@@ -80,7 +81,7 @@ const (
 const usage = `usage:
   api                       serve the HTTP API on HTTP_ADDR
   api migrate               apply database migrations and exit
-  api merchant create --email E --password P --name N
+  api merchant create --email E --password P --name N [--if-absent]
                             create a merchant and print it as JSON
   api audit verify          check every chain of the audit log; exit 1
                             naming the first broken entry of each broken chain`
@@ -206,6 +207,7 @@ func createMerchant(ctx context.Context, args []string, getenv func(string) stri
 	email := fs.String("email", "", "login email")
 	password := fs.String("password", "", "login password (8 to 256 characters)")
 	name := fs.String("name", "", "display name")
+	ifAbsent := fs.Bool("if-absent", false, "print the merchant this email already owns, if any, instead of creating another")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -214,7 +216,26 @@ func createMerchant(ctx context.Context, args []string, getenv func(string) stri
 		return err
 	}
 	defer pool.Close()
-	svc := merchants.NewService(store.New(pool), auth.NewHasher(1), time.Now)
+	db := store.New(pool)
+	if *ifAbsent {
+		// An email may own several merchants; a script that runs again
+		// (make run) wants the one it made, not a second.
+		ms, err := db.MembershipsByEmail(ctx, *email, 10)
+		if err != nil {
+			return err
+		}
+		for _, mem := range ms {
+			if mem.Role != authz.Owner {
+				continue
+			}
+			m, err := db.MerchantByID(ctx, mem.MerchantID)
+			if err != nil {
+				return err
+			}
+			return json.NewEncoder(stdout).Encode(httpapi.PresentMerchant(m))
+		}
+	}
+	svc := merchants.NewService(db, auth.NewHasher(1), time.Now)
 	m, err := svc.Create(ctx, *email, *password, *name)
 	if err != nil {
 		if ae, ok := apperr.As(err); ok && ae.Kind != apperr.KindInternal {

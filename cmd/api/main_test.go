@@ -127,6 +127,18 @@ func TestMigrateAndMerchantCreate(t *testing.T) {
 			t.Fatalf("merchant create with the email of a member elsewhere (%s): exit %d: %s%s", email, code, stdout.String(), stderr.String())
 		}
 	}
+	// --if-absent prints the merchant the email owns (its first) instead of
+	// making another; an email that owns none, or is only a member
+	// elsewhere, gets a new one.
+	for email, wantSame := range map[string]bool{"SHOP@example.com": true, "new@example.com": false} {
+		stdout.Reset()
+		stderr.Reset()
+		args := []string{"merchant", "create", "--email", email, "--password", "long enough password", "--name", "Again", "--if-absent"}
+		var again map[string]any
+		if code := run(ctx, args, env, &stdout, &stderr); code != 0 || json.Unmarshal(stdout.Bytes(), &again) != nil || (again["id"] == m["id"]) != wantSame {
+			t.Fatalf("merchant create --if-absent %s: exit %d: %s%s; want the first merchant: %v", email, code, stdout.String(), stderr.String(), wantSame)
+		}
+	}
 	stderr.Reset()
 	if code := run(ctx, []string{"merchant", "create", "--email", "x@example.com", "--password", "short", "--name", "X"}, env, &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), "Password") {
 		t.Fatalf("short password: exit %d, stderr %q", code, stderr.String())
