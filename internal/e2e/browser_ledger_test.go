@@ -1,14 +1,12 @@
 package e2e
 
 import (
-	"encoding/csv"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -359,44 +357,11 @@ func reconcileInBrowser(t *testing.T, p *payments, b browserRun, merchantID, con
 		}
 	}
 	slices.Sort(order)
-	e := p.do(t, http.MethodGet, "/v1/connectors/"+connector+"/settlement_report?date="+busiest, "")
-	mustExpect(t, e, http.StatusOK, "")
-	rows, err := csv.NewReader(strings.NewReader(string(e.body))).ReadAll()
-	if err != nil || len(rows) < 2 {
-		t.Fatalf("the report of %s: %v\n%s", busiest, err, e.body)
-	}
-	var charges []int
-	for i, row := range rows[1:] {
-		if row[1] == "charge" {
-			charges = append(charges, i+1)
-		}
-	}
-	if len(charges) < 3 {
-		t.Fatalf("the report of %s has %d charge lines, want 3 to tamper with (did the day straddle midnight UTC?):\n%s", busiest, len(charges), e.body)
-	}
-	num := func(s string) int64 {
-		n, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
-	removed, amount, fee := rows[charges[0]][0], rows[charges[1]], rows[charges[2]]
-	amount[3], amount[5] = strconv.FormatInt(num(amount[3])+100, 10), strconv.FormatInt(num(amount[5])+100, 10)
-	fee[4], fee[5] = strconv.FormatInt(num(fee[4])+5, 10), strconv.FormatInt(num(fee[5])-5, 10)
-	added := []string{"sbx_ch_" + harness.RandomHex(13), "charge", "EUR", "999", "59", "940", busiest}
-	var tampered strings.Builder
-	w := csv.NewWriter(&tampered)
-	for i, row := range rows {
-		if i != charges[0] {
-			_ = w.Write(row)
-		}
-	}
-	_ = w.Write(added)
-	w.Flush()
+	tp := p.tamperedReport(t, connector, busiest, "EUR")
+	rows, removed, added, amount, fee := tp.rows, tp.removed[0], tp.added, tp.amount, tp.fee
 
 	cfg, err := json.Marshal(map[string]any{"api": p.st.replicas[0], "email": b.email, "password": b.password, "shots": b.shots,
-		"connector": connector, "days": order, "tampered": tampered.String()})
+		"connector": connector, "days": order, "tampered": tp.csv})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -445,7 +410,7 @@ func reconcileInBrowser(t *testing.T, p *payments, b browserRun, merchantID, con
 	if up.Status != "open" || up.Lines != len(rows)-1 || up.Matched != len(rows)-1-3 || up.Exceptions != 4 || up.Open != 4 || len(up.Listed) != 4 {
 		t.Errorf("the tampered report's run: %+v", up)
 	}
-	e = p.do(t, http.MethodGet, "/v1/reconciliations/"+up.ID+"/exceptions?limit=100", "")
+	e := p.do(t, http.MethodGet, "/v1/reconciliations/"+up.ID+"/exceptions?limit=100", "")
 	mustExpect(t, e, http.StatusOK, "")
 	var api struct {
 		Data []struct {

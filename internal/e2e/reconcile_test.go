@@ -213,42 +213,9 @@ func TestReconciliation(t *testing.T) {
 			day = d
 		}
 	}
-	e := m.do(t, http.MethodGet, "/v1/connectors/"+conn+"/settlement_report?date="+day, "")
-	mustExpect(t, e, http.StatusOK, "")
-	rows, err := csv.NewReader(strings.NewReader(string(e.body))).ReadAll()
-	if err != nil || len(rows) < 2 || strings.Join(rows[0], ",") != "provider_reference,type,currency,gross,fee,net,available_on" {
-		t.Fatalf("the report of %s: %v\n%s", day, err, e.body)
-	}
-	var charges []int
-	for i, row := range rows[1:] {
-		if row[1] == "charge" {
-			charges = append(charges, i+1)
-		}
-	}
-	if len(charges) < 3 {
-		t.Fatalf("the report of %s has %d charge lines, want 3 to tamper with:\n%s", day, len(charges), e.body)
-	}
-	num := func(s string) int64 {
-		n, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
-	removed, amount, fee := rows[charges[0]], rows[charges[1]], rows[charges[2]]
-	amount[3], amount[5] = strconv.FormatInt(num(amount[3])+100, 10), strconv.FormatInt(num(amount[5])+100, 10)
-	fee[4], fee[5] = strconv.FormatInt(num(fee[4])+5, 10), strconv.FormatInt(num(fee[5])-5, 10)
-	added := []string{"sbx_ch_" + harness.RandomHex(13), "charge", "USD", "999", "59", "940", day}
-	var tampered strings.Builder
-	w := csv.NewWriter(&tampered)
-	for i, row := range rows {
-		if i != charges[0] {
-			_ = w.Write(row)
-		}
-	}
-	_ = w.Write(added)
-	w.Flush()
-	body := fmt.Sprintf(`{%s,"date":%q,"report":%q}`, on, day, tampered.String())
+	tp := m.tamperedReport(t, conn, day, "USD")
+	rows, removed, added, amount, fee := tp.rows, tp.removed, tp.added, tp.amount, tp.fee
+	body := fmt.Sprintf(`{%s,"date":%q,"report":%q}`, on, day, tp.csv)
 	r := m.reconcile(t, body)
 	if r.Status != "open" || r.Source != "upload" || r.MissingInGateway != 1 || r.MissingAtProvider != 1 || r.AmountMismatch != 1 ||
 		r.FeeMismatch != 1 || r.OpenExceptions != 4 || r.Matched != len(rows)-1-3 {
@@ -299,7 +266,7 @@ func TestReconciliation(t *testing.T) {
 	if _, after := m.balance(t, conn); after-before != 100 {
 		t.Errorf("the balance moved by %d, want the adjustment's 100", after-before)
 	}
-	e = m.do(t, http.MethodGet, "/v1/balance_transactions?type=adjustment&connector="+conn, "")
+	e := m.do(t, http.MethodGet, "/v1/balance_transactions?type=adjustment&connector="+conn, "")
 	mustExpect(t, e, http.StatusOK, "")
 	var adjustments struct {
 		Data []struct {
@@ -339,4 +306,64 @@ func TestReconciliation(t *testing.T) {
 	}
 	t.Logf("sandbox: %d lines over %v reconciled with no exception; tampered (%d lines): %d matched, 4 exceptions, resolved; "+
 		"Stripe (stripe-mock): %d lines, %d matched, %d missing in the books", lines, days, len(rows)-1, r.Matched, sr.Lines, sr.Matched, sr.MissingInGateway)
+}
+
+// tampered is a sandbox settlement report with four exceptions planted: its
+// first charge line removed, a line added, the second's amount and the
+// third's fee changed.
+type tampered struct {
+	rows           [][]string // the report as the sandbox served it, header first
+	removed, added []string
+	amount, fee    []string // the changed lines, as changed
+	csv            string
+}
+
+// tamperedReport fetches the connector's report of day and plants the four
+// exceptions; the added line is in currency.
+func (p *payments) tamperedReport(t *testing.T, connector, day, currency string) tampered {
+	t.Helper()
+	e := p.do(t, http.MethodGet, "/v1/connectors/"+connector+"/settlement_report?date="+day, "")
+	mustExpect(t, e, http.StatusOK, "")
+	rows, err := csv.NewReader(strings.NewReader(string(e.body))).ReadAll()
+	if err != nil || len(rows) < 2 || strings.Join(rows[0], ",") != "provider_reference,type,currency,gross,fee,net,available_on" {
+		t.Fatalf("the report of %s: %v\n%s", day, err, e.body)
+	}
+	var charges []int
+	for i, row := range rows[1:] {
+		if row[1] == "charge" {
+			charges = append(charges, i+1)
+		}
+	}
+	if len(charges) < 3 {
+		t.Fatalf("the report of %s has %d charge lines, want 3 to tamper with (did the day straddle midnight UTC?):\n%s", day, len(charges), e.body)
+	}
+	num := func(s string) int64 {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	// The changed lines are copies: rows stays the report as served.
+	tp := tampered{rows: rows, removed: rows[charges[0]], amount: slices.Clone(rows[charges[1]]), fee: slices.Clone(rows[charges[2]])}
+	tp.amount[3], tp.amount[5] = strconv.FormatInt(num(tp.amount[3])+100, 10), strconv.FormatInt(num(tp.amount[5])+100, 10)
+	tp.fee[4], tp.fee[5] = strconv.FormatInt(num(tp.fee[4])+5, 10), strconv.FormatInt(num(tp.fee[5])-5, 10)
+	tp.added = []string{"sbx_ch_" + harness.RandomHex(13), "charge", currency, "999", "59", "940", day}
+	var b strings.Builder
+	w := csv.NewWriter(&b)
+	for i, row := range rows {
+		switch i {
+		case charges[0]:
+		case charges[1]:
+			_ = w.Write(tp.amount)
+		case charges[2]:
+			_ = w.Write(tp.fee)
+		default:
+			_ = w.Write(row)
+		}
+	}
+	_ = w.Write(tp.added)
+	w.Flush()
+	tp.csv = b.String()
+	return tp
 }
