@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -452,7 +453,8 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer) er
 	// until HTTP_READ_TIMEOUT.
 	sweepDone := make(chan struct{})
 	var unused atomic.Int64
-	go func() {
+	var sweeping sync.WaitGroup
+	sweeping.Go(func() {
 		tick := time.NewTicker(unusedConnSweep)
 		defer tick.Stop()
 		for {
@@ -463,9 +465,11 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer) er
 			case <-tick.C:
 			}
 		}
-	}()
+	})
 	shutErr := app.ShutdownWithTimeout(cfg.ShutdownTimeout)
+	// The sweep that closed the last spares may still be counting them.
 	close(sweepDone)
+	sweeping.Wait()
 	if err := shutErr; err != nil {
 		log.Error("shutdown incomplete", "err", err)
 	}

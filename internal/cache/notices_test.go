@@ -34,7 +34,7 @@ func TestRoutingNoticesAcrossReplicas(t *testing.T) {
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	channel := "test:routing:" + m.ID
-	var loads [2]atomic.Int64
+	var loads, subscribed [2]atomic.Int64
 	var dirs [2]*connectors.Directory
 	for i := range dirs {
 		rdb, err := cache.NewClient(testenv.RedisURLFor(testenv.RedisDBCache))
@@ -44,17 +44,17 @@ func TestRoutingNoticesAcrossReplicas(t *testing.T) {
 		t.Cleanup(func() { rdb.Close() })
 		n := cache.NewNotices(rdb, channel)
 		dirs[i] = connectors.NewDirectory(s, n, []string{"sandbox"}, "sandbox", time.Hour, time.Now).OnLoad(func() { loads[i].Add(1) })
-		go n.Listen(ctx, dirs[i].Forget, dirs[i].ForgetAll, log)
+		forgetAll := func() { dirs[i].ForgetAll(); subscribed[i].Add(1) }
+		go n.Listen(ctx, dirs[i].Forget, forgetAll, log)
 	}
-	probe := testenv.NewRedis(t, testenv.RedisDBCache)
+	// Wait until each listener has taken its subscription's confirmation
+	// (and so dropped everything once): Redis counts a subscriber before
+	// the client reads the confirmation, so a snapshot cached between the
+	// two would be dropped by it.
 	deadline := time.Now().Add(30 * time.Second)
-	for {
-		subs, err := probe.PubSubNumSub(ctx, channel).Result()
-		if err == nil && subs[channel] == 2 {
-			break
-		}
+	for subscribed[0].Load() == 0 || subscribed[1].Load() == 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("replicas not subscribed: %v %v", subs, err)
+			t.Fatal("replicas not subscribed after 30 s")
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -67,6 +67,9 @@ func TestRoutingNoticesAcrossReplicas(t *testing.T) {
 	}
 	if n := loads[1].Load(); n != 1 {
 		t.Fatalf("%d Postgres reads for three snapshots, want 1", n)
+	}
+	if n := subscribed[1].Load(); n != 1 {
+		t.Fatalf("the subscription was established %d times, want once", n)
 	}
 	time.Sleep(1500 * time.Millisecond) // idle past the 500 ms read timeout
 
