@@ -34,6 +34,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/config"
 	"github.com/gatehouse-pay/gatehouse/internal/connectors"
 	"github.com/gatehouse-pay/gatehouse/internal/customers"
+	"github.com/gatehouse-pay/gatehouse/internal/disputes"
 	"github.com/gatehouse-pay/gatehouse/internal/events"
 	"github.com/gatehouse-pay/gatehouse/internal/httpapi"
 	"github.com/gatehouse-pay/gatehouse/internal/jobs"
@@ -363,6 +364,7 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer) er
 			WithRouter(directory, cfg.RoutingMaxAttempts),
 		Connectors: conns,
 		Ledger:     ledger.NewService(db, conns.Payee, relay, time.Now, cfg.SandboxPayoutDelay, onEnqueueErr),
+		Disputes:   disputes.NewService(db, nil, relay, time.Now, log, onEnqueueErr),
 		Reconcile: reconcile.NewService(db, conns.GetAny, settlementReports(db, keys, cfg), time.Now).
 			WithPayouts(ledger.NewImporter(db, relay, time.Now, log)),
 		Notifications: notifications.NewReceiver(db, keys, relay, string(cfg.StripeWebhookSecret), time.Now, onEnqueueErr).

@@ -31,6 +31,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/config"
 	"github.com/gatehouse-pay/gatehouse/internal/connectors"
 	"github.com/gatehouse-pay/gatehouse/internal/customers"
+	"github.com/gatehouse-pay/gatehouse/internal/disputes"
 	"github.com/gatehouse-pay/gatehouse/internal/health"
 	"github.com/gatehouse-pay/gatehouse/internal/jobs"
 	"github.com/gatehouse-pay/gatehouse/internal/keyring"
@@ -138,7 +139,17 @@ func work(ctx context.Context, getenv func(string) string, stderr io.Writer) err
 		log.Warn("provider circuit breaker", "provider", name, "from", from, "to", to)
 	}, Failures: uint32(cfg.ProviderBreakerFailures)}
 	httpClient := &http.Client{Timeout: cfg.ProviderTimeout}
-	server := providers.Registry{"sandbox": sandbox.New(db.SandboxLedger(), sandbox.Options{Latency: cfg.SandboxLatency})}
+	// The sandbox's notifications (its disputes) are applied at once
+	// through the queue, once there is one.
+	var notify func(ctx context.Context, id string)
+	sbx := sandbox.New(db.SandboxLedger(), sandbox.Options{Latency: cfg.SandboxLatency,
+		DisputeDecisionDelay: cfg.SandboxDisputeDecisionDelay,
+		Notified: func(ctx context.Context, id string) {
+			if notify != nil {
+				notify(ctx, id)
+			}
+		}})
+	server := providers.Registry{"sandbox": sbx}
 	if cfg.StripeSecretKey != "" {
 		server["stripe"] = stripe.New(cfg.StripeSecretKey.Reveal(), cfg.StripeAPIBase, httpClient)
 	}
@@ -180,6 +191,11 @@ func work(ctx context.Context, getenv func(string) string, stderr io.Writer) err
 	}
 	deliveryQueues := jobs.DeliveryQueues(cfg.WebhookQueues, known)
 	queue := jobs.NewQueue(client, inspector, cfg).Serving(deliveryQueues)
+	notify = func(ctx context.Context, id string) {
+		if err := queue.Enqueue(ctx, notifications.ApplyTask(id)); err != nil {
+			log.Warn("a sandbox notification waits for the outbox sweeper", "notification", id, "err", err)
+		}
+	}
 	jm := metrics.NewJobs(reg)
 	wm := metrics.NewWebhooks(reg)
 	db.ObserveBatches(func(kind string, n int) { wm.BatchSize.WithLabelValues(kind).Observe(float64(n)) })
@@ -211,6 +227,7 @@ func work(ctx context.Context, getenv func(string) string, stderr io.Writer) err
 		})
 	refundProcessor := refunds.NewProcessor(db, registry, cfg.ProviderTimeout, time.Now, log, observe).WithQueue(queue).WithOutcomes(refundOutcome).
 		WithWindows(cfg.ProviderIdempotencyWindow, cfg.ProviderOutcomeUnknownAfter).WithSlots(slots)
+	disputeService := disputes.NewService(db, registry, queue, time.Now, log, nil)
 	handlers := &jobs.Handlers{
 		Auth:     auth.NewService(nil, db, cache.New(rdb), nil, nil, time.Now, log),
 		Charges:  chargeProcessor,
@@ -218,15 +235,18 @@ func work(ctx context.Context, getenv func(string) string, stderr io.Writer) err
 		Webhooks: deliverer,
 		Notifications: notifications.NewApplier(db, queue, notifications.NewMetrics(reg), log, time.Now).
 			WithConfirmers(chargeProcessor, refundProcessor).
-			WithPayouts(ledger.NewImporter(db, queue, time.Now, log), registry),
+			WithPayouts(ledger.NewImporter(db, queue, time.Now, log), registry).
+			WithDisputes(disputeService),
 		Store:      db,
 		SavedCards: customers.NewCardHousekeeping(db, keys),
 		Payouts: ledger.NewRunner(db, registry.PayoutFailure, queue, time.Now, cfg.SandboxPayoutInterval,
 			cfg.SandboxPayoutDelay, log),
-		Queue:   queue,
-		Config:  cfg,
-		Log:     log,
-		Metrics: jm,
+		Disputes:        disputeService,
+		SandboxDisputes: sbx,
+		Queue:           queue,
+		Config:          cfg,
+		Log:             log,
+		Metrics:         jm,
 	}
 
 	srv := jobs.NewServers(qrdb, log, cfg, deliveryQueues)
@@ -249,7 +269,7 @@ func work(ctx context.Context, getenv func(string) string, stderr io.Writer) err
 		return err
 	}
 	scheduler := asynq.NewScheduler(sharedRedis{srdb}, &asynq.SchedulerOpts{Logger: handlers.Logger(), LogLevel: asynq.WarnLevel})
-	if err := jobs.Register(scheduler, jobs.PrunePeriod(cfg), jobs.PayoutPeriod(cfg)); err != nil {
+	if err := jobs.Register(scheduler, jobs.PrunePeriod(cfg), jobs.PayoutPeriod(cfg), jobs.DisputePeriod(cfg)); err != nil {
 		return err
 	}
 	// The partitions are kept at start too, not only a period later: after

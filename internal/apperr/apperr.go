@@ -46,6 +46,9 @@ const (
 	CodeInvalidState         = "invalid_state"
 	// CodeInsufficientBalance refuses a payout above the available balance.
 	CodeInsufficientBalance = "insufficient_balance"
+	// CodeChargeDisputed: a refund beyond what an open dispute leaves
+	// refundable.
+	CodeChargeDisputed = "charge_disputed"
 	// CodeMFARequired answers the right password of a member with
 	// two-factor sign-in on: no session yet; the error carries the
 	// challenge that the second step completes.

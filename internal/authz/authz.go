@@ -14,7 +14,7 @@ import (
 // Resource is a family of objects a permission covers.
 type Resource string
 
-// The resources. Keys (secret and restricted) reach the first eight;
+// The resources. Keys (secret and restricted) reach the first ten;
 // members, the audit log and the account's settings are for signed-in
 // members only.
 const (
@@ -23,6 +23,8 @@ const (
 	Customers        Resource = "customers"         // customers and their saved cards
 	Connectors       Resource = "connectors"        // connectors and the routing
 	Balance          Resource = "balance"           // the balance, its transactions and payouts
+	Disputes         Resource = "disputes"          // disputes: read them; write submits evidence or accepts the loss
+	DisputeEvidence  Resource = "dispute_evidence"  // the evidence staged on disputes, before it is submitted
 	WebhookEndpoints Resource = "webhook_endpoints" // endpoints, their deliveries and retries
 	Events           Resource = "events"            // events and the event stream
 	APIKeys          Resource = "api_keys"          // keys of the account
@@ -33,7 +35,7 @@ const (
 
 // KeyResources are the resources a restricted key's permissions name, in
 // the order they are shown.
-var KeyResources = []Resource{Charges, Refunds, Customers, Connectors, Balance, WebhookEndpoints, Events, APIKeys}
+var KeyResources = []Resource{Charges, Refunds, Customers, Connectors, Balance, Disputes, DisputeEvidence, WebhookEndpoints, Events, APIKeys}
 
 // Access is a level of access to a resource; each level includes the ones
 // below it.
@@ -102,18 +104,19 @@ func ValidRole(role string) bool {
 // that only an owner changes the account's sign-in policy (and only an owner
 // makes, changes or removes another owner: the members service's rule).
 var roles = map[string]Permissions{
-	Owner: {Charges: Write, Refunds: Write, Customers: Write, Connectors: Write, Balance: Write, WebhookEndpoints: Write,
-		Events: Write, APIKeys: Write, Members: Write, AuditLog: Read, Account: Write},
-	Admin: {Charges: Write, Refunds: Write, Customers: Write, Connectors: Write, Balance: Write, WebhookEndpoints: Write,
-		Events: Write, APIKeys: Write, Members: Write, AuditLog: Read, Account: Read},
+	Owner: {Charges: Write, Refunds: Write, Customers: Write, Connectors: Write, Balance: Write, Disputes: Write,
+		DisputeEvidence: Write, WebhookEndpoints: Write, Events: Write, APIKeys: Write, Members: Write, AuditLog: Read, Account: Write},
+	Admin: {Charges: Write, Refunds: Write, Customers: Write, Connectors: Write, Balance: Write, Disputes: Write,
+		DisputeEvidence: Write, WebhookEndpoints: Write, Events: Write, APIKeys: Write, Members: Write, AuditLog: Read, Account: Read},
 	// Keys and webhooks, and payments to read.
-	Developer: {Charges: Read, Refunds: Read, Customers: Read, Connectors: Read, Balance: Read, WebhookEndpoints: Write,
-		Events: Read, APIKeys: Write, Account: Read},
-	// Payments to read, and refunds.
-	Support: {Charges: Read, Refunds: Write, Customers: Read, Events: Read, Account: Read},
+	Developer: {Charges: Read, Refunds: Read, Customers: Read, Connectors: Read, Balance: Read, Disputes: Read,
+		DisputeEvidence: Read, WebhookEndpoints: Write, Events: Read, APIKeys: Write, Account: Read},
+	// Payments to read, refunds, and the evidence of disputes to stage (an
+	// admin submits it).
+	Support: {Charges: Read, Refunds: Write, Customers: Read, Disputes: Read, DisputeEvidence: Write, Events: Read, Account: Read},
 	// Everything a payment team reads, nothing else.
-	Viewer: {Charges: Read, Refunds: Read, Customers: Read, Connectors: Read, Balance: Read, WebhookEndpoints: Read,
-		Events: Read, APIKeys: Read, Account: Read},
+	Viewer: {Charges: Read, Refunds: Read, Customers: Read, Connectors: Read, Balance: Read, Disputes: Read,
+		DisputeEvidence: Read, WebhookEndpoints: Read, Events: Read, APIKeys: Read, Account: Read},
 }
 
 // RolePermissions returns what role may do (nothing for an unknown role).

@@ -34,11 +34,20 @@ const (
 	PayoutCreated = "payout.created"
 	PayoutPaid    = "payout.paid"
 	PayoutFailed  = "payout.failed"
+	// Disputes: opened, changed (a status, the evidence, its deadline),
+	// closed (won, lost, or an inquiry closed), and the money withdrawn
+	// from the balance or reinstated.
+	DisputeCreated         = "charge.dispute.created"
+	DisputeUpdated         = "charge.dispute.updated"
+	DisputeClosed          = "charge.dispute.closed"
+	DisputeFundsWithdrawn  = "charge.dispute.funds_withdrawn"
+	DisputeFundsReinstated = "charge.dispute.funds_reinstated"
 )
 
 // Types lists every event type in the order of api/openapi.yaml.
 var Types = []string{ChargeCreated, ChargeCaptured, ChargeFailed, ChargeVoided, ChargeRefunded, RefundCreated, RefundSucceeded, ChargeRequiresAction, ChargeCaptureFailed,
-	PayoutCreated, PayoutPaid, PayoutFailed}
+	PayoutCreated, PayoutPaid, PayoutFailed,
+	DisputeCreated, DisputeUpdated, DisputeClosed, DisputeFundsWithdrawn, DisputeFundsReinstated}
 
 // Known reports whether t is an event type.
 func Known(t string) bool {
@@ -84,6 +93,16 @@ func New(id, merchantID, environment, typ string, at time.Time, charge resource.
 func NewPayout(id, merchantID, environment, typ string, at time.Time, payout resource.Payout) (Event, error) {
 	body, err := json.Marshal(resource.Event{ID: id, Object: "event", EventType: typ, CreatedAt: Timestamp(at),
 		Data: resource.EventData{Object: "payout", Payout: &payout}})
+	if err != nil {
+		return Event{}, err
+	}
+	return Event{ID: id, MerchantID: merchantID, Environment: environment, Type: typ, Body: body, CreatedAt: at}, nil
+}
+
+// NewDispute renders an event of a dispute, as it is after the change.
+func NewDispute(id, merchantID, environment, typ string, at time.Time, dispute resource.Dispute) (Event, error) {
+	body, err := json.Marshal(resource.Event{ID: id, Object: "event", EventType: typ, CreatedAt: Timestamp(at),
+		Data: resource.EventData{Object: "dispute", Dispute: &dispute}})
 	if err != nil {
 		return Event{}, err
 	}

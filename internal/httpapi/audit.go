@@ -51,6 +51,8 @@ var actions = map[string]auditAction{
 	"POST /v1/charges/:id/void":                       {"charge.void", "charge", "id"},
 	"POST /v1/refunds":                                {"refund.create", "refund", ""},
 	"POST /v1/payouts":                                {"payout.create", "payout", ""},
+	"POST /v1/disputes/:id":                           {"dispute.evidence", "dispute", "id"},
+	"POST /v1/disputes/:id/close":                     {"dispute.close", "dispute", "id"},
 	"POST /v1/customers":                              {"customer.create", "customer", ""},
 	"PATCH /v1/customers/:id":                         {"customer.update", "customer", "id"},
 	"DELETE /v1/customers/:id":                        {"customer.delete", "customer", "id"},

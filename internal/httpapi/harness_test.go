@@ -27,6 +27,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/config"
 	"github.com/gatehouse-pay/gatehouse/internal/connectors"
 	"github.com/gatehouse-pay/gatehouse/internal/customers"
+	"github.com/gatehouse-pay/gatehouse/internal/disputes"
 	"github.com/gatehouse-pay/gatehouse/internal/events"
 	"github.com/gatehouse-pay/gatehouse/internal/httpapi"
 	"github.com/gatehouse-pay/gatehouse/internal/jobs"
@@ -181,6 +182,7 @@ func newHarnessWith(t *testing.T, o harnessOptions) *harness {
 		Customers:  customers.NewService(st, keys, time.Now),
 		Connectors: conns,
 		Ledger:     ledger.NewService(st, conns.Payee, queue, time.Now, cfg.SandboxPayoutDelay, nil),
+		Disputes:   disputes.NewService(st, nil, queue, time.Now, slog.New(slog.DiscardHandler), nil),
 		Reconcile:  reconcile.NewService(st, conns.GetAny, sandboxReports(st, cfg), time.Now),
 		Notifications: notifications.NewReceiver(st, keys, queue, string(cfg.StripeWebhookSecret), time.Now, nil).
 			WithMetrics(notifications.NewMetrics(reg)),

@@ -25,6 +25,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/config"
 	"github.com/gatehouse-pay/gatehouse/internal/connectors"
 	"github.com/gatehouse-pay/gatehouse/internal/customers"
+	"github.com/gatehouse-pay/gatehouse/internal/disputes"
 	"github.com/gatehouse-pay/gatehouse/internal/events"
 	"github.com/gatehouse-pay/gatehouse/internal/keyring"
 	"github.com/gatehouse-pay/gatehouse/internal/ledger"
@@ -92,6 +93,9 @@ type Deps struct {
 	Customers *customers.Service
 	// Connectors are the merchant's accounts at providers and the routing.
 	Connectors *connectors.Service
+	// Disputes are cardholders' disputes of charges, and the merchants'
+	// answers.
+	Disputes *disputes.Service
 	// Ledger is the merchant's books: balance, balance transactions and
 	// payouts.
 	Ledger *ledger.Service

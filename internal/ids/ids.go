@@ -80,3 +80,12 @@ func UUIDOf(prefix, id string) (string, bool) {
 	}
 	return u.String(), true
 }
+
+// FromUUID is the id with prefix of UUID u: the inverse of UUIDOf.
+func FromUUID(prefix, u string) (string, bool) {
+	parsed, err := uuid.Parse(u)
+	if err != nil {
+		return "", false
+	}
+	return prefix + "_" + sortable.EncodeToString(parsed[:]), true
+}

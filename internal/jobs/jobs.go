@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gatehouse-pay/gatehouse/internal/disputes"
 	"log/slog"
 	"sync"
 	"time"
@@ -74,6 +75,12 @@ type Handlers struct {
 	// Payouts carries sandbox payouts and makes the scheduled ones; nil
 	// skips them.
 	Payouts *ledger.Runner
+	// Disputes carries merchants' answers to disputes to their providers;
+	// SandboxDisputes decides the sandbox's. nil skips them.
+	Disputes        *disputes.Service
+	SandboxDisputes interface {
+		DecideDisputes(ctx context.Context) error
+	}
 	Queue   *Queue
 	Config  config.Config
 	Log     *slog.Logger

@@ -17,6 +17,7 @@ import (
 
 	"github.com/gatehouse-pay/gatehouse/internal/charges"
 	"github.com/gatehouse-pay/gatehouse/internal/config"
+	"github.com/gatehouse-pay/gatehouse/internal/disputes"
 	"github.com/gatehouse-pay/gatehouse/internal/idempotency"
 	"github.com/gatehouse-pay/gatehouse/internal/outbox"
 	"github.com/gatehouse-pay/gatehouse/internal/providers"
@@ -56,6 +57,13 @@ const (
 	// TypePayoutsRun carries sandbox payouts from pending to paid (or
 	// failed) and makes the automatic payouts of each schedule's slot.
 	TypePayoutsRun = "payouts:run"
+	// TypeDisputeSubmit and TypeDisputeClose carry a merchant's answer to
+	// a dispute (its evidence, or the loss accepted) to the provider.
+	TypeDisputeSubmit = disputes.TaskSubmit
+	TypeDisputeClose  = disputes.TaskClose
+	// TypeDisputesDecide decides the sandbox disputes whose test evidence
+	// is due for a decision.
+	TypeDisputesDecide = "disputes:decide"
 )
 
 // payload is the body of every object task: the id and nothing else, so no
@@ -154,6 +162,20 @@ func NewPayoutsRunTask(period time.Duration) *asynq.Task {
 		asynq.Unique(max(period*5/6, time.Second)), asynq.Timeout(5*time.Minute))
 }
 
+// NewDisputesDecideTask returns the sandbox's dispute decisions: one per
+// period however many workers schedule it.
+func NewDisputesDecideTask(period time.Duration) *asynq.Task {
+	return asynq.NewTask(TypeDisputesDecide, nil, asynq.Queue("maintenance"), asynq.MaxRetry(0),
+		asynq.Unique(max(period*5/6, time.Second)), asynq.Timeout(time.Minute))
+}
+
+// DisputePeriod is how often the sandbox's dispute decisions run: a
+// quarter of SANDBOX_DISPUTE_DECISION_DELAY, between a second and a
+// minute.
+func DisputePeriod(c config.Config) time.Duration {
+	return max(time.Second, min(time.Minute, c.SandboxDisputeDecisionDelay/4).Truncate(time.Second))
+}
+
 // PayoutPeriod is how often the payouts run: every minute, or a quarter of
 // the payout interval or of the time in transit when that is less (at
 // least a second), so a payout arrives and a schedule's slot is paid out
@@ -174,7 +196,7 @@ func PrunePeriod(c config.Config) time.Duration {
 
 // Register adds the periodic tasks to the scheduler; the retention prune
 // runs every prunePeriod.
-func Register(s *asynq.Scheduler, prunePeriod, payoutPeriod time.Duration) error {
+func Register(s *asynq.Scheduler, prunePeriod, payoutPeriod, disputePeriod time.Duration) error {
 	for _, p := range []struct {
 		spec string
 		task *asynq.Task
@@ -184,6 +206,7 @@ func Register(s *asynq.Scheduler, prunePeriod, payoutPeriod time.Duration) error
 		{"@every " + prunePeriod.String(), NewRetentionPruneTask(prunePeriod)},
 		{"@every 1m", NewSavedCardsHousekeepingTask()},
 		{"@every " + payoutPeriod.String(), NewPayoutsRunTask(payoutPeriod)},
+		{"@every " + disputePeriod.String(), NewDisputesDecideTask(disputePeriod)},
 	} {
 		if _, err := s.Register(p.spec, p.task); err != nil {
 			return err
@@ -201,6 +224,9 @@ func (h *Handlers) Mux() *asynq.ServeMux {
 	mux.HandleFunc(TypeRetentionPrune, h.HandleRetentionPrune)
 	mux.HandleFunc(TypeSavedCardsHousekeeping, h.HandleSavedCardsHousekeeping)
 	mux.HandleFunc(TypePayoutsRun, h.HandlePayoutsRun)
+	mux.HandleFunc(TypeDisputesDecide, h.HandleDisputesDecide)
+	mux.HandleFunc(TypeDisputeSubmit, h.HandleDispute)
+	mux.HandleFunc(TypeDisputeClose, h.HandleDispute)
 	mux.HandleFunc(TypeChargeAuthorize, h.HandleChargeAuthorize)
 	mux.HandleFunc(TypeChargeCapture, h.provider(h.Charges.Capture))
 	mux.HandleFunc(TypeChargeVoid, h.provider(h.Charges.Void))
@@ -220,6 +246,26 @@ func (h *Handlers) HandlePayoutsRun(ctx context.Context, _ *asynq.Task) error {
 		return nil
 	}
 	return h.Payouts.Run(ctx)
+}
+
+// HandleDisputesDecide decides the sandbox disputes that are due.
+func (h *Handlers) HandleDisputesDecide(ctx context.Context, _ *asynq.Task) error {
+	if h.SandboxDisputes == nil {
+		return nil
+	}
+	return h.SandboxDisputes.DecideDisputes(ctx)
+}
+
+// HandleDispute carries a merchant's answer to a dispute to its provider.
+func (h *Handlers) HandleDispute(ctx context.Context, t *asynq.Task) error {
+	id, err := objectID(t)
+	if err != nil {
+		return err
+	}
+	if h.Disputes == nil {
+		return fmt.Errorf("this worker does not answer disputes: %w", asynq.SkipRetry)
+	}
+	return skipMissing(h.Disputes.Respond(ctx, t.Type(), id))
 }
 
 // HandleNotificationApply applies a stored provider notification.

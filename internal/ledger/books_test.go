@@ -44,7 +44,7 @@ func TestTransactionsBalance(t *testing.T) {
 		{"refund", Refunded(a, "re", "ref", 500, at), -500, 2},
 		{"payout", PaidOut(a, "po", 700, at), -700, 2},
 		{"payout returned", PayoutReturned(a, "po", 700, at), 700, 2},
-		{"dispute", DisputeWithdrawn(a, "dp", "ref", 2000, 1500, at), -3500, 3},
+		{"dispute", DisputeWithdrawn(a, "dp", "ref", 2000, 1500, 1, at), -3500, 3},
 	} {
 		if err := tt.tx.Check(); err != nil || tt.tx.Net() != tt.net || len(tt.tx.Entries) != tt.entries {
 			t.Errorf("%s: net %d in %d entries (%v); want %d in %d", tt.name, tt.tx.Net(), len(tt.tx.Entries), err, tt.net, tt.entries)

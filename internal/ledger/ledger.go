@@ -262,17 +262,42 @@ func Adjusted(a Account, exceptionID, providerReference string, amount, fee int6
 		Entries: entries(AccountAdjustments, amount, fee)}
 }
 
+// DisputeCause is the key of a dispute's funds moving for the phase-th
+// time (disputes' funds phases): phase 1 is dispute:<id>, its reversal
+// (2) dispute_reversal:<id>; a second chargeback's withdrawal (3) and
+// reinstatement (4) carry the phase.
+func DisputeCause(disputeID string, phase int) string {
+	base := "dispute:"
+	if phase%2 == 0 {
+		base = "dispute_reversal:"
+	}
+	if phase <= 2 {
+		return base + disputeID
+	}
+	return fmt.Sprintf("%s%s:%d", base, disputeID, phase)
+}
+
 // DisputeWithdrawn is the transaction of a dispute's funds withdrawn: the
 // disputed amount goes back to the cardholder and the dispute fee to the
-// provider, both from the balance at once.
-func DisputeWithdrawn(a Account, disputeID, providerReference string, amount, fee int64, at time.Time) Transaction {
+// provider, both from the balance at once. phase is the dispute's funds
+// phase (1, or 3 after a second chargeback).
+func DisputeWithdrawn(a Account, disputeID, providerReference string, amount, fee int64, phase int, at time.Time) Transaction {
 	var details []FeeDetail
 	if fee != 0 {
 		details = []FeeDetail{{Type: FeeDispute, Amount: fee, Description: "Dispute fee"}}
 	}
 	return Transaction{ID: ids.New(PrefixTransaction), MerchantID: a.MerchantID, ConnectorID: a.ConnectorID, Currency: a.Currency,
-		Type: TypeDispute, Source: disputeID, Cause: "dispute:" + disputeID, Amount: -amount, Fee: fee, FeeDetails: details,
+		Type: TypeDispute, Source: disputeID, Cause: DisputeCause(disputeID, phase), Amount: -amount, Fee: fee, FeeDetails: details,
 		ProviderReference: providerReference, AvailableOn: at, CreatedAt: at, Entries: entries(AccountProvider, -amount, fee)}
+}
+
+// DisputeReinstated is the transaction of a won dispute's amount coming
+// back to the balance (the dispute fee does not). phase is the dispute's
+// funds phase (2, or 4 after an arbitration won).
+func DisputeReinstated(a Account, disputeID, providerReference string, amount int64, phase int, at time.Time) Transaction {
+	return Transaction{ID: ids.New(PrefixTransaction), MerchantID: a.MerchantID, ConnectorID: a.ConnectorID, Currency: a.Currency,
+		Type: TypeDisputeReversal, Source: disputeID, Cause: DisputeCause(disputeID, phase), Amount: amount,
+		ProviderReference: providerReference, AvailableOn: at, CreatedAt: at, Entries: entries(AccountProvider, amount, 0)}
 }
 
 // FeeSchedule is a connector's price: basis points of the amount, rounded

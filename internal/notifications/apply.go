@@ -110,6 +110,7 @@ type Applier struct {
 	now       func() time.Time
 	charges   ChargeConfirmer
 	refunds   RefundConfirmer
+	disputes  DisputeApplier
 }
 
 // WithConfirmers sets what settles the captures, voids and refunds of the
@@ -165,6 +166,9 @@ func (a *Applier) Apply(ctx context.Context, id string) error {
 }
 
 func (a *Applier) apply(ctx context.Context, n Notification) (outcome string, chargeID *string, err error) {
+	if isDispute(n.Provider, n.Type) {
+		return a.dispute(ctx, n)
+	}
 	var reference string
 	switch n.Provider {
 	case connectors.ProviderStripe:
@@ -248,24 +252,24 @@ var adyenCodes = map[string]bool{"AUTHORISATION": true, "CAPTURE": true, "CAPTUR
 func Handled(provider, typ string) bool {
 	switch provider {
 	case connectors.ProviderStripe:
-		if strings.HasPrefix(typ, "charge.dispute.") {
-			return false
-		}
 		for _, p := range stripeTypes {
 			if strings.HasPrefix(typ, p) {
 				return true
 			}
 		}
 	case connectors.ProviderAdyen:
-		return adyenCodes[typ]
+		_, dispute := adyenDisputeCodes[typ]
+		return adyenCodes[typ] || dispute
+	case ProviderSandbox:
+		return isDispute(provider, typ)
 	}
 	return false
 }
 
 // stripePayment is the PaymentIntent a Stripe event is about (the
 // gateway's provider reference of a Stripe charge), or "" for an event
-// the gateway does not act on. Disputes (charge.dispute.*) are not acted
-// on here.
+// the gateway does not act on. Disputes (charge.dispute.*) are applied
+// by dispute.
 func stripePayment(n Notification) string {
 	if strings.HasPrefix(n.Type, "charge.dispute.") {
 		return ""

@@ -171,6 +171,44 @@ func (b *Breaker) Payout(ctx context.Context, reference string) (Payout, error) 
 
 var _ Authenticator = (*Breaker)(nil)
 
+// SubmitDisputeEvidence passes a merchant's evidence on to the provider.
+func (b *Breaker) SubmitDisputeEvidence(ctx context.Context, reference string, evidence map[string]string) error {
+	r, ok := b.p.(DisputeResponder)
+	if !ok {
+		return fmt.Errorf("%s: %w", b.p.Name(), ErrNoDisputeAPI)
+	}
+	_, err := b.call(func() (Result, error) {
+		return Result{Reference: reference}, r.SubmitDisputeEvidence(ctx, reference, evidence)
+	})
+	return err
+}
+
+// AcceptDispute passes a merchant's acceptance of a dispute on to the
+// provider.
+func (b *Breaker) AcceptDispute(ctx context.Context, reference string) error {
+	r, ok := b.p.(DisputeResponder)
+	if !ok {
+		return fmt.Errorf("%s: %w", b.p.Name(), ErrNoDisputeAPI)
+	}
+	_, err := b.call(func() (Result, error) { return Result{Reference: reference}, r.AcceptDispute(ctx, reference) })
+	return err
+}
+
+// PaymentOfCharge reads the payment of a provider's charge object.
+func (b *Breaker) PaymentOfCharge(ctx context.Context, chargeID string) (string, error) {
+	r, ok := b.p.(ChargePayments)
+	if !ok {
+		return "", fmt.Errorf("%s: %w", b.p.Name(), ErrNoDisputeAPI)
+	}
+	var ref string
+	_, err := b.call(func() (Result, error) {
+		var err error
+		ref, err = r.PaymentOfCharge(ctx, chargeID)
+		return Result{Reference: ref}, err
+	})
+	return ref, err
+}
+
 // Authenticate resumes a payment at the wrapped provider unless the circuit
 // is open. A provider that cannot resume one declines with invalid_request:
 // it never asked for authentication.

@@ -292,6 +292,26 @@ type PayoutReader interface {
 	Payout(ctx context.Context, reference string) (Payout, error)
 }
 
+// DisputeResponder is a provider that takes a merchant's answer to a
+// dispute through its API: the evidence, submitted for the provider to
+// decide the dispute with, or the loss accepted. A *Decline is its refusal
+// (the deadline passed, the dispute is decided).
+type DisputeResponder interface {
+	SubmitDisputeEvidence(ctx context.Context, reference string, evidence map[string]string) error
+	AcceptDispute(ctx context.Context, reference string) error
+}
+
+// ChargePayments is a provider whose disputes may name its own charge
+// object rather than the payment (Stripe): PaymentOfCharge reads which
+// payment the charge belongs to.
+type ChargePayments interface {
+	PaymentOfCharge(ctx context.Context, chargeID string) (string, error)
+}
+
+// ErrNoDisputeAPI is in the chain of the error of a dispute answer or
+// lookup a provider does not take through its API.
+var ErrNoDisputeAPI = errors.New("the provider takes no dispute answers through its API")
+
 // Settlement is a provider's account of a capture's money: the fee it kept,
 // in its parts, and when the rest is available to pay out.
 type Settlement struct {

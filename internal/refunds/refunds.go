@@ -162,6 +162,11 @@ func (s *Service) Create(ctx context.Context, merchantID string, p CreateParams,
 		if p.Amount == nil && remaining <= 0 {
 			return Plan{}, charges.ErrInvalidState("This charge has nothing left to refund.")
 		}
+		if c.AmountDisputed > 0 && amount > remaining-c.AmountDisputed {
+			return Plan{}, apperr.New(apperr.KindConflict, apperr.CodeChargeDisputed,
+				"This charge is disputed: %d of it is in an open dispute, so at most %d can be refunded until the dispute closes.",
+				c.AmountDisputed, max(remaining-c.AmountDisputed, 0))
+		}
 		if amount > remaining {
 			return Plan{}, &apperr.Error{Kind: apperr.KindInvalid, Code: apperr.CodeAmountTooLarge, Param: "amount",
 				Message: fmt.Sprintf("amount %d exceeds what remains refundable, %d.", amount, remaining)}

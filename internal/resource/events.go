@@ -13,8 +13,9 @@ type Event struct {
 // EventData is the object an event is about, as it is after the change:
 // the charge, and for a refund event the refund too.
 type EventData struct {
-	Object string  `json:"object"` // "charge", "refund" or "payout"
-	Charge *Charge `json:"charge,omitempty"`
-	Refund *Refund `json:"refund,omitempty"`
-	Payout *Payout `json:"payout,omitempty"`
+	Object  string   `json:"object"` // "charge", "refund", "payout" or "dispute"
+	Charge  *Charge  `json:"charge,omitempty"`
+	Refund  *Refund  `json:"refund,omitempty"`
+	Payout  *Payout  `json:"payout,omitempty"`
+	Dispute *Dispute `json:"dispute,omitempty"`
 }

@@ -186,6 +186,32 @@ type Payout struct {
 	UpdatedAt      string  `json:"updated_at"`
 }
 
+// Dispute is a cardholder's dispute of a charge (api/openapi.yaml,
+// Dispute).
+type Dispute struct {
+	ID                 string            `json:"id"`
+	Object             string            `json:"object"` // "dispute"
+	Charge             string            `json:"charge"`
+	Connector          string            `json:"connector"`
+	Amount             int64             `json:"amount"`
+	Currency           string            `json:"currency"`
+	Reason             string            `json:"reason"`
+	Status             string            `json:"status"`
+	Evidence           map[string]string `json:"evidence"`
+	EvidenceDetails    EvidenceDetails   `json:"evidence_details"`
+	EvidenceDueBy      string            `json:"evidence_due_by"`
+	IsChargeRefundable bool              `json:"is_charge_refundable"`
+	CreatedAt          string            `json:"created_at"`
+	UpdatedAt          string            `json:"updated_at"`
+}
+
+// EvidenceDetails says where a dispute's evidence stands.
+type EvidenceDetails struct {
+	HasEvidence bool    `json:"has_evidence"`
+	Submitted   bool    `json:"submitted"`
+	SubmittedAt *string `json:"submitted_at"`
+}
+
 // Reconciliation is one comparison of a connector's settlement report
 // with the merchant's books, and what it found.
 type Reconciliation struct {

@@ -66,7 +66,7 @@ func TestLedgerDaily(t *testing.T) {
 	// A refund and a dispute of the first day's charges, on day 3; the
 	// dispute won on day 4.
 	bookAt(t, s, ledger.Refunded(usd, ids.NewUUID(), "", 500, day(3, time.Hour)), day(3, time.Hour))
-	bookAt(t, s, ledger.DisputeWithdrawn(usd, "dp_1", "", 1000, 1500, day(3, 2*time.Hour)), day(3, 2*time.Hour))
+	bookAt(t, s, ledger.DisputeWithdrawn(usd, "dp_1", "", 1000, 1500, 1, day(3, 2*time.Hour)), day(3, 2*time.Hour))
 	bookAt(t, s, disputeReversed(usd, "dp_1", 1000, day(4, time.Hour)), day(4, time.Hour))
 	// The last day, to its last millisecond, and a payout that day.
 	capture(usd, 10, fees.For(10), until.Add(-time.Millisecond)) // fee 30: net -20

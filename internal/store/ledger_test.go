@@ -224,7 +224,7 @@ func (w *ledgerWorld) dispute() error {
 	var b ledger.Transaction
 	err := w.run(func(ctx context.Context) error {
 		// Each notification is read afresh: a new transaction each time.
-		b = ledger.DisputeWithdrawn(charges.AccountOf(c), dp, *c.ProviderReference, c.AmountCaptured, 1500, at)
+		b = ledger.DisputeWithdrawn(charges.AccountOf(c), dp, *c.ProviderReference, c.AmountCaptured, 1500, 1, at)
 		_, err := w.s.Book(ctx, b)
 		return err
 	})

@@ -52,6 +52,9 @@ func (s *Store) CreateRefund(ctx context.Context, merchantID, chargeID string, i
 		if err != nil {
 			return mapErr(err, "charge")
 		}
+		if err := tx.QueryRow(ctx, openDisputed, c.ID).Scan(&c.AmountDisputed); err != nil {
+			return mapErr(err, "dispute")
+		}
 		p, err := plan(c)
 		if err != nil {
 			return err

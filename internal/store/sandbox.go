@@ -2,10 +2,14 @@ package store
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/gatehouse-pay/gatehouse/internal/ids"
+	"github.com/gatehouse-pay/gatehouse/internal/notifications"
+	"github.com/gatehouse-pay/gatehouse/internal/providers"
 	"github.com/gatehouse-pay/gatehouse/internal/providers/sandbox"
 )
 
@@ -25,8 +29,8 @@ type SandboxLedger struct{ s *Store }
 func (s *Store) SandboxLedger() *SandboxLedger { return &SandboxLedger{s: s} }
 
 const ledgerCall = `
-INSERT INTO sandbox_ledger (idempotency_key, operation, parent_reference, amount, currency, account, capture)
-VALUES ($1, $2, $3, $4, $5, nullif($6, ''), $7)
+INSERT INTO sandbox_ledger (idempotency_key, operation, parent_reference, amount, currency, account, capture, dispute)
+VALUES ($1, $2, $3, $4, $5, nullif($6, ''), $7, nullif($8, ''))
 ON CONFLICT (idempotency_key) DO UPDATE SET calls = sandbox_ledger.calls + 1, updated_at = now()
 RETURNING operation, parent_reference, amount, currency, coalesce(reference, ''), calls,
 	set_config('synchronous_commit', 'off', true)`
@@ -35,7 +39,7 @@ RETURNING operation, parent_reference, amount, currency, coalesce(reference, '')
 func (l *SandboxLedger) Call(ctx context.Context, e sandbox.Entry) (sandbox.Record, error) {
 	r := sandbox.Record{Entry: sandbox.Entry{IdempotencyKey: e.IdempotencyKey}}
 	var op, async string
-	err := l.s.pool.QueryRow(ctx, ledgerCall, e.IdempotencyKey, string(e.Operation), e.Parent, e.Amount, e.Currency, e.Account, e.Capture).
+	err := l.s.pool.QueryRow(ctx, ledgerCall, e.IdempotencyKey, string(e.Operation), e.Parent, e.Amount, e.Currency, e.Account, e.Capture, e.Dispute).
 		Scan(&op, &r.Parent, &r.Amount, &r.Currency, &r.Reference, &r.Calls, &async)
 	r.Operation = sandbox.Operation(op)
 	return r, mapErr(err, "sandbox ledger entry")
@@ -52,7 +56,8 @@ func (l *SandboxLedger) Book(ctx context.Context, idempotencyKey, reference stri
 	return ref, mapErr(err, "sandbox ledger entry")
 }
 
-const ledgerAuthorization = `SELECT idempotency_key, operation, parent_reference, amount, currency, reference, calls
+const ledgerAuthorization = `SELECT idempotency_key, operation, parent_reference, amount, currency, reference, calls,
+	coalesce(account, ''), coalesce(dispute, '')
 FROM sandbox_ledger WHERE reference = $1 AND operation = 'authorize'`
 
 // Authorization implements sandbox.Ledger.
@@ -60,7 +65,7 @@ func (l *SandboxLedger) Authorization(ctx context.Context, reference string) (sa
 	var r sandbox.Record
 	var op string
 	err := l.s.pool.QueryRow(ctx, ledgerAuthorization, reference).
-		Scan(&r.IdempotencyKey, &op, &r.Parent, &r.Amount, &r.Currency, &r.Reference, &r.Calls)
+		Scan(&r.IdempotencyKey, &op, &r.Parent, &r.Amount, &r.Currency, &r.Reference, &r.Calls, &r.Account, &r.Dispute)
 	r.Operation = sandbox.Operation(op)
 	return r, mapErr(err, "sandbox authorization")
 }
@@ -154,4 +159,124 @@ func (l *SandboxLedger) Payouts(ctx context.Context, account string, from, to ti
 		return p, err
 	})
 	return list, mapErr(err, "payout")
+}
+
+var _ sandbox.DisputeBooks = (*SandboxLedger)(nil)
+
+const sandboxDisputeColumns = `reference, parent_reference, account, amount, currency, reason, inquiry, status,
+coalesce(evidence_outcome, ''), decide_at, due_by, created_at`
+
+func scanSandboxDispute(row pgx.Row) (sandbox.Dispute, error) {
+	var d sandbox.Dispute
+	err := row.Scan(&d.Reference, &d.Parent, &d.Account, &d.Amount, &d.Currency, &d.Reason, &d.Inquiry, &d.Status,
+		&d.Outcome, &d.DecideAt, &d.DueBy, &d.CreatedAt)
+	return d, err
+}
+
+const (
+	insertSandboxDispute = `INSERT INTO sandbox_disputes (` + sandboxDisputeColumns + `)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, nullif($9, ''), $10, $11, $12) ON CONFLICT (parent_reference) DO NOTHING`
+	updateSandboxDispute = `UPDATE sandbox_disputes SET status = $2, evidence_outcome = nullif($3, ''), decide_at = $4
+WHERE reference = $1`
+	lockSandboxDispute  = `SELECT ` + sandboxDisputeColumns + ` FROM sandbox_disputes WHERE reference = $1 FOR UPDATE`
+	dueSandboxDisputes  = `SELECT ` + sandboxDisputeColumns + ` FROM sandbox_disputes WHERE decide_at <= $1 ORDER BY decide_at LIMIT 100 FOR UPDATE SKIP LOCKED`
+	sandboxNoticeTarget = `SELECT merchant_id FROM connectors WHERE id = $1`
+)
+
+// notifySandbox stores a notice of the sandbox for the account's connector
+// as a provider notification, with the outbox row of the task that applies
+// it; "" when the account is no connector.
+func notifySandbox(ctx context.Context, tx pgx.Tx, account string, n sandbox.Notice) (string, error) {
+	var merchantID string
+	err := tx.QueryRow(ctx, sandboxNoticeTarget, account).Scan(&merchantID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	id := ids.NewUUID()
+	tag, err := tx.Exec(ctx, insertNotification, id, account, merchantID, sandbox.Name, n.EventID, n.EventID, n.Type, n.Payload,
+		time.Now().UTC().Truncate(time.Microsecond), notifications.OutcomeReceived)
+	if err != nil || tag.RowsAffected() == 0 {
+		return "", err
+	}
+	t := notifications.ApplyTask(id)
+	_, err = tx.Exec(ctx, insertOutbox, t.ID(), t.Type, id)
+	return id, err
+}
+
+// OpenDispute implements sandbox.DisputeBooks.
+func (l *SandboxLedger) OpenDispute(ctx context.Context, d sandbox.Dispute, n func(sandbox.Dispute) sandbox.Notice) (string, error) {
+	var id string
+	err := l.s.inTx(ctx, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, insertSandboxDispute, d.Reference, d.Parent, d.Account, d.Amount, d.Currency, d.Reason,
+			d.Inquiry, d.Status, d.Outcome, d.DecideAt, d.DueBy, d.CreatedAt)
+		if err != nil || tag.RowsAffected() == 0 {
+			return err
+		}
+		id, err = notifySandbox(ctx, tx, d.Account, n(d))
+		return err
+	})
+	return id, mapErr(err, "sandbox dispute")
+}
+
+// ChangeDispute implements sandbox.DisputeBooks.
+func (l *SandboxLedger) ChangeDispute(ctx context.Context, reference string, change func(sandbox.Dispute) (*sandbox.Dispute, *sandbox.Notice, error)) (string, error) {
+	var id string
+	err := l.s.inTx(ctx, func(tx pgx.Tx) error {
+		d, err := scanSandboxDispute(tx.QueryRow(ctx, lockSandboxDispute, reference))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return &providers.Decline{Code: "invalid_request", Message: "No such dispute."}
+		}
+		if err != nil {
+			return err
+		}
+		next, n, err := change(d)
+		if err != nil || next == nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, updateSandboxDispute, next.Reference, next.Status, next.Outcome, next.DecideAt); err != nil {
+			return err
+		}
+		if n != nil {
+			id, err = notifySandbox(ctx, tx, next.Account, *n)
+		}
+		return err
+	})
+	if _, declined := providers.AsDecline(err); declined {
+		return "", err
+	}
+	return id, mapErr(err, "sandbox dispute")
+}
+
+// DecideDisputes implements sandbox.DisputeBooks.
+func (l *SandboxLedger) DecideDisputes(ctx context.Context, now time.Time, decide func(sandbox.Dispute) (sandbox.Dispute, sandbox.Notice)) ([]string, error) {
+	var out []string
+	err := l.s.inTx(ctx, func(tx pgx.Tx) error {
+		out = out[:0]
+		rows, err := tx.Query(ctx, dueSandboxDisputes, now)
+		if err != nil {
+			return err
+		}
+		due, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (sandbox.Dispute, error) { return scanSandboxDispute(r) })
+		if err != nil {
+			return err
+		}
+		for _, d := range due {
+			next, n := decide(d)
+			if _, err := tx.Exec(ctx, updateSandboxDispute, next.Reference, next.Status, next.Outcome, next.DecideAt); err != nil {
+				return err
+			}
+			id, err := notifySandbox(ctx, tx, next.Account, n)
+			if err != nil {
+				return err
+			}
+			if id != "" {
+				out = append(out, id)
+			}
+		}
+		return nil
+	})
+	return out, mapErr(err, "sandbox dispute")
 }

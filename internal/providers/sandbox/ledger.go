@@ -35,6 +35,10 @@ type Entry struct {
 	// Capture: an authorization (or its authentication) that captures at
 	// once.
 	Capture bool
+	// Dispute, for an authorization of a test card the cardholder disputes
+	// once it is captured: the dispute's kind (DisputeFraudulent,
+	// DisputeProductNotReceived, DisputeInquiry); "" for the others.
+	Dispute string
 }
 
 // Record is the ledger's row for one idempotency key.

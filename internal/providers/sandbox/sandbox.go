@@ -59,6 +59,13 @@ type Options struct {
 	// answer as LostAnswerAmount does. Tests use it to make every call
 	// book and then time out.
 	LoseAnswer func(op Operation, calls int64) bool
+	// DisputeDecisionDelay is how long after test evidence is submitted a
+	// dispute is decided (SANDBOX_DISPUTE_DECISION_DELAY).
+	DisputeDecisionDelay time.Duration
+	// Notified is told the id of every notification the sandbox stored
+	// for the gateway, to apply it at once; nil leaves them to the
+	// outbox's sweeper.
+	Notified func(ctx context.Context, notificationID string)
 }
 
 // Provider is the sandbox provider. It is safe for concurrent use.
@@ -113,6 +120,9 @@ type rule struct {
 	outcome outcome
 	code    string
 	off     int // for challenge: what happens off session
+	// dispute: the cardholder disputes the payment once it is captured
+	// (DisputeFraudulent, ...).
+	dispute string
 }
 
 // cards are the test card numbers of api/openapi.yaml; any other Luhn-valid number succeeds.
@@ -131,6 +141,10 @@ var cards = map[string]rule{
 	"4000002760003184": {outcome: challenge, off: offSessionRefused},
 	"4000008260003178": {outcome: challenge, code: "insufficient_funds", off: offSessionRefused},
 	"4000000000003055": {outcome: succeed}, // supports 3-D Secure; frictionless
+	// Disputed once captured (api/openapi.yaml, Disputes).
+	"4000000000000259": {outcome: succeed, dispute: DisputeFraudulent},
+	"4000000000002685": {outcome: succeed, dispute: DisputeProductNotReceived},
+	"4000000000001976": {outcome: succeed, dispute: DisputeInquiry},
 }
 
 // tokens are the provider tokens the sandbox accepts, named like Stripe's test
@@ -294,7 +308,9 @@ func (p *Provider) authorization(ctx context.Context, reference string) (Record,
 // cards also wrap providers.ErrNothingBooked: the sandbox read its books and
 // no call with the key was booked (neither card ever books a failed call).
 func (p *Provider) Authorize(ctx context.Context, r providers.AuthorizeRequest) (providers.Result, error) {
-	rec, err := p.call(ctx, Entry{IdempotencyKey: r.IdempotencyKey, Operation: OpAuthorize, Amount: r.Amount, Currency: r.Currency, Capture: r.Capture})
+	disputed, _ := judge(r.Card, p.opts.Now())
+	rec, err := p.call(ctx, Entry{IdempotencyKey: r.IdempotencyKey, Operation: OpAuthorize, Amount: r.Amount, Currency: r.Currency,
+		Capture: r.Capture, Dispute: disputed.dispute})
 	if err != nil {
 		return providers.Result{}, err
 	}
@@ -334,7 +350,12 @@ func (p *Provider) Authorize(ctx context.Context, r providers.AuthorizeRequest) 
 		}
 		return res, err
 	}
-	return p.book(ctx, r.IdempotencyKey, newReference(ChargePrefix))
+	res, err := p.book(ctx, r.IdempotencyKey, newReference(ChargePrefix))
+	if err == nil && r.Capture && rl.dispute != "" {
+		err = p.openDispute(ctx, Record{Entry: Entry{Amount: r.Amount, Currency: strings.ToUpper(r.Currency), Account: p.account,
+			Dispute: rl.dispute}, Reference: res.Reference})
+	}
+	return res, err
 }
 
 var _ providers.Authenticator = (*Provider)(nil)
@@ -408,6 +429,12 @@ func (p *Provider) Capture(ctx context.Context, r providers.CaptureRequest) (pro
 		return providers.Result{}, invalid("The amount to capture exceeds the authorized amount.")
 	}
 	res, err := p.book(ctx, r.IdempotencyKey, auth.Reference)
+	if err == nil && auth.Dispute != "" {
+		if r.Amount > 0 {
+			auth.Amount = r.Amount
+		}
+		err = p.openDispute(ctx, auth)
+	}
 	return p.answer(rec, res, err)
 }
 
