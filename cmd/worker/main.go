@@ -120,7 +120,8 @@ func work(ctx context.Context, getenv func(string) string, stderr io.Writer) err
 
 	reg := metrics.NewRegistry()
 	reg.MustRegister(store.PoolCollector(pool), cache.PoolCollector(rdb, "cache"), cache.PoolCollector(qrdb, "queue"),
-		store.OutboxCollector(pool, 5*time.Second), store.OutcomesCollector(pool, cfg.ProviderOutcomeUnknownAfter, cfg.ProviderConfirmationTimeout, 5*time.Second))
+		store.OutboxCollector(pool, 5*time.Second), store.OutcomesCollector(pool, cfg.ProviderOutcomeUnknownAfter, cfg.ProviderConfirmationTimeout, 5*time.Second),
+		store.DisputesCollector(pool, 5*time.Second))
 	db := store.New(pool).WithBatchPool(batchPool).WithRetention(store.Retention{Events: cfg.EventRetention, WebhookLog: cfg.WebhookLogRetention})
 	keys, err := keyring.New(cfg.EncryptionKey)
 	if err != nil {

@@ -41,6 +41,7 @@ var metricNames = []string{
 	"gatehouse_webhook_batch_size", "gatehouse_webhook_endpoints_disabled_total",
 	"gatehouse_outbox_backlog", "gatehouse_outbox_oldest_age_seconds", "gatehouse_provider_outcomes_unknown",
 	"gatehouse_provider_confirmations_overdue", "gatehouse_provider_notifications_total",
+	"gatehouse_disputes_due_soon", "gatehouse_disputes_overdue",
 	"asynq_queue_size", "asynq_queue_latency_seconds", "asynq_tasks", "asynq_queue_paused",
 	"asynq_tasks_processed_total", "asynq_tasks_failed_total", "asynq_queue_memory_usage_approx_bytes",
 }

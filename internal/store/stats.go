@@ -216,3 +216,73 @@ func (c *outcomesCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(confirmationsOverdueDesc, prometheus.GaugeValue, c.counts[4], "void")
 	ch <- prometheus.MustNewConstMetric(confirmationsOverdueDesc, prometheus.GaugeValue, c.counts[5], "refund")
 }
+
+// disputesDue counts the disputes waiting for the merchant's evidence
+// (needs_response, or warning_needs_response for an inquiry, with nothing
+// submitted yet) whose evidence is due within $1 seconds, those already
+// past due included, and then those past due alone. The status filter is
+// the predicate of the partial index disputes_due_idx, so the count reads
+// only the disputes still waiting, by deadline.
+const disputesDue = `
+SELECT count(*),
+       count(*) FILTER (WHERE evidence_due_by <= now())
+FROM disputes
+WHERE status IN ('needs_response', 'warning_needs_response')
+  AND evidence_submitted_at IS NULL
+  AND evidence_due_by <= now() + $1::float8 * interval '1 second'`
+
+// disputesDueWithin is how close a dispute's evidence deadline must be for
+// gatehouse_disputes_due_soon to count it.
+const disputesDueWithin = 72 * time.Hour
+
+var disputesDueSoonDesc = prometheus.NewDesc("gatehouse_disputes_due_soon",
+	"Disputes waiting for the merchant's evidence (needs_response or warning_needs_response, none submitted) whose evidence is due within 72 hours, those past due included.",
+	nil, nil)
+
+var disputesOverdueDesc = prometheus.NewDesc("gatehouse_disputes_overdue",
+	"Disputes waiting for the merchant's evidence (needs_response or warning_needs_response, none submitted) whose evidence due date has passed.",
+	nil, nil)
+
+// DisputesCollector exports gatehouse_disputes_due_soon: the disputes
+// waiting for the merchant's evidence whose deadline is within 72 hours,
+// or already past (a dispute whose deadline passes without evidence is
+// lost, and its money with it); and gatehouse_disputes_overdue, those past
+// their deadline. It queries Postgres at most once per minInterval, with a
+// short timeout; a failed query leaves the metrics out of that scrape.
+func DisputesCollector(pool *pgxpool.Pool, minInterval time.Duration) prometheus.Collector {
+	return &disputesCollector{pool: pool, every: minInterval}
+}
+
+type disputesCollector struct {
+	pool  *pgxpool.Pool
+	every time.Duration
+
+	mu      sync.Mutex
+	at      time.Time
+	loaded  bool
+	dueSoon float64
+	overdue float64
+}
+
+func (c *disputesCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- disputesDueSoonDesc
+	ch <- disputesOverdueDesc
+}
+
+func (c *disputesCollector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.loaded || time.Since(c.at) >= c.every {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		var dueSoon, overdue int64
+		err := c.pool.QueryRow(ctx, disputesDue, disputesDueWithin.Seconds()).Scan(&dueSoon, &overdue)
+		cancel()
+		if err != nil {
+			return
+		}
+		c.dueSoon, c.overdue = float64(dueSoon), float64(overdue)
+		c.at, c.loaded = time.Now(), true
+	}
+	ch <- prometheus.MustNewConstMetric(disputesDueSoonDesc, prometheus.GaugeValue, c.dueSoon)
+	ch <- prometheus.MustNewConstMetric(disputesOverdueDesc, prometheus.GaugeValue, c.overdue)
+}
