@@ -111,8 +111,9 @@ type Charge struct {
 	// authenticated an earlier charge of the saved card.
 	SavedCardAuthenticated bool
 
-	// AmountDisputed is what the charge's open disputes dispute; read with
-	// the charge's row locked when a refund is decided, never stored on it.
+	// AmountDisputed is what the charge's disputes hold withdrawn; read
+	// with the charge's row locked when a refund is decided, never stored
+	// on it.
 	AmountDisputed int64
 	// ConnectorID is the connector of the current attempt, the one that
 	// took the money once the charge is settled; nil for charges made

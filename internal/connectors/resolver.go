@@ -293,3 +293,23 @@ func (r *rehearsed) Authenticate(ctx context.Context, req providers.Authenticate
 
 // IsNotConfigured reports whether err says the worker lacks the provider.
 func IsNotConfigured(err error) bool { return errors.Is(err, providers.ErrNotConfigured) }
+
+// SubmitDisputeEvidence passes a merchant's evidence on to the sandbox
+// (rehearsals are about payments, not disputes).
+func (r *rehearsed) SubmitDisputeEvidence(ctx context.Context, reference string, evidence map[string]string) error {
+	d, ok := r.Provider.(providers.DisputeResponder)
+	if !ok {
+		return providers.ErrNoDisputeAPI
+	}
+	return d.SubmitDisputeEvidence(ctx, reference, evidence)
+}
+
+// AcceptDispute passes a merchant's acceptance of a dispute on to the
+// sandbox.
+func (r *rehearsed) AcceptDispute(ctx context.Context, reference string) error {
+	d, ok := r.Provider.(providers.DisputeResponder)
+	if !ok {
+		return providers.ErrNoDisputeAPI
+	}
+	return d.AcceptDispute(ctx, reference)
+}

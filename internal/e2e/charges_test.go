@@ -99,10 +99,11 @@ type eventJSON struct {
 	EventType string `json:"event_type"`
 	CreatedAt string `json:"created_at"`
 	Data      struct {
-		Object string          `json:"object"`
-		Charge json.RawMessage `json:"charge"`
-		Refund json.RawMessage `json:"refund"`
-		Payout json.RawMessage `json:"payout"`
+		Object  string          `json:"object"`
+		Charge  json.RawMessage `json:"charge"`
+		Refund  json.RawMessage `json:"refund"`
+		Payout  json.RawMessage `json:"payout"`
+		Dispute json.RawMessage `json:"dispute"`
 	} `json:"data"`
 	raw json.RawMessage
 }
@@ -271,6 +272,9 @@ func eventsOfCharge(t *testing.T, all []eventJSON, id string) []eventJSON {
 	t.Helper()
 	var out []eventJSON
 	for _, e := range all {
+		if len(e.Data.Charge) == 0 { // a payout's or a dispute's
+			continue
+		}
 		if e.charge(t).ID == id {
 			out = append(out, e)
 		}

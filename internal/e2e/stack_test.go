@@ -90,6 +90,19 @@ func (e exchange) code() string {
 	return b.Error.Code
 }
 
+// param is the param of an error body, or "".
+func (e exchange) param() string {
+	var b struct {
+		Error struct {
+			Param string `json:"param"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(e.body, &b) != nil {
+		return ""
+	}
+	return b.Error.Param
+}
+
 // send performs one request; it is safe to call from any goroutine. token,
 // if set, is sent as a Bearer token; body, if set, as application/json.
 func send(c *http.Client, method, url, token, body string) (exchange, error) {

@@ -347,6 +347,12 @@ func TestAbusiveBodies(t *testing.T) {
 			base: []field{}, emptyIsValid: true},
 		"POST /v1/me/webhook_endpoints/:id/recover": {path: "/v1/me/webhook_endpoints/" + endpoint + "/recover", auth: bearer(a.secret),
 			base: []field{{"since", `"2026-01-01T00:00:00Z"`}}, str: "since"},
+		// No dispute exists (only a provider opens one): every spoiled
+		// body is refused before the dispute is looked up.
+		"POST /v1/disputes/:id": {path: "/v1/disputes/dp_06h21dscqtupdc4b6fl6b6lb3o", auth: bearer(a.secret),
+			base: []field{{"evidence", `{"uncategorized_text":"x"}`}, {"submit", "false"}}},
+		"POST /v1/disputes/:id/close": {path: "/v1/disputes/dp_06h21dscqtupdc4b6fl6b6lb3o/close", auth: bearer(a.secret),
+			base: []field{}, emptyIsValid: true},
 		"POST /v1/payouts": {path: "/v1/payouts", auth: bearer(a.secret),
 			base: []field{{"amount", "100"}, {"currency", `"usd"`}, {"description", `"by hand"`}}, str: "description", num: "amount"},
 		"POST /v1/reconciliations": {path: "/v1/reconciliations", auth: bearer(a.secret), bodyLimit: 1 << 20,

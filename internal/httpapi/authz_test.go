@@ -209,6 +209,12 @@ var authzRoutes = map[string]authzRoute{
 	"POST /v1/payouts":                 {auth: keyOnly, ok: 409, body: fixed(`{"amount":100,"currency":"usd"}`)},
 	"GET /v1/payouts":                  {auth: keyOnly, ok: 200},
 	"GET /v1/payouts/:id":              {auth: keyOnly, ok: 404, madeUp: "po_06h21dscqtupdc4b6fl6b6lb3o"},
+	// Nor disputes: only a provider opens one (internal/e2e's dispute
+	// tests, for other merchants' too).
+	"GET /v1/disputes":            {auth: keyOnly, ok: 200, query: "status=needs_response"},
+	"GET /v1/disputes/:id":        {auth: keyOnly, ok: 404, madeUp: "dp_06h21dscqtupdc4b6fl6b6lb3o"},
+	"POST /v1/disputes/:id":       {auth: keyOnly, ok: 404, madeUp: "dp_06h21dscqtupdc4b6fl6b6lb3o", body: fixed(`{"evidence":{"uncategorized_text":"x"}}`)},
+	"POST /v1/disputes/:id/close": {auth: keyOnly, ok: 404, madeUp: "dp_06h21dscqtupdc4b6fl6b6lb3o"},
 	// Each fixture's reconciliations are uploads of one line its books lack
 	// (one exception each); a resolution accepts it.
 	"POST /v1/reconciliations": {auth: keyOnly, ok: 201, body: func(f *authzFixture, _ string) string {
@@ -626,7 +632,8 @@ func (h *harness) ownedStrings(t *testing.T, merchantID string) []string {
 		UNION ALL SELECT id FROM reconciliations WHERE merchant_id = $1
 		UNION ALL SELECT id FROM reconciliation_exceptions WHERE merchant_id = $1
 		UNION ALL SELECT id FROM members WHERE merchant_id = $1 UNION ALL SELECT email FROM members WHERE merchant_id = $1
-		UNION ALL SELECT id FROM payouts WHERE merchant_id = $1 UNION ALL SELECT id FROM balance_transactions WHERE merchant_id = $1`, merchantID)
+		UNION ALL SELECT id FROM payouts WHERE merchant_id = $1 UNION ALL SELECT id FROM balance_transactions WHERE merchant_id = $1
+		UNION ALL SELECT id FROM disputes WHERE merchant_id = $1`, merchantID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -670,6 +677,8 @@ var stateTables = map[string]string{
 	"members":              `FROM members x WHERE $1 = '' OR merchant_id = $1`,
 	"payouts":              `FROM payouts x WHERE $1 = '' OR merchant_id = $1`,
 	"balance_transactions": `FROM balance_transactions x WHERE $1 = '' OR merchant_id = $1`,
+	"disputes":             `FROM disputes x WHERE $1 = '' OR merchant_id = $1`,
+	"sandbox_disputes":     `FROM sandbox_disputes x WHERE $1 = ''`,
 
 	"reconciliations":           `FROM reconciliations x WHERE $1 = '' OR merchant_id = $1`,
 	"reconciliation_exceptions": `FROM reconciliation_exceptions x WHERE $1 = '' OR merchant_id = $1`,

@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
+	"github.com/gatehouse-pay/gatehouse/internal/apperr"
 	"github.com/gatehouse-pay/gatehouse/internal/connectors"
 	"github.com/gatehouse-pay/gatehouse/internal/disputes"
 	"github.com/gatehouse-pay/gatehouse/internal/providers"
@@ -180,6 +182,10 @@ func adyenReason(item adyen.NotificationItem) string {
 	return disputes.ReasonGeneral
 }
 
+// DisputePaymentWait is how long a dispute notification about a payment
+// the gateway does not hold is tried again before it is ignored.
+const DisputePaymentWait = 10 * time.Minute
+
 // dispute applies a dispute notification.
 func (a *Applier) dispute(ctx context.Context, n Notification) (string, *string, error) {
 	if a.disputes == nil {
@@ -229,6 +235,12 @@ func (a *Applier) dispute(ctx context.Context, n Notification) (string, *string,
 		return "", nil, err
 	}
 	if !res.Found {
+		// A provider may report a dispute before the gateway has recorded
+		// the payment's reference (the sandbox does at capture): for a
+		// while, the notification is tried again.
+		if a.now().Sub(n.ReceivedAt) < DisputePaymentWait {
+			return "", nil, apperr.Unavailable(fmt.Errorf("notifications: the payment %s of dispute %s is not recorded yet", r.PaymentReference, r.Reference))
+		}
 		return OutcomeIgnored, nil, nil
 	}
 	if !res.Changed {

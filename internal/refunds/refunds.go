@@ -164,7 +164,7 @@ func (s *Service) Create(ctx context.Context, merchantID string, p CreateParams,
 		}
 		if c.AmountDisputed > 0 && amount > remaining-c.AmountDisputed {
 			return Plan{}, apperr.New(apperr.KindConflict, apperr.CodeChargeDisputed,
-				"This charge is disputed: %d of it is in an open dispute, so at most %d can be refunded until the dispute closes.",
+				"This charge is disputed: %d of it went back to the cardholder with the dispute, so at most %d can be refunded.",
 				c.AmountDisputed, max(remaining-c.AmountDisputed, 0))
 		}
 		if amount > remaining {

@@ -32,7 +32,9 @@ func scanDispute(row pgx.Row) (disputes.Dispute, error) {
 }
 
 const (
-	insertDispute = `INSERT INTO disputes (` + disputeColumns + `)
+	insertDispute = `INSERT INTO disputes (id, merchant_id, environment, charge_id, connector_id, provider, provider_reference,
+amount, currency, reason, status, rank, funds_phase, fee, evidence, evidence_submitted_at, evidence_due_by,
+evidence_due_reported, closed_by_merchant, created_at, updated_at)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)`
 	updateDispute = `UPDATE disputes SET status = $2, rank = $3, funds_phase = $4, evidence = $5, evidence_submitted_at = $6,
 evidence_due_by = $7, evidence_due_reported = $8, closed_by_merchant = $9, updated_at = $10 WHERE id = $1`
@@ -58,9 +60,11 @@ WITH seq AS (
 )` + fanout + `
 SELECT ` + deliveriesOf
 
-	// openDisputed sums the amounts of a charge's open disputes.
-	openDisputed = `SELECT coalesce(sum(amount), 0) FROM disputes WHERE charge_id = $1::uuid
-AND status NOT IN ('won', 'lost', 'warning_closed')`
+	// openDisputed sums what a charge's disputes hold withdrawn (an odd
+	// funds phase): the money already went back to the cardholder, so a
+	// refund of it would pay twice. An inquiry, or a chargeback its
+	// provider has not debited yet, holds nothing.
+	openDisputed = `SELECT coalesce(sum(amount), 0) FROM disputes WHERE charge_id = $1::uuid AND funds_phase % 2 = 1`
 )
 
 // ApplyDispute implements disputes.Store.

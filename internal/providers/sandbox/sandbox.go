@@ -315,7 +315,12 @@ func (p *Provider) Authorize(ctx context.Context, r providers.AuthorizeRequest) 
 		return providers.Result{}, err
 	}
 	if rec.Reference != "" {
-		return providers.Result{Reference: rec.Reference}, nil
+		if r.Capture && disputed.dispute != "" {
+			// The dispute opens once, whichever call gets to it.
+			err = p.openDispute(ctx, Record{Entry: Entry{Amount: rec.Amount, Currency: rec.Currency, Account: p.account,
+				Dispute: disputed.dispute}, Reference: rec.Reference})
+		}
+		return providers.Result{Reference: rec.Reference}, err
 	}
 	if r.Amount <= 0 {
 		return providers.Result{}, invalid("The amount must be positive.")
@@ -416,7 +421,19 @@ func (p *Provider) Capture(ctx context.Context, r providers.CaptureRequest) (pro
 		return providers.Result{}, err
 	}
 	if rec.Reference != "" {
-		return p.answer(rec, providers.Result{Reference: rec.Reference}, nil)
+		// A capture booked before: its dispute, if its card has one, opens
+		// once, whichever call gets to it.
+		auth, err := p.authorization(ctx, rec.Reference)
+		if err == nil && auth.Dispute != "" {
+			if r.Amount > 0 {
+				auth.Amount = r.Amount
+			}
+			err = p.openDispute(ctx, auth)
+		}
+		if _, declined := providers.AsDecline(err); declined {
+			err = nil
+		}
+		return p.answer(rec, providers.Result{Reference: rec.Reference}, err)
 	}
 	if r.Amount < 0 {
 		return providers.Result{}, invalid("The amount to capture must not be negative.")
