@@ -161,7 +161,7 @@ func work(ctx context.Context, getenv func(string) string, stderr io.Writer) err
 				return stripe.New(cr.SecretKey, cfg.StripeAPIBase, httpClient), nil
 			case connectors.ProviderAdyen:
 				return adyen.New(adyen.Config{APIKey: cr.APIKey, MerchantAccount: cr.MerchantAccount,
-					BaseURL: cfg.AdyenAPIBase, HTTPClient: httpClient, Timeout: cfg.ProviderTimeout})
+					BaseURL: cfg.AdyenAPIBase, DisputeBaseURL: cfg.AdyenDisputeAPIBase, HTTPClient: httpClient, Timeout: cfg.ProviderTimeout})
 			}
 			return nil, fmt.Errorf("%w: %q with credentials", providers.ErrNotConfigured, c.Provider)
 		},

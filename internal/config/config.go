@@ -273,6 +273,12 @@ type Config struct {
 	// point it at a mock in tests. Adyen connectors take their credentials
 	// from the connector.
 	AdyenAPIBase string `env:"ADYEN_API_BASE" envDefault:"https://checkout-test.adyen.com/v71" by:"worker"`
+	// Where the worker calls Adyen's Disputes API (its version included)
+	// with a merchant's answer to a dispute: the evidence as a defense
+	// document, or the loss accepted. Live accounts use
+	// `https://ca-live.adyen.com/ca/services/DisputeService/v30`; point it
+	// at a mock in tests.
+	AdyenDisputeAPIBase string `env:"ADYEN_DISPUTE_API_BASE" envDefault:"https://ca-test.adyen.com/ca/services/DisputeService/v30" by:"worker"`
 	// Where the worker calls Stripe, and where the API reads a Stripe
 	// connector's balance transactions to reconcile them; point it at
 	// stripe-mock in tests.

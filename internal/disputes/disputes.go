@@ -191,7 +191,9 @@ type Report struct {
 	// Reference is the provider's id of the dispute.
 	Reference string
 	// PaymentReference is the provider's reference of the disputed payment
-	// (the charge's provider reference).
+	// (the charge's provider reference); "" when the report does not name
+	// it (Adyen's later notifications of a dispute): such a report changes
+	// only a dispute already opened with the reference.
 	PaymentReference string
 	Amount           int64
 	Currency         string

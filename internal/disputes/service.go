@@ -64,9 +64,10 @@ type Filter struct {
 // Store keeps disputes.
 type Store interface {
 	// ApplyDispute finds the merchant's charge with the provider reference
-	// paymentRef and, with that charge's row locked, the connector's dispute
-	// reference (nil when new), and writes what plan returns (nothing for
-	// a nil plan). found is false when there is no such charge.
+	// paymentRef (paymentRef "": the charge of the connector's dispute
+	// reference) and, with that charge's row locked, the connector's
+	// dispute reference (nil when new), and writes what plan returns
+	// (nothing for a nil plan). found is false when there is no such charge.
 	ApplyDispute(ctx context.Context, merchantID, connectorID, paymentRef, reference string,
 		plan func(cur *Dispute, p Payment) (*Plan, error)) (found bool, tasks []outbox.Task, err error)
 	// ActOnDispute locks the merchant's dispute id and writes what plan

@@ -146,10 +146,16 @@ func StripeDisputeReport(typ string, payload []byte) (r disputes.Report, chargeI
 
 // AdyenDisputeReport reads a dispute notification item of Adyen's; ok is
 // false for one that changes nothing (a code the table does not map, or
-// an item without the payment it is about).
+// an item without a dispute reference or amount). Every item about a
+// dispute carries the dispute's pspReference; originalReference, the
+// disputed payment's, comes with the items that open a dispute but not
+// with all of the later ones (CHARGEBACK_REVERSED, SECOND_CHARGEBACK,
+// PREARBITRATION_WON and _LOST in Adyen's own examples): the report of
+// such an item names no payment, and changes only a dispute the gateway
+// already holds.
 func AdyenDisputeReport(item adyen.NotificationItem) (disputes.Report, bool) {
 	m, mapped := adyenDisputeCodes[item.EventCode]
-	if !mapped || item.OriginalReference == "" || item.PSPReference == "" {
+	if !mapped || item.PSPReference == "" {
 		return disputes.Report{}, false
 	}
 	amount, currency, err := adyen.FromAdyen(item.Amount)

@@ -32,9 +32,11 @@ func scanDispute(row pgx.Row) (disputes.Dispute, error) {
 }
 
 const (
-	insertDispute = `INSERT INTO disputes (id, merchant_id, environment, charge_id, connector_id, provider, provider_reference,
-amount, currency, reason, status, rank, funds_phase, fee, evidence, evidence_submitted_at, evidence_due_by,
-evidence_due_reported, closed_by_merchant, created_at, updated_at)
+	// insertDispute names the columns itself: disputeColumns reads
+	// charge_id as text, which no INSERT's column list can take.
+	insertDispute = `INSERT INTO disputes (id, merchant_id, environment, charge_id, connector_id, provider, provider_reference, amount,
+currency, reason, status, rank, funds_phase, fee, evidence, evidence_submitted_at, evidence_due_by, evidence_due_reported,
+closed_by_merchant, created_at, updated_at)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)`
 	updateDispute = `UPDATE disputes SET status = $2, rank = $3, funds_phase = $4, evidence = $5, evidence_submitted_at = $6,
 evidence_due_by = $7, evidence_due_reported = $8, closed_by_merchant = $9, updated_at = $10 WHERE id = $1`
@@ -44,6 +46,10 @@ evidence_due_by = $7, evidence_due_reported = $8, closed_by_merchant = $9, updat
 	// decided with its row locked.
 	lockDisputedCharge = `SELECT id::text, environment FROM charges WHERE provider_reference = $1 AND merchant_id = $2
 ORDER BY id LIMIT 1 FOR UPDATE`
+	// lockChargeOfDispute finds and locks the charge of the connector's
+	// dispute reference, for a report that names no payment.
+	lockChargeOfDispute = `SELECT c.id::text, c.environment FROM charges c JOIN disputes d ON d.charge_id = c.id
+WHERE d.connector_id = $1 AND d.provider_reference = $2 AND d.merchant_id = $3 AND c.merchant_id = $3 FOR UPDATE OF c`
 	lockProviderDispute = `SELECT ` + disputeColumns + ` FROM disputes WHERE connector_id = $1 AND provider_reference = $2 FOR UPDATE`
 	lockDispute         = `SELECT ` + disputeColumns + ` FROM disputes WHERE id = $1 AND merchant_id = $2 FOR UPDATE`
 
@@ -74,7 +80,11 @@ func (s *Store) ApplyDispute(ctx context.Context, merchantID, connectorID, payme
 	var tasks []outbox.Task
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		p := disputes.Payment{ConnectorID: connectorID}
-		err := tx.QueryRow(ctx, lockDisputedCharge, paymentRef, merchantID).Scan(&p.ChargeID, &p.Environment)
+		query, args := lockDisputedCharge, []any{paymentRef, merchantID}
+		if paymentRef == "" {
+			query, args = lockChargeOfDispute, []any{connectorID, reference, merchantID}
+		}
+		err := tx.QueryRow(ctx, query, args...).Scan(&p.ChargeID, &p.Environment)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
 		}

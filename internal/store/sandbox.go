@@ -174,8 +174,11 @@ func scanSandboxDispute(row pgx.Row) (sandbox.Dispute, error) {
 }
 
 const (
+	// insertSandboxDispute names the columns itself: sandboxDisputeColumns
+	// reads evidence_outcome through coalesce, which no INSERT's column
+	// list can take.
 	insertSandboxDispute = `INSERT INTO sandbox_disputes (reference, parent_reference, account, amount, currency, reason, inquiry,
-	status, evidence_outcome, decide_at, due_by, created_at)
+status, evidence_outcome, decide_at, due_by, created_at)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, nullif($9, ''), $10, $11, $12) ON CONFLICT (parent_reference) DO NOTHING`
 	updateSandboxDispute = `UPDATE sandbox_disputes SET status = $2, evidence_outcome = nullif($3, ''), decide_at = $4
 WHERE reference = $1`

@@ -22,6 +22,10 @@
 // when the notification (CAPTURE, CANCELLATION, REFUND, ...) arrives; see
 // Parse and VerifyHMAC. Adyen's Checkout API cannot read a payment back, so
 // the Lookup methods always answer providers.ErrNoLookup.
+//
+// Disputes: the merchant's answer to a dispute goes to Adyen's Disputes
+// API (v30), which has a base URL of its own: the evidence as one defense
+// document, then the defense, or the dispute accepted.
 package adyen
 
 import (
@@ -48,6 +52,11 @@ const Name = "adyen"
 // accounts have a URL of their own
 // (https://{PREFIX}-checkout-live.adyenpayments.com/checkout/v71).
 const DefaultBaseURL = "https://checkout-test.adyen.com/v71"
+
+// DefaultDisputeBaseURL is Adyen's Disputes API v30 in the test
+// environment. Live accounts use
+// https://ca-live.adyen.com/ca/services/DisputeService/v30.
+const DefaultDisputeBaseURL = "https://ca-test.adyen.com/ca/services/DisputeService/v30"
 
 // DefaultTimeout bounds one request when the Config names no timeout.
 const DefaultTimeout = 30 * time.Second
@@ -78,6 +87,9 @@ type Config struct {
 	// BaseURL is the Checkout API's URL with its version ("" for
 	// DefaultBaseURL); a mock's in tests.
 	BaseURL string
+	// DisputeBaseURL is the Disputes API's URL with its version ("" for
+	// DefaultDisputeBaseURL); a mock's in tests.
+	DisputeBaseURL string
 	// HTTPClient sends the requests (nil: a new http.Client).
 	HTTPClient *http.Client
 	// Timeout bounds each request (0: DefaultTimeout).
@@ -90,8 +102,8 @@ func (c Config) String() string {
 	if c.APIKey != "" {
 		key = "[redacted]"
 	}
-	return fmt.Sprintf("adyen.Config{MerchantAccount: %q, BaseURL: %q, APIKey: %s, Timeout: %s}",
-		c.MerchantAccount, c.BaseURL, key, c.Timeout)
+	return fmt.Sprintf("adyen.Config{MerchantAccount: %q, BaseURL: %q, DisputeBaseURL: %q, APIKey: %s, Timeout: %s}",
+		c.MerchantAccount, c.BaseURL, c.DisputeBaseURL, key, c.Timeout)
 }
 
 // GoString never prints the API key.
@@ -99,11 +111,12 @@ func (c Config) GoString() string { return c.String() }
 
 // Adyen is the Adyen adapter. It is safe for concurrent use.
 type Adyen struct {
-	apiKey   string
-	merchant string
-	base     string
-	client   *http.Client
-	timeout  time.Duration
+	apiKey      string
+	merchant    string
+	base        string
+	disputeBase string
+	client      *http.Client
+	timeout     time.Duration
 }
 
 var (
@@ -113,7 +126,7 @@ var (
 )
 
 // New returns an adapter for cfg. The API key and the merchant account are
-// required; BaseURL must be an absolute http or https URL.
+// required; BaseURL and DisputeBaseURL must be absolute http or https URLs.
 func New(cfg Config) (*Adyen, error) {
 	if strings.TrimSpace(cfg.APIKey) == "" {
 		return nil, errors.New("adyen: an API key is required")
@@ -121,13 +134,13 @@ func New(cfg Config) (*Adyen, error) {
 	if strings.TrimSpace(cfg.MerchantAccount) == "" {
 		return nil, errors.New("adyen: a merchant account is required")
 	}
-	base := cfg.BaseURL
-	if base == "" {
-		base = DefaultBaseURL
+	base, err := baseURL(cfg.BaseURL, DefaultBaseURL)
+	if err != nil {
+		return nil, err
 	}
-	u, err := url.Parse(base)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
-		return nil, fmt.Errorf("adyen: the base URL %q is not an absolute http(s) URL without credentials, query or fragment", base)
+	disputeBase, err := baseURL(cfg.DisputeBaseURL, DefaultDisputeBaseURL)
+	if err != nil {
+		return nil, err
 	}
 	client := cfg.HTTPClient
 	if client == nil {
@@ -137,7 +150,21 @@ func New(cfg Config) (*Adyen, error) {
 	if timeout <= 0 {
 		timeout = DefaultTimeout
 	}
-	return &Adyen{apiKey: cfg.APIKey, merchant: cfg.MerchantAccount, base: strings.TrimRight(base, "/"), client: client, timeout: timeout}, nil
+	return &Adyen{apiKey: cfg.APIKey, merchant: cfg.MerchantAccount, base: base, disputeBase: disputeBase, client: client, timeout: timeout}, nil
+}
+
+// baseURL is base ("" for def) without its trailing slashes, or an error
+// when it is not an absolute http(s) URL without credentials, query or
+// fragment.
+func baseURL(base, def string) (string, error) {
+	if base == "" {
+		base = def
+	}
+	u, err := url.Parse(base)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+		return "", fmt.Errorf("adyen: the base URL %q is not an absolute http(s) URL without credentials, query or fragment", base)
+	}
+	return strings.TrimRight(base, "/"), nil
 }
 
 // Name returns "adyen".
@@ -145,7 +172,7 @@ func (a *Adyen) Name() string { return Name }
 
 // String never prints the API key.
 func (a *Adyen) String() string {
-	return fmt.Sprintf("adyen.Adyen{MerchantAccount: %q, BaseURL: %q, APIKey: [redacted]}", a.merchant, a.base)
+	return fmt.Sprintf("adyen.Adyen{MerchantAccount: %q, BaseURL: %q, DisputeBaseURL: %q, APIKey: [redacted]}", a.merchant, a.base, a.disputeBase)
 }
 
 // GoString never prints the API key.
@@ -164,9 +191,15 @@ type serviceError struct {
 // belongs to a request still being processed.
 const errInProgress = "704"
 
-// post sends body to path with the idempotency key and decodes a 2xx
-// answer into out. Strings of hide (the card data of the request) never
-// reach an error's text. The error is:
+// post sends body to path of the Checkout API with the idempotency key
+// and decodes a 2xx answer into out (see send).
+func (a *Adyen) post(ctx context.Context, path, key string, body, out any, hide ...string) error {
+	return a.send(ctx, a.base, path, key, body, out, hide...)
+}
+
+// send sends body to path under base with the idempotency key ("": none)
+// and decodes a 2xx answer into out. Strings of hide (the card data of
+// the request) never reach an error's text. The error is:
 //
 //   - a *providers.Decline invalid_request for 400 and 422 (Adyen refused
 //     the request itself; sending it again cannot help), except errorCode
@@ -176,7 +209,7 @@ const errInProgress = "704"
 //     statuses, a 2xx that cannot be read, timeouts and network errors,
 //     with providers.ErrNotSent too when no byte of the request was
 //     written (the connection was refused).
-func (a *Adyen) post(ctx context.Context, path, key string, body, out any, hide ...string) error {
+func (a *Adyen) send(ctx context.Context, base, path, key string, body, out any, hide ...string) error {
 	payload, err := json.Marshal(body)
 	if err != nil {
 		return fmt.Errorf("adyen: encoding the request: %w", err)
@@ -184,7 +217,7 @@ func (a *Adyen) post(ctx context.Context, path, key string, body, out any, hide 
 	ctx, cancel := context.WithTimeout(ctx, a.timeout)
 	defer cancel()
 	tctx, wrote := traceWrites(ctx)
-	req, err := http.NewRequestWithContext(tctx, http.MethodPost, a.base+path, bytes.NewReader(payload))
+	req, err := http.NewRequestWithContext(tctx, http.MethodPost, base+path, bytes.NewReader(payload))
 	if err != nil {
 		return fmt.Errorf("adyen: building the request: %w", err)
 	}

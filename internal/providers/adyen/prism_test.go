@@ -19,23 +19,32 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/testenv/harness"
 )
 
-// The Prism mock of Adyen's Checkout API shared by the package's tests:
+// A Prism mock of one of Adyen's APIs, shared by the package's tests:
 // started by the first test that needs it, stopped by TestMain. Prism
 // answers from the description's named examples and validates each
 // request against it: a request body Adyen would refuse gets a 422.
-var prism struct {
+type prismMock struct {
+	spec string // the description's file in shared/third_party/adyen-openapi
 	once sync.Once
 	proc *harness.Process
 	url  string
 	err  error
 }
 
+// The mocks of the Checkout API v71 and of the Disputes API v30.
+var (
+	prism         = &prismMock{spec: "CheckoutService-v71.json"}
+	disputesPrism = &prismMock{spec: "DisputeService-v30.json"}
+)
+
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if prism.proc != nil {
-		prism.proc.Stop(os.Interrupt, 5*time.Second)
-		if code != 0 {
-			fmt.Fprintf(os.Stderr, "---- prism output (tail) ----\n%s\n---- end of prism output ----\n", prism.proc.Tail(16<<10))
+	for _, p := range []*prismMock{prism, disputesPrism} {
+		if p.proc != nil {
+			p.proc.Stop(os.Interrupt, 5*time.Second)
+			if code != 0 {
+				fmt.Fprintf(os.Stderr, "---- prism %s output (tail) ----\n%s\n---- end of prism output ----\n", p.spec, p.proc.Tail(16<<10))
+			}
 		}
 	}
 	os.Exit(code)
@@ -72,21 +81,28 @@ func prismBinary() (string, error) {
 // skipped, or fails under GATEHOUSE_REQUIRE_SERVICES=1 and in CI.
 func prismURL(t *testing.T) string {
 	t.Helper()
-	prism.once.Do(func() { prism.url, prism.err = startPrism() })
-	if prism.err != nil {
-		missing(t, "prism: %v", prism.err)
-	}
-	return prism.url
+	return prism.URL(t)
 }
 
-func startPrism() (string, error) {
+// URL returns the base URL of the running mock, starting it first (see
+// prismURL).
+func (pm *prismMock) URL(t *testing.T) string {
+	t.Helper()
+	pm.once.Do(func() { pm.url, pm.err = pm.start() })
+	if pm.err != nil {
+		missing(t, "prism %s: %v", pm.spec, pm.err)
+	}
+	return pm.url
+}
+
+func (pm *prismMock) start() (string, error) {
 	bin, err := prismBinary()
 	if err != nil {
 		return "", err
 	}
-	spec, err := thirdPartyPath("CheckoutService-v71.json")
+	spec, err := thirdPartyPath(pm.spec)
 	if err != nil {
-		return "", fmt.Errorf("Adyen's Checkout API description: %w", err)
+		return "", fmt.Errorf("Adyen's API description %s: %w", pm.spec, err)
 	}
 	out := new(harness.Output)
 	port, err := harness.OnFreePort(func(port int) error {
@@ -102,7 +118,7 @@ func startPrism() (string, error) {
 			}
 			return fmt.Errorf("prism on %s: %v\n%s", addr, err, p.Tail(4<<10))
 		}
-		prism.proc = p
+		pm.proc = p
 		return nil
 	})
 	if err != nil {
