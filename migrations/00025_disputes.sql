@@ -6,7 +6,8 @@
 -- disputes (dp_...): one per provider dispute. Two parts of its state only
 -- ever move forward, each on its own, so notifications applied in any
 -- order, any number of times, end in the same row:
---   rank/status: how far its life has gone (docs/disputes.md, "States");
+--   rank/status: how far its life has gone (docs/disputes.md, "How a
+--   dispute's state is kept");
 --   funds_phase: how often its money moved, 0 none, odd withdrawn, even
 --   reinstated; withdrawals and reinstatements are booked once per phase.
 CREATE TABLE disputes (

@@ -47,8 +47,7 @@ func isDispute(provider, typ string) bool {
 
 // adyenDisputeCodes maps Adyen's dispute event codes to the stage and
 // funds phase each reports; the others (NOTIFICATION_OF_FRAUD,
-// ISSUER_COMMENTS, DISPUTE_DEFENSE_PERIOD_ENDED, PREARBITRATION_OPEN,
-// ISSUER_RESPONSE_TIMEFRAME_EXPIRED) are recorded and change nothing.
+// ISSUER_COMMENTS, PREARBITRATION_OPEN) are recorded and change nothing.
 var adyenDisputeCodes = map[string]struct {
 	stage disputes.Stage
 	funds int
@@ -58,9 +57,13 @@ var adyenDisputeCodes = map[string]struct {
 	"NOTIFICATION_OF_CHARGEBACK": {disputes.Open, disputes.FundsNone},
 	"CHARGEBACK":                 {disputes.Open, disputes.FundsWithdrawn},
 	"CHARGEBACK_REVERSED":        {disputes.Won, disputes.FundsReinstated},
-	"SECOND_CHARGEBACK":          {disputes.SecondLost, 3},
-	"PREARBITRATION_WON":         {disputes.ArbitrationWon, 4},
-	"PREARBITRATION_LOST":        {disputes.ArbitrationLost, 3},
+	// The merchant did not defend in time: the chargeback stands.
+	"DISPUTE_DEFENSE_PERIOD_ENDED": {disputes.Lost, disputes.FundsWithdrawn},
+	// The issuer accepted the defence, or did not answer it in time.
+	"ISSUER_RESPONSE_TIMEFRAME_EXPIRED": {disputes.Won, disputes.FundsReinstated},
+	"SECOND_CHARGEBACK":                 {disputes.SecondLost, 3},
+	"PREARBITRATION_WON":                {disputes.ArbitrationWon, 4},
+	"PREARBITRATION_LOST":               {disputes.ArbitrationLost, 3},
 }
 
 // stripeDispute is what the gateway reads of a Stripe dispute (and of the

@@ -310,8 +310,7 @@ func TestAdyenDisputeReport(t *testing.T) {
 			}
 		})
 	}
-	for _, code := range []string{"NOTIFICATION_OF_FRAUD", "ISSUER_COMMENTS", "DISPUTE_DEFENSE_PERIOD_ENDED", "PREARBITRATION_OPEN",
-		"ISSUER_RESPONSE_TIMEFRAME_EXPIRED"} {
+	for _, code := range []string{"NOTIFICATION_OF_FRAUD", "ISSUER_COMMENTS", "PREARBITRATION_OPEN"} {
 		t.Run(code, func(t *testing.T) {
 			item, ok := items[code]
 			if !ok {
