@@ -161,11 +161,11 @@ type Dispute struct {
 // Stage is the dispute's stage.
 func (d Dispute) Stage() Stage { return Stage{Status: d.Status, Rank: d.Rank} }
 
-// ChargeRefundable reports whether the charge may still be refunded: as
-// long as none of its money was withdrawn for the dispute (an inquiry, or a
-// chargeback the provider has not debited yet). Once it was, a refund would
-// pay the cardholder twice.
-func (d Dispute) ChargeRefundable() bool { return d.FundsPhase == FundsNone }
+// ChargeRefundable reports whether the charge may still be refunded in
+// full: as long as the dispute holds none of its money withdrawn (an
+// inquiry, a chargeback the provider has not debited yet, or one won).
+// While it does, a refund of that money would pay the cardholder twice.
+func (d Dispute) ChargeRefundable() bool { return !Withdrawn(d.FundsPhase) }
 
 // View is the public form (api/openapi.yaml, Dispute).
 func (d Dispute) View() resource.Dispute {
