@@ -352,6 +352,12 @@ func TestAbusiveBodies(t *testing.T) {
 		"POST /v1/reconciliations": {path: "/v1/reconciliations", auth: bearer(a.secret), bodyLimit: 1 << 20,
 			base: []field{{"connector", `"` + connector + `"`}, {"report", `"` + reconcile.Header + `\nsbx_ch_1,charge,USD,100,33,67,` + d + `\n"`}},
 			str:  "report"},
+		// No dispute exists (only a provider's notification opens one): the
+		// bodies are refused before the id is looked up.
+		"POST /v1/disputes/:id": {path: "/v1/disputes/dp_06h22rjdvluntclig90g17ar50", auth: bearer(a.secret),
+			base: []field{{"evidence", `{"uncategorized_text":"abuse"}`}}},
+		"POST /v1/disputes/:id/close": {path: "/v1/disputes/dp_06h22rjdvluntclig90g17ar50/close", auth: bearer(a.secret),
+			base: []field{}, emptyIsValid: true},
 		"POST /v1/reconciliations/:id/exceptions/:exc/resolve": {path: "/v1/reconciliations/" + reconciliation + "/exceptions/" + exception + "/resolve",
 			auth: bearer(a.secret), base: []field{{"action", `"accept"`}, {"note", `"checked"`}}, str: "note"},
 		"POST /v1/customers": {path: "/v1/customers", auth: bearer(a.secret),

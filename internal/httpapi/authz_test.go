@@ -209,6 +209,15 @@ var authzRoutes = map[string]authzRoute{
 	"POST /v1/payouts":                 {auth: keyOnly, ok: 409, body: fixed(`{"amount":100,"currency":"usd"}`)},
 	"GET /v1/payouts":                  {auth: keyOnly, ok: 200},
 	"GET /v1/payouts/:id":              {auth: keyOnly, ok: 404, madeUp: "po_06h21dscqtupdc4b6fl6b6lb3o"},
+	// Only a provider's notification opens a dispute, and the fixtures'
+	// charges are never captured at a provider that reports one: the list
+	// is empty and ids name nothing. The evidence body needs only
+	// dispute_evidence: write (submitting needs disputes: write too).
+	"GET /v1/disputes":     {auth: keyOnly, ok: 200, query: "status=needs_response"},
+	"GET /v1/disputes/:id": {auth: keyOnly, ok: 404, madeUp: "dp_06h22rjdvluntclig90g17ar50"},
+	"POST /v1/disputes/:id": {auth: keyOnly, ok: 404, madeUp: "dp_06h22rjdvluntclig90g17ar50",
+		body: fixed(`{"evidence":{"uncategorized_text":"matrix"}}`)},
+	"POST /v1/disputes/:id/close": {auth: keyOnly, ok: 404, madeUp: "dp_06h22rjdvluntclig90g17ar50"},
 	// Each fixture's reconciliations are uploads of one line its books lack
 	// (one exception each); a resolution accepts it.
 	"POST /v1/reconciliations": {auth: keyOnly, ok: 201, body: func(f *authzFixture, _ string) string {

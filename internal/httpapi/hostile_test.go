@@ -215,6 +215,8 @@ func TestLiveModeInEveryBody(t *testing.T) {
 		"/v1/me/members/:id":                              "mem_00000000000000000000000000",
 		"/v1/me/api_keys/:id/roll":                        "key_00000000000000000000000000",
 		"/v1/reconciliations/:id/exceptions/:exc/resolve": "rec_00000000000000000000000000",
+		"/v1/disputes/:id":                                "dp_00000000000000000000000000",
+		"/v1/disputes/:id/close":                          "dp_00000000000000000000000000",
 	}
 	bodies := []string{
 		`{"environment":"live"}`,
