@@ -24,7 +24,7 @@ func TestRestrictedKeys(t *testing.T) {
 	want(t, r, 201, "")
 	rk := r.body["secret_key"].(string)
 	perms := r.body["permissions"].(map[string]any)
-	if !strings.HasPrefix(rk, "rk_test_") || len(rk) != 44 || r.body["type"] != "restricted" || len(perms) != 8 ||
+	if !strings.HasPrefix(rk, "rk_test_") || len(rk) != 44 || r.body["type"] != "restricted" || len(perms) != 10 ||
 		perms["charges"] != "write" || perms["refunds"] != "none" || perms["events"] != "read" || perms["customers"] != "none" {
 		t.Fatalf("restricted key: %s", r.raw)
 	}
