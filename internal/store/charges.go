@@ -181,6 +181,21 @@ func (s *Store) storedResponse(ctx context.Context, q querier, merchantID string
 	return &r, nil
 }
 
+// claimOrReplay claims an Idempotency-Key in tx (nil: there is none). It
+// returns the stored answer when an earlier request claimed the key (a
+// replay, or ErrReused for another request), and nil once it is claimed
+// for this one.
+func (s *Store) claimOrReplay(ctx context.Context, tx pgx.Tx, merchantID string, idem *idempotency.Request) (*idempotency.Response, error) {
+	if idem == nil {
+		return nil, nil
+	}
+	claimed, err := s.claimKey(ctx, tx, merchantID, idem)
+	if err != nil || claimed {
+		return nil, err
+	}
+	return s.storedResponse(ctx, tx, merchantID, idem)
+}
+
 func lockTimeout(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "55P03"
@@ -236,14 +251,9 @@ WHERE idempotency_keys.created_at < ` + idempotencyCutoff
 func (s *Store) RequestAction(ctx context.Context, r charges.ActionRequest) (*idempotency.Response, error) {
 	var replay *idempotency.Response
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		if r.Idem != nil {
-			claimed, err := s.claimKey(ctx, tx, r.MerchantID, r.Idem)
-			if err != nil || !claimed {
-				if err == nil {
-					replay, err = s.storedResponse(ctx, tx, r.MerchantID, r.Idem)
-				}
-				return err
-			}
+		if stored, err := s.claimOrReplay(ctx, tx, r.MerchantID, r.Idem); err != nil || stored != nil {
+			replay = stored
+			return err
 		}
 		c, err := scanCharge(tx.QueryRow(ctx, markAction, r.ChargeID, r.MerchantID, r.Action, r.Amount, r.At))
 		if errors.Is(err, pgx.ErrNoRows) {

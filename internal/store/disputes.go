@@ -171,14 +171,9 @@ func (s *Store) ActOnDispute(ctx context.Context, merchantID, id string, idem *i
 	var replay *idempotency.Response
 	var tasks []outbox.Task
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		if idem != nil {
-			claimed, err := s.claimKey(ctx, tx, merchantID, idem)
-			if err != nil || !claimed {
-				if err == nil {
-					replay, err = s.storedResponse(ctx, tx, merchantID, idem)
-				}
-				return err
-			}
+		if stored, err := s.claimOrReplay(ctx, tx, merchantID, idem); err != nil || stored != nil {
+			replay = stored
+			return err
 		}
 		d, err := scanDispute(tx.QueryRow(ctx, lockDispute, id, merchantID))
 		if err != nil {

@@ -276,14 +276,9 @@ func (s *Store) CreatePayout(ctx context.Context, idem *idempotency.Request, a l
 	var replay *idempotency.Response
 	var tasks []outbox.Task
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		if idem != nil {
-			claimed, err := s.claimKey(ctx, tx, a.MerchantID, idem)
-			if err != nil || !claimed {
-				if err == nil {
-					replay, err = s.storedResponse(ctx, tx, a.MerchantID, idem)
-				}
-				return err
-			}
+		if stored, err := s.claimOrReplay(ctx, tx, a.MerchantID, idem); err != nil || stored != nil {
+			replay = stored
+			return err
 		}
 		if _, err := tx.Exec(ctx, lockAccount, a.MerchantID, a.ConnectorID, a.Currency); err != nil {
 			return mapErr(err, "balance")

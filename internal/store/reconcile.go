@@ -156,14 +156,9 @@ func (s *Store) CreateReconciliation(ctx context.Context, idem *idempotency.Requ
 	fees []ledger.Transaction, response idempotency.Response) (*idempotency.Response, error) {
 	var replay *idempotency.Response
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		if idem != nil {
-			claimed, err := s.claimKey(ctx, tx, r.MerchantID, idem)
-			if err != nil || !claimed {
-				if err == nil {
-					replay, err = s.storedResponse(ctx, tx, r.MerchantID, idem)
-				}
-				return err
-			}
+		if stored, err := s.claimOrReplay(ctx, tx, r.MerchantID, idem); err != nil || stored != nil {
+			replay = stored
+			return err
 		}
 		audit.SetObject(ctx, "reconciliation", r.ID)
 		if _, err := tx.Exec(ctx, insertReconciliation, r.ID, r.MerchantID, r.ConnectorID, r.Source, r.Dates, r.Lines, r.Matched,
@@ -262,14 +257,9 @@ func (s *Store) ResolveException(ctx context.Context, idem *idempotency.Request,
 	plan func(recon.Exception) (recon.Resolved, error)) (*idempotency.Response, error) {
 	var replay *idempotency.Response
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		if idem != nil {
-			claimed, err := s.claimKey(ctx, tx, merchantID, idem)
-			if err != nil || !claimed {
-				if err == nil {
-					replay, err = s.storedResponse(ctx, tx, merchantID, idem)
-				}
-				return err
-			}
+		if stored, err := s.claimOrReplay(ctx, tx, merchantID, idem); err != nil || stored != nil {
+			replay = stored
+			return err
 		}
 		e, err := scanException(tx.QueryRow(ctx, lockException, exceptionID, merchantID, reconciliationID))
 		if err != nil {

@@ -39,14 +39,9 @@ func (s *Store) CreateRefund(ctx context.Context, merchantID, chargeID string, i
 	var replay *idempotency.Response
 	var tasks []outbox.Task
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		if idem != nil {
-			claimed, err := s.claimKey(ctx, tx, merchantID, idem)
-			if err != nil || !claimed {
-				if err == nil {
-					replay, err = s.storedResponse(ctx, tx, merchantID, idem)
-				}
-				return err
-			}
+		if stored, err := s.claimOrReplay(ctx, tx, merchantID, idem); err != nil || stored != nil {
+			replay = stored
+			return err
 		}
 		c, err := scanCharge(tx.QueryRow(ctx, lockCharge, chargeID, merchantID))
 		if err != nil {
