@@ -77,6 +77,12 @@ type Store interface {
 		plan func(d Dispute) (*Plan, error)) (replay *idempotency.Response, tasks []outbox.Task, err error)
 	DisputeByID(ctx context.Context, merchantID, id string) (Dispute, error)
 	ListDisputes(ctx context.Context, merchantID string, f Filter, p listing.Params) (listing.Page[Dispute], error)
+	// DisputesByDeadline pages the merchant's disputes by deadline: those
+	// waiting for the merchant's evidence, then those under review, each
+	// soonest due first, then the closed ones, latest deadline first. A page
+	// starts after the dispute after ("" for the first) and holds at most
+	// limit disputes.
+	DisputesByDeadline(ctx context.Context, merchantID string, f Filter, after string, limit int) (listing.Page[Dispute], error)
 	// DisputeForWork reads a dispute of any merchant, for the worker.
 	DisputeForWork(ctx context.Context, id string) (Dispute, error)
 	// FinishDisputeTask deletes the outbox row of task t.
@@ -136,6 +142,23 @@ func (s *Service) List(ctx context.Context, merchantID string, f Filter, p listi
 	}
 	return s.store.ListDisputes(ctx, merchantID, f, p)
 }
+
+// ByDeadline pages the merchant's disputes by deadline, as the dashboard
+// lists them (Store.DisputesByDeadline): after is the last dispute of the
+// previous page, "" for the first. f.ChargeID is not taken.
+func (s *Service) ByDeadline(ctx context.Context, merchantID string, f Filter, after string, limit int) (listing.Page[Dispute], error) {
+	if f.Status != "" && !ValidStatus(f.Status) {
+		return listing.Page[Dispute]{}, apperr.Invalid("status", "status must be one of %v.", Statuses)
+	}
+	if after != "" && !ValidID(after) {
+		return listing.Page[Dispute]{}, apperr.Invalid("starting_after", "starting_after must be a dispute id (dp_...).")
+	}
+	limit = min(max(limit, 1), listing.MaxLimit)
+	return s.store.DisputesByDeadline(ctx, merchantID, Filter{Status: f.Status}, after, limit)
+}
+
+// Now is the service's clock, for what a page says of a deadline.
+func (s *Service) Now() time.Time { return s.now() }
 
 // Apply applies a provider's report of one of its disputes on the
 // connector's payment (notifications.DisputeApplier).

@@ -193,7 +193,7 @@ func TestBrowserLedger(t *testing.T) {
 	// The navigation's Money section leads to the balance, whose page
 	// lists the section's pages.
 	if nav := strings.Join(got.NavLinks, " "); !strings.Contains(nav, "/dashboard/balance") || strings.Contains(nav, "/dashboard/payouts") ||
-		strings.Join(got.MoneyLinks, " ") != "/dashboard/balance /dashboard/payouts /dashboard/reconciliations" {
+		strings.Join(got.MoneyLinks, " ") != "/dashboard/balance /dashboard/payouts /dashboard/reconciliations /dashboard/disputes" {
 		t.Errorf("the navigation %v, the Money section's %v", got.NavLinks, got.MoneyLinks)
 	}
 	// The EUR connector pays out by hand only: all of its net was

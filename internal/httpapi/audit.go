@@ -83,6 +83,8 @@ var actions = map[string]auditAction{
 	"POST /dashboard/payouts":                                     {"payout.create", "payout", ""},
 	"POST /dashboard/reconciliations":                             {"reconciliation.create", "reconciliation", ""},
 	"POST /dashboard/reconciliations/:id/exceptions/:exc/resolve": {resolveAction, "reconciliation_exception", "exc"},
+	"POST /dashboard/disputes/:id":                                {"dispute.evidence", "dispute", "id"},
+	"POST /dashboard/disputes/:id/close":                          {"dispute.close", "dispute", "id"},
 	"POST /dashboard/customers/:id/delete":                        {"customer.delete", "customer", "id"},
 	"POST /dashboard/customers/:id/payment_methods/:pm_id/delete": {"payment_method.delete", "payment_method", "pm_id"},
 	"POST /dashboard/connectors":                                  {"connector.create", "connector", ""},

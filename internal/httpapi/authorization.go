@@ -108,6 +108,12 @@ var needs = map[string]authz.Need{
 	"POST /dashboard/reconciliations":                             write(authz.Balance),
 	"GET /dashboard/reconciliations/:id":                          read(authz.Balance),
 	"POST /dashboard/reconciliations/:id/exceptions/:exc/resolve": write(authz.Balance),
+	"GET /dashboard/disputes":                                     read(authz.Disputes),
+	"GET /dashboard/disputes/:id":                                 read(authz.Disputes),
+	// Staging evidence; submitting it needs write access to disputes as
+	// well (dashUpdateDispute checks it).
+	"POST /dashboard/disputes/:id":                                write(authz.DisputeEvidence),
+	"POST /dashboard/disputes/:id/close":                          write(authz.Disputes),
 	"GET /dashboard/customers":                                    read(authz.Customers),
 	"GET /dashboard/customers/:id":                                read(authz.Customers),
 	"POST /dashboard/customers/:id/delete":                        write(authz.Customers),

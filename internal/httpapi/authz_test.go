@@ -83,6 +83,7 @@ const (
 	// kindException is its exception (see reconciliationOfException).
 	kindReconciliation = "reconciliation"
 	kindException      = "reconciliation_exception"
+	kindDispute        = "dispute" // a dispute waiting for evidence, of a captured charge
 )
 
 // tableOf groups kinds that share ids, for the "id of another kind" cases.
@@ -91,12 +92,12 @@ var tableOf = map[string]string{
 	kindEndpoint: "webhook_endpoints", kindDelivery: "webhook_deliveries", kindAPIKey: "api_keys",
 	kindCustomer: "customers", kindPaymentMethod: "payment_methods", kindConnector: "connectors", kindMember: "members",
 	kindPayout:         "payouts",
-	kindReconciliation: "reconciliations", kindException: "reconciliation_exceptions",
+	kindReconciliation: "reconciliations", kindException: "reconciliation_exceptions", kindDispute: "disputes",
 }
 
 // prefixedKinds have ids like key_... rather than UUIDs.
 var prefixedKinds = map[string]bool{kindAPIKey: true, kindEndpoint: true, kindCustomer: true, kindPaymentMethod: true, kindConnector: true, kindMember: true,
-	kindPayout: true, kindReconciliation: true, kindException: true}
+	kindPayout: true, kindReconciliation: true, kindException: true, kindDispute: true}
 
 // customerOfMethod maps the fixtures' payment method ids to their
 // customers', for the routes that name both.
@@ -210,7 +211,8 @@ var authzRoutes = map[string]authzRoute{
 	"GET /v1/payouts":                  {auth: keyOnly, ok: 200},
 	"GET /v1/payouts/:id":              {auth: keyOnly, ok: 404, madeUp: "po_06h21dscqtupdc4b6fl6b6lb3o"},
 	// Nor disputes: only a provider opens one (internal/e2e's dispute
-	// tests, for other merchants' too).
+	// tests, for other merchants' too); the fixtures' disputes are rows
+	// written for the dashboard's matrix (disputesOf).
 	"GET /v1/disputes":            {auth: keyOnly, ok: 200, query: "status=needs_response"},
 	"GET /v1/disputes/:id":        {auth: keyOnly, ok: 404, madeUp: "dp_06h21dscqtupdc4b6fl6b6lb3o"},
 	"POST /v1/disputes/:id":       {auth: keyOnly, ok: 404, madeUp: "dp_06h21dscqtupdc4b6fl6b6lb3o", body: fixed(`{"evidence":{"uncategorized_text":"x"}}`)},
@@ -451,6 +453,7 @@ func (h *harness) newAuthzFixture(t *testing.T, email string, w *worker, d *webh
 	h.connectorsOf(t, f, n, key)
 	h.payoutsOf(t, f, n)
 	h.reconciliationsOf(t, f, n, key)
+	h.disputesOf(t, f, n)
 	for i := 0; i < n; i++ {
 		r := h.with(t).do("POST", "/v1/me/members", `{"email":"member-`+strconv.Itoa(i)+`-`+email+`","role":"developer"}`, bearer(f.token)...)
 		want(t, r, 201, "")
@@ -499,6 +502,25 @@ func (h *harness) payoutsOf(t *testing.T, f *authzFixture, n int) {
 			t.Fatal(err)
 		}
 		f.ids[kindPayout] = append(f.ids[kindPayout], made)
+	}
+}
+
+// disputesOf gives f n disputes waiting for evidence, each of 1.00 of
+// one of its captured charges (which leaves them refundable), written as
+// rows: the fixture's events are its charges' and refunds' only.
+func (h *harness) disputesOf(t *testing.T, f *authzFixture, n int) {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		id := ids.New("dp")
+		_, err := h.db.Pool.Exec(context.Background(), `INSERT INTO disputes (id, merchant_id, environment, charge_id, connector_id, provider,
+				provider_reference, amount, currency, reason, status, rank, evidence_due_by, created_at, updated_at)
+			SELECT $1, merchant_id, environment, id, coalesce(connector_id, ''), provider, $3, 100, currency, 'fraudulent', 'needs_response', 40,
+				now() + interval '7 days', now(), now()
+			FROM charges WHERE id = $2`, id, f.ids[kindCharge][i%len(f.ids[kindCharge])], "sbx_dp_matrix_"+id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.ids[kindDispute] = append(f.ids[kindDispute], id)
 	}
 }
 

@@ -130,6 +130,12 @@ var dashboardFuncs = template.FuncMap{
 	// with its sign, for a difference.
 	"kind":   func(k string) string { return exceptionKinds[k] },
 	"signed": signedMoney,
+	// reason names a dispute's reason; thousands writes a count with
+	// thousands separators.
+	"reason":    disputeReason,
+	"thousands": thousands,
+	// fieldOf is a field of the evidence form with its page.
+	"fieldOf": func(v disputeView, f evidenceField) evidenceInput { return evidenceInput{View: v, Field: f} },
 	"has": func(list []string, v string) bool {
 		for _, x := range list {
 			if x == v {
@@ -150,7 +156,7 @@ func newDashboard() *dashboard {
 	d := &dashboard{pages: map[string]*template.Template{}}
 	for _, name := range []string{"login", "error", "keys", "charges", "charge", "customers", "customer", "events", "event", "webhooks", "webhook",
 		"connectors", "connector", "routing", "team", "setup", "audit", "security", "login_mfa",
-		"balance", "payouts", "payout", "reconciliations", "reconciliation"} {
+		"balance", "payouts", "payout", "reconciliations", "reconciliation", "disputes", "dispute"} {
 		d.pages[name] = template.Must(template.New(name).Funcs(dashboardFuncs).
 			ParseFS(dashboardFiles, "dashboard/layout.html", "dashboard/"+name+".html"))
 	}
@@ -238,11 +244,24 @@ func (v view) Can(resource, access string) bool {
 
 // moneyPages are the pages of the navigation's Money section, which
 // lists them again under the header.
-var moneyPages = map[string]bool{"balance": true, "payouts": true, "reconciliations": true}
+var moneyPages = map[string]bool{"balance": true, "payouts": true, "reconciliations": true, "disputes": true}
 
 // InMoney reports whether the page is one of the Money section's: the
-// balance, the payouts and reconciliation.
+// balance, the payouts, reconciliation and the disputes.
 func (v view) InMoney() bool { return moneyPages[v.Nav] }
+
+// MoneyHome is where the navigation's Money link leads: the Balance page,
+// or the Disputes page for a member who reads disputes but not the
+// balance (support); "" for a member who reads neither.
+func (v view) MoneyHome() string {
+	switch {
+	case v.Can(string(authz.Balance), "read"):
+		return dashboardPath + "/balance"
+	case v.Can(string(authz.Disputes), "read"):
+		return dashboardPath + "/disputes"
+	}
+	return ""
+}
 
 // notices are the confirmations an action's redirect names.
 var notices = map[string]string{
@@ -274,6 +293,9 @@ var notices = map[string]string{
 	"reconciled":       "Reconciled. What differs is listed below, open until someone resolves it; nothing was adjusted.",
 	"adjusted":         "Exception resolved: the difference is booked to your balance as an adjustment.",
 	"accepted":         "Exception accepted: it is closed and nothing was booked.",
+	"evidence_saved":   "Evidence saved. Nothing is sent to the provider until the evidence is submitted.",
+	"evidence_sent":    "Evidence submitted. The worker sends it to the provider, which decides the dispute; this page shows its decision when it arrives.",
+	"dispute_closed":   "Dispute accepted and closed (an accepted chargeback is lost, with its amount). The worker tells the provider.",
 }
 
 // failureTitles head a failure page by its status.
@@ -483,6 +505,10 @@ func (s *server) dashboardRoutes(app *fiber.App) {
 	post("/reconciliations", s.dashCreateReconciliation)
 	get("/reconciliations/:id", s.reconciliationPage)
 	post("/reconciliations/:id/exceptions/:exc/resolve", s.dashResolveException)
+	get("/disputes", s.disputesPage)
+	get("/disputes/:id", s.disputePage)
+	post("/disputes/:id", s.dashUpdateDispute)
+	post("/disputes/:id/close", s.dashCloseDispute)
 
 	get("/customers", s.customersPage)
 	get("/customers/:id", s.customerPage)

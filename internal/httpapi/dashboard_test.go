@@ -228,6 +228,12 @@ var dashRoutes = map[string]dashRoute{
 	// The route names the exception's reconciliation too (dashRoutePath).
 	"POST /dashboard/reconciliations/:id/exceptions/:exc/resolve": {ok: 303, idKind: kindException,
 		form: url.Values{"action": {"accept"}, "note": {"dashboard"}}},
+	"GET /dashboard/disputes":     {ok: 200, lists: kindDispute},
+	"GET /dashboard/disputes/:id": {ok: 200, idKind: kindDispute},
+	// Staging evidence (TestDashboardDisputeEvidence submits it, role by
+	// role); accepting a dispute.
+	"POST /dashboard/disputes/:id":       {ok: 303, idKind: kindDispute, form: url.Values{"action": {"save"}, "evidence.customer_name": {"Matrix"}}},
+	"POST /dashboard/disputes/:id/close": {ok: 303, idKind: kindDispute},
 
 	"GET /dashboard/customers":             {ok: 200, lists: kindCustomer},
 	"GET /dashboard/customers/:id":         {ok: 200, idKind: kindCustomer},

@@ -56,6 +56,9 @@ func bodyLimitOf(c *fiber.Ctx) int {
 	if c.Method() == fiber.MethodPost && (c.Path() == "/v1/reconciliations" || c.Path() == dashboardPath+"/reconciliations") {
 		return reconciliationBodyLimit
 	}
+	if c.Method() == fiber.MethodPost && evidenceFormPath(c.Path()) {
+		return evidenceBodyLimit
+	}
 	return BodyLimit
 }
 

@@ -226,6 +226,49 @@ func (s *Store) ListDisputes(ctx context.Context, merchantID string, f disputes.
 	return listPage(ctx, s, query, args, p, scanDispute, "dispute")
 }
 
+// disputesByDeadline orders the merchant's disputes as the dashboard
+// lists them (disputes.Store.DisputesByDeadline): first those waiting for
+// the merchant's evidence, then those under review, each by deadline
+// (evidence_due_by, soonest first), then the closed ones, the latest
+// deadline first; the id breaks ties. grp and k are the sort key, so a page
+// starts after the key of the previous page's last dispute ($2).
+const disputesByDeadline = `
+WITH d AS (
+	SELECT ` + disputeColumns + `,
+		CASE WHEN status IN ('needs_response', 'warning_needs_response') AND evidence_submitted_at IS NULL THEN 0
+			WHEN status IN ('won', 'lost', 'warning_closed') THEN 2 ELSE 1 END AS grp,
+		CASE WHEN status IN ('won', 'lost', 'warning_closed') THEN -extract(epoch FROM evidence_due_by)
+			ELSE extract(epoch FROM evidence_due_by) END AS k
+	FROM disputes WHERE merchant_id = $1 AND ($3 = '' OR status = $3)
+)
+SELECT ` + disputeColumns + ` FROM d
+WHERE $2 = '' OR (grp, k, id) > (SELECT grp, k, id FROM d WHERE id = $2)
+ORDER BY grp, k, id LIMIT $4`
+
+// DisputesByDeadline implements disputes.Store.
+func (s *Store) DisputesByDeadline(ctx context.Context, merchantID string, f disputes.Filter, after string, limit int) (listing.Page[disputes.Dispute], error) {
+	var list []disputes.Dispute
+	err := s.read(ctx, false, func(db dbtx) error {
+		rows, err := db.Query(ctx, disputesByDeadline, merchantID, after, f.Status, limit+1)
+		if err != nil {
+			return err
+		}
+		list, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (disputes.Dispute, error) { return scanDispute(r) })
+		return err
+	})
+	if err != nil {
+		return listing.Page[disputes.Dispute]{}, mapErr(err, "dispute")
+	}
+	page := listing.Page[disputes.Dispute]{Items: list, HasMore: len(list) > limit}
+	if page.HasMore {
+		page.Items = list[:limit]
+	}
+	if page.Items == nil {
+		page.Items = []disputes.Dispute{}
+	}
+	return page, nil
+}
+
 // FinishDisputeTask implements disputes.Store.
 func (s *Store) FinishDisputeTask(ctx context.Context, t outbox.Task) error {
 	_, err := s.pool.Exec(ctx, `DELETE FROM outbox WHERE task_id = $1`, t.ID())

@@ -48,6 +48,22 @@
     document.querySelectorAll('form[data-sent]').forEach(function (f) { delete f.dataset.sent; });
   });
 
+  // The evidence form: how many characters its fields hold, all together,
+  // as the server counts them (characters, not UTF-16 units), kept up to
+  // date as they are typed.
+  var size = document.getElementById('evidence-size');
+  var count = document.getElementById('evidence-chars');
+  if (size && count) {
+    var max = Number(size.dataset.max);
+    var recount = function () {
+      var n = 0;
+      document.querySelectorAll('[data-evidence]').forEach(function (f) { n += Array.from(f.value.trim()).length; });
+      count.textContent = n.toLocaleString('en-US');
+      size.classList.toggle('over', n > max);
+    };
+    document.addEventListener('input', function (ev) { if (ev.target.hasAttribute && ev.target.hasAttribute('data-evidence')) { recount(); } });
+  }
+
   // Work under way (a charge the worker has not finished, a delivery not yet
   // attempted): reload every two seconds, unless the user is typing.
   if (body.dataset.busy === 'true') {
