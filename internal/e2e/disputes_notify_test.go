@@ -218,4 +218,3 @@ func TestProviderDisputeNotifications(t *testing.T) {
 		t.Errorf("Adyen's disputes: in order %+v, reversed and twice %+v; want both %+v", x, y, wantAdyen)
 	}
 }
-
