@@ -28,7 +28,13 @@ and waits until the worker has done its part:
   refund.created, refund.succeeded a captured charge, then refunded 10.00 USD
   charge.requires_action           a charge whose card asks for 3-D Secure (4000002760003184),
                                    left waiting for the cardholder: it prints the challenge
-                                   page to complete or fail in a browser`,
+                                   page to complete or fail in a browser
+  charge.dispute.created,          a captured charge the cardholder disputes (card
+  charge.dispute.funds_withdrawn   4000000000000259): the dispute opens, its money withdrawn
+  charge.dispute.updated           the same dispute, with evidence staged
+  charge.dispute.closed            the same dispute, accepted (lost)
+  charge.dispute.funds_reinstated  the same dispute, won with the evidence winning_evidence,
+                                   decided after SANDBOX_DISPUTE_DECISION_DELAY`,
 		Args:      positional(cobra.ExactArgs(1)),
 		ValidArgs: events.Types,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -44,6 +50,9 @@ and waits until the worker has done its part:
 			cl, err := c.client()
 			if err != nil {
 				return err
+			}
+			if strings.HasPrefix(args[0], "charge.dispute.") {
+				return c.triggerDispute(cmd.Context(), cl, args[0])
 			}
 			return c.trigger(cmd.Context(), cl, args[0])
 		},
@@ -74,10 +83,12 @@ type refundObj struct {
 }
 
 // Sandbox cards of the triggers: one the bank declines, one whose issuer
-// asks for 3-D Secure every time.
+// asks for 3-D Secure every time, one the cardholder disputes once it is
+// captured.
 const (
 	triggerDeclined = "4000000000000002"
 	trigger3DS      = "4000002760003184"
+	triggerDisputed = "4000000000000259"
 )
 
 // triggerReturnURL is where the challenge page of charge.requires_action
@@ -141,6 +152,73 @@ func (c *cli) trigger(ctx context.Context, cl *client, event string) error {
 		return c.wait(ctx, "refund "+r.ID, "succeeded", func() (string, error) {
 			_, err := cl.do(ctx, http.MethodGet, "/v1/refunds/"+r.ID, nil, nil, &r)
 			return r.Status, err
+		})
+	}
+	return nil
+}
+
+type disputeObj struct {
+	ID     string `json:"id"`
+	Status string `json:"status"`
+}
+
+// triggerDispute makes a captured charge of the disputed card, waits for
+// its dispute, and carries the dispute as far as event needs.
+func (c *cli) triggerDispute(ctx context.Context, cl *client, event string) error {
+	ch := chargeObj{}
+	body := map[string]any{"amount": 2000, "currency": "usd", "payment_method": "card", "capture": true,
+		"card":        map[string]any{"number": triggerDisputed, "exp_month": 12, "exp_year": time.Now().Year() + 3, "cvc": "123"},
+		"description": "gatehouse trigger " + event, "metadata": map[string]string{"trigger": event}}
+	if _, err := cl.do(ctx, http.MethodPost, "/v1/charges", body, idem(), &ch); err != nil {
+		return err
+	}
+	c.say("charge %s created", ch.ID)
+	if err := c.waitCharge(ctx, cl, &ch, "captured"); err != nil {
+		return err
+	}
+	var d disputeObj
+	if err := c.wait(ctx, "the dispute of charge "+ch.ID, "needs_response", func() (string, error) {
+		var list struct {
+			Data []disputeObj `json:"data"`
+		}
+		if _, err := cl.do(ctx, http.MethodGet, "/v1/disputes?charge="+ch.ID, nil, nil, &list); err != nil {
+			return "", err
+		}
+		if len(list.Data) == 0 {
+			return "not opened", nil
+		}
+		d = list.Data[0]
+		return d.Status, nil
+	}); err != nil {
+		return err
+	}
+	c.say("dispute %s opened", d.ID)
+	switch event {
+	case events.DisputeUpdated:
+		_, err := cl.do(ctx, http.MethodPost, "/v1/disputes/"+d.ID, map[string]any{
+			"evidence": map[string]any{"uncategorized_text": "Staged by gatehouse trigger."}}, idem(), &d)
+		if err == nil {
+			c.say("dispute %s: evidence staged", d.ID)
+		}
+		return err
+	case events.DisputeClosed:
+		_, err := cl.do(ctx, http.MethodPost, "/v1/disputes/"+d.ID+"/close", nil, idem(), &d)
+		if err == nil {
+			c.say("dispute %s accepted: %s", d.ID, d.Status)
+		}
+		return err
+	case events.DisputeFundsReinstated:
+		if _, err := cl.do(ctx, http.MethodPost, "/v1/disputes/"+d.ID, map[string]any{
+			"evidence": map[string]any{"uncategorized_text": "winning_evidence"}, "submit": true}, idem(), &d); err != nil {
+			return err
+		}
+		c.say("dispute %s: winning evidence submitted; the sandbox decides after SANDBOX_DISPUTE_DECISION_DELAY", d.ID)
+		return c.wait(ctx, "dispute "+d.ID, "won", func() (string, error) {
+			_, err := cl.do(ctx, http.MethodGet, "/v1/disputes/"+d.ID, nil, nil, &d)
+			if err == nil && d.Status == "lost" {
+				err = fmt.Errorf("dispute %s was lost instead of won", d.ID)
+			}
+			return d.Status, err
 		})
 	}
 	return nil

@@ -350,7 +350,7 @@ type Config struct {
 	SandboxPayoutDelay time.Duration `env:"SANDBOX_PAYOUT_DELAY" envDefault:"24h" by:"api,worker"`
 	// How long after test evidence (winning_evidence, losing_evidence) is
 	// submitted the sandbox decides a dispute.
-	SandboxDisputeDecisionDelay time.Duration `env:"SANDBOX_DISPUTE_DECISION_DELAY" envDefault:"1m" min:"0s" by:"worker"`
+	SandboxDisputeDecisionDelay time.Duration `env:"SANDBOX_DISPUTE_DECISION_DELAY" envDefault:"30s" min:"0s" by:"worker"`
 
 	// The delay before each delivery attempt, counted from the previous
 	// attempt's end; each is made up to 10 % longer at random (never

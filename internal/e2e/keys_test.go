@@ -44,7 +44,7 @@ func TestRestrictedAndRolledKeys(t *testing.T) {
 		var k keyJSON
 		decode(t, e, &k)
 		if k.Type != "restricted" || !strings.HasPrefix(k.SecretKey, "rk_test_") || len(k.SecretKey) != 44 ||
-			k.Permissions["charges"] != "write" || k.Permissions["refunds"] != "none" || k.Permissions["customers"] != "none" || k.Permissions["balance"] != "none" || len(k.Permissions) != 8 {
+			k.Permissions["charges"] != "write" || k.Permissions["refunds"] != "none" || k.Permissions["customers"] != "none" || k.Permissions["balance"] != "none" || k.Permissions["disputes"] != "none" || len(k.Permissions) != 10 {
 			t.Fatalf("restricted key: %s", e.body)
 		}
 		var chargeID string
