@@ -72,7 +72,7 @@ type received struct {
 func TestCLIEndToEnd(t *testing.T) {
 	t.Parallel()
 	verify := verifierDir(t)
-	st := newStack(t, stackOptions{env: webhooksStackEnv, workerEnv: webhooksWorkerEnv}, "developer CLI")
+	st := newStack(t, stackOptions{env: webhooksStackEnv, workerEnv: append(slices.Clone(webhooksWorkerEnv), "SANDBOX_DISPUTE_DECISION_DELAY=2s")}, "developer CLI")
 	cli := buildBinaries(t).cli
 	bag := &secretBag{}
 	m := newWebhookMerchant(t, st, bag, "127.0.0.43", "cli")

@@ -152,13 +152,13 @@ func TestProviderDisputeNotifications(t *testing.T) {
 	for _, n := range list {
 		outcomes[n.Outcome]++
 	}
-	// In order, created, updated and closed move the dispute (the money
-	// follows from each one's status: funds_withdrawn and
-	// funds_reinstated find it moved already); reversed, the first
-	// (funds_reinstated, won) opens it at its end. Everything else, every
-	// resend included, is a duplicate.
-	if outcomes["applied"] != 4 || outcomes["duplicate"] != 11 || len(outcomes) != 2 {
-		t.Errorf("Stripe's dispute events: %v, want 4 applied and 11 duplicates", outcomes)
+	// The worker applies notifications side by side, not in the order
+	// they came: of the events in order, created and closed move the
+	// dispute at least (updated too when it is applied before closed);
+	// reversed, the first applied opens the dispute at its end. Every
+	// other one, every resend included, is recorded as a duplicate.
+	if outcomes["applied"] < 3 || outcomes["applied"] > 4 || outcomes["applied"]+outcomes["duplicate"] != len(list) {
+		t.Errorf("Stripe's dispute events: %v, want 3 or 4 applied and the rest duplicates", outcomes)
 	}
 	dA, a := m.disputeOutcome(t, stripeCharges[0])
 	dB, b := m.disputeOutcome(t, stripeCharges[1])

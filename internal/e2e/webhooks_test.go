@@ -65,7 +65,6 @@ var webhooksWorkerEnv = []string{
 	"OUTBOX_SWEEP_AFTER=2s",
 	"RECONCILE_AFTER=5s",
 	"SANDBOX_LATENCY=5ms",
-	"SANDBOX_DISPUTE_DECISION_DELAY=2s",
 }
 
 // hit is one request a receiver got.
