@@ -75,7 +75,9 @@ test: ## Install the test tools if missing, start Postgres/Redis if needed; make
 .PHONY: test-in-env
 # make lint runs beside the tests, its output kept until they end: the
 # end-to-end tests spend minutes mostly waiting, and the linters fill the
-# gap. -trimpath (through GOFLAGS, so that the binaries the end-to-end tests
+# gap. They run at the lowest priority (nice 19): on two cores the tests
+# are busy enough that a linter at equal priority slows the longest of
+# them, which decides when make test ends. -trimpath (through GOFLAGS, so that the binaries the end-to-end tests
 # build get it too) keeps Go's build cache valid across checkouts: without
 # it a package's cache key holds its directory, and every fresh clone
 # compiles all of Gatehouse again with -race. TEST_P packages run at once
@@ -89,7 +91,7 @@ test-in-env:
 	@status=0; \
 	export GOFLAGS="-trimpath $${GOFLAGS:-}"; \
 	lintlog=$$(mktemp); \
-	$(MAKE) --no-print-directory lint >"$$lintlog" 2>&1 & lintpid=$$!; \
+	nice -n 19 $(MAKE) --no-print-directory lint >"$$lintlog" 2>&1 & lintpid=$$!; \
 	echo "make lint (beside the tests; its output follows them)"; \
 	echo "GOFLAGS='$$GOFLAGS' $(GO) test -race -count=1 -p $(TEST_P) -timeout 20m $(TEST_FLAGS) $(PKG)"; \
 	GATEHOUSE_REQUIRE_SERVICES=1 $(GO) test -race -count=1 -p $(TEST_P) -timeout 20m $(TEST_FLAGS) $(PKG) || status=1; \
