@@ -652,7 +652,7 @@ func (s *adyenSetup) waitEvent(t *testing.T, id, typ string) {
 // signed as Adyen signs it. Resent notifications change nothing, a forged
 // one is refused, and what Adyen booked is what the gateway shows.
 func TestAdyenSettlesByNotification(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	began := time.Now()
 	// The route is [adyen, stripe]: Stripe (stripe-mock) is the fallback
 	// the charges never need.
@@ -1051,7 +1051,7 @@ func waitCount(t *testing.T, what string, count func() int, n int) {
 // the worker sends to /payments/details; Adyen's Authorised answer
 // captures the charge, and the authentication succeeded.
 func TestAdyenThreeDSecure(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	s := newAdyenSetup(t, "127.0.0.164", "adyen 3-D Secure")
 	m, rec := s.m, s.rec
 	m.putRouting(t, `{"default":`+route(s.conn.ID)+`}`)

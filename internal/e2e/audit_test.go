@@ -18,7 +18,7 @@ import (
 // is changed behind the triggers' back (as a superuser can) and once a
 // middle entry is deleted.
 func TestAuditVerify(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	st := newStack(t, stackOptions{}, "the audit log's chain")
 	c := newClient(t, "127.0.0.1")
 	merchantID, token := st.signUp(t, c, "audit", "Audit")

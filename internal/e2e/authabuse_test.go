@@ -21,7 +21,7 @@ import (
 // at most about the limit of lookups, Redis holds a flat number of keys, and
 // the figures (Redis memory, the API process's RSS and CPU time) are logged.
 func TestAuthFloodB7(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	const perIP = 200
 	st := newStack(t, stackOptions{apiEnv: []string{"RATE_LIMIT_DEFAULT=" + strconv.Itoa(perIP) + "/1m"}}, "B7 floods of failed authentication")
 	owner := newClient(t, "127.0.0.1")

@@ -123,7 +123,7 @@ func threeDSBody(number string, extra string) string {
 }
 
 func TestThreeDSecure(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	st := newStack(t, stackOptions{env: chargesStackEnv, workerEnv: chargesWorkerEnv}, "3-D Secure")
 	setup := newClient(t, "127.0.0.70")
 	_, token := st.signUp(t, setup, "threeds", "3DS Shop")
@@ -244,7 +244,7 @@ func TestThreeDSecure(t *testing.T) {
 // charge failed authentication_expired once AUTHENTICATION_TIMEOUT passes;
 // the provider's payment is cancelled and the link closed.
 func TestAuthenticationTimeout(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	st := newStack(t, stackOptions{env: append([]string{"AUTHENTICATION_TIMEOUT=2s"}, chargesStackEnv...), workerEnv: chargesWorkerEnv},
 		"authentication timeout")
 	setup := newClient(t, "127.0.0.73")
@@ -291,7 +291,7 @@ func queryString(t *testing.T, st *stack, sql string) string {
 // card number nor the sealed card data is anywhere in a dump of the
 // database (the B5 scan, run right after the deletions).
 func TestSavedCardsOffSession(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	st := newStack(t, stackOptions{env: chargesStackEnv, workerEnv: chargesWorkerEnv}, "saved cards off session")
 	setup := newClient(t, "127.0.0.76")
 	_, token := st.signUp(t, setup, "saved", "Saved Cards Shop")

@@ -51,7 +51,7 @@ func procStatus(t *testing.T, pid int) (rss int64, cpu time.Duration) {
 // answered 415 unsupported_media_type, and the API's resident memory grows
 // by less than 64 MiB over all of them.
 func TestCompressedBodyBombs(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	st := newStack(t, stackOptions{}, "compressed request bodies")
 	c := newClient(t, "127.0.0.1")
 	_, token := st.signUp(t, c, "bomb", "Bomb Shop")

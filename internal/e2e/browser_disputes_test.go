@@ -70,7 +70,7 @@ type disputeListed struct {
 // 2 s). The dispute, its books and the audit log are checked through the
 // API and the database.
 func TestBrowserDisputes(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	dir, chromium := browserTools(t)
 	shots := screenshotDir(t)
 	st := newStack(t, stackOptions{workerEnv: []string{"SANDBOX_DISPUTE_DECISION_DELAY=2s"}}, "browser disputes")

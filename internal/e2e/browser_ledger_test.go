@@ -78,7 +78,7 @@ type ledgerJourney struct {
 // against the API's. Then the EUR connector is reconciled in the dashboard
 // (reconcileInBrowser).
 func TestBrowserLedger(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	dir, chromium := browserTools(t)
 	shots := screenshotDir(t)
 	st := newStack(t, stackOptions{env: []string{"SANDBOX_SETTLEMENT_DELAY=3s", "SANDBOX_PAYOUT_DELAY=3s"},

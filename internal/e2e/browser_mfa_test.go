@@ -39,7 +39,7 @@ type mfaJourney struct {
 // on the dashboard. The secret is stored sealed; nothing the script printed
 // holds a secret.
 func TestBrowserTwoFactor(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	dir, chromium := browserTools(t)
 	shots := screenshotDir(t)
 	st := newStack(t, stackOptions{}, "browser two-factor")

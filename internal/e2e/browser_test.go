@@ -162,7 +162,7 @@ type journeys struct {
 // and database; the browser's console, the example checkout's log and the
 // script's output are scanned here too.
 func TestBrowserJourneys(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	dir, chromium := browserTools(t)
 	shots := screenshotDir(t)
 	// Receivers listen on loopback, which the API refuses by default.

@@ -86,7 +86,7 @@ func storedCard(t *testing.T, st *stack, merchantID, pmID string) charges.SavedC
 // any data key still live; and the worker's housekeeping vacuums the
 // deleted keys' row versions away.
 func TestSavedCardsKeepNoCVC(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	st := newStack(t, stackOptions{env: chargesStackEnv, workerEnv: chargesWorkerEnv}, "saved cards keep no CVC")
 	keys := stackKeyring(t, st)
 	setup := newClient(t, "127.0.0.180")

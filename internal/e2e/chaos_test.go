@@ -84,7 +84,7 @@ func (p *progress) stalled(left int) bool {
 // run one at a time so that their figures do not disturb each other.
 func chaosParallel(t *testing.T) {
 	if !chaosFull() {
-		t.Parallel()
+		parallel(t)
 	}
 }
 

@@ -335,7 +335,7 @@ func queryInt(t *testing.T, db testenv.DB, sql string, args ...any) int64 {
 // while 200 charges are processed (docs/reliability.md I2: no double charge, every
 // charge reaches a final state).
 func TestChargesEndToEnd(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	began := time.Now()
 	st := newStack(t, stackOptions{env: chargesStackEnv, workerEnv: chargesWorkerEnv}, "charges")
 

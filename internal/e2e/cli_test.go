@@ -70,7 +70,7 @@ type received struct {
 // the challenge page it prints); list and get read them; mistakes are
 // clear errors. It reports the time from an event's commit to its forward.
 func TestCLIEndToEnd(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	verify := verifierDir(t)
 	st := newStack(t, stackOptions{env: webhooksStackEnv, workerEnv: append(slices.Clone(webhooksWorkerEnv), "SANDBOX_DISPUTE_DECISION_DELAY=2s")}, "developer CLI")
 	cli := buildBinaries(t).cli

@@ -40,7 +40,7 @@ const cloneTest = "TestIdempotentCreationAcrossReplicas"
 // ones this run compiled, cached under their module path rather than under
 // the copy's directory, which is new each time: it mostly links.
 func TestFreshCheckoutInPrivateDirectory(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	root, err := harness.ModuleRoot()
 	if err != nil {
 		t.Fatal(err)

@@ -13,7 +13,7 @@ import (
 // (authentication is never reached), and is closed; the three open ones are
 // still served. Once one of them is closed, a new connection is served.
 func TestConnectionLimit(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	const limit = 3
 	st := newStack(t, stackOptions{apiEnv: []string{"HTTP_MAX_CONNS=3"}}, "connections beyond HTTP_MAX_CONNS")
 	base := st.replicas[0]

@@ -75,7 +75,7 @@ func (m *rtMerchant) disputeOutcome(t *testing.T, chargeID string) (disputeJSON,
 // the same books, and what would have moved a dispute backwards is
 // recorded (a duplicate) and changes nothing.
 func TestProviderDisputeNotifications(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	stripeMock := startStripeMockProcess(t)
 	s := newAdyenSetup(t, "127.0.0.161", "disputes by notification", "STRIPE_API_BASE="+stripeMock)
 	m, nt := s.m, s.notifier

@@ -103,7 +103,7 @@ func (p *payments) disputeEvents(t *testing.T, disputeID string) map[string]int 
 // an inquiry that moves no money, and a dispute accepted; every event
 // once, the evidence audit-logged, and another merchant sees none of it.
 func TestSandboxDisputes(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	st := newStack(t, stackOptions{env: []string{"RATE_LIMIT_DEFAULT=100000/1m"},
 		workerEnv: []string{"SANDBOX_DISPUTE_DECISION_DELAY=2s"}}, "sandbox disputes")
 	c := newClient(t, "127.0.0.1")

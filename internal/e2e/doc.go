@@ -7,7 +7,8 @@
 // Every test has its own stack (database, redis-server, ports), so the tests
 // run side by side (t.Parallel). Most of their time is spent waiting on
 // timers, leases and retries: without a -parallel flag, TestMain lets one
-// more than GOMAXPROCS of them, and at least 3, run at once. The fault tests
+// more than GOMAXPROCS of them, and at least 3, run at once, the longest
+// first (schedule_test.go), so that short tests fill the end. The fault tests
 // and the tests with a promise about time run one at a time at full scale
 // (make chaos, chaosParallel), as does TestRedisCostPerCharge, a measurement.
 //

@@ -43,7 +43,7 @@ type apiKey struct {
 // run in order; each uses its own client address so per-IP limits do not
 // interfere.
 func TestEndToEnd(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	began := time.Now()
 	// Skip (or fail) for a missing service before the slow build.
 	redisPath := testenv.RedisServerPath(t)

@@ -29,7 +29,7 @@ import (
 //     month dropped or a head moved back behind the guards' back (as a
 //     superuser can) makes `api audit verify` fail naming them.
 func TestLowFindingsRefused(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	var stripeCalls atomic.Int64
 	stripe := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		stripeCalls.Add(1)

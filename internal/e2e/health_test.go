@@ -17,7 +17,7 @@ import (
 // both in gatehouse_webhook_endpoints_disabled_total; enabled again, a
 // recover sends everything it missed.
 func TestWebhookEndpointHealth(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	const disableAfter = time.Second
 	st := newStack(t, stackOptions{env: webhooksStackEnv, workerEnv: append(webhooksWorkerEnv, "WEBHOOK_DISABLE_AFTER="+disableAfter.String())},
 		"WEBHOOK_DISABLE_AFTER="+disableAfter.String())

@@ -12,7 +12,7 @@ import (
 // The stack's secret scan (pg_dump, logs, Redis) then finds no whsec_ or
 // sk_test_ in clear: the stored answer is sealed.
 func TestIdempotentCreationAcrossReplicas(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	st := newStack(t, stackOptions{}, "idempotent endpoint and key creation")
 	c := newClient(t, "127.0.0.1")
 	_, token := st.signUp(t, c, "idem", "Idem Shop")

@@ -22,7 +22,7 @@ import (
 // developer ends its session but not its key, which the removal's answer
 // lists for review and which keeps working on both replicas.
 func TestKeysNeverExceedTheirMaker(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	st := newStack(t, stackOptions{}, "keys never exceed their maker")
 	c := newClient(t, "127.0.0.117")
 	r1, r2 := st.replicas[0], st.replicas[1]

@@ -27,7 +27,7 @@ type keyJSON struct {
 // 401 token_revoked on both once it is over, while the key that replaced it
 // works; a key with a bad checksum is 401 invalid_token.
 func TestRestrictedAndRolledKeys(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	st := newStack(t, stackOptions{}, "restricted and rolled keys")
 	c := newClient(t, "127.0.0.31")
 	_, token := st.signUp(t, c, "keys", "Keys owner")

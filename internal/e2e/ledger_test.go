@@ -157,7 +157,7 @@ func (p *payments) chargeAt(t *testing.T, connector string, amount int64, captur
 // another merchant sees none of it, and every transaction in the database
 // balances.
 func TestLedgerEndToEnd(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	st := newStack(t, stackOptions{env: []string{"SANDBOX_SETTLEMENT_DELAY=2s", "SANDBOX_PAYOUT_INTERVAL=3s",
 		"SANDBOX_PAYOUT_DELAY=1s"}}, "the ledger: balances, fees and payouts")
 	c := newClient(t, "127.0.0.1")

@@ -26,7 +26,7 @@ import (
 // merchant; 60 wrong codes sent at once to both replicas against one
 // challenge check at most 5, and the right code is then refused too.
 func TestMemberEmailsPerMerchant(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	st := newStack(t, stackOptions{apiEnv: []string{"RATE_LIMIT_LOGIN=1000/5m", "RATE_LIMIT_LOGIN_ACCOUNT=1000/15m"}},
 		"member emails per merchant, the two-factor challenge's cap")
 	c := newClient(t, "127.0.0.1")

@@ -319,7 +319,7 @@ func isDashboardDS(raw json.RawMessage) bool {
 // checks catch what would keep it from importing or from being tested; it
 // needs no services.
 func TestObservabilityDashboard(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	d := loadDashboard(t)
 	t.Logf("%s: %d rows, %d panels", dashboardPath, d.rows, len(d.panels))
 	b, err := json.Marshal(d.raw)
@@ -414,7 +414,7 @@ func requireTool(t *testing.T, name string, fallback ...string) string {
 // charts, lints both expositions with promtool, and runs every query of the
 // dashboard against the scraped data: each must return at least one series.
 func TestObservabilityEndToEnd(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	began := time.Now()
 	dash := loadDashboard(t)
 	if t.Failed() {

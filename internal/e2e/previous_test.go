@@ -216,7 +216,7 @@ func schemaVersion(t *testing.T, db testenv.DB) int64 {
 // as a failed build; previousRelease then skips or fails as for a missing
 // service.
 func TestPreviousReleaseAbsent(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	if _, err := exec.LookPath("git"); err != nil {
 		t.Skip("git is not on PATH")
 	}

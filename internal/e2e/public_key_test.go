@@ -18,7 +18,7 @@ const tokenBody = `{"card":{"number":"4242424242424242","exp_month":12,"exp_year
 // merchant's charge 422, a key the merchant used first is not replayed to
 // the stranger, and each space still replays its own repeats.
 func TestPublicKeyIdempotencyScope(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	st := newStack(t, stackOptions{}, "idempotency keys scoped per kind of credential")
 	c := newClient(t, "127.0.0.60")
 	stranger := newClient(t, "127.0.0.61")
@@ -93,7 +93,7 @@ func TestPublicKeyIdempotencyScope(t *testing.T) {
 // at other addresses get exactly the key's 50 less those 20, on either
 // replica, and then 429.
 func TestPublicKeyLimitSharedFairly(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	const perIP, perKey = 20, 50
 	st := newStack(t, stackOptions{apiEnv: []string{
 		fmt.Sprintf("RATE_LIMIT_DEFAULT=%d/1m", perIP), fmt.Sprintf("RATE_LIMIT_PUBLIC_KEY=%d/1m", perKey),
@@ -144,7 +144,7 @@ func TestPublicKeyLimitSharedFairly(t *testing.T) {
 // and recovers are limited per endpoint (RATE_LIMIT_ENDPOINT_ACTIONS) on
 // every replica together; the merchant's other endpoint keeps its own count.
 func TestEndpointActionsLimitedAcrossReplicas(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	const n = 3
 	st := newStack(t, stackOptions{apiEnv: []string{fmt.Sprintf("RATE_LIMIT_ENDPOINT_ACTIONS=%d/1m", n)}},
 		"test and recover limited per endpoint")

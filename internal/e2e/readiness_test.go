@@ -53,7 +53,7 @@ func expectReady(t *testing.T, e exchange, postgres, redis string) {
 // refused. The worker's /readyz?exclude=redis&exclude=postgres (its probe)
 // stays 200. Once Redis is back every /readyz answers 200 again.
 func TestReadiness(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	st := newStack(t, stackOptions{}, "readiness probes and API_METRICS_ADDR")
 	c := newClient(t, "127.0.0.150")
 

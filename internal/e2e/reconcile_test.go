@@ -140,7 +140,7 @@ func (m reconMerchant) transactionDays(t *testing.T, conn string) map[string]int
 }
 
 func TestReconciliation(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	mock := startStripeMockProcess(t)
 	st := newStack(t, stackOptions{env: append(slices.Clone(routingStackEnv), "SANDBOX_SETTLEMENT_DELAY=2s", "STRIPE_API_BASE="+mock),
 		workerEnv: routingWorkerEnv}, "reconciliation")

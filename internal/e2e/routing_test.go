@@ -525,7 +525,7 @@ func containsAny(b []byte, secrets ...string) (string, bool) {
 // routed, routing validation, `connector` and `provider` on charges, and
 // rules by currency, amount and card brand.
 func TestConnectorsAndRouting(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	mock := startStripeMockProcess(t)
 	rec := newStripeRecorder(t, mock)
 	st := newStack(t, stackOptions{env: append(slices.Clone(routingStackEnv), "STRIPE_API_BASE="+rec.url()),
@@ -842,7 +842,7 @@ func TestConnectorsAndRouting(t *testing.T) {
 // and refunds go to the connector that took the money, a sandbox one or
 // Stripe (stripe-mock behind the recorder).
 func TestRoutingFailover(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	mock := startStripeMockProcess(t)
 	rec := newStripeRecorder(t, mock)
 	st := newStack(t, stackOptions{env: append(slices.Clone(routingStackEnv), "STRIPE_API_BASE="+rec.url()),
@@ -1027,7 +1027,7 @@ func TestRoutingFailover(t *testing.T) {
 // 1.45 points), and every charge is captured at the connector it was routed
 // to.
 func TestRoutingSplit(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	const (
 		charges = 1000
 		senders = 16

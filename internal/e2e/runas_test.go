@@ -168,7 +168,7 @@ func chownTree(dir string, cred *syscall.Credential) error {
 // way to a link as well as to its target. It needs no service and no root:
 // it judges mode bits for a user that is not us.
 func TestReachable(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	other := &syscall.Credential{Uid: uint32(os.Getuid()) + 1000, Gid: uint32(os.Getgid()) + 1000}
 	if err := reachable(os.TempDir(), other, 0o1); err != nil {
 		t.Skipf("another user may not enter the temporary directory: %v", err)

@@ -68,7 +68,7 @@ type sdk struct {
 // verified webhook) are built and run the same way. A description in which a
 // field the flows use is renamed, or changes type, must not compile.
 func TestSDKClients(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	root, err := harness.ModuleRoot()
 	if err != nil {
 		t.Fatal(err)

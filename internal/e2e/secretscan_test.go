@@ -285,7 +285,7 @@ func (s *stack) scanStack(t *testing.T) {
 }
 
 func TestSecretScanner(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	secret := "sk_test_" + "0123456789ABCDEFGHIJabcdefghijkl"
 	whsec := "whsec_" + "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 	found := []struct{ name, text, kind string }{

@@ -39,7 +39,7 @@ func waitingParallel() int { return max(3, runtime.GOMAXPROCS(0)+1) }
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	testenv.DefaultParallel(waitingParallel())
+	takeParallel(waitingParallel())
 	code := m.Run()
 	harness.RemoveBuilds()
 	os.Exit(code)

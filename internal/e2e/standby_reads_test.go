@@ -25,7 +25,7 @@ import (
 // 1's list shows it. With the standby stopped, both lists still answer 200,
 // from the primary, and the fallbacks are counted.
 func TestListsReadTheStandby(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	redisPath := testenv.RedisServerPath(t)
 	// Asynchronous streaming: a paused or stopped standby holds no commit up.
 	primary := startPostgres(t, "wal_level=replica", "max_wal_senders=4")

@@ -11,7 +11,7 @@ import (
 // every event arrives once, each charge's created before its captured; it
 // reports the time from an event's creation to its arrival.
 func TestEventStreamEndToEnd(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	st := newStack(t, stackOptions{env: webhooksStackEnv, workerEnv: webhooksWorkerEnv}, "event stream")
 	bag := &secretBag{}
 	m := newWebhookMerchant(t, st, bag, "127.0.0.42", "stream")

@@ -66,7 +66,7 @@ func (s *recordedStripe) set(outcome string) {
 // waiting leaves the charge waiting (the link works again), succeeded
 // captures it, a failed authentication fails it authentication_failed.
 func TestStripeChallengeSettlesFromPaymentIntent(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	fake := &recordedStripe{t: t, outcome: "pi_requires_action", returnURL: map[string]string{}}
 	srv := httptest.NewServer(fake)
 	defer srv.Close()

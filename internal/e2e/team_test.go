@@ -16,7 +16,7 @@ import (
 // the next request; removing the member on replica 2 ends its session on
 // replica 1 at once.
 func TestTeamAcrossReplicas(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	st := newStack(t, stackOptions{}, "the team across two replicas")
 	c := newClient(t, "127.0.0.1")
 	r1, r2 := st.replicas[0], st.replicas[1]

@@ -29,7 +29,7 @@ func (s *stack) cardToken(t *testing.T, c *http.Client, base, publicKey, number 
 }
 
 func TestCardTokenThroughEveryProvider(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	mock := startStripeMockProcess(t)
 	st := newStack(t, stackOptions{env: []string{"STRIPE_SECRET_KEY=sk_test_tokens", "STRIPE_API_BASE=" + mock}}, "tokens")
 	c := newClient(t, "127.0.0.46")

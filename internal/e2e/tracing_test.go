@@ -213,7 +213,7 @@ func describeSpans(spans []otlpSpan) string {
 // the same trace through the task's headers. Span names carry route
 // templates, never ids, and the operating endpoints are not traced.
 func TestTracingEndToEnd(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	redisPath := testenv.RedisServerPath(t)
 	db := testenv.NewDB(t)
 	bins := buildBinaries(t)

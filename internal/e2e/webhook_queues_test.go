@@ -54,7 +54,7 @@ func deliveryQueueInfo(inspector *asynq.Inspector) (*asynq.QueueInfo, error) {
 // With WEBHOOK_QUEUES=1 (one queue: the layout before there were several)
 // the check of keys per primary fails: every task waits on one primary.
 func TestWebhookQueuesSpreadOverCluster(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	const charges = 40
 	st := newStack(t, stackOptions{env: append(webhooksStackEnv, "WEBHOOK_QUEUES="+strconv.Itoa(whQueues)),
 		workerEnv: webhooksWorkerEnv, redisMode: "cluster"}, "deliveries on a Redis Cluster")

@@ -415,7 +415,7 @@ func checkSpacing(t *testing.T, hits []hit) []time.Duration {
 // deliveries and secret rotation. TestWebhooksWorkerKilled kills the worker
 // on a stack of its own.
 func TestWebhooksEndToEnd(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	began := time.Now()
 	env := append(slices.Clone(webhooksStackEnv), "WEBHOOK_TIMEOUT="+whE2ETimeout.String())
 	st := newStack(t, stackOptions{env: env, workerEnv: webhooksWorkerEnv},
@@ -444,7 +444,7 @@ func TestWebhooksEndToEnd(t *testing.T) {
 // timeout cuts the endpoint's window to one attempt at a time, and a
 // backlog put back at that pace takes minutes to drain.
 func TestWebhooksWorkerKilled(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	const killTimeout = 5 * time.Second
 	env := append(slices.Clone(webhooksStackEnv), "WEBHOOK_TIMEOUT="+killTimeout.String())
 	st := newStack(t, stackOptions{env: env, workerEnv: webhooksWorkerEnv},
