@@ -66,7 +66,7 @@ func (s retentionSample) String() string {
 }
 
 // TestChaosRetentionSoak: EVENT_RETENTION and WEBHOOK_LOG_RETENTION of a
-// minute (smoke, about 90 s of load) or three (full, ten minutes), charges
+// minute (smoke, a minute of load) or three (full, ten minutes), charges
 // at a steady rate, each one's two events delivered to a receiver that
 // answers 200. Sampled every few seconds (smoke) or 30 s (full): at least
 // one partition of each table is dropped (at smoke scale, sampling goes on
@@ -80,7 +80,7 @@ func (s retentionSample) String() string {
 func TestChaosRetentionSoak(t *testing.T) {
 	chaosParallel(t)
 	retention := chaosScale(time.Minute, 3*time.Minute)
-	runFor := chaosScale(100*time.Second, 10*time.Minute)
+	runFor := chaosScale(60*time.Second, 10*time.Minute)
 	every := chaosScale(5*time.Second, 30*time.Second)
 	env := []string{"EVENT_RETENTION=" + retention.String(), "WEBHOOK_LOG_RETENTION=" + retention.String()}
 	st, m := chaosStack(t, "127.0.13.1", stackOptions{env: env})
