@@ -15,7 +15,9 @@ import (
 // package takes the limit over: TestMain gives Go a limit it never
 // reaches, and parallel(t) waits for one of the package's slots, which go
 // to the longest waiting test first (longest processing time first: the
-// last tests to start are short ones, and the slots empty together).
+// last tests to start are short ones, and the slots empty together). The
+// time go test reports for a test includes its wait for a slot, which the
+// test logs when it is over a second.
 
 // expected is how long the longer tests take at the smoke scale, measured
 // inside make test on two cores; the others count as defaultExpected. Only
