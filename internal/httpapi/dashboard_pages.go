@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -300,11 +301,21 @@ type chargeView struct {
 
 func (s *server) chargePage(c *fiber.Ctx) error {
 	ctx, merchant := c.UserContext(), principal(c).MerchantID
-	ch, err := s.Charges.Get(ctx, merchant, id(c))
+	// The refunds are read before the charge. A refund settles in the same
+	// transaction as the charge's figures, so a refund listed as settled is
+	// in the figures read after it; read the other way round, a refund
+	// settled in between would be listed as succeeded beside a charge
+	// still holding it as pending.
+	chargeID := id(c)
+	if !charges.ValidID(chargeID) {
+		_, err := s.Charges.Get(ctx, merchant, chargeID) // not found
+		return err
+	}
+	rs, err := s.Refunds.List(ctx, merchant, chargeID, listing.Params{Limit: listing.MaxLimit})
 	if err != nil {
 		return err
 	}
-	rs, err := s.Refunds.List(ctx, merchant, ch.ID, listing.Params{Limit: listing.MaxLimit})
+	ch, err := s.Charges.Get(ctx, merchant, chargeID)
 	if err != nil {
 		return err
 	}
@@ -333,7 +344,8 @@ func (s *server) chargePage(c *fiber.Ctx) error {
 	}
 	view.Data = v
 	view.Busy = ch.Status == charges.StatusCreated || ch.PendingAction != nil || ch.AmountRefundHeld > 0 ||
-		ch.Status == charges.StatusRequiresAction && !waiting
+		ch.Status == charges.StatusRequiresAction && !waiting ||
+		slices.ContainsFunc(rs.Items, func(r refunds.Refund) bool { return r.Status == refunds.StatusPending })
 	return s.render(c, fiber.StatusOK, "charge", view)
 }
 
