@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"encoding/json"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -15,14 +14,10 @@ import (
 
 // disputesJourney is what disputes.mjs saw.
 type disputesJourney struct {
-	Error       string           `json:"error"`
-	FailedAt    string           `json:"failedAt"`
-	FailedAlert []string         `json:"failedAlert"`
-	Steps       map[string]int64 `json:"steps"`
-	TookMS      int64            `json:"took_ms"`
-	MoneyLinks  []string         `json:"moneyLinks"`
-	Listed      []disputeListed  `json:"listed"`
-	Refused     struct {
+	journeyRun
+	MoneyLinks []string        `json:"moneyLinks"`
+	Listed     []disputeListed `json:"listed"`
+	Refused    struct {
 		Status     int    `json:"status"`
 		Message    string `json:"message"`
 		FieldError string `json:"fieldError"`
@@ -42,9 +37,7 @@ type disputesJourney struct {
 		Status string `json:"status"`
 		Funds  string `json:"funds"`
 	} `json:"decided"`
-	After         []disputeListed `json:"after"`
-	PageErrors    []string        `json:"pageErrors"`
-	ConsoleErrors []string        `json:"consoleErrors"`
+	After []disputeListed `json:"after"`
 }
 
 // disputeListed is a row of the Disputes page.
@@ -125,29 +118,10 @@ func TestBrowserDisputes(t *testing.T) {
 	}
 	fraud := byCharge[charged[0]]
 
-	cfg, err := json.Marshal(map[string]string{"api": st.replicas[0], "email": email, "password": password, "shots": shots,
-		"dispute": fraud.ID})
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, stderr, err := runJourney(dir, chromium, "disputes.mjs", cfg, 3*time.Minute)
-	for _, h := range append(scanSecrets("disputes.mjs output", out), scanSecrets("disputes.mjs stderr", []byte(stderr))...) {
-		t.Errorf("secret scan: %s", h)
-	}
-	if err != nil {
-		t.Fatalf("node disputes.mjs: %v\n%s", err, stderr)
-	}
-	var got disputesJourney
-	if err := json.Unmarshal(out, &got); err != nil {
-		t.Fatalf("disputes.mjs printed %q: %v", out, err)
-	}
+	cfg := map[string]string{"api": st.replicas[0], "email": email, "password": password, "shots": shots,
+		"dispute": fraud.ID}
+	got := journey[disputesJourney](t, dir, chromium, "disputes.mjs", cfg, 3*time.Minute)
 	t.Logf("disputes journey in chromium: %d ms; steps (ms): %v; screenshots in %s", got.TookMS, got.Steps, shots)
-	if got.Error != "" {
-		t.Fatalf("disputes.mjs: %s\nat %s, showing %q (screenshot disputes-failure.png)", got.Error, got.FailedAt, got.FailedAlert)
-	}
-	if len(got.PageErrors) > 0 || len(got.ConsoleErrors) > 0 {
-		t.Errorf("page errors %q, console errors %q", got.PageErrors, got.ConsoleErrors)
-	}
 
 	// The Money section lists the disputes.
 	if !slices.Contains(got.MoneyLinks, "/dashboard/disputes") {

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -26,11 +25,7 @@ type ledgerSums struct {
 
 // ledgerJourney is what ledger.mjs saw.
 type ledgerJourney struct {
-	Error         string                `json:"error"`
-	FailedAt      string                `json:"failedAt"`
-	FailedAlert   []string              `json:"failedAlert"`
-	Steps         map[string]int64      `json:"steps"`
-	TookMS        int64                 `json:"took_ms"`
+	journeyRun
 	NavLinks      []string              `json:"navLinks"`
 	MoneyLinks    []string              `json:"moneyLinks"`
 	Available     map[string]int64      `json:"available"`
@@ -60,8 +55,6 @@ type ledgerJourney struct {
 		Listed   []string `json:"listed"`
 		SumCheck string   `json:"sumCheck"`
 	} `json:"automatic"`
-	PageErrors    []string `json:"pageErrors"`
-	ConsoleErrors []string `json:"consoleErrors"`
 }
 
 // TestBrowserLedger is the dashboard's books in Debian's chromium against
@@ -147,28 +140,9 @@ func TestBrowserLedger(t *testing.T) {
 		t.Fatalf("the refund is %s", r.Status)
 	}
 
-	cfg, err := json.Marshal(map[string]string{"api": st.replicas[0], "email": email, "password": password, "shots": shots})
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, stderr, err := runJourney(dir, chromium, "ledger.mjs", cfg, 3*time.Minute)
-	for _, h := range append(scanSecrets("ledger.mjs output", out), scanSecrets("ledger.mjs stderr", []byte(stderr))...) {
-		t.Errorf("secret scan: %s", h)
-	}
-	if err != nil {
-		t.Fatalf("node ledger.mjs: %v\n%s", err, stderr)
-	}
-	var got ledgerJourney
-	if err := json.Unmarshal(out, &got); err != nil {
-		t.Fatalf("ledger.mjs printed %q: %v", out, err)
-	}
+	cfg := map[string]string{"api": st.replicas[0], "email": email, "password": password, "shots": shots}
+	got := journey[ledgerJourney](t, dir, chromium, "ledger.mjs", cfg, 3*time.Minute)
 	t.Logf("ledger journey in chromium: %d ms; steps (ms): %v; screenshots in %s", got.TookMS, got.Steps, shots)
-	if got.Error != "" {
-		t.Fatalf("ledger.mjs: %s\nat %s, showing %q (screenshot ledger-failure.png)", got.Error, got.FailedAt, got.FailedAlert)
-	}
-	if len(got.PageErrors) > 0 || len(got.ConsoleErrors) > 0 {
-		t.Errorf("page errors %q, console errors %q", got.PageErrors, got.ConsoleErrors)
-	}
 
 	// The chart sums what the API lists as the captures' transactions.
 	want := map[string]ledgerSums{}
@@ -269,12 +243,8 @@ type browserRun struct {
 
 // reconcileJourney is what reconcile.mjs saw.
 type reconcileJourney struct {
-	Error       string           `json:"error"`
-	FailedAt    string           `json:"failedAt"`
-	FailedAlert []string         `json:"failedAlert"`
-	Steps       map[string]int64 `json:"steps"`
-	TookMS      int64            `json:"took_ms"`
-	Days        []struct {
+	journeyRun
+	Days []struct {
 		reconcileRun
 		Day        string `json:"day"`
 		AllMatched int    `json:"allMatched"`
@@ -297,8 +267,6 @@ type reconcileJourney struct {
 		} `json:"runs"`
 		Open []string `json:"open"`
 	} `json:"list"`
-	PageErrors    []string `json:"pageErrors"`
-	ConsoleErrors []string `json:"consoleErrors"`
 }
 
 // reconcileRun is a run's page as the journey read it.
@@ -360,29 +328,10 @@ func reconcileInBrowser(t *testing.T, p *payments, b browserRun, merchantID, con
 	tp := p.tamperedReport(t, connector, busiest, "EUR")
 	rows, removed, added, amount, fee := tp.rows, tp.removed[0], tp.added, tp.amount, tp.fee
 
-	cfg, err := json.Marshal(map[string]any{"api": p.st.replicas[0], "email": b.email, "password": b.password, "shots": b.shots,
-		"connector": connector, "days": order, "tampered": tp.csv})
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, stderr, err := runJourney(b.dir, b.chromium, "reconcile.mjs", cfg, 3*time.Minute)
-	for _, h := range append(scanSecrets("reconcile.mjs output", out), scanSecrets("reconcile.mjs stderr", []byte(stderr))...) {
-		t.Errorf("secret scan: %s", h)
-	}
-	if err != nil {
-		t.Fatalf("node reconcile.mjs: %v\n%s", err, stderr)
-	}
-	var got reconcileJourney
-	if err := json.Unmarshal(out, &got); err != nil {
-		t.Fatalf("reconcile.mjs printed %q: %v", out, err)
-	}
+	cfg := map[string]any{"api": p.st.replicas[0], "email": b.email, "password": b.password, "shots": b.shots,
+		"connector": connector, "days": order, "tampered": tp.csv}
+	got := journey[reconcileJourney](t, b.dir, b.chromium, "reconcile.mjs", cfg, 3*time.Minute)
 	t.Logf("reconciliation journey in chromium: %d ms; steps (ms): %v; days %v, the tampered report of %s", got.TookMS, got.Steps, order, busiest)
-	if got.Error != "" {
-		t.Fatalf("reconcile.mjs: %s\nat %s, showing %q (screenshot reconcile-failure.png)", got.Error, got.FailedAt, got.FailedAlert)
-	}
-	if len(got.PageErrors) > 0 || len(got.ConsoleErrors) > 0 {
-		t.Errorf("page errors %q, console errors %q", got.PageErrors, got.ConsoleErrors)
-	}
 
 	// Each day with the sandbox's report: every line matched.
 	lines := 0

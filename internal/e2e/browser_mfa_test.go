@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,22 +12,17 @@ import (
 
 // mfaJourney is what mfa.mjs saw.
 type mfaJourney struct {
-	Error                   string           `json:"error"`
-	FailedAt                string           `json:"failedAt"`
-	Steps                   map[string]int64 `json:"steps"`
-	TookMS                  int64            `json:"took_ms"`
-	SecretShown             bool             `json:"secretShown"`
-	QRWidth                 int              `json:"qrWidth"`
-	RecoveryCodes           int              `json:"recoveryCodes"`
-	RecoveryCodesWellFormed bool             `json:"recoveryCodesWellFormed"`
-	MFAOn                   string           `json:"mfaOn"`
-	CodesAfterReload        int              `json:"codesAfterReload"`
-	SecondStepShown         bool             `json:"secondStepShown"`
-	CookieAfterPassword     bool             `json:"cookieAfterPassword"`
-	WrongCodeAlert          string           `json:"wrongCodeAlert"`
-	LandedOn                string           `json:"landedOn"`
-	PageErrors              []string         `json:"pageErrors"`
-	ConsoleErrors           []string         `json:"consoleErrors"`
+	journeyRun
+	SecretShown             bool   `json:"secretShown"`
+	QRWidth                 int    `json:"qrWidth"`
+	RecoveryCodes           int    `json:"recoveryCodes"`
+	RecoveryCodesWellFormed bool   `json:"recoveryCodesWellFormed"`
+	MFAOn                   string `json:"mfaOn"`
+	CodesAfterReload        int    `json:"codesAfterReload"`
+	SecondStepShown         bool   `json:"secondStepShown"`
+	CookieAfterPassword     bool   `json:"cookieAfterPassword"`
+	WrongCodeAlert          string `json:"wrongCodeAlert"`
+	LandedOn                string `json:"landedOn"`
 }
 
 // TestBrowserTwoFactor is two-factor sign-in (docs/team.md) in Debian's
@@ -46,28 +40,9 @@ func TestBrowserTwoFactor(t *testing.T) {
 	email, password := "mfa-"+harness.RandomHex(4)+"@example.com", "correct horse "+harness.RandomHex(8)
 	merchantID := st.createMerchant(t, email, password, "Two-factor Shop")
 
-	cfg, err := json.Marshal(map[string]string{"api": st.replicas[0], "email": email, "password": password, "shots": shots})
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, stderr, err := runJourney(dir, chromium, "mfa.mjs", cfg, 2*time.Minute)
-	for _, h := range append(scanSecrets("mfa.mjs output", out), scanSecrets("mfa.mjs stderr", []byte(stderr))...) {
-		t.Errorf("secret scan: %s", h)
-	}
-	if err != nil {
-		t.Fatalf("node mfa.mjs: %v\n%s", err, stderr)
-	}
-	var got mfaJourney
-	if err := json.Unmarshal(out, &got); err != nil {
-		t.Fatalf("mfa.mjs printed %q: %v", out, err)
-	}
+	cfg := map[string]string{"api": st.replicas[0], "email": email, "password": password, "shots": shots}
+	got := journey[mfaJourney](t, dir, chromium, "mfa.mjs", cfg, 2*time.Minute)
 	t.Logf("two-factor journey in chromium: %d ms; steps (ms): %v; screenshots in %s", got.TookMS, got.Steps, shots)
-	if got.Error != "" {
-		t.Fatalf("mfa.mjs: %s\nat %s (screenshot mfa-failure.png)", got.Error, got.FailedAt)
-	}
-	if len(got.PageErrors) > 0 || len(got.ConsoleErrors) > 0 {
-		t.Errorf("page errors %q, console errors %q", got.PageErrors, got.ConsoleErrors)
-	}
 	if !got.SecretShown || got.QRWidth < 100 {
 		t.Errorf("setup: key shown %v, QR code %d px wide (want an image the page's CSP lets load)", got.SecretShown, got.QRWidth)
 	}

@@ -87,11 +87,7 @@ func attacker(t *testing.T) (sameSite, crossSite string) {
 
 // journeys is what journeys.mjs saw.
 type journeys struct {
-	Error         string           `json:"error"`
-	FailedAt      string           `json:"failedAt"`
-	FailedAlert   []string         `json:"failedAlert"`
-	Steps         map[string]int64 `json:"steps"`
-	TookMS        int64            `json:"took_ms"`
+	journeyRun
 	SessionCookie struct {
 		HTTPOnly bool   `json:"httpOnly"`
 		SameSite string `json:"sameSite"`
@@ -136,9 +132,7 @@ type journeys struct {
 	Customers  customersJourney  `json:"customers"`
 	Connectors connectorsJourney `json:"connectors"`
 
-	PageErrors    []string `json:"pageErrors"`
-	ConsoleErrors []string `json:"consoleErrors"`
-	Console       []string `json:"console"`
+	Console []string `json:"console"`
 }
 
 // TestBrowserJourneys runs the journeys of client-side card collection
@@ -300,6 +294,50 @@ func startCheckout(t *testing.T, st *stack, key apiKey) (string, *harness.Output
 	t.Cleanup(func() { testenv.Kill(t, p) })
 	testenv.WaitReady(t, "the example checkout on "+addr, p, waitFloor, 50*time.Millisecond, harness.Listening(addr))
 	return addr, p.Out
+}
+
+// journeyRun is what every journey script prints beside its findings: how
+// it went, and the errors of the pages it opened.
+type journeyRun struct {
+	Error         string           `json:"error"`
+	FailedAt      string           `json:"failedAt"`
+	FailedAlert   []string         `json:"failedAlert"`
+	Steps         map[string]int64 `json:"steps"`
+	TookMS        int64            `json:"took_ms"`
+	PageErrors    []string         `json:"pageErrors"`
+	ConsoleErrors []string         `json:"consoleErrors"`
+}
+
+func (r journeyRun) run() journeyRun { return r }
+
+// journey runs a journey script (runJourney) with cfg as JSON and returns
+// what it found, decoded into T. A secret in what it printed and a page or
+// console error are test errors; a script that did not finish stops t,
+// naming the step and its screenshot (<script>-failure.png).
+func journey[T interface{ run() journeyRun }](t *testing.T, dir, chromium, script string, cfg any, timeout time.Duration) T {
+	t.Helper()
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, stderr, err := runJourney(dir, chromium, script, b, timeout)
+	for _, h := range append(scanSecrets(script+" output", out), scanSecrets(script+" stderr", []byte(stderr))...) {
+		t.Errorf("secret scan: %s", h)
+	}
+	if err != nil {
+		t.Fatalf("node %s: %v\n%s", script, err, stderr)
+	}
+	var got T
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatalf("%s printed %q: %v", script, out, err)
+	}
+	if r := got.run(); r.Error != "" {
+		t.Fatalf("%s: %s\nat %s, showing %q (screenshot %s-failure.png); %d ms, steps (ms) %v",
+			script, r.Error, r.FailedAt, r.FailedAlert, strings.TrimSuffix(script, ".mjs"), r.TookMS, r.Steps)
+	} else if len(r.PageErrors) > 0 || len(r.ConsoleErrors) > 0 {
+		t.Errorf("page errors %q, console errors %q", r.PageErrors, r.ConsoleErrors)
+	}
+	return got
 }
 
 // runJourney runs a journey script of internal/e2e/browser in dir with cfg

@@ -12,26 +12,14 @@
 // the page, next to its field), correct it and save; submit the sandbox's
 // winning test evidence; see the page read-only, and the dispute won once
 // the sandbox decides it; read the list again.
-import { launch, steps } from './harness.mjs';
+import { dashboardPage, launch, steps } from './harness.mjs';
 
 const cfg = JSON.parse(process.argv[2]);
 const out = { steps: {}, pageErrors: [], consoleErrors: [], refused: {}, saved: {}, submitted: {}, decided: {} };
 const { step, check, done } = steps(out);
 
 const browser = await launch();
-const shot = (page, name) => page.screenshot({ path: `${cfg.shots}/${name}.png`, fullPage: true });
-const context = await browser.newContext({ viewport: { width: 1360, height: 860 } });
-const page = await context.newPage();
-
-// expectedError is the console error the journey is about to cause on
-// purpose (a form refused with 400): it is not counted, once.
-let expectedError = null;
-page.on('pageerror', (e) => out.pageErrors.push(e.message));
-page.on('console', (m) => {
-  if (m.type() !== 'error') { return; }
-  if (expectedError && expectedError.test(m.text())) { expectedError = null; return; }
-  if (!/favicon\.ico$/.test(m.location().url || '')) { out.consoleErrors.push(m.text()); }
-});
+const { page, shot, expectError } = await dashboardPage(browser, out, cfg.shots);
 // The submit button asks first: the journey says yes.
 page.on('dialog', (d) => d.accept());
 
@@ -68,7 +56,7 @@ try {
   await page.fill('#evidence-shipping_tracking_number', 'RM123456789GB');
   await page.fill('#evidence-shipping_date', '2026-11-20');
   await page.fill('#evidence-shipping_address', 'Jenny Rosen\n1 Test Street\nLondon N1 1AA');
-  expectedError = /status of 400/;
+  expectError(/status of 400/);
   const [refused] = await Promise.all([
     page.waitForResponse((r) => r.url() === dispute && r.request().method() === 'POST'),
     page.click('#save-evidence')]);

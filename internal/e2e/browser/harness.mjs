@@ -30,3 +30,26 @@ export function steps(out) {
     done() { out.took_ms = Date.now() - started; },
   };
 }
+
+// dashboardPage opens a page of a new context (1360x860). Its page errors
+// and console errors go to out.pageErrors and out.consoleErrors, but for a
+// missing favicon and for the one error the journey is about to cause on
+// purpose: expectError(re) lets the next console error that matches re
+// pass, once. shot(page, name) saves a full-page screenshot as
+// <shots>/<name>.png.
+export async function dashboardPage(browser, out, shots) {
+  const context = await browser.newContext({ viewport: { width: 1360, height: 860 } });
+  const page = await context.newPage();
+  let expected = null;
+  page.on('pageerror', (e) => out.pageErrors.push(e.message));
+  page.on('console', (m) => {
+    if (m.type() !== 'error') { return; }
+    if (expected && expected.test(m.text())) { expected = null; return; }
+    if (!/favicon\.ico$/.test(m.location().url || '')) { out.consoleErrors.push(m.text()); }
+  });
+  return {
+    page,
+    shot: (p, name) => p.screenshot({ path: `${shots}/${name}.png`, fullPage: true }),
+    expectError: (re) => { expected = re; },
+  };
+}

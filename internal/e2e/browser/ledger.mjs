@@ -12,26 +12,14 @@
 // than the available EUR (refused, 409, on the page), then pay out half of
 // it and see that payout paid; see the daily schedule's USD payout paid and
 // open it: what it paid out, and that their net sums to its amount.
-import { launch, steps } from './harness.mjs';
+import { dashboardPage, launch, steps } from './harness.mjs';
 
 const cfg = JSON.parse(process.argv[2]);
 const out = { steps: {}, pageErrors: [], consoleErrors: [], available: {}, pending: {}, chart: {}, refused: {}, manual: {}, automatic: {} };
 const { step, check, done } = steps(out);
 
 const browser = await launch();
-const shot = (page, name) => page.screenshot({ path: `${cfg.shots}/${name}.png`, fullPage: true });
-const context = await browser.newContext({ viewport: { width: 1360, height: 860 } });
-const page = await context.newPage();
-
-// expectedError is the console error the journey is about to cause on
-// purpose (a form refused with 409): it is not counted, once.
-let expectedError = null;
-page.on('pageerror', (e) => out.pageErrors.push(e.message));
-page.on('console', (m) => {
-  if (m.type() !== 'error') { return; }
-  if (expectedError && expectedError.test(m.text())) { expectedError = null; return; }
-  if (!/favicon\.ico$/.test(m.location().url || '')) { out.consoleErrors.push(m.text()); }
-});
+const { page, shot, expectError } = await dashboardPage(browser, out, cfg.shots);
 
 // reloadUntil reloads the page until ok() holds or the time is up.
 async function reloadUntil(ok, what, ms) {
@@ -98,7 +86,7 @@ try {
   check(eur, 'the form offers no EUR account');
   await page.selectOption('#payout-account', eur);
   await page.fill('#payout-amount', major(out.available.EUR + 100));
-  expectedError = /status of 409/;
+  expectError(/status of 409/);
   const [refused] = await Promise.all([
     page.waitForResponse((r) => r.url() === `${cfg.api}/dashboard/payouts` && r.request().method() === 'POST'),
     page.click('#payout-form button[type=submit]')]);

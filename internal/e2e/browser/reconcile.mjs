@@ -15,26 +15,14 @@
 // amount that differs, with a note (the page asks first), and accept the
 // fee that differs; see both resolved, and the runs and the exceptions
 // still open on the list.
-import { launch, steps } from './harness.mjs';
+import { dashboardPage, launch, steps } from './harness.mjs';
 
 const cfg = JSON.parse(process.argv[2]);
 const out = { steps: {}, pageErrors: [], consoleErrors: [], days: [], refused: {}, upload: {}, adjusted: {}, accepted: {}, list: {} };
 const { step, check, done } = steps(out);
 
 const browser = await launch();
-const shot = (page, name) => page.screenshot({ path: `${cfg.shots}/${name}.png`, fullPage: true });
-const context = await browser.newContext({ viewport: { width: 1360, height: 860 } });
-const page = await context.newPage();
-
-// expectedError is the console error the journey is about to cause on
-// purpose (a form refused with 400): it is not counted, once.
-let expectedError = null;
-page.on('pageerror', (e) => out.pageErrors.push(e.message));
-page.on('console', (m) => {
-  if (m.type() !== 'error') { return; }
-  if (expectedError && expectedError.test(m.text())) { expectedError = null; return; }
-  if (!/favicon\.ico$/.test(m.location().url || '')) { out.consoleErrors.push(m.text()); }
-});
+const { page, shot, expectError } = await dashboardPage(browser, out, cfg.shots);
 // The adjust button asks before it books: say yes, and keep the question.
 page.on('dialog', async (d) => { out.adjusted.asked = d.message(); await d.accept(); });
 
@@ -99,7 +87,7 @@ try {
   step('refused');
   await page.selectOption('#upload-connector', cfg.connector);
   await page.fill('#report-text', 'provider_reference,type\nsbx_ch_1,charge\n');
-  expectedError = /status of 400/;
+  expectError(/status of 400/);
   const [refused] = await Promise.all([
     page.waitForResponse((r) => r.url() === `${cfg.api}/dashboard/reconciliations` && r.request().method() === 'POST'),
     page.click('#reconcile-upload button[type=submit]')]);
