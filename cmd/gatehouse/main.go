@@ -3,7 +3,9 @@
 // events to a local URL signed exactly as a webhook delivery, trigger
 // creates sandbox objects that fire an event, and charges, refunds and
 // events list and get objects. It talks to the API at GATEHOUSE_API with the
-// secret key GATEHOUSE_SECRET_KEY.
+// secret key GATEHOUSE_SECRET_KEY. doctor needs neither: it plays the
+// gateway against a webhook receiver and prints a report card of its checks
+// (signatures, timestamps, redeliveries, redirects, TLS).
 package main
 
 import (
@@ -79,20 +81,21 @@ func newRoot(getenv func(string) string, stdout, stderr io.Writer) *cobra.Comman
 	}
 	root := &cobra.Command{
 		Use:   "gatehouse",
-		Short: "Gatehouse from the command line: receive webhooks locally, trigger events, read objects",
+		Short: "Gatehouse from the command line: receive webhooks locally, trigger events, read objects, check a receiver",
 		Long: `gatehouse talks to the Gatehouse API at GATEHOUSE_API (default ` + defaultAPI + `)
 with the secret key in GATEHOUSE_SECRET_KEY.
 
   gatehouse listen --forward-to http://localhost:3000/webhooks
   gatehouse trigger charge.captured
-  gatehouse charges list`,
+  gatehouse charges list
+  gatehouse doctor http://localhost:3000/webhooks --secret whsec_...`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.PersistentFlags().StringVar(&c.api, "api", api, "the API's base URL (GATEHOUSE_API)")
 	root.PersistentFlags().BoolVar(&c.json, "json", false, "print JSON instead of text")
-	root.AddCommand(c.listenCommand(), c.triggerCommand())
+	root.AddCommand(c.listenCommand(), c.triggerCommand(), c.doctorCommand())
 	for _, o := range objectKinds {
 		root.AddCommand(c.objectCommand(o))
 	}

@@ -34,7 +34,10 @@ and waits until the worker has done its part:
   charge.dispute.updated           the same dispute, with evidence staged
   charge.dispute.closed            the same dispute, accepted (lost)
   charge.dispute.funds_reinstated  the same dispute, won with the evidence winning_evidence,
-                                   decided after SANDBOX_DISPUTE_DECISION_DELAY`,
+                                   decided after SANDBOX_DISPUTE_DECISION_DELAY
+
+payout.* and webhook_endpoint.* cannot be triggered: a payout pays out a settled balance,
+and webhook_endpoint.* tell of your own endpoints' health.`,
 		Args:      positional(cobra.ExactArgs(1)),
 		ValidArgs: events.Types,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -43,6 +46,9 @@ and waits until the worker has done its part:
 			}
 			if strings.HasPrefix(args[0], "payout.") {
 				return usageError{fmt.Errorf("%s fires when a payout is made or arrives: a payout pays out an available balance, which a new capture reaches only after SANDBOX_SETTLEMENT_DELAY; make one with POST /v1/payouts then", args[0])}
+			}
+			if strings.HasPrefix(args[0], "webhook_endpoint.") {
+				return usageError{fmt.Errorf("%s is about one of your webhook endpoints: it fires when an endpoint's deliveries keep failing (WEBHOOK_FAILING_AFTER), when it is disabled (its receiver answers 410 Gone) and when it delivers again; register an endpoint at a receiver that fails to see them", args[0])}
 			}
 			if args[0] == events.ChargeCaptureFailed {
 				return usageError{fmt.Errorf("%s fires only when a provider that settles captures by notification (Adyen) reports a failed capture; the sandbox cannot fire it", args[0])}

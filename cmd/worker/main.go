@@ -207,6 +207,7 @@ func work(ctx context.Context, getenv func(string) string, stderr io.Writer) err
 			wm.Duration.WithLabelValues(outcome).Observe(d.Seconds())
 		}).WithFirstAttemptDelay(func(d time.Duration) { wm.FirstAttempt.Observe(d.Seconds()) }).
 		WithHealth(cfg.WebhookDisableAfter, func(reason string) { wm.EndpointsDisabled.WithLabelValues(reason).Inc() }).
+		WithOperationalEvents(cfg.WebhookFailingAfter, func(typ string) { wm.OperationalEvents.WithLabelValues(typ).Inc() }).
 		WithMerchantSlots(cfg.WebhookMerchantSlots).WithQueue(queue.EnqueueIn).
 		WithHandOffs(func(reason string) { wm.HandOffs.WithLabelValues(reason).Inc() })
 	// One merchant's provider calls hold at most PROVIDER_MERCHANT_SLOTS of
@@ -388,8 +389,14 @@ func readyz(draining *atomic.Bool, checks map[string]func(context.Context) error
 type webhookSender struct{ s *sender.Sender }
 
 func (w webhookSender) Send(ctx context.Context, o webhooks.Outgoing) webhooks.Response {
-	r := w.s.Send(ctx, sender.Request{URL: o.URL, Body: o.Body, Headers: o.Headers})
-	return webhooks.Response{StatusCode: r.StatusCode, Duration: r.Duration, Err: r.Err, Reason: sender.Reason(r.Err), Body: r.Body}
+	req := sender.Request{URL: o.URL, Body: o.Body, Headers: o.Headers, ClientCert: o.ClientCert, ClientCertID: o.ClientCertID}
+	if a := o.OAuth2; a != nil {
+		req.OAuth2 = &sender.OAuth2{Endpoint: a.Endpoint, Version: a.Version, TokenURL: a.TokenURL, ClientID: a.ClientID,
+			ClientSecret: a.ClientSecret, Scopes: a.Scopes}
+	}
+	r := w.s.Send(ctx, req)
+	return webhooks.Response{StatusCode: r.StatusCode, Duration: r.Duration, Err: r.Err, Reason: sender.Reason(r.Err), Body: r.Body,
+		TokenRefreshed: r.TokenRefreshed}
 }
 
 // withRequestID gives every answer an X-Request-Id, as the API does.

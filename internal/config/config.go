@@ -372,6 +372,10 @@ type Config struct {
 	// disabled at its next failure (`failing`); `0s` never disables for
 	// failures (a `410 Gone` still does).
 	WebhookDisableAfter time.Duration `env:"WEBHOOK_DISABLE_AFTER" envDefault:"120h" by:"worker"`
+	// An endpoint whose attempts have done nothing but fail this long sends
+	// its merchant's other endpoints `webhook_endpoint.failing` at its next
+	// failure, once per run of failures; `0s` never sends it.
+	WebhookFailingAfter time.Duration `env:"WEBHOOK_FAILING_AFTER" envDefault:"1h" by:"worker"`
 	// Development and tests only: lets endpoints and deliveries reach
 	// loopback and private addresses.
 	WebhookAllowPrivateNetworks bool `env:"WEBHOOK_ALLOW_PRIVATE_NETWORKS" envDefault:"false" by:"api,worker"`

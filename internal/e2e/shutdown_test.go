@@ -699,6 +699,7 @@ func newSDReceiver(t *testing.T, delay func() time.Duration) *sdReceiver {
 	r := &sdReceiver{delay: delay, started: make(chan struct{})}
 	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		body, _ := io.ReadAll(req.Body)
+		checkEventBody(t, body)
 		var b struct {
 			ID string `json:"id"`
 		}

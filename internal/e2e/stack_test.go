@@ -438,13 +438,15 @@ func (s *stack) waitReady(t *testing.T, c *http.Client, base string, p *harness.
 	}
 }
 
-// check validates a response against api/openapi.yaml. The worker's
+// check validates a response against api/openapi.yaml, and the events
+// GET /v1/events answers with against their types' schemas. The worker's
 // operating endpoints (/healthz, /readyz, /metrics on METRICS_ADDR) answer
 // exactly like the API's, so the same spec checks them.
 func (s *stack) check(t *testing.T, e exchange) {
 	t.Helper()
 	if s.spec != nil {
 		s.spec.Check(t, e.req, e.resp, e.body)
+		checkEventReads(t, e)
 	}
 }
 

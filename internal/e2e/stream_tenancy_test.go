@@ -83,6 +83,7 @@ func openLiveStream(t *testing.T, st *stack, base, key string) (*liveStream, exc
 			case strings.HasPrefix(line, "event: "):
 				e.typ = line[7:]
 			case strings.HasPrefix(line, "data: "):
+				checkEventBody(t, []byte(line[6:]))
 				var body struct {
 					CreatedAt time.Time `json:"created_at"`
 					Data      struct {

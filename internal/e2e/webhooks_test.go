@@ -100,6 +100,9 @@ func newReceiver(t *testing.T, name string, respond func(h hit, nth int) (int, t
 	r.setRespond(respond)
 	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		body, _ := io.ReadAll(req.Body)
+		if req.Header.Get("X-Service-Event-Type") != "" {
+			checkEventBody(t, body)
+		}
 		h := hit{at: time.Now(), header: req.Header.Clone(), body: body}
 		r.mu.Lock()
 		r.hits = append(r.hits, h)

@@ -1,5 +1,6 @@
-// Package events defines what Gatehouse tells merchants happened: the eight
-// event types of api/openapi.yaml and the rendering of the event body
+// Package events defines what Gatehouse tells merchants happened: the event
+// types (Catalogue, which api/openapi.yaml and GET /v1/event_types show) and
+// the rendering of the event body
 // (resource.Event), which is both what GET /v1/events returns and what a
 // webhook delivers. Events are written in the same transaction as the state
 // change they describe.
@@ -42,21 +43,23 @@ const (
 	DisputeClosed          = "charge.dispute.closed"
 	DisputeFundsWithdrawn  = "charge.dispute.funds_withdrawn"
 	DisputeFundsReinstated = "charge.dispute.funds_reinstated"
+	// Operational events, about the merchant's own webhook endpoints: its
+	// deliveries have failed for WEBHOOK_FAILING_AFTER, it was disabled, or
+	// it delivered again after failing. Never sent to the endpoint they are
+	// about.
+	EndpointFailing   = "webhook_endpoint.failing"
+	EndpointDisabled  = "webhook_endpoint.disabled"
+	EndpointRecovered = "webhook_endpoint.recovered"
 )
 
-// Types lists every event type in the order of api/openapi.yaml.
-var Types = []string{ChargeCreated, ChargeCaptured, ChargeFailed, ChargeVoided, ChargeRefunded, RefundCreated, RefundSucceeded, ChargeRequiresAction, ChargeCaptureFailed,
-	PayoutCreated, PayoutPaid, PayoutFailed,
-	DisputeCreated, DisputeUpdated, DisputeClosed, DisputeFundsWithdrawn, DisputeFundsReinstated}
+// Types lists every event type in the order of api/openapi.yaml: the
+// names of Catalogue.
+var Types = catalogueNames()
 
-// Known reports whether t is an event type.
+// Known reports whether t is an event type of Catalogue.
 func Known(t string) bool {
-	for _, k := range Types {
-		if k == t {
-			return true
-		}
-	}
-	return false
+	_, ok := Lookup(t)
+	return ok
 }
 
 // Event is one stored event. Body is the JSON of the webhook body, rendered
@@ -103,6 +106,17 @@ func NewPayout(id, merchantID, environment, typ string, at time.Time, payout res
 func NewDispute(id, merchantID, environment, typ string, at time.Time, dispute resource.Dispute) (Event, error) {
 	body, err := json.Marshal(resource.Event{ID: id, Object: "event", EventType: typ, CreatedAt: Timestamp(at),
 		Data: resource.EventData{Object: "dispute", Dispute: &dispute}})
+	if err != nil {
+		return Event{}, err
+	}
+	return Event{ID: id, MerchantID: merchantID, Environment: environment, Type: typ, Body: body, CreatedAt: at}, nil
+}
+
+// NewEndpoint renders an operational event about a webhook endpoint, as it
+// is after the change.
+func NewEndpoint(id, merchantID, environment, typ string, at time.Time, endpoint resource.WebhookEndpoint) (Event, error) {
+	body, err := json.Marshal(resource.Event{ID: id, Object: "event", EventType: typ, CreatedAt: Timestamp(at),
+		Data: resource.EventData{Object: "webhook_endpoint", WebhookEndpoint: &endpoint}})
 	if err != nil {
 		return Event{}, err
 	}

@@ -345,6 +345,8 @@ func TestAbusiveBodies(t *testing.T) {
 			base: []field{}, emptyIsValid: true},
 		"POST /v1/webhook_deliveries/:id/retry": {path: "/v1/webhook_deliveries/0190f4b6-3c2a-7d4e-8f00-000000000001/retry", auth: bearer(a.secret),
 			base: []field{}, emptyIsValid: true},
+		"POST /v1/me/webhook_client_certificate/rotate": {path: "/v1/me/webhook_client_certificate/rotate", auth: bearer(a.secret),
+			base: []field{}, emptyIsValid: true},
 		"POST /v1/me/webhook_endpoints/:id/recover": {path: "/v1/me/webhook_endpoints/" + endpoint + "/recover", auth: bearer(a.secret),
 			base: []field{{"since", `"2026-01-01T00:00:00Z"`}}, str: "since"},
 		// No dispute exists (only a provider opens one): every spoiled

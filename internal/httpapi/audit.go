@@ -69,6 +69,7 @@ var actions = map[string]auditAction{
 	"POST /v1/me/webhook_endpoints/:id/test":          {"webhook_endpoint.test", "webhook_endpoint", "id"},
 	"POST /v1/me/webhook_endpoints/:id/recover":       {"webhook_endpoint.recover", "webhook_endpoint", "id"},
 	"POST /v1/webhook_deliveries/:id/retry":           {"webhook_delivery.retry", "webhook_delivery", "id"},
+	"POST /v1/me/webhook_client_certificate/rotate":   {"webhook_client_certificate.rotate", "webhook_client_certificate", ""},
 
 	"POST /v1/reconciliations":                             {"reconciliation.create", "reconciliation", ""},
 	"POST /v1/reconciliations/:id/exceptions/:exc/resolve": {resolveAction, "reconciliation_exception", "exc"},

@@ -269,13 +269,17 @@ var authzRoutes = map[string]authzRoute{
 		body: fixed(`{"since":"2020-01-01T00:00:00Z"}`)},
 	"GET /v1/me/webhook_endpoints/:id/deliveries": {auth: keyOnly, ok: 200, idKind: kindEndpoint, lists: kindDelivery,
 		filters: func(*authzFixture) []string { return []string{"status=failed"} }},
-	"POST /v1/webhook_deliveries/:id/retry": {auth: keyOnly, ok: 202, idKind: kindDelivery},
+	"GET /v1/me/webhook_endpoints/:id/stats":        {auth: keyOnly, ok: 200, idKind: kindEndpoint},
+	"POST /v1/webhook_deliveries/:id/retry":         {auth: keyOnly, ok: 202, idKind: kindDelivery},
+	"GET /v1/me/webhook_client_certificate":         {auth: keyOnly, ok: 200},
+	"POST /v1/me/webhook_client_certificate/rotate": {auth: keyOnly, ok: 200},
 
 	"GET /v1/events": {auth: keyOnly, ok: 200, lists: kindEvent, filters: func(*authzFixture) []string {
 		return []string{"type=charge.created", "type=refund.created"}
 	}},
 	"GET /v1/events/:id":    {auth: keyOnly, ok: 200, idKind: kindEvent},
 	"GET /v1/events/stream": {auth: keyOnly, ok: 200, stream: true},
+	"GET /v1/event_types":   {auth: keyOnly, ok: 200},
 }
 
 // served lists the app's routes as "METHOD /path", without the HEAD twins of

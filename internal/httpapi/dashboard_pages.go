@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"bytes"
 	"encoding/json"
 	"net"
 	"net/netip"
@@ -553,6 +554,36 @@ type webhookView struct {
 	Status     string
 	Pager      *pager
 	Since      string
+	// Form is what the Settings form shows: the endpoint as stored, or as
+	// it was posted when the change was refused.
+	Form endpointForm
+	// Invalid is the parameter a refusal named (url, events, filter.<path>
+	// ...) and Problem its message.
+	Invalid string
+	Problem string
+	Stats   webhooks.Stats
+}
+
+// endpointForm is the Settings form's fields; Filter is JSON ("" for none).
+type endpointForm struct {
+	URL, Description, Filter string
+	Events                   []string
+	Active, Ordered          bool
+}
+
+// Rows is how many lines the filter's textarea shows: all of the filter's,
+// from 4 to 16.
+func (f endpointForm) Rows() int {
+	return min(max(strings.Count(f.Filter, "\n")+1, 4), 16)
+}
+
+// FieldError is the message to show next to field name (the parameter or
+// its parent: "filter" for filter.data.charge.amount), "" for none.
+func (v webhookView) FieldError(name string) string {
+	if v.Invalid == name || strings.HasPrefix(v.Invalid, name+".") {
+		return v.Problem
+	}
+	return ""
 }
 
 func (s *server) webhookPage(c *fiber.Ctx) error {
@@ -562,13 +593,24 @@ func (s *server) webhookPage(c *fiber.Ctx) error {
 // renderWebhook is an endpoint's page: its settings, its actions and its
 // delivery log with every attempt. secret is shown when it was just made.
 func (s *server) renderWebhook(c *fiber.Ctx, endpointID, secret, notice string) error {
+	return s.renderWebhookPage(c, fiber.StatusOK, endpointID, secret, notice, nil, nil)
+}
+
+// renderWebhookPage is renderWebhook with the status to answer; a refused
+// change of the settings comes back with the form as it was posted (sent)
+// and why, next to the field it names.
+func (s *server) renderWebhookPage(c *fiber.Ctx, status int, endpointID, secret, notice string, sent *endpointForm, fail *apperr.Error) error {
 	ctx, merchant := c.UserContext(), principal(c).MerchantID
 	e, err := s.Webhooks.Get(ctx, merchant, endpointID)
 	if err != nil {
 		return err
 	}
 	v := webhookView{Endpoint: e, Secret: secret, Types: events.Types, Status: strings.Clone(c.Query("status")),
-		Since: time.Now().UTC().Add(-24 * time.Hour).Format("2006-01-02T15:04")}
+		Since: time.Now().UTC().Add(-24 * time.Hour).Format("2006-01-02T15:04"),
+		Form:  endpointForm{URL: e.URL, Events: e.Events, Active: e.Active, Ordered: e.Ordered}}
+	if e.Description != nil {
+		v.Form.Description = *e.Description
+	}
 	if c.Method() != fiber.MethodGet {
 		v.Status = ""
 	}
@@ -583,6 +625,18 @@ func (s *server) renderWebhook(c *fiber.Ctx, endpointID, secret, notice string) 
 		return err
 	}
 	v.Deliveries = pageItems(v.Pager, page, func(d webhooks.Delivery) string { return d.ID })
+	if v.Stats, err = s.Webhooks.Stats(ctx, merchant, e.ID); err != nil {
+		return err
+	}
+	if e.Filter != nil {
+		var b bytes.Buffer
+		if json.Indent(&b, e.Filter, "", "  ") == nil {
+			v.Form.Filter = b.String()
+		}
+	}
+	if sent != nil {
+		v.Form = *sent
+	}
 	view, err := s.signedIn(c, "webhooks", "Endpoint "+e.ID)
 	if err != nil {
 		return err
@@ -590,24 +644,39 @@ func (s *server) renderWebhook(c *fiber.Ctx, endpointID, secret, notice string) 
 	if notice != "" {
 		view.Notice = notice
 	}
+	if fail != nil {
+		view.Error, view.ErrorCode = fail.Message, fail.Code
+		v.Invalid, v.Problem = fail.Param, fail.Message
+	}
 	for _, d := range page.Items {
 		if d.Status == webhooks.StatusPending {
 			view.Busy = secret == "" // never reload away a secret shown once
 		}
 	}
 	view.Data, view.Canonical = v, dashboardPath+"/webhooks/"+e.ID
-	return s.render(c, fiber.StatusOK, "webhook", view)
+	return s.render(c, status, "webhook", view)
 }
 
+// dashUpdateEndpoint saves the Settings form, as PATCH
+// /v1/me/webhook_endpoints/:id with every field; an empty filter removes
+// it. A change the service refuses (a 400) is shown on the page with the
+// form as it was posted; any other failure is the usual failure page.
 func (s *server) dashUpdateEndpoint(c *fiber.Ctx) error {
-	u, desc := form(c, "url"), form(c, "description")
-	active, ordered := form(c, "active") == "on", form(c, "ordered") == "on"
-	p := webhooks.UpdateParams{URL: &u, Events: formEvents(c), Active: &active, Description: &desc, Ordered: &ordered}
-	if len(p.Events) == 0 {
-		return apperr.Invalid("events", "Choose at least one event type.")
+	sent := endpointForm{URL: form(c, "url"), Description: form(c, "description"), Filter: form(c, "filter"),
+		Events: formEvents(c), Active: form(c, "active") == "on", Ordered: form(c, "ordered") == "on"}
+	p := webhooks.UpdateParams{URL: &sent.URL, Events: sent.Events, Active: &sent.Active, Description: &sent.Description,
+		Ordered: &sent.Ordered, Filter: json.RawMessage("null")}
+	if sent.Filter != "" {
+		p.Filter = json.RawMessage(sent.Filter)
 	}
-	e, err := s.Webhooks.Update(c.UserContext(), principal(c).MerchantID, id(c), p)
-	if err != nil {
+	var e webhooks.Endpoint
+	var err error = apperr.Invalid("events", "Choose at least one event type.")
+	if len(p.Events) > 0 {
+		e, err = s.Webhooks.Update(c.UserContext(), principal(c).MerchantID, id(c), p)
+	}
+	if ae, ok := apperr.As(err); ok && ae.Kind == apperr.KindInvalid {
+		return s.renderWebhookPage(c, statusOf[ae.Kind], id(c), "", "", &sent, ae)
+	} else if err != nil {
 		return err
 	}
 	return redirectNotice(c, dashboardPath+"/webhooks/"+e.ID, "updated")
@@ -624,7 +693,7 @@ func (s *server) dashRotate(c *fiber.Ctx) error {
 func (s *server) dashTest(c *fiber.Ctx) error {
 	pr := principal(c)
 	endpointID := id(c)
-	if _, err := s.Webhooks.Test(c.UserContext(), pr.MerchantID, endpointID, sampleEvent(pr.MerchantID, apikeys.Sandbox)); err != nil {
+	if _, err := s.Webhooks.Test(c.UserContext(), pr.MerchantID, endpointID, webhooks.SampleEvent(pr.MerchantID, apikeys.Sandbox)); err != nil {
 		return err
 	}
 	return redirectNotice(c, dashboardPath+"/webhooks/"+endpointID, "test")

@@ -112,9 +112,13 @@ func (s *server) routes(app *fiber.App) {
 	app.Post("/v1/me/webhook_endpoints/:id/test", perIP, secret, s.limitByEndpoint("endpoint_test", cfg.RateLimitEndpointActions), s.testEndpoint)
 	app.Post("/v1/me/webhook_endpoints/:id/recover", perIP, secret, s.limitByEndpoint("endpoint_recover", cfg.RateLimitEndpointActions), s.recoverEndpoint)
 	app.Get("/v1/me/webhook_endpoints/:id/deliveries", perIP, secret, s.listDeliveries)
+	app.Get("/v1/me/webhook_endpoints/:id/stats", perIP, secret, s.endpointStats)
 	app.Post("/v1/webhook_deliveries/:id/retry", perIP, secret, s.retryDelivery)
+	app.Get("/v1/me/webhook_client_certificate", perIP, secret, s.getClientCertificate)
+	app.Post("/v1/me/webhook_client_certificate/rotate", perIP, secret, s.rotateClientCertificate)
 
 	app.Get("/v1/events", perIP, secret, s.listEvents)
 	app.Get("/v1/events/stream", perIP, secret, s.eventStream)
 	app.Get("/v1/events/:id", perIP, secret, s.getEvent)
+	app.Get("/v1/event_types", perIP, secret, s.listEventTypes())
 }

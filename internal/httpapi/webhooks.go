@@ -7,11 +7,8 @@ import (
 	"github.com/gofiber/fiber/v2"
 
 	"github.com/gatehouse-pay/gatehouse/internal/apperr"
-	"github.com/gatehouse-pay/gatehouse/internal/charges"
-	"github.com/gatehouse-pay/gatehouse/internal/events"
 	"github.com/gatehouse-pay/gatehouse/internal/idempotency"
 	"github.com/gatehouse-pay/gatehouse/internal/ids"
-	"github.com/gatehouse-pay/gatehouse/internal/refunds"
 	"github.com/gatehouse-pay/gatehouse/internal/resource"
 	"github.com/gatehouse-pay/gatehouse/internal/webhooks"
 )
@@ -87,49 +84,13 @@ func (s *server) rotateSecret(c *fiber.Ctx) error {
 	return writeJSON(c, fiber.StatusOK, presentEndpointWithSecret(e, secret))
 }
 
-// sampleEvent is the body of a test delivery: a made-up charge (and refund)
-// of the given type, with fresh ids, marked by the X-Service-Test header.
-func sampleEvent(merchantID, environment string) func(string, time.Time) (events.Event, error) {
-	return func(typ string, at time.Time) (events.Event, error) {
-		last4, month, year := "4242", 12, at.Year()+3
-		ch := charges.Charge{ID: ids.NewUUID(), MerchantID: merchantID, Environment: environment, Amount: 2000,
-			Currency: "USD", Status: charges.StatusCreated, PaymentMethod: "card", Capture: true,
-			Card:     charges.Card{Brand: "visa", Last4: &last4, ExpMonth: &month, ExpYear: &year},
-			Provider: "sandbox", Metadata: map[string]string{"test": "true"}, CreatedAt: at, UpdatedAt: at}
-		var refund *resource.Refund
-		switch typ {
-		case events.ChargeCaptured:
-			ch.Status, ch.AmountCaptured = charges.StatusCaptured, ch.Amount
-		case events.ChargeFailed:
-			code, msg := "card_declined", "The card was declined."
-			ch.Status, ch.FailureCode, ch.FailureMessage = charges.StatusFailed, &code, &msg
-		case events.ChargeVoided:
-			ch.Status = charges.StatusVoided
-		case events.ChargeRefunded, events.RefundCreated, events.RefundSucceeded:
-			ch.Status, ch.AmountCaptured = charges.StatusCaptured, ch.Amount
-			r := refunds.Refund{ID: ids.NewUUID(), MerchantID: merchantID, ChargeID: ch.ID, Amount: ch.Amount,
-				Currency: ch.Currency, Status: refunds.StatusPending, Metadata: map[string]string{}, CreatedAt: at, UpdatedAt: at}
-			if typ != events.RefundCreated {
-				r.Status, ch.AmountRefunded = refunds.StatusSucceeded, ch.Amount
-			}
-			if typ == events.ChargeRefunded {
-				ch.Status = charges.StatusRefunded
-			} else {
-				view := r.View()
-				refund = &view
-			}
-		}
-		return events.New(ids.NewUUID(), merchantID, environment, typ, at, ch.View(), refund)
-	}
-}
-
 func (s *server) testEndpoint(c *fiber.Ctx) error {
 	var req struct{} // no body, or an empty object; anything else is refused
 	if err := decodeJSON(c, &req); err != nil {
 		return err
 	}
 	pr := principal(c)
-	d, err := s.Webhooks.Test(c.UserContext(), pr.MerchantID, strings.Clone(c.Params("id")), sampleEvent(pr.MerchantID, pr.Environment))
+	d, err := s.Webhooks.Test(c.UserContext(), pr.MerchantID, strings.Clone(c.Params("id")), webhooks.SampleEvent(pr.MerchantID, pr.Environment))
 	if err != nil {
 		return err
 	}
@@ -177,6 +138,14 @@ func (s *server) listDeliveries(c *fiber.Ctx) error {
 		return err
 	}
 	return writeJSON(c, fiber.StatusOK, newList(page, webhooks.Delivery.View))
+}
+
+func (s *server) endpointStats(c *fiber.Ctx) error {
+	st, err := s.Webhooks.Stats(c.UserContext(), principal(c).MerchantID, strings.Clone(c.Params("id")))
+	if err != nil {
+		return err
+	}
+	return writeJSON(c, fiber.StatusOK, st.View())
 }
 
 func (s *server) retryDelivery(c *fiber.Ctx) error {

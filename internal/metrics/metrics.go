@@ -256,6 +256,10 @@ type Webhooks struct {
 	// HandOffs counts the first attempts an event's task left to a task of
 	// the delivery's own, by reason (the HandOff constants of webhooks).
 	HandOffs *prometheus.CounterVec
+	// OperationalEvents counts the operational events the worker wrote
+	// about endpoints, by type (webhook_endpoint.failing, .disabled,
+	// .recovered).
+	OperationalEvents *prometheus.CounterVec
 }
 
 // NewWebhooks creates and registers the delivery metrics.
@@ -289,7 +293,14 @@ func NewWebhooks(reg prometheus.Registerer) *Webhooks {
 		Namespace: "gatehouse", Name: "webhook_handoffs_total",
 		Help: "First attempts an event's task handed off to a task of the delivery's own, by reason (scheduled, ordered, endpoint_unknown, endpoint_not_fast, endpoint_busy, merchant_busy).",
 	}, []string{"reason"})
-	reg.MustRegister(m.Attempts, m.Duration, m.FirstAttempt, m.BatchSize, m.EndpointsDisabled, m.HandOffs)
+	m.OperationalEvents = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "gatehouse", Name: "webhook_operational_events_total",
+		Help: "Operational events the worker wrote about webhook endpoints, by type (webhook_endpoint.failing, webhook_endpoint.disabled, webhook_endpoint.recovered).",
+	}, []string{"type"})
+	reg.MustRegister(m.Attempts, m.Duration, m.FirstAttempt, m.BatchSize, m.EndpointsDisabled, m.HandOffs, m.OperationalEvents)
+	for _, t := range []string{"webhook_endpoint.failing", "webhook_endpoint.disabled", "webhook_endpoint.recovered"} {
+		m.OperationalEvents.WithLabelValues(t)
+	}
 	for _, r := range []string{"scheduled", "ordered", "endpoint_unknown", "endpoint_not_fast", "endpoint_busy", "merchant_busy"} {
 		m.HandOffs.WithLabelValues(r)
 	}

@@ -51,7 +51,8 @@ func (s *Store) createOnce(ctx context.Context, merchantID string, idem *idempot
 func (s *Store) CreateEndpoint(ctx context.Context, e webhooks.Endpoint, idem *idempotency.Request, first idempotency.Response) (*idempotency.Response, error) {
 	audit.SetObject(ctx, "webhook_endpoint", e.ID)
 	return s.createOnce(ctx, e.MerchantID, idem, first, func(tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, insertEndpoint, e.ID, e.MerchantID, e.Environment, e.URL, e.Events, e.Active, e.Description, e.SecretSealed, e.CreatedAt, e.Ordered)
+		_, err := tx.Exec(ctx, insertEndpoint, e.ID, e.MerchantID, e.Environment, e.URL, e.Events, e.Active, e.Description, e.SecretSealed, e.CreatedAt, e.Ordered, e.Filter,
+			e.Auth, e.AuthSecretSealed, e.HeaderNames, e.HeadersSealed)
 		return mapErr(err, "webhook_endpoint")
 	})
 }

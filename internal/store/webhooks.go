@@ -11,35 +11,47 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/apperr"
 	"github.com/gatehouse-pay/gatehouse/internal/audit"
 	"github.com/gatehouse-pay/gatehouse/internal/events"
+	"github.com/gatehouse-pay/gatehouse/internal/ids"
 	"github.com/gatehouse-pay/gatehouse/internal/listing"
 	"github.com/gatehouse-pay/gatehouse/internal/outbox"
 	"github.com/gatehouse-pay/gatehouse/internal/refunds"
 	"github.com/gatehouse-pay/gatehouse/internal/webhooks"
 )
 
-// fanout follows a CTE named ev that inserted events (RETURNING id,
-// merchant_id, environment, type, created_at): it writes one delivery per
-// endpoint of the merchant and environment subscribed to the event's type
-// (deleted ones excepted), and one outbox task per event with a delivery to
-// an enabled endpoint (webhook:event, which makes every first attempt), in
-// the same statement and so the same transaction as the event. A disabled
-// endpoint's delivery is failed at once and never sent: it waits in the log
-// for a recover once the endpoint is enabled again. The statement's result
-// names the events with pending deliveries (dl).
+// fanout follows a CTE named ev that inserted events (RETURNING
+// eventReturning): it writes one delivery per endpoint of the merchant and
+// environment subscribed to the event's type (deleted ones excepted), and
+// one outbox task per event with a delivery to an enabled endpoint
+// (webhook:event, which makes every first attempt), in the same statement
+// and so the same transaction as the event. A disabled endpoint's delivery
+// is failed at once and never sent: it waits in the log for a recover once
+// the endpoint is enabled again. An endpoint whose filter turns the event
+// away gets a 'filtered' delivery, never sent, so the decision is made once,
+// here, and counted in the endpoint's log. The statement's result names the
+// events with pending deliveries (dl).
 const fanout = `
-, dl AS (
-	INSERT INTO webhook_deliveries (id, endpoint_id, merchant_id, event_id, event_type, status, next_attempt_at, created_at, updated_at,
-		sequence, ordered_object)
-	SELECT gh_uuid_v7(), we.id, we.merchant_id, ev.id, ev.type, CASE WHEN we.active THEN 'pending' ELSE 'failed' END,
-		CASE WHEN we.active THEN ev.created_at END, ev.created_at, ev.created_at,
-		ev.sequence, CASE WHEN we.ordered THEN ev.object_id END
-	FROM ev JOIN webhook_endpoints we ON we.merchant_id = ev.merchant_id AND we.environment = ev.environment
-		AND we.deleted_at IS NULL AND ev.type = ANY (we.events)
-	RETURNING id, event_id, status
+, dl AS (` + fanoutDeliveries + `
+	RETURNING id, event_id, status` + fanoutTasks
+
+// fanoutTasks closes fanout's dl and writes the outbox rows.
+const fanoutTasks = `
 ), dlob AS (
 	INSERT INTO outbox (task_id, task_type, ref_id)
 	SELECT DISTINCT '` + outbox.WebhookEvent + `:' || dl.event_id, '` + outbox.WebhookEvent + `', dl.event_id FROM dl WHERE dl.status = 'pending'
 )`
+
+// fanoutDeliveries is fanout's INSERT of deliveries, without its RETURNING;
+// an operational event's fanout adds a condition to it (insertEndpointEvent).
+const fanoutDeliveries = `
+	INSERT INTO webhook_deliveries (id, endpoint_id, merchant_id, event_id, event_type, status, next_attempt_at, created_at, updated_at,
+		sequence, ordered_object)
+	SELECT gh_uuid_v7(), we.id, we.merchant_id, ev.id, ev.type,
+		CASE WHEN NOT m.pass THEN 'filtered' WHEN we.active THEN 'pending' ELSE 'failed' END,
+		CASE WHEN m.pass AND we.active THEN ev.created_at END, ev.created_at, ev.created_at,
+		ev.sequence, CASE WHEN m.pass AND we.ordered THEN ev.object_id END
+	FROM ev JOIN webhook_endpoints we ON we.merchant_id = ev.merchant_id AND we.environment = ev.environment
+		AND we.deleted_at IS NULL AND ev.type = ANY (we.events)
+	CROSS JOIN LATERAL (SELECT we.filter IS NULL OR gh_webhook_filter_match(we.filter, ev.body::jsonb) AS pass) m`
 
 // insertDeliverTasks, followed by a relation named d with an id column,
 // writes the outbox row of each delivery: task id and type as outbox.Task.
@@ -60,7 +72,7 @@ func deliveryTasks(events []string) []outbox.Task {
 }
 
 // eventReturning is what an events INSERT returns for fanout.
-const eventReturning = `id, merchant_id, environment, type, created_at, object_id, sequence`
+const eventReturning = `id, merchant_id, environment, type, created_at, object_id, sequence, body`
 
 // insertEventFanout writes one event of a refund ($8) or of its charge ($7),
 // numbered by the object's counter, and its deliveries. Both objects' rows
@@ -92,13 +104,15 @@ func (s *Store) writeEvent(ctx context.Context, tx pgx.Tx, r refunds.Refund, e e
 }
 
 const endpointColumns = `id, merchant_id, environment, url, events, active, description, secret_sealed,
-previous_secret_sealed, previous_secret_until, created_at, updated_at, deleted_at, disabled_reason, disabled_at, failing_since, ordered`
+previous_secret_sealed, previous_secret_until, created_at, updated_at, deleted_at, disabled_reason, disabled_at, failing_since, ordered, filter, health_announced,
+auth, auth_secret_sealed, header_names, headers_sealed`
 
 // endpointDest is where a row of endpointColumns goes.
 func endpointDest(e *webhooks.Endpoint) []any {
 	return []any{&e.ID, &e.MerchantID, &e.Environment, &e.URL, &e.Events, &e.Active, &e.Description, &e.SecretSealed,
 		&e.PreviousSecretSealed, &e.PreviousSecretUntil, &e.CreatedAt, &e.UpdatedAt, &e.DeletedAt,
-		&e.DisabledReason, &e.DisabledAt, &e.FailingSince, &e.Ordered}
+		&e.DisabledReason, &e.DisabledAt, &e.FailingSince, &e.Ordered, &e.Filter, &e.HealthAnnounced,
+		&e.Auth, &e.AuthSecretSealed, &e.HeaderNames, &e.HeadersSealed}
 }
 
 func scanEndpoint(row pgx.Row) (webhooks.Endpoint, error) {
@@ -107,7 +121,8 @@ func scanEndpoint(row pgx.Row) (webhooks.Endpoint, error) {
 	return e, err
 }
 
-const insertEndpoint = `INSERT INTO webhook_endpoints (` + endpointColumns + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, NULL, NULL, $9, $9, NULL, NULL, NULL, NULL, $10)`
+const insertEndpoint = `INSERT INTO webhook_endpoints (` + endpointColumns + `) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, NULL, NULL, $9, $9, NULL, NULL, NULL, NULL, $10, $11, false,
+	$12, $13, $14, $15)`
 
 const selectEndpoint = `SELECT ` + endpointColumns + ` FROM webhook_endpoints WHERE id = $1 AND merchant_id = $2 AND deleted_at IS NULL`
 
@@ -132,20 +147,52 @@ disabled_reason = CASE WHEN $5::bool IS NULL THEN disabled_reason WHEN $5 THEN N
 	WHEN active THEN 'manual' ELSE coalesce(disabled_reason, 'manual') END,
 disabled_at = CASE WHEN $5::bool IS NULL THEN disabled_at WHEN $5 THEN NULL
 	WHEN active THEN $7 ELSE coalesce(disabled_at, $7) END,
-failing_since = CASE WHEN $5::bool THEN NULL ELSE failing_since END
+failing_since = CASE WHEN $5::bool THEN NULL ELSE failing_since END,
+filter = CASE WHEN $9 THEN $10::jsonb ELSE filter END,
+auth = CASE WHEN $11 THEN $12::jsonb ELSE auth END,
+auth_secret_sealed = CASE WHEN $11 THEN $13::bytea ELSE auth_secret_sealed END,
+header_names = CASE WHEN $14 THEN $15::text[] ELSE header_names END,
+headers_sealed = CASE WHEN $14 THEN $16::bytea ELSE headers_sealed END
 WHERE id = $1 AND merchant_id = $2 AND deleted_at IS NULL RETURNING ` + endpointColumns
 
 // Endpoint health changes an attempt calls for (webhooks.Health), each
-// conditional so that concurrent attempts settle on one answer.
+// conditional so that concurrent attempts settle on one answer. All but the
+// start of a streak return the endpoint as it is after the change, its
+// event_seq, and whether an operational event tells of it: disabling and
+// announcing a failing endpoint always do, and mark the trouble announced;
+// ending a streak does when its trouble was announced.
 const (
 	startFailing = `UPDATE webhook_endpoints SET failing_since = $2
 WHERE id = $1 AND failing_since IS NULL AND active AND deleted_at IS NULL`
-	endFailing  = `UPDATE webhook_endpoints SET failing_since = NULL WHERE id = $1 AND failing_since IS NOT NULL`
-	disableGone = `UPDATE webhook_endpoints SET active = false, disabled_reason = 'gone', disabled_at = $2, updated_at = $2
-WHERE id = $1 AND active AND deleted_at IS NULL`
-	disableFailing = `UPDATE webhook_endpoints SET active = false, disabled_reason = 'failing', disabled_at = $2, updated_at = $2
-WHERE id = $1 AND active AND deleted_at IS NULL AND failing_since <= $3`
+	endFailing = `UPDATE webhook_endpoints w SET failing_since = NULL, health_announced = false,
+	event_seq = w.event_seq + CASE WHEN o.announced AND w.deleted_at IS NULL THEN 1 ELSE 0 END
+FROM (SELECT health_announced AS announced FROM webhook_endpoints WHERE id = $1 FOR UPDATE) o
+WHERE w.id = $1 AND (w.failing_since IS NOT NULL OR w.health_announced)
+RETURNING ` + endpointColumns + `, event_seq, o.announced AND w.deleted_at IS NULL`
+	disableGone = `UPDATE webhook_endpoints SET active = false, disabled_reason = 'gone', disabled_at = $2, updated_at = $2,
+	health_announced = true, event_seq = event_seq + 1
+WHERE id = $1 AND active AND deleted_at IS NULL RETURNING ` + endpointColumns + `, event_seq, true`
+	disableFailing = `UPDATE webhook_endpoints SET active = false, disabled_reason = 'failing', disabled_at = $2, updated_at = $2,
+	health_announced = true, event_seq = event_seq + 1
+WHERE id = $1 AND active AND deleted_at IS NULL AND failing_since <= $3 RETURNING ` + endpointColumns + `, event_seq, true`
+	announceFailing = `UPDATE webhook_endpoints SET health_announced = true, event_seq = event_seq + 1
+WHERE id = $1 AND active AND deleted_at IS NULL AND NOT health_announced AND failing_since <= $2
+RETURNING ` + endpointColumns + `, event_seq, true`
 )
+
+// insertEndpointEvent writes an operational event about endpoint $7,
+// numbered $8 by the endpoint's counter, and its deliveries to the
+// merchant's other endpoints: never to the one it is about. It has no
+// charge (the nil UUID, as payouts).
+const insertEndpointEvent = `
+WITH ev AS (
+	INSERT INTO events (id, merchant_id, environment, type, body, created_at, charge_id, object_id, sequence)
+	VALUES ($1, $2, $3, $4, $5, $6, '00000000-0000-0000-0000-000000000000', NULL, $8)
+	RETURNING ` + eventReturning + `
+), dl AS (` + fanoutDeliveries + `
+	WHERE we.id <> $7
+	RETURNING id, event_id, status` + fanoutTasks + `
+SELECT ` + deliveriesOf
 
 // earlierPending finds the earliest next attempt among an ordered delivery's
 // predecessors still pending: the same endpoint's deliveries of the same
@@ -178,27 +225,58 @@ func (s *Store) WaitInOrder(ctx context.Context, d webhooks.Delivery, until func
 	return true, at, nil
 }
 
-// UpdateHealth implements webhooks.Store.
-func (s *Store) UpdateHealth(ctx context.Context, h webhooks.Health) (bool, error) {
-	var query string
+// UpdateHealth implements webhooks.Store: the change and the operational
+// event that tells of it, in one transaction.
+func (s *Store) UpdateHealth(ctx context.Context, h webhooks.Health) (webhooks.HealthResult, error) {
+	var res webhooks.HealthResult
+	var query, typ string
 	args := []any{h.EndpointID, h.At}
 	switch {
 	case h.Disable == webhooks.DisabledGone:
-		query = disableGone
+		query, typ = disableGone, events.EndpointDisabled
 	case h.Disable == webhooks.DisabledFailing:
-		query, args = disableFailing, append(args, h.FailingBefore)
+		query, typ, args = disableFailing, events.EndpointDisabled, append(args, h.FailingBefore)
+	case h.Announce:
+		query, typ, args = announceFailing, events.EndpointFailing, []any{h.EndpointID, h.FailingBefore}
 	case h.Failing:
-		query = startFailing
+		_, err := s.pool.Exec(ctx, startFailing, args...)
+		return res, mapErr(err, "webhook_endpoint")
 	case h.Recovered:
-		query, args = endFailing, args[:1]
+		query, typ, args = endFailing, events.EndpointRecovered, args[:1]
 	default:
-		return false, nil
+		return res, nil
 	}
-	tag, err := s.pool.Exec(ctx, query, args...)
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		var e webhooks.Endpoint
+		var seq int
+		var tell bool
+		err := tx.QueryRow(ctx, query, args...).Scan(append(endpointDest(&e), &seq, &tell)...)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil // already changed, off, deleted or recovered meanwhile
+		}
+		if err != nil {
+			return mapErr(err, "webhook_endpoint")
+		}
+		res.Disabled = h.Disable != ""
+		if !tell {
+			return nil
+		}
+		ev, err := events.NewEndpoint(ids.NewUUID(), e.MerchantID, e.Environment, typ, h.At, e.View())
+		if err != nil {
+			return err
+		}
+		var evs []string
+		if err := tx.QueryRow(ctx, insertEndpointEvent, ev.ID, ev.MerchantID, ev.Environment, ev.Type, ev.Body, ev.CreatedAt,
+			e.ID, seq).Scan(&evs); err != nil {
+			return mapErr(err, "event")
+		}
+		res.Event, res.Tasks = ev.Type, deliveryTasks(evs)
+		return nil
+	})
 	if err != nil {
-		return false, mapErr(err, "webhook_endpoint")
+		return webhooks.HealthResult{}, err
 	}
-	return h.Disable != "" && tag.RowsAffected() == 1, nil
+	return res, nil
 }
 
 // UpdateEndpoint applies a patch.
@@ -209,7 +287,8 @@ func (s *Store) UpdateEndpoint(ctx context.Context, merchantID, id string, p web
 	}
 	var e webhooks.Endpoint
 	err := s.audited(ctx, func(q dbtx) (err error) {
-		e, err = scanEndpoint(q.QueryRow(ctx, updateEndpoint, id, merchantID, p.URL, evs, p.Active, p.Description, p.At, p.Ordered))
+		e, err = scanEndpoint(q.QueryRow(ctx, updateEndpoint, id, merchantID, p.URL, evs, p.Active, p.Description, p.At, p.Ordered,
+			p.SetFilter, p.Filter, p.SetAuth, p.Auth, p.AuthSecretSealed, p.SetHeaders, p.HeaderNames, p.HeadersSealed))
 		return mapErr(err, "webhook_endpoint")
 	})
 	return e, err
@@ -316,6 +395,18 @@ func (s *Store) ListDeliveries(ctx context.Context, merchantID, endpointID, stat
 
 const selectDelivery = `SELECT ` + deliveryColumns + ` FROM webhook_deliveries WHERE id = $1 AND merchant_id = $2`
 
+const endpointStats = `SELECT
+	count(*) FILTER (WHERE status = 'succeeded'), count(*) FILTER (WHERE status = 'filtered'),
+	count(*) FILTER (WHERE status = 'failed'), count(*) FILTER (WHERE status = 'pending')
+FROM webhook_deliveries WHERE endpoint_id = $1 AND test_body IS NULL`
+
+// EndpointStats implements webhooks.Store.
+func (s *Store) EndpointStats(ctx context.Context, endpointID string) (webhooks.Stats, error) {
+	st := webhooks.Stats{EndpointID: endpointID}
+	err := s.pool.QueryRow(ctx, endpointStats, endpointID).Scan(&st.Delivered, &st.Filtered, &st.Failed, &st.Pending)
+	return st, mapErr(err, "webhook_endpoint")
+}
+
 // DeliveryByID returns one of the merchant's deliveries with its attempts.
 func (s *Store) DeliveryByID(ctx context.Context, merchantID, id string) (webhooks.Delivery, error) {
 	d, err := scanDelivery(s.pool.QueryRow(ctx, selectDelivery, id, merchantID))
@@ -406,7 +497,8 @@ const selectDeliveriesForWork = `SELECT d.id, d.endpoint_id, d.merchant_id, d.ev
 	coalesce(d.test_body::text, (SELECT e.body::text FROM events e WHERE e.id = d.event_id)),
 	w.id, w.merchant_id, w.environment, w.url, w.events, w.active, w.description, w.secret_sealed,
 	w.previous_secret_sealed, w.previous_secret_until, w.created_at, w.updated_at, w.deleted_at,
-	w.disabled_reason, w.disabled_at, w.failing_since, w.ordered
+	w.disabled_reason, w.disabled_at, w.failing_since, w.ordered, w.filter, w.health_announced,
+	w.auth, w.auth_secret_sealed, w.header_names, w.headers_sealed
 FROM webhook_deliveries d JOIN webhook_endpoints w ON w.id = d.endpoint_id WHERE d.id = ANY($1::uuid[])`
 
 // work is one delivery as the worker needs it.

@@ -2,6 +2,7 @@ package webhooks
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -20,6 +21,13 @@ type Outgoing struct {
 	URL     string
 	Body    []byte
 	Headers map[string]string
+	// OAuth2 is the endpoint's OAuth 2.0 client credentials (nil for
+	// none): the sender adds a bearer token.
+	OAuth2 *OAuth2
+	// ClientCert is the merchant's client certificate for an https mTLS
+	// endpoint (nil for none); ClientCertID is its fingerprint.
+	ClientCert   *tls.Certificate
+	ClientCertID string
 }
 
 // Response is what came of one POST: a status code (0 when none came), the
@@ -34,6 +42,9 @@ type Response struct {
 	// itself may name internal addresses and goes to the operator's log only.
 	Reason string
 	Body   string
+	// TokenRefreshed: the receiver refused the cached OAuth 2.0 token with
+	// a 401, and this is what came of the POST made again with a new one.
+	TokenRefreshed bool
 }
 
 // OK reports a 2xx answer.
@@ -75,6 +86,7 @@ type Deliverer struct {
 	store    Store
 	sender   Sender
 	keys     *keyring.Keyring
+	certs    ClientCertStore
 	schedule []time.Duration
 	now      func() time.Time
 	log      *slog.Logger
@@ -112,6 +124,11 @@ type Deliverer struct {
 	// an endpoint is disabled, with the reason.
 	disableAfter time.Duration
 	onDisable    func(reason string)
+	// failingAfter is how long an endpoint may do nothing but fail before
+	// its next failure sends webhook_endpoint.failing (0: never);
+	// onOperational is told the type of each operational event written.
+	failingAfter  time.Duration
+	onOperational func(eventType string)
 
 	// enqueue hands a delivery's own task to the queue, to run after a
 	// delay: the event's task's hand-offs and retries (see DeliverEvent).
@@ -140,6 +157,10 @@ func (d *Deliverer) WithHandOffs(f func(reason string)) *Deliverer {
 // DefaultDisableAfter is WEBHOOK_DISABLE_AFTER's default: five days of
 // nothing but failures.
 const DefaultDisableAfter = 120 * time.Hour
+
+// DefaultFailingAfter is WEBHOOK_FAILING_AFTER's default: an hour of
+// nothing but failures sends webhook_endpoint.failing.
+const DefaultFailingAfter = time.Hour
 
 // orderedRecheck is how long after its predecessor's next attempt a
 // waiting ordered delivery looks again (at least this long from now).
@@ -315,10 +336,12 @@ func NewDeliverer(store Store, sender Sender, keys *keyring.Keyring, schedule []
 	if observe == nil {
 		observe = func(string, int, time.Duration) {}
 	}
-	return &Deliverer{store: store, sender: sender, keys: keys, schedule: schedule, now: now, log: log, observe: observe,
+	certs, _ := store.(ClientCertStore) // internal/store keeps them; nil fails mtls endpoints' attempts
+	return &Deliverer{store: store, sender: sender, keys: keys, certs: certs, schedule: schedule, now: now, log: log, observe: observe,
 		slots: map[string]*endpointSlots{}, perEndpoint: PerEndpointDefault, slotWait: time.Second, maxWaiting: maxWaitingDefault,
 		merchants: map[string]*merchantSlots{}, perMerchant: MerchantSlotsDefault,
 		disableAfter: DefaultDisableAfter, onDisable: func(string) {},
+		failingAfter: DefaultFailingAfter, onOperational: func(string) {},
 		enqueue: func(context.Context, outbox.Task, time.Duration) error { return errors.New("webhooks: no queue") },
 		handOff: func(string) {}}
 }
@@ -343,6 +366,18 @@ func (d *Deliverer) WithHealth(disableAfter time.Duration, onDisable func(reason
 	return d
 }
 
+// WithOperationalEvents sets how long an endpoint may do nothing but fail
+// before its next failure sends webhook_endpoint.failing
+// (WEBHOOK_FAILING_AFTER; 0: never), and what to tell of each operational
+// event written.
+func (d *Deliverer) WithOperationalEvents(failingAfter time.Duration, written func(eventType string)) *Deliverer {
+	d.failingAfter = failingAfter
+	if written != nil {
+		d.onOperational = written
+	}
+	return d
+}
+
 // healthAfter is the change of the endpoint's health that an attempt's
 // answer calls for, and whether the delivery stops here. Test deliveries
 // change nothing.
@@ -356,7 +391,7 @@ func (d *Deliverer) healthAfter(del Delivery, ep Endpoint, res Response, now tim
 		h.Disable = DisabledGone
 		return &h, true
 	case res.OK():
-		if ep.FailingSince == nil {
+		if ep.FailingSince == nil && !ep.HealthAnnounced {
 			return nil, false // the usual case: nothing to write
 		}
 		h.Recovered = true
@@ -365,6 +400,8 @@ func (d *Deliverer) healthAfter(del Delivery, ep Endpoint, res Response, now tim
 	case d.disableAfter > 0 && !now.Before(ep.FailingSince.Add(d.disableAfter)):
 		h.Disable, h.FailingBefore = DisabledFailing, now.Add(-d.disableAfter)
 		return &h, true
+	case d.failingAfter > 0 && !ep.HealthAnnounced && !now.Before(ep.FailingSince.Add(d.failingAfter)):
+		h.Announce, h.FailingBefore = true, now.Add(-d.failingAfter)
 	default:
 		return nil, false
 	}
@@ -374,14 +411,25 @@ func (d *Deliverer) healthAfter(del Delivery, ep Endpoint, res Response, now tim
 // applyHealth writes a health change after the attempt was recorded. A
 // failure is only logged: the next attempt's answer decides again.
 func (d *Deliverer) applyHealth(ctx context.Context, h Health) {
-	disabled, err := d.store.UpdateHealth(ctx, h)
+	res, err := d.store.UpdateHealth(ctx, h)
 	if err != nil {
 		d.log.WarnContext(ctx, "webhook endpoint health not updated", "endpoint_id", h.EndpointID, "err", err)
 		return
 	}
-	if disabled {
+	if res.Disabled {
 		d.log.WarnContext(ctx, "webhook endpoint disabled", "endpoint_id", h.EndpointID, "reason", h.Disable)
 		d.onDisable(h.Disable)
+	}
+	if res.Event != "" {
+		d.log.InfoContext(ctx, "operational event written", "endpoint_id", h.EndpointID, "event_type", res.Event)
+		d.onOperational(res.Event)
+	}
+	for _, t := range res.Tasks {
+		// The outbox row is written: a task that is not enqueued now is
+		// swept later.
+		if err := d.enqueue(ctx, t, 0); err != nil {
+			d.log.WarnContext(ctx, "operational event's deliveries not enqueued; the outbox sweep sends them", "task", t.Type+":"+t.RefID, "err", err)
+		}
 	}
 }
 
@@ -560,6 +608,10 @@ func (d *Deliverer) attempt(ctx context.Context, del Delivery, ep Endpoint, body
 	if del.Test {
 		headers["X-Service-Test"] = "true"
 	}
+	out := Outgoing{URL: ep.URL, Body: body, Headers: headers}
+	if err := d.authenticate(ctx, ep, &out, now); err != nil {
+		return err
+	}
 
 	if ep.Ordered && del.OrderedObject != nil {
 		// Ordered: wait for the object's earlier deliveries to this endpoint
@@ -600,7 +652,7 @@ func (d *Deliverer) attempt(ctx context.Context, del Delivery, ep Endpoint, body
 	if d.first != nil && del.Attempts == 0 && !del.Test {
 		d.first(d.now().Sub(del.CreatedAt))
 	}
-	res := d.sender.Send(ctx, Outgoing{URL: ep.URL, Body: body, Headers: headers})
+	res := d.sender.Send(ctx, out)
 	release(res.OK(), res.Duration)
 	a := Attempt{Attempt: n, StartedAt: now, DurationMS: int(res.Duration / time.Millisecond)}
 	if res.StatusCode != 0 {
@@ -623,6 +675,10 @@ func (d *Deliverer) attempt(ctx context.Context, del Delivery, ep Endpoint, body
 		case res.StatusCode == statusGone && !del.Test:
 			msg = "410 Gone: the endpoint is disabled"
 		}
+		a.Error = &msg
+	}
+	if a.Error != nil && res.TokenRefreshed {
+		msg := *a.Error + " (after the receiver refused the oauth2 token with 401 and a new one was fetched)"
 		a.Error = &msg
 	}
 	if res.Body != "" {

@@ -75,11 +75,11 @@ type fakeStore struct {
 	health        []webhooks.Health
 }
 
-func (s *fakeStore) UpdateHealth(_ context.Context, h webhooks.Health) (bool, error) {
+func (s *fakeStore) UpdateHealth(_ context.Context, h webhooks.Health) (webhooks.HealthResult, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.health = append(s.health, h)
-	return h.Disable != "", nil
+	return webhooks.HealthResult{Disabled: h.Disable != ""}, nil
 }
 
 func (s *fakeStore) DeliveryForWork(_ context.Context, id string) (webhooks.Delivery, webhooks.Endpoint, []byte, error) {
@@ -898,6 +898,7 @@ func TestDeliverEndpointHealth(t *testing.T) {
 		status     int
 		failingFor time.Duration // 0: no streak
 		test       bool
+		announced  bool // the endpoint's trouble was told (failing or disabled)
 		want       *webhooks.Health
 		final      string // the delivery's status after the attempt
 	}{
@@ -905,7 +906,14 @@ func TestDeliverEndpointHealth(t *testing.T) {
 		{name: "a success ends a streak", status: 200, failingFor: time.Hour, final: webhooks.StatusSucceeded,
 			want: &webhooks.Health{Recovered: true}},
 		{name: "a first failure starts a streak", status: 500, final: webhooks.StatusPending, want: &webhooks.Health{Failing: true}},
-		{name: "a failure within the streak writes nothing", status: 500, failingFor: 119 * time.Hour, final: webhooks.StatusPending},
+		{name: "a failure within WEBHOOK_FAILING_AFTER writes nothing", status: 500, failingFor: 59 * time.Minute, final: webhooks.StatusPending},
+		{name: "a failure past WEBHOOK_FAILING_AFTER announces", status: 500, failingFor: time.Hour, final: webhooks.StatusPending,
+			want: &webhooks.Health{Announce: true}},
+		{name: "an announced streak writes nothing more", status: 500, failingFor: 119 * time.Hour, announced: true, final: webhooks.StatusPending},
+		{name: "an announced streak still disables", status: 500, failingFor: 120 * time.Hour, announced: true, final: webhooks.StatusFailed,
+			want: &webhooks.Health{Disable: webhooks.DisabledFailing}},
+		{name: "a success after an announcement recovers, even with the streak cleared", status: 200, announced: true,
+			final: webhooks.StatusSucceeded, want: &webhooks.Health{Recovered: true}},
 		{name: "a failure past WEBHOOK_DISABLE_AFTER disables", status: 503, failingFor: 120 * time.Hour, final: webhooks.StatusFailed,
 			want: &webhooks.Health{Disable: webhooks.DisabledFailing}},
 		{name: "410 Gone disables at once", status: 410, final: webhooks.StatusFailed, want: &webhooks.Health{Disable: webhooks.DisabledGone}},
@@ -914,9 +922,10 @@ func TestDeliverEndpointHealth(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newRig(t, defaultSchedule)
-			r.d.WithHealth(webhooks.DefaultDisableAfter, nil)
+			r.d.WithHealth(webhooks.DefaultDisableAfter, nil).WithOperationalEvents(webhooks.DefaultFailingAfter, nil)
 			r.sender.answer = answer(tc.status)
 			r.store.delivery.Test = tc.test
+			r.store.endpoint.HealthAnnounced = tc.announced
 			if tc.failingFor > 0 {
 				since(r, tc.failingFor)
 			}
@@ -938,11 +947,15 @@ func TestDeliverEndpointHealth(t *testing.T) {
 				t.Fatalf("health writes %+v, want one", got)
 			}
 			h := got[0]
-			if h.EndpointID != endpointID || h.Failing != tc.want.Failing || h.Recovered != tc.want.Recovered || h.Disable != tc.want.Disable {
+			if h.EndpointID != endpointID || h.Failing != tc.want.Failing || h.Recovered != tc.want.Recovered || h.Disable != tc.want.Disable ||
+				h.Announce != tc.want.Announce {
 				t.Errorf("health %+v, want %+v", h, *tc.want)
 			}
 			if h.Disable == webhooks.DisabledFailing && !h.FailingBefore.Equal(r.clock.now().Add(-webhooks.DefaultDisableAfter)) {
 				t.Errorf("FailingBefore %v, want now - WEBHOOK_DISABLE_AFTER", h.FailingBefore)
+			}
+			if h.Announce && !h.FailingBefore.Equal(r.clock.now().Add(-webhooks.DefaultFailingAfter)) {
+				t.Errorf("FailingBefore %v, want now - WEBHOOK_FAILING_AFTER", h.FailingBefore)
 			}
 		})
 	}

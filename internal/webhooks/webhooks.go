@@ -7,6 +7,7 @@ package webhooks
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/netip"
 	"net/url"
@@ -30,7 +31,22 @@ const (
 	StatusPending   = "pending"
 	StatusSucceeded = "succeeded"
 	StatusFailed    = "failed"
+	// StatusFiltered: the endpoint's filter turned the event away when it
+	// was written; never sent.
+	StatusFiltered = "filtered"
 )
+
+// Stats counts an endpoint's deliveries by status.
+type Stats struct {
+	EndpointID                           string
+	Delivered, Filtered, Failed, Pending int64
+}
+
+// View returns the public form.
+func (s Stats) View() resource.WebhookEndpointStats {
+	return resource.WebhookEndpointStats{Object: "webhook_endpoint_stats", Endpoint: s.EndpointID,
+		Delivered: s.Delivered, Filtered: s.Filtered, Failed: s.Failed, Pending: s.Pending}
+}
 
 // RotationOverlap is how long the previous secret keeps signing after a rotation.
 const RotationOverlap = 24 * time.Hour
@@ -58,6 +74,22 @@ type Endpoint struct {
 	FailingSince *time.Time
 	// Ordered endpoints receive one object's events in sequence order.
 	Ordered bool
+	// Filter is the endpoint's conditions on the event body, as ParseFilter
+	// returns them; nil delivers every subscribed event.
+	Filter json.RawMessage
+	// HealthAnnounced: a webhook_endpoint.failing or .disabled event told
+	// the merchant of the endpoint's trouble; its next success sends
+	// webhook_endpoint.recovered.
+	HealthAnnounced bool
+	// Auth is how deliveries authenticate to the receiver beyond the
+	// signature (AuthOAuth2 or AuthMTLS); nil for none. AuthSecretSealed
+	// holds the OAuth 2.0 client secret, sealed, bound to the endpoint.
+	Auth             *ReceiverAuth
+	AuthSecretSealed []byte
+	// HeaderNames are the static headers sent with every attempt, sorted;
+	// HeadersSealed holds them with their values (a JSON object), sealed.
+	HeaderNames   []string
+	HeadersSealed []byte
 }
 
 // Endpoint statuses and the reasons an endpoint is disabled (docs/webhooks.md,
@@ -85,7 +117,12 @@ func (e Endpoint) Status() string {
 func (e Endpoint) View() resource.WebhookEndpoint {
 	v := resource.WebhookEndpoint{ID: e.ID, Object: "webhook_endpoint", URL: e.URL, Events: e.Events, Active: e.Active,
 		Status: e.Status(), Ordered: e.Ordered, Description: e.Description, MerchantID: e.MerchantID, Environment: e.Environment,
-		CreatedAt: events.Timestamp(e.CreatedAt), UpdatedAt: events.Timestamp(e.UpdatedAt)}
+		CreatedAt: events.Timestamp(e.CreatedAt), UpdatedAt: events.Timestamp(e.UpdatedAt), Filter: e.Filter}
+	if e.FailingSince != nil {
+		ts := events.Timestamp(*e.FailingSince)
+		v.FailingSince = &ts
+	}
+	v.Auth, v.Headers = e.receiverView()
 	if !e.Active {
 		// Switched off by a release without endpoint health: by hand.
 		reason := DisabledManual
@@ -161,7 +198,19 @@ type Patch struct {
 	Active      *bool
 	Description *string
 	Ordered     *bool
-	At          time.Time
+	// SetFilter replaces the filter with Filter (nil removes it).
+	SetFilter bool
+	Filter    json.RawMessage
+	At        time.Time
+	// SetAuth replaces the receiver authentication with Auth and
+	// AuthSecretSealed (nil removes it); SetHeaders replaces the static
+	// headers with HeaderNames and HeadersSealed (nil clears them).
+	SetAuth          bool
+	Auth             *ReceiverAuth
+	AuthSecretSealed []byte
+	SetHeaders       bool
+	HeaderNames      []string
+	HeadersSealed    []byte
 }
 
 // Health is a change of an endpoint's health that an attempt calls for.
@@ -173,9 +222,22 @@ type Health struct {
 	Recovered bool
 	// Disable switches the endpoint off with this reason (DisabledGone, or
 	// DisabledFailing when its streak started at or before FailingBefore).
-	Disable       string
+	Disable string
+	// Announce tells the merchant that the endpoint's streak, started at or
+	// before FailingBefore, has lasted WEBHOOK_FAILING_AFTER
+	// (webhook_endpoint.failing), once per streak.
+	Announce      bool
 	FailingBefore time.Time
 	At            time.Time
+}
+
+// HealthResult is what a health change did: whether it disabled the
+// endpoint, and the operational event that tells of it ("" for none) with
+// the tasks of that event's deliveries, to enqueue.
+type HealthResult struct {
+	Disabled bool
+	Event    string
+	Tasks    []outbox.Task
 }
 
 // Store persists endpoints and deliveries. Every method that takes a
@@ -194,6 +256,9 @@ type Store interface {
 	RotateSecret(ctx context.Context, merchantID, id string, sealed, previous []byte, until, at time.Time) (Endpoint, error)
 	CreateTestDelivery(ctx context.Context, d Delivery, body []byte) (outbox.Task, error)
 	ListDeliveries(ctx context.Context, merchantID, endpointID, status string, p listing.Params) (listing.Page[Delivery], error)
+	// EndpointStats counts the endpoint's deliveries (tests excepted) by
+	// status.
+	EndpointStats(ctx context.Context, endpointID string) (Stats, error)
 	DeliveryByID(ctx context.Context, merchantID, id string) (Delivery, error)
 	RetryDelivery(ctx context.Context, merchantID, id string, at time.Time) (Delivery, outbox.Task, error)
 	RecoverDeliveries(ctx context.Context, merchantID, endpointID string, since time.Time, dryRun bool, at time.Time) (int64, []outbox.Task, error)
@@ -208,9 +273,12 @@ type Store interface {
 	// earliest next attempt) and returns that time. Unordered deliveries
 	// and first events never wait (and cost no query).
 	WaitInOrder(ctx context.Context, d Delivery, until func(earliest *time.Time) time.Time) (bool, time.Time, error)
-	// UpdateHealth applies h; it reports whether it disabled the endpoint
-	// (false when it was already off, deleted, or recovered meanwhile).
-	UpdateHealth(ctx context.Context, h Health) (disabled bool, err error)
+	// UpdateHealth applies h and writes the operational event that tells of
+	// it (webhook_endpoint.failing, .disabled or .recovered, delivered to
+	// the merchant's other endpoints), in one transaction. Nothing happens
+	// when the endpoint was already off, deleted, announced or recovered
+	// meanwhile.
+	UpdateHealth(ctx context.Context, h Health) (HealthResult, error)
 	DeleteTask(ctx context.Context, taskID string) error
 	// EventFirsts names the deliveries of an event still waiting for their
 	// first attempt: pending, never attempted, not handed off.
@@ -228,12 +296,14 @@ type Service struct {
 	allowPrivate bool
 	now          func() time.Time
 	onEnqueue    func(error)
+	certs        ClientCertStore
 }
 
 // NewService returns the endpoint service. allowPrivate admits URLs on
 // private and loopback addresses (development and tests only).
 func NewService(store Store, queue outbox.Enqueuer, keys *keyring.Keyring, allowPrivate bool, now func() time.Time, onEnqueueErr func(error)) *Service {
-	return &Service{store: store, queue: queue, keys: keys, allowPrivate: allowPrivate, now: now, onEnqueue: onEnqueueErr}
+	certs, _ := store.(ClientCertStore) // internal/store keeps them; nil makes the certificate routes fail
+	return &Service{store: store, queue: queue, keys: keys, allowPrivate: allowPrivate, now: now, onEnqueue: onEnqueueErr, certs: certs}
 }
 
 // CreateParams is the body of POST /v1/me/webhook_endpoints.
@@ -243,6 +313,15 @@ type CreateParams struct {
 	Description *string  `json:"description"`
 	Environment *string  `json:"environment"`
 	Ordered     *bool    `json:"ordered"`
+	// Filter is absent (nil) or JSON null for none, else checked by
+	// ParseFilter.
+	Filter json.RawMessage `json:"filter,omitempty"`
+	// Auth is the receiver authentication (an object with "type"), absent
+	// (nil) or JSON null for none.
+	Auth json.RawMessage `json:"auth,omitempty"`
+	// Headers are the static headers (an object of name to value), absent
+	// (nil) or JSON null for none.
+	Headers json.RawMessage `json:"headers,omitempty"`
 }
 
 // UpdateParams is the body of PATCH /v1/me/webhook_endpoints/:id.
@@ -253,6 +332,15 @@ type UpdateParams struct {
 	Description *string  `json:"description"`
 	Environment *string  `json:"environment"`
 	Ordered     *bool    `json:"ordered"`
+	// Filter is absent (nil) or JSON null for none, else checked by
+	// ParseFilter.
+	Filter json.RawMessage `json:"filter,omitempty"`
+	// Auth replaces the receiver authentication; JSON null removes it,
+	// absent (nil) leaves it.
+	Auth json.RawMessage `json:"auth,omitempty"`
+	// Headers replace the whole set of static headers; JSON null or {}
+	// clears them, absent (nil) leaves them.
+	Headers json.RawMessage `json:"headers,omitempty"`
 }
 
 func (s *Service) stamp() time.Time { return s.now().UTC().Truncate(time.Millisecond) }
@@ -334,8 +422,17 @@ func (s *Service) newEndpoint(merchantID, environment string, p CreateParams) (E
 		return Endpoint{}, "", apperr.Internal(err)
 	}
 	now := s.stamp()
+	filter, err := ParseFilter(p.Filter)
+	if err != nil {
+		return Endpoint{}, "", err
+	}
 	e := Endpoint{ID: ids.New("we"), MerchantID: merchantID, Environment: environment, URL: u, Events: evs,
-		Active: true, Description: p.Description, Ordered: p.Ordered != nil && *p.Ordered, CreatedAt: now, UpdatedAt: now}
+		Active: true, Description: p.Description, Ordered: p.Ordered != nil && *p.Ordered, Filter: filter, CreatedAt: now, UpdatedAt: now}
+	rc, err := s.parseReceiver(e.ID, e.URL, nil, p.Auth, p.Headers)
+	if err != nil {
+		return Endpoint{}, "", err
+	}
+	e.Auth, e.AuthSecretSealed, e.HeaderNames, e.HeadersSealed = rc.auth, rc.secretSealed, rc.headerNames, rc.headersSealed
 	if e.SecretSealed, err = s.keys.Seal(keyring.PurposeWebhook, []byte(secret), []byte(e.ID)); err != nil {
 		return Endpoint{}, "", apperr.Internal(err)
 	}
@@ -380,6 +477,31 @@ func (s *Service) Update(ctx context.Context, merchantID, id string, p UpdatePar
 	}
 	if err := checkDescription(p.Description); err != nil {
 		return Endpoint{}, err
+	}
+	if p.Filter != nil {
+		f, err := ParseFilter(p.Filter)
+		if err != nil {
+			return Endpoint{}, err
+		}
+		patch.SetFilter, patch.Filter = true, f
+	}
+	if p.Auth != nil || p.Headers != nil || p.URL != nil {
+		// Checked against what the endpoint keeps: an mtls endpoint's url
+		// stays https, an oauth2 one sends no Authorization header of its own.
+		cur, err := s.store.EndpointByID(ctx, merchantID, id)
+		if err != nil {
+			return Endpoint{}, err
+		}
+		u := cur.URL
+		if patch.URL != nil {
+			u = *patch.URL
+		}
+		rc, err := s.parseReceiver(id, u, &cur, p.Auth, p.Headers)
+		if err != nil {
+			return Endpoint{}, err
+		}
+		patch.SetAuth, patch.Auth, patch.AuthSecretSealed = rc.setAuth, rc.auth, rc.secretSealed
+		patch.SetHeaders, patch.HeaderNames, patch.HeadersSealed = rc.setHeaders, rc.headerNames, rc.headersSealed
 	}
 	return s.store.UpdateEndpoint(ctx, merchantID, id, patch)
 }
@@ -440,11 +562,19 @@ func (s *Service) Deliveries(ctx context.Context, merchantID, id, status string,
 		return listing.Page[Delivery]{}, err
 	}
 	switch status {
-	case "", StatusPending, StatusSucceeded, StatusFailed:
+	case "", StatusPending, StatusSucceeded, StatusFailed, StatusFiltered:
 	default:
-		return listing.Page[Delivery]{}, apperr.Invalid("status", "status must be pending, succeeded or failed.")
+		return listing.Page[Delivery]{}, apperr.Invalid("status", "status must be pending, succeeded, failed or filtered.")
 	}
 	return s.store.ListDeliveries(ctx, merchantID, id, status, p)
+}
+
+// Stats counts the deliveries in an endpoint's log by what became of them.
+func (s *Service) Stats(ctx context.Context, merchantID, id string) (Stats, error) {
+	if _, err := s.Get(ctx, merchantID, id); err != nil {
+		return Stats{}, err
+	}
+	return s.store.EndpointStats(ctx, id)
 }
 
 // Retry starts a new attempt chain for a failed delivery.
@@ -521,8 +651,12 @@ func checkEvents(list []string) ([]string, error) {
 // private networks are allowed, a literal private, loopback, link-local or
 // metadata address (or localhost) is refused here too. Names are checked
 // again on the resolved address when a delivery dials.
-func (s *Service) checkURL(raw string) (string, error) {
-	bad := func(why string) error { return apperr.Invalid("url", "url %s.", why) }
+func (s *Service) checkURL(raw string) (string, error) { return s.checkURLAs("url", raw) }
+
+// checkURLAs is checkURL for the URL in parameter param (an OAuth 2.0
+// token URL is checked by the same rules).
+func (s *Service) checkURLAs(param, raw string) (string, error) {
+	bad := func(why string) error { return apperr.Invalid(param, "%s %s.", param, why) }
 	if len(raw) > 2048 {
 		return "", bad("must be at most 2048 characters")
 	}

@@ -1,5 +1,6 @@
 // Package sender is the HTTP adapter that carries webhook deliveries to
-// merchants' endpoints. It makes one POST attempt per call and treats the
+// merchants' endpoints. It makes one POST attempt per call (two when an
+// OAuth 2.0 token was refused, see Send) and treats the
 // receiver as hostile: the whole exchange is bounded by a timeout, redirects
 // are never followed, at most a few bytes of the (decoded) answer are read,
 // proxies from the environment are ignored, and unless private networks are
@@ -77,6 +78,14 @@ type Request struct {
 	URL     string
 	Body    []byte
 	Headers map[string]string // sent as given; Content-Type is always application/json
+	// OAuth2, if set, adds Authorization: Bearer with the endpoint's access
+	// token; a 401 answer drops the token, and the POST is made once more
+	// with a new one.
+	OAuth2 *OAuth2
+	// ClientCert, if set, is presented to an https receiver that asks for
+	// a client certificate; ClientCertID (its fingerprint) names it.
+	ClientCert   *tls.Certificate
+	ClientCertID string
 }
 
 // Result is the outcome of one attempt.
@@ -93,6 +102,10 @@ type Result struct {
 	// received, then made valid UTF-8 without NUL bytes so it can be stored
 	// as text).
 	Body string
+	// TokenRefreshed: the receiver answered 401 to the cached OAuth 2.0
+	// token, which was dropped; this is the answer to the POST made again
+	// with a new one (or Err says why none could be had).
+	TokenRefreshed bool
 }
 
 // OK reports whether the receiver accepted the delivery: a 2xx status and no error.
@@ -105,6 +118,8 @@ type Sender struct {
 	transport *http.Transport
 	timeout   time.Duration
 	maxBody   int64
+	tokens    *tokens
+	mtls      *mtls
 }
 
 // IdlePerHost is how many idle connections the sender keeps per host: as
@@ -147,16 +162,27 @@ func newSender(o Options, resolver *net.Resolver) *Sender {
 		IdleConnTimeout:     60 * time.Second,
 		Protocols:           protocols,
 	}
+	// The token endpoint is reached through the same checked dialer, and
+	// never through a redirect, within the same timeout.
+	tokenClient := noRedirects(t)
+	tokenClient.Timeout = o.Timeout
 	return &Sender{
-		client: &http.Client{
-			Transport: t,
-			CheckRedirect: func(*http.Request, []*http.Request) error {
-				return http.ErrUseLastResponse
-			},
-		},
+		client:    noRedirects(t),
 		transport: t,
 		timeout:   o.Timeout,
 		maxBody:   o.MaxBody,
+		tokens:    &tokens{client: tokenClient, byEP: map[string]*tokenEntry{}},
+		mtls:      &mtls{base: t, byID: map[string]*mtlsEntry{}},
+	}
+}
+
+// noRedirects is a client over t that never follows a redirect.
+func noRedirects(t *http.Transport) *http.Client {
+	return &http.Client{
+		Transport: t,
+		CheckRedirect: func(*http.Request, []*http.Request) error {
+			return http.ErrUseLastResponse
+		},
 	}
 }
 
@@ -175,11 +201,17 @@ func destinationGuard() func(network, address string, c syscall.RawConn) error {
 }
 
 // CloseIdleConnections closes the pooled connections that are not in use.
-func (s *Sender) CloseIdleConnections() { s.transport.CloseIdleConnections() }
+func (s *Sender) CloseIdleConnections() {
+	s.transport.CloseIdleConnections()
+	s.mtls.closeIdle()
+}
 
 // Send makes one POST of r.Body to r.URL with r.Headers and
 // Content-Type: application/json, and returns what happened. It never
-// follows a redirect and ends within the timeout (or when ctx ends).
+// follows a redirect and ends within the timeout (or when ctx ends). With
+// r.OAuth2 it first gets the endpoint's access token (cached; a fetch has
+// a timeout of its own), and after a 401 it fetches a new one and POSTs
+// once more, each step within the timeout.
 func (s *Sender) Send(ctx context.Context, r Request) Result {
 	start := time.Now()
 	res := s.send(ctx, r)
@@ -193,7 +225,35 @@ func (s *Sender) send(parent context.Context, r Request) Result {
 		return Result{Err: ErrInvalidURL}
 	}
 	where := u.Scheme + "://" + u.Host // never the path or query: they may carry the receiver's tokens
+	client := s.client
+	if r.ClientCert != nil && u.Scheme == "https" {
+		client = s.mtls.client(r.ClientCertID, r.ClientCert, noRedirects)
+	}
+	if r.OAuth2 == nil {
+		return s.post(parent, client, r, where, "")
+	}
+	token, gen, err := s.tokens.token(r.OAuth2)
+	if err != nil {
+		return Result{Err: err}
+	}
+	res := s.post(parent, client, r, where, token)
+	if res.Err != nil || res.StatusCode != http.StatusUnauthorized {
+		return res
+	}
+	// Refused: the token may have been revoked or expired early. Once
+	// more, with a new one, within the same attempt.
+	s.tokens.refused(r.OAuth2, gen)
+	if token, _, err = s.tokens.token(r.OAuth2); err != nil {
+		return Result{Err: err, TokenRefreshed: true}
+	}
+	res = s.post(parent, client, r, where, token)
+	res.TokenRefreshed = true
+	return res
+}
 
+// post makes one POST of r with client, bounded by the timeout; token, if
+// not empty, is sent as a bearer token.
+func (s *Sender) post(parent context.Context, client *http.Client, r Request, where, token string) Result {
 	ctx, cancel := context.WithTimeout(parent, s.timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.URL, bytes.NewReader(r.Body))
@@ -209,8 +269,11 @@ func (s *Sender) send(parent context.Context, r Request) Result {
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", userAgent)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
 
-	resp, err := s.client.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return Result{Err: failure(where, err, ctx, parent, s.timeout)}
 	}
@@ -308,9 +371,12 @@ func Reason(err error) string {
 		invalid x509.CertificateInvalidError
 		ne      net.Error
 	)
+	var te *tokenError
 	switch {
 	case err == nil:
 		return ""
+	case errors.As(err, &te):
+		return "oauth2 token: " + te.reason
 	case errors.Is(err, ErrForbiddenDestination):
 		return ReasonNotAllowed
 	case errors.Is(err, ErrInvalidURL):

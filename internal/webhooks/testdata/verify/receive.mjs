@@ -9,7 +9,7 @@
 // inherited as file descriptor N (the test binds it on port 0, so that no
 // other process can take the port first).
 // Prints {"port"} once listening, then one JSON line per request:
-// {"event_id", "event_type", "sequence", "octokit", "standard", "detail", "at_ms"}.
+// {"event_id", "event_type", "sequence", "octokit", "standard", "detail", "at_ms", "body"}.
 // Answers 200 when both signatures verify, 400 otherwise.
 import { createServer } from "node:http";
 import { verify as octokitVerify } from "@octokit/webhooks-methods";
@@ -48,7 +48,7 @@ const server = createServer((req, res) => {
     }
     console.log(JSON.stringify({
       event_id: h["x-service-event-id"], event_type: h["x-service-event-type"], sequence: h["x-service-sequence"] || "",
-      octokit, standard, detail, at_ms: at,
+      octokit, standard, detail, at_ms: at, body,
     }));
     res.writeHead(octokit && standard ? 200 : 400);
     res.end();
