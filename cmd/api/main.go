@@ -36,6 +36,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/customers"
 	"github.com/gatehouse-pay/gatehouse/internal/disputes"
 	"github.com/gatehouse-pay/gatehouse/internal/events"
+	"github.com/gatehouse-pay/gatehouse/internal/eventtypes"
 	"github.com/gatehouse-pay/gatehouse/internal/httpapi"
 	"github.com/gatehouse-pay/gatehouse/internal/jobs"
 	"github.com/gatehouse-pay/gatehouse/internal/keyring"
@@ -372,7 +373,7 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer) er
 		Refunds:        refunds.NewService(db, relay, time.Now, onEnqueueErr),
 		Customers:      customers.NewService(db, keys, time.Now),
 		Events:         events.NewService(db, time.Now),
-		Webhooks:       webhooks.NewService(db, relay, keys, cfg.WebhookAllowPrivateNetworks, time.Now, onEnqueueErr),
+		Webhooks:       webhooks.NewService(db, relay, keys, cfg.WebhookAllowPrivateNetworks, time.Now, onEnqueueErr).WithFilterPaths(eventtypes.HasPath),
 		AuditLog:       db,
 		Stream:         hub,
 		Keyring:        keys,

@@ -224,16 +224,11 @@ func (d *doctor) send(ctx context.Context, check string, dl delivery) (sender.Re
 	if check == checkSignedEvent {
 		s = d.patient
 	}
-	h, err := webhooks.SignatureHeaders(dl.event.Body, webhooks.Secrets{Current: dl.secret}, dl.event.ID, dl.signedAt)
+	h, err := webhooks.DeliveryHeaders(dl.event.Body, webhooks.Secrets{Current: dl.secret}, webhooks.AttemptHeaders{EventID: dl.event.ID,
+		EventType: dl.event.Type, DeliveryID: dl.deliveryID, Attempt: dl.attempt, Sequence: 1, Test: true}, dl.signedAt)
 	if err != nil {
 		return sender.Result{}, fmt.Errorf("doctor: sign: %w", err)
 	}
-	h["X-Service-Event-Id"] = dl.event.ID
-	h["X-Service-Event-Type"] = dl.event.Type
-	h["X-Service-Delivery-Id"] = dl.deliveryID
-	h["X-Service-Delivery-Attempt"] = strconv.Itoa(dl.attempt)
-	h["X-Service-Sequence"] = "1"
-	h["X-Service-Test"] = "true"
 	body := dl.event.Body
 	if dl.body != nil {
 		body = dl.body

@@ -107,20 +107,14 @@ func (c *cli) listen(ctx context.Context, cl *client, forward string, only []str
 // forward POSTs one event to the URL as a webhook delivery would be sent.
 func (c *cli) forward(ctx context.Context, post *http.Client, url, secret string, e streamEvent) {
 	now := time.Now()
-	headers, err := webhooks.SignatureHeaders(e.data, webhooks.Secrets{Current: secret}, e.id, now)
+	headers, err := webhooks.DeliveryHeaders(e.data, webhooks.Secrets{Current: secret},
+		webhooks.AttemptHeaders{EventID: e.id, EventType: e.typ, DeliveryID: ids.NewUUID(), Attempt: 1, Sequence: e.sequence}, now)
 	if err != nil {
 		fmt.Fprintf(c.errOut, "%s  %s: cannot sign: %v\n", stamp(), e.id, err)
 		return
 	}
 	headers["Content-Type"] = "application/json"
 	headers["User-Agent"] = "Gatehouse-CLI/1"
-	headers["X-Service-Event-Id"] = e.id
-	headers["X-Service-Event-Type"] = e.typ
-	headers["X-Service-Delivery-Id"] = ids.NewUUID()
-	headers["X-Service-Delivery-Attempt"] = "1"
-	if e.sequence > 0 {
-		headers["X-Service-Sequence"] = strconv.Itoa(e.sequence)
-	}
 	fmt.Fprintf(c.out, "%s  --> %-17s [%s]\n", stamp(), e.typ, e.id)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(e.data))
 	if err != nil {

@@ -137,7 +137,10 @@ type PlanInput struct {
 // Routing returns the merchant's routing as the API shows it: the one it
 // set, or the server's default when it set none.
 func (s *Service) Routing(ctx context.Context, merchantID string) (Routing, error) {
-	snap, err := s.dir.Snapshot(ctx, merchantID)
+	// Read from the store, not the directory's cache: a routing just put
+	// through another replica, whose change notice has not arrived here
+	// yet, is read back as it was stored.
+	snap, err := s.store.Snapshot(ctx, merchantID, s.available, s.stamp())
 	if err != nil {
 		return Routing{}, err
 	}

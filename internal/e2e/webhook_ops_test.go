@@ -75,6 +75,8 @@ func filters(t *testing.T, m *whMerchant) {
 		{`{"data.charge.currency": ["USD"]}`, "filter.data.charge.currency"},
 		{`{"data..x": 1}`, "filter.data..x"},
 		{`[1]`, "filter"},
+		{`{"data.charge.currencyy": "USD"}`, "filter.data.charge.currencyy"}, // no charge.created event has it
+		{`{"data.refund.amount": {"$gt": 0}}`, "filter.data.refund.amount"},
 	} {
 		e := m.do(t, http.MethodPost, "/v1/me/webhook_endpoints",
 			`{"url":"`+rcv.url()+`","events":["charge.created"],"filter":`+tc.filter+`}`)
@@ -106,6 +108,11 @@ func filters(t *testing.T, m *whMerchant) {
 	e = m.do(t, http.MethodPatch, "/v1/me/webhook_endpoints/"+ep, `{"filter":{"data.charge.amount":{"$gt":[1]}},"description":"x"}`)
 	if !expect(t, e, http.StatusBadRequest, "parameter_invalid") || e.param() != "filter.data.charge.amount" {
 		t.Errorf("bad PATCH filter: %s", e)
+	}
+	// Checked against the endpoint's own events when the PATCH names none.
+	e = m.do(t, http.MethodPatch, "/v1/me/webhook_endpoints/"+ep, `{"filter":{"data.refund.amount":{"$gt":0}}}`)
+	if !expect(t, e, http.StatusBadRequest, "parameter_invalid") || e.param() != "filter.data.refund.amount" {
+		t.Errorf("PATCH filter with a path charge.created events lack: %s", e)
 	}
 	e = m.do(t, http.MethodGet, "/v1/me/webhook_endpoints/"+ep, "")
 	if !strings.Contains(string(e.body), `"description":null`) || !strings.Contains(string(e.body), `"$gte":1000`) {

@@ -29,6 +29,7 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/customers"
 	"github.com/gatehouse-pay/gatehouse/internal/disputes"
 	"github.com/gatehouse-pay/gatehouse/internal/events"
+	"github.com/gatehouse-pay/gatehouse/internal/eventtypes"
 	"github.com/gatehouse-pay/gatehouse/internal/httpapi"
 	"github.com/gatehouse-pay/gatehouse/internal/jobs"
 	"github.com/gatehouse-pay/gatehouse/internal/keyring"
@@ -187,7 +188,7 @@ func newHarnessWith(t *testing.T, o harnessOptions) *harness {
 		Notifications: notifications.NewReceiver(st, keys, queue, string(cfg.StripeWebhookSecret), time.Now, nil).
 			WithMetrics(notifications.NewMetrics(reg)),
 		Events:         events.NewService(st, time.Now),
-		Webhooks:       webhooks.NewService(st, queue, keys, cfg.WebhookAllowPrivateNetworks, time.Now, nil),
+		Webhooks:       webhooks.NewService(st, queue, keys, cfg.WebhookAllowPrivateNetworks, time.Now, nil).WithFilterPaths(eventtypes.HasPath),
 		AuditLog:       st,
 		Stream:         hub,
 		Keyring:        keys,

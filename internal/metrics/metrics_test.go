@@ -38,6 +38,7 @@ func TestConstructorsRegister(t *testing.T) {
 			"gatehouse_webhook_batch_size":                  2,
 			"gatehouse_webhook_endpoints_disabled_total":    2,
 			"gatehouse_webhook_handoffs_total":              6,
+			"gatehouse_webhook_operational_events_total":    3,
 		}},
 	}
 	for _, c := range cases {

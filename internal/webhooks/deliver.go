@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -594,19 +593,10 @@ func (d *Deliverer) attempt(ctx context.Context, del Delivery, ep Endpoint, body
 			secrets.Previous = string(prev)
 		}
 	}
-	headers, err := SignatureHeaders(body, secrets, del.EventID, now)
+	headers, err := DeliveryHeaders(body, secrets, AttemptHeaders{EventID: del.EventID, EventType: del.EventType, DeliveryID: del.ID,
+		Attempt: n, Sequence: del.Sequence, Test: del.Test}, now)
 	if err != nil {
 		return apperr.Internal(err)
-	}
-	headers["X-Service-Event-Id"] = del.EventID
-	headers["X-Service-Event-Type"] = del.EventType
-	headers["X-Service-Delivery-Id"] = del.ID
-	headers["X-Service-Delivery-Attempt"] = strconv.Itoa(n)
-	if del.Sequence > 0 {
-		headers["X-Service-Sequence"] = strconv.Itoa(del.Sequence)
-	}
-	if del.Test {
-		headers["X-Service-Test"] = "true"
 	}
 	out := Outgoing{URL: ep.URL, Body: body, Headers: headers}
 	if err := d.authenticate(ctx, ep, &out, now); err != nil {

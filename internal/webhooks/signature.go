@@ -65,6 +65,41 @@ type Secrets struct {
 	Previous string
 }
 
+// AttemptHeaders names what one attempt's X-Service headers carry.
+type AttemptHeaders struct {
+	EventID    string
+	EventType  string
+	DeliveryID string
+	Attempt    int
+	// Sequence is the event's number among its object's events; 0 sends
+	// no X-Service-Sequence.
+	Sequence int
+	// Test marks a test delivery (X-Service-Test: true).
+	Test bool
+}
+
+// DeliveryHeaders returns every header the gateway signs and names one
+// attempt with: SignatureHeaders (webhook-id is the event's id) and the
+// X-Service headers of a. The gateway's deliveries, gatehouse listen and
+// gatehouse doctor all send these.
+func DeliveryHeaders(body []byte, s Secrets, a AttemptHeaders, at time.Time) (map[string]string, error) {
+	h, err := SignatureHeaders(body, s, a.EventID, at)
+	if err != nil {
+		return nil, err
+	}
+	h["X-Service-Event-Id"] = a.EventID
+	h["X-Service-Event-Type"] = a.EventType
+	h["X-Service-Delivery-Id"] = a.DeliveryID
+	h["X-Service-Delivery-Attempt"] = strconv.Itoa(a.Attempt)
+	if a.Sequence > 0 {
+		h["X-Service-Sequence"] = strconv.Itoa(a.Sequence)
+	}
+	if a.Test {
+		h["X-Service-Test"] = "true"
+	}
+	return h, nil
+}
+
 // SignatureHeaders returns the signature headers of one delivery of body:
 // X-Service-Signature (always exactly one value, made with Current), X-Service-
 // Signature-Previous when Previous is set, and the Standard Webhooks trio

@@ -9,8 +9,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -297,6 +299,35 @@ type Service struct {
 	now          func() time.Time
 	onEnqueue    func(error)
 	certs        ClientCertStore
+	// hasPath reports whether events of a type can have a path; a filter
+	// must name paths that some event the endpoint receives can have.
+	hasPath func(eventType, path string) bool
+}
+
+// WithFilterPaths makes the service refuse a filter naming a path that no
+// event type the endpoint receives can have (by the types' schemas, see
+// GET /v1/event_types): a misspelt field would turn every event away.
+func (s *Service) WithFilterPaths(hasPath func(eventType, path string) bool) *Service {
+	s.hasPath = hasPath
+	return s
+}
+
+// checkFilterPaths holds filter's paths to the events the endpoint receives.
+func (s *Service) checkFilterPaths(filter json.RawMessage, evs []string) error {
+	if s.hasPath == nil || filter == nil {
+		return nil
+	}
+	var conds map[string]json.RawMessage
+	if err := json.Unmarshal(filter, &conds); err != nil {
+		return apperr.Internal(err)
+	}
+	for _, path := range slices.Sorted(maps.Keys(conds)) {
+		if !slices.ContainsFunc(evs, func(t string) bool { return s.hasPath(t, path) }) {
+			return apperr.Invalid("filter."+path, "filter condition %q: no event this endpoint receives (%s) has this field; "+
+				"GET /v1/event_types shows their schemas.", path, strings.Join(evs, ", "))
+		}
+	}
+	return nil
 }
 
 // NewService returns the endpoint service. allowPrivate admits URLs on
@@ -426,6 +457,9 @@ func (s *Service) newEndpoint(merchantID, environment string, p CreateParams) (E
 	if err != nil {
 		return Endpoint{}, "", err
 	}
+	if err := s.checkFilterPaths(filter, evs); err != nil {
+		return Endpoint{}, "", err
+	}
 	e := Endpoint{ID: ids.New("we"), MerchantID: merchantID, Environment: environment, URL: u, Events: evs,
 		Active: true, Description: p.Description, Ordered: p.Ordered != nil && *p.Ordered, Filter: filter, CreatedAt: now, UpdatedAt: now}
 	rc, err := s.parseReceiver(e.ID, e.URL, nil, p.Auth, p.Headers)
@@ -481,6 +515,17 @@ func (s *Service) Update(ctx context.Context, merchantID, id string, p UpdatePar
 	if p.Filter != nil {
 		f, err := ParseFilter(p.Filter)
 		if err != nil {
+			return Endpoint{}, err
+		}
+		evs := patch.Events
+		if evs == nil && f != nil && s.hasPath != nil {
+			cur, err := s.store.EndpointByID(ctx, merchantID, id)
+			if err != nil {
+				return Endpoint{}, err
+			}
+			evs = cur.Events
+		}
+		if err := s.checkFilterPaths(f, evs); err != nil {
 			return Endpoint{}, err
 		}
 		patch.SetFilter, patch.Filter = true, f
