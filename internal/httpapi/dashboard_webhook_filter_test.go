@@ -173,3 +173,25 @@ func TestDashboardWebhookFilter(t *testing.T) {
 		t.Errorf("after clearing, the textarea shows %q", got)
 	}
 }
+
+// TestDashboardWebhookFailing: an enabled endpoint whose attempts have
+// failed since some time says so on its page; a healthy one does not.
+func TestDashboardWebhookFailing(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, paymentsEnv)
+	const email = "failing-page@example.com"
+	h.merchant(email, matrixPassword)
+	_, secret := h.newKey(h.login(email, matrixPassword))
+	endpoint, _ := h.createEndpoint(t, secret, "https://hooks.example.com/failing", "charge.created")
+	d := h.dashClientSignedIn(t, email)
+	if p := d.get("/dashboard/webhooks/" + endpoint); p.status != 200 || strings.Contains(p.body, `id="endpoint-failing"`) {
+		t.Fatalf("a healthy endpoint's page: %d, failing notice shown: %t", p.status, strings.Contains(p.body, `id="endpoint-failing"`))
+	}
+	if _, err := h.db.Pool.Exec(t.Context(), `UPDATE webhook_endpoints SET failing_since = '2026-11-20T10:00:00Z' WHERE id = $1`, endpoint); err != nil {
+		t.Fatal(err)
+	}
+	p := d.get("/dashboard/webhooks/" + endpoint)
+	if p.status != 200 || !strings.Contains(p.body, `id="endpoint-failing"`) || !strings.Contains(p.body, "2026-11-20 10:00") {
+		t.Errorf("a failing endpoint's page: %d, no failing notice with its start\n%.3000s", p.status, p.body)
+	}
+}
