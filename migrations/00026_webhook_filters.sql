@@ -12,6 +12,9 @@ ALTER TABLE webhook_endpoints ADD COLUMN IF NOT EXISTS filter jsonb;
 ALTER TABLE webhook_endpoints ADD COLUMN IF NOT EXISTS health_announced boolean NOT NULL DEFAULT false;
 -- event_seq numbers the operational events about the endpoint.
 ALTER TABLE webhook_endpoints ADD COLUMN IF NOT EXISTS event_seq int NOT NULL DEFAULT 0;
+-- The worker's sweep of failing endpoints not yet announced.
+CREATE INDEX CONCURRENTLY IF NOT EXISTS webhook_endpoints_failing_idx ON webhook_endpoints (failing_since)
+    WHERE failing_since IS NOT NULL AND NOT health_announced AND active AND deleted_at IS NULL;
 
 -- A delivery whose event the endpoint's filter turned away is written
 -- 'filtered': never sent, kept in the log and counted like the others.
@@ -69,6 +72,7 @@ DELETE FROM webhook_deliveries WHERE status = 'filtered';
 ALTER TABLE webhook_deliveries DROP CONSTRAINT IF EXISTS webhook_deliveries_status_check;
 ALTER TABLE webhook_deliveries ADD CONSTRAINT webhook_deliveries_status_check
     CHECK (status IN ('pending', 'succeeded', 'failed'));
+DROP INDEX CONCURRENTLY IF EXISTS webhook_endpoints_failing_idx;
 ALTER TABLE webhook_endpoints DROP COLUMN IF EXISTS event_seq;
 ALTER TABLE webhook_endpoints DROP COLUMN IF EXISTS health_announced;
 ALTER TABLE webhook_endpoints DROP COLUMN IF EXISTS filter;

@@ -271,7 +271,7 @@ func work(ctx context.Context, getenv func(string) string, stderr io.Writer) err
 		return err
 	}
 	scheduler := asynq.NewScheduler(sharedRedis{srdb}, &asynq.SchedulerOpts{Logger: handlers.Logger(), LogLevel: asynq.WarnLevel})
-	if err := jobs.Register(scheduler, jobs.PrunePeriod(cfg), jobs.PayoutPeriod(cfg), jobs.DisputePeriod(cfg)); err != nil {
+	if err := jobs.Register(scheduler, jobs.PrunePeriod(cfg), jobs.PayoutPeriod(cfg), jobs.DisputePeriod(cfg), jobs.WebhookHealthPeriod(cfg)); err != nil {
 		return err
 	}
 	// The partitions are kept at start too, not only a period later: after

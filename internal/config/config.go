@@ -373,8 +373,9 @@ type Config struct {
 	// failures (a `410 Gone` still does).
 	WebhookDisableAfter time.Duration `env:"WEBHOOK_DISABLE_AFTER" envDefault:"120h" by:"worker"`
 	// An endpoint whose attempts have done nothing but fail this long sends
-	// its merchant's other endpoints `webhook_endpoint.failing` at its next
-	// failure, once per run of failures; `0s` never sends it.
+	// its merchant's other endpoints `webhook_endpoint.failing`, once per
+	// run of failures: at its next failed attempt, or by the worker's sweep
+	// (`webhooks:health`) within a minute; `0s` never sends it.
 	WebhookFailingAfter time.Duration `env:"WEBHOOK_FAILING_AFTER" envDefault:"1h" by:"worker"`
 	// Development and tests only: lets endpoints and deliveries reach
 	// loopback and private addresses.

@@ -11,9 +11,11 @@ import (
 )
 
 // opsFailingAfter is WEBHOOK_FAILING_AFTER in TestWebhookFiltersAndOperationalEvents:
-// shorter than the compressed retry schedule, so a delivery's later
-// attempts come after it.
-const opsFailingAfter = time.Second
+// longer than the compressed retry schedule (5 attempts in 3 s), so a
+// failing endpoint's delivery has failed for good before then and no
+// attempt is left to tell: the worker's webhooks:health sweep does.
+// (An attempt past it tells too: internal/webhooks and internal/store.)
+const opsFailingAfter = 4 * time.Second
 
 var endpointEventTypes = []string{"webhook_endpoint.failing", "webhook_endpoint.disabled", "webhook_endpoint.recovered"}
 
@@ -171,7 +173,8 @@ func operationalEvents(t *testing.T, st *stack, m *whMerchant) {
 	opsEP, _ := m.endpoint(t, ops.url(), endpointEventTypes...)
 	failing := newReceiver(t, "failing", always(http.StatusInternalServerError))
 	failingEP, _ := m.endpoint(t, failing.url(), append([]string{"charge.created"}, endpointEventTypes...)...)
-	// The failing endpoint's five attempts span more than WEBHOOK_FAILING_AFTER.
+	// The failing endpoint's five attempts end before WEBHOOK_FAILING_AFTER.
+	failedAt := time.Now()
 	m.chargeOf(t, 2000, "usd", "ops-failing")
 	about := func(h hit) string {
 		var ev struct {
@@ -206,6 +209,9 @@ func operationalEvents(t *testing.T, st *stack, m *whMerchant) {
 	h := waitHit(ops, "webhook_endpoint.failing")
 	if about(h) != failingEP.ID {
 		t.Errorf("webhook_endpoint.failing is about %s, want %s", about(h), failingEP.ID)
+	}
+	if took := h.at.Sub(failedAt); took < opsFailingAfter {
+		t.Errorf("webhook_endpoint.failing came %s after the first failure, before WEBHOOK_FAILING_AFTER (%s)", took, opsFailingAfter)
 	}
 	failingEvent := h.eventID()
 	e := m.do(t, http.MethodGet, "/v1/me/webhook_endpoints/"+failingEP.ID, "")

@@ -64,6 +64,9 @@ const (
 	// TypeDisputesDecide decides the sandbox disputes whose test evidence
 	// is due for a decision.
 	TypeDisputesDecide = "disputes:decide"
+	// TypeWebhookHealth sends webhook_endpoint.failing for endpoints that
+	// have failed for WEBHOOK_FAILING_AFTER with no attempt since to tell.
+	TypeWebhookHealth = "webhooks:health"
 )
 
 // payload is the body of every object task: the id and nothing else, so no
@@ -169,6 +172,22 @@ func NewDisputesDecideTask(period time.Duration) *asynq.Task {
 		asynq.Unique(max(period*5/6, time.Second)), asynq.Timeout(time.Minute))
 }
 
+// NewWebhookHealthTask returns the sweep of failing webhook endpoints: one
+// per period however many workers schedule it.
+func NewWebhookHealthTask(period time.Duration) *asynq.Task {
+	return asynq.NewTask(TypeWebhookHealth, nil, asynq.Queue("maintenance"), asynq.MaxRetry(0),
+		asynq.Unique(max(period*5/6, time.Second)), asynq.Timeout(time.Minute))
+}
+
+// WebhookHealthPeriod is how often failing endpoints are swept: a quarter
+// of WEBHOOK_FAILING_AFTER, between a second and a minute.
+func WebhookHealthPeriod(c config.Config) time.Duration {
+	if c.WebhookFailingAfter <= 0 {
+		return time.Minute
+	}
+	return max(time.Second, min(time.Minute, c.WebhookFailingAfter/4).Truncate(time.Second))
+}
+
 // DisputePeriod is how often the sandbox's dispute decisions run: a
 // quarter of SANDBOX_DISPUTE_DECISION_DELAY, between a second and a
 // minute.
@@ -196,7 +215,7 @@ func PrunePeriod(c config.Config) time.Duration {
 
 // Register adds the periodic tasks to the scheduler; the retention prune
 // runs every prunePeriod.
-func Register(s *asynq.Scheduler, prunePeriod, payoutPeriod, disputePeriod time.Duration) error {
+func Register(s *asynq.Scheduler, prunePeriod, payoutPeriod, disputePeriod, healthPeriod time.Duration) error {
 	for _, p := range []struct {
 		spec string
 		task *asynq.Task
@@ -207,6 +226,7 @@ func Register(s *asynq.Scheduler, prunePeriod, payoutPeriod, disputePeriod time.
 		{"@every 1m", NewSavedCardsHousekeepingTask()},
 		{"@every " + payoutPeriod.String(), NewPayoutsRunTask(payoutPeriod)},
 		{"@every " + disputePeriod.String(), NewDisputesDecideTask(disputePeriod)},
+		{"@every " + healthPeriod.String(), NewWebhookHealthTask(healthPeriod)},
 	} {
 		if _, err := s.Register(p.spec, p.task); err != nil {
 			return err
@@ -225,6 +245,7 @@ func (h *Handlers) Mux() *asynq.ServeMux {
 	mux.HandleFunc(TypeSavedCardsHousekeeping, h.HandleSavedCardsHousekeeping)
 	mux.HandleFunc(TypePayoutsRun, h.HandlePayoutsRun)
 	mux.HandleFunc(TypeDisputesDecide, h.HandleDisputesDecide)
+	mux.HandleFunc(TypeWebhookHealth, h.HandleWebhookHealth)
 	mux.HandleFunc(TypeDisputeSubmit, h.HandleDispute)
 	mux.HandleFunc(TypeDisputeClose, h.HandleDispute)
 	mux.HandleFunc(TypeChargeAuthorize, h.HandleChargeAuthorize)
@@ -254,6 +275,17 @@ func (h *Handlers) HandleDisputesDecide(ctx context.Context, _ *asynq.Task) erro
 		return nil
 	}
 	return h.SandboxDisputes.DecideDisputes(ctx)
+}
+
+// HandleWebhookHealth sends webhook_endpoint.failing for every endpoint
+// whose run of failures has lasted WEBHOOK_FAILING_AFTER when no attempt
+// has told of it yet: one whose deliveries all failed for good before
+// then, or whose next attempt is hours away.
+func (h *Handlers) HandleWebhookHealth(ctx context.Context, _ *asynq.Task) error {
+	if h.Webhooks == nil {
+		return nil
+	}
+	return h.Webhooks.AnnounceFailing(ctx)
 }
 
 // HandleDispute carries a merchant's answer to a dispute to its provider.

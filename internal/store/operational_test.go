@@ -107,6 +107,12 @@ func TestOperationalEvents(t *testing.T) {
 		t.Fatalf("start of a streak = %+v, %v; want no event", res, err)
 	}
 
+	if due, err := s.FailingUnannounced(ctx, now.Add(-3*time.Hour), 10); err != nil || len(due) != 0 {
+		t.Errorf("failing for 3 h: %v, %v; want none", due, err)
+	}
+	if due, err := s.FailingUnannounced(ctx, now.Add(-time.Hour), 10); err != nil || len(due) != 1 || due[0] != f.endpointID {
+		t.Errorf("failing for 1 h: %v, %v; want %s", due, err, f.endpointID)
+	}
 	announce := webhooks.Health{EndpointID: f.endpointID, Announce: true, FailingBefore: now.Add(-time.Hour), At: now}
 	res, err := s.UpdateHealth(ctx, announce)
 	if err != nil || res.Event != events.EndpointFailing || len(res.Tasks) != 1 || res.Tasks[0].Type != outbox.WebhookEvent {
@@ -135,6 +141,9 @@ func TestOperationalEvents(t *testing.T) {
 	}
 	if res, err := s.UpdateHealth(ctx, announce); err != nil || res.Event != "" {
 		t.Errorf("a second announcement = %+v, %v; want nothing", res, err)
+	}
+	if due, err := s.FailingUnannounced(ctx, now.Add(-time.Hour), 10); err != nil || len(due) != 0 {
+		t.Errorf("failing, once announced: %v, %v; want none", due, err)
 	}
 
 	gone := webhooks.Health{EndpointID: f.endpointID, Disable: webhooks.DisabledGone, At: now.Add(time.Second)}

@@ -225,6 +225,20 @@ func (s *Store) WaitInOrder(ctx context.Context, d webhooks.Delivery, until func
 	return true, at, nil
 }
 
+const failingUnannounced = `SELECT id FROM webhook_endpoints
+WHERE failing_since <= $1 AND NOT health_announced AND active AND deleted_at IS NULL
+ORDER BY failing_since LIMIT $2`
+
+// FailingUnannounced implements webhooks.Store (webhook_endpoints_failing_idx).
+func (s *Store) FailingUnannounced(ctx context.Context, before time.Time, limit int) ([]string, error) {
+	rows, err := s.pool.Query(ctx, failingUnannounced, before, limit)
+	if err != nil {
+		return nil, mapErr(err, "webhook_endpoint")
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	return ids, mapErr(err, "webhook_endpoint")
+}
+
 // UpdateHealth implements webhooks.Store: the change and the operational
 // event that tells of it, in one transaction.
 func (s *Store) UpdateHealth(ctx context.Context, h webhooks.Health) (webhooks.HealthResult, error) {

@@ -377,6 +377,27 @@ func (d *Deliverer) WithOperationalEvents(failingAfter time.Duration, written fu
 	return d
 }
 
+// AnnounceFailing sends webhook_endpoint.failing for the endpoints whose
+// run of failures began WEBHOOK_FAILING_AFTER ago or more and was not told
+// yet (at most 100 a call; the next call takes the rest). Attempts
+// announce as they fail; this catches the endpoints no attempt comes to
+// in time.
+func (d *Deliverer) AnnounceFailing(ctx context.Context) error {
+	if d.failingAfter <= 0 {
+		return nil
+	}
+	now := d.now()
+	before := now.Add(-d.failingAfter)
+	due, err := d.store.FailingUnannounced(ctx, before, 100)
+	if err != nil {
+		return err
+	}
+	for _, id := range due {
+		d.applyHealth(ctx, Health{EndpointID: id, Announce: true, FailingBefore: before, At: now})
+	}
+	return nil
+}
+
 // healthAfter is the change of the endpoint's health that an attempt's
 // answer calls for, and whether the delivery stops here. Test deliveries
 // change nothing.

@@ -73,6 +73,16 @@ type fakeStore struct {
 	other         webhooks.Delivery
 	otherEndpoint webhooks.Endpoint
 	health        []webhooks.Health
+	// unannounced answers FailingUnannounced; before is what it was asked.
+	unannounced []string
+	before      time.Time
+}
+
+func (s *fakeStore) FailingUnannounced(_ context.Context, before time.Time, limit int) ([]string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.before = before
+	return s.unannounced[:min(limit, len(s.unannounced))], nil
 }
 
 func (s *fakeStore) UpdateHealth(_ context.Context, h webhooks.Health) (webhooks.HealthResult, error) {
@@ -958,6 +968,30 @@ func TestDeliverEndpointHealth(t *testing.T) {
 				t.Errorf("FailingBefore %v, want now - WEBHOOK_FAILING_AFTER", h.FailingBefore)
 			}
 		})
+	}
+}
+
+// TestAnnounceFailing: the sweep asks for the endpoints failing since
+// WEBHOOK_FAILING_AFTER ago and announces each; with 0 it does nothing.
+func TestAnnounceFailing(t *testing.T) {
+	r := newRig(t, defaultSchedule)
+	r.store.unannounced = []string{"we_a", "we_b"}
+	r.d.WithOperationalEvents(0, nil)
+	if err := r.d.AnnounceFailing(context.Background()); err != nil || len(r.store.health) != 0 {
+		t.Fatalf("WEBHOOK_FAILING_AFTER=0: %v, health writes %+v; want none", err, r.store.health)
+	}
+	r.d.WithOperationalEvents(time.Hour, nil)
+	if err := r.d.AnnounceFailing(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	before := r.clock.now().Add(-time.Hour)
+	if !r.store.before.Equal(before) || len(r.store.health) != 2 {
+		t.Fatalf("asked for failing before %v, health writes %+v; want %v and two", r.store.before, r.store.health, before)
+	}
+	for i, h := range r.store.health {
+		if h.EndpointID != r.store.unannounced[i] || !h.Announce || !h.FailingBefore.Equal(before) || h.Disable != "" {
+			t.Errorf("health write %d: %+v", i, h)
+		}
 	}
 }
 

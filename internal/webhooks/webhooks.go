@@ -281,6 +281,9 @@ type Store interface {
 	// when the endpoint was already off, deleted, announced or recovered
 	// meanwhile.
 	UpdateHealth(ctx context.Context, h Health) (HealthResult, error)
+	// FailingUnannounced names up to limit enabled endpoints whose run of
+	// failures began at or before before and was not announced.
+	FailingUnannounced(ctx context.Context, before time.Time, limit int) ([]string, error)
 	DeleteTask(ctx context.Context, taskID string) error
 	// EventFirsts names the deliveries of an event still waiting for their
 	// first attempt: pending, never attempted, not handed off.
