@@ -111,6 +111,11 @@ func filters(t *testing.T, m *whMerchant) {
 	if !expect(t, e, http.StatusBadRequest, "parameter_invalid") || e.param() != "filter.data.charge.amount" {
 		t.Errorf("bad PATCH filter: %s", e)
 	}
+	// New events are checked against the filter the endpoint keeps.
+	e = m.do(t, http.MethodPatch, "/v1/me/webhook_endpoints/"+ep, `{"events":["payout.paid"]}`)
+	if !expect(t, e, http.StatusBadRequest, "parameter_invalid") || e.param() != "filter.data.charge.amount" {
+		t.Errorf("PATCH events that lack the filter's paths: %s", e)
+	}
 	// Checked against the endpoint's own events when the PATCH names none.
 	e = m.do(t, http.MethodPatch, "/v1/me/webhook_endpoints/"+ep, `{"filter":{"data.refund.amount":{"$gt":0}}}`)
 	if !expect(t, e, http.StatusBadRequest, "parameter_invalid") || e.param() != "filter.data.refund.amount" {

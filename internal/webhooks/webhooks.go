@@ -532,6 +532,16 @@ func (s *Service) Update(ctx context.Context, merchantID, id string, p UpdatePar
 			return Endpoint{}, err
 		}
 		patch.SetFilter, patch.Filter = true, f
+	} else if patch.Events != nil && s.hasPath != nil {
+		// New events, the same filter: its paths must still be ones these
+		// events can have.
+		cur, err := s.store.EndpointByID(ctx, merchantID, id)
+		if err != nil {
+			return Endpoint{}, err
+		}
+		if err := s.checkFilterPaths(cur.Filter, patch.Events); err != nil {
+			return Endpoint{}, err
+		}
 	}
 	if p.Auth != nil || p.Headers != nil || p.URL != nil {
 		// Checked against what the endpoint keeps: an mtls endpoint's url
