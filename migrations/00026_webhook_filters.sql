@@ -27,29 +27,41 @@ ALTER TABLE webhook_deliveries VALIDATE CONSTRAINT webhook_deliveries_status_che
 
 -- gh_webhook_filter_test applies one operator of a filter condition to the
 -- value v found at the condition's path (SQL NULL when the path is absent).
--- Order comparisons hold between two numbers or two strings only.
+-- Order comparisons hold between two numbers or two strings only. Both
+-- functions are PL/pgSQL, whose plans a session keeps: a SQL function with
+-- a sub-select is planned again at every call, on the charge path.
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION gh_webhook_filter_test(op text, v jsonb, arg jsonb) RETURNS boolean
-LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    SELECT CASE op
-        WHEN '$eq' THEN v IS NOT NULL AND v = arg
-        WHEN '$neq' THEN v IS NULL OR v <> arg
-        WHEN '$in' THEN v IS NOT NULL AND EXISTS (SELECT 1 FROM jsonb_array_elements(arg) AS e (x) WHERE e.x = v)
-        WHEN '$nin' THEN v IS NULL OR NOT EXISTS (SELECT 1 FROM jsonb_array_elements(arg) AS e (x) WHERE e.x = v)
-        WHEN '$exist' THEN (v IS NOT NULL) = (arg = 'true'::jsonb)
-        ELSE coalesce(CASE
-            WHEN jsonb_typeof(v) = 'number' AND jsonb_typeof(arg) = 'number' THEN CASE op
-                WHEN '$gt' THEN v::numeric > arg::numeric
-                WHEN '$gte' THEN v::numeric >= arg::numeric
-                WHEN '$lt' THEN v::numeric < arg::numeric
-                WHEN '$lte' THEN v::numeric <= arg::numeric END
-            WHEN jsonb_typeof(v) = 'string' AND jsonb_typeof(arg) = 'string' THEN CASE op
-                WHEN '$gt' THEN (v #>> '{}') COLLATE "C" > (arg #>> '{}') COLLATE "C"
-                WHEN '$gte' THEN (v #>> '{}') COLLATE "C" >= (arg #>> '{}') COLLATE "C"
-                WHEN '$lt' THEN (v #>> '{}') COLLATE "C" < (arg #>> '{}') COLLATE "C"
-                WHEN '$lte' THEN (v #>> '{}') COLLATE "C" <= (arg #>> '{}') COLLATE "C" END
-            END, false)
-    END
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+BEGIN
+    CASE op
+    WHEN '$eq' THEN RETURN v IS NOT NULL AND v = arg;
+    WHEN '$neq' THEN RETURN v IS NULL OR v <> arg;
+    -- A list holds only scalars, so containment is membership.
+    WHEN '$in' THEN RETURN v IS NOT NULL AND arg @> jsonb_build_array(v);
+    WHEN '$nin' THEN RETURN v IS NULL OR NOT arg @> jsonb_build_array(v);
+    WHEN '$exist' THEN RETURN (v IS NOT NULL) = (arg = 'true'::jsonb);
+    ELSE
+        IF jsonb_typeof(v) = 'number' AND jsonb_typeof(arg) = 'number' THEN
+            CASE op
+            WHEN '$gt' THEN RETURN v::numeric > arg::numeric;
+            WHEN '$gte' THEN RETURN v::numeric >= arg::numeric;
+            WHEN '$lt' THEN RETURN v::numeric < arg::numeric;
+            WHEN '$lte' THEN RETURN v::numeric <= arg::numeric;
+            ELSE RETURN false;
+            END CASE;
+        ELSIF jsonb_typeof(v) = 'string' AND jsonb_typeof(arg) = 'string' THEN
+            CASE op
+            WHEN '$gt' THEN RETURN (v #>> '{}') COLLATE "C" > (arg #>> '{}') COLLATE "C";
+            WHEN '$gte' THEN RETURN (v #>> '{}') COLLATE "C" >= (arg #>> '{}') COLLATE "C";
+            WHEN '$lt' THEN RETURN (v #>> '{}') COLLATE "C" < (arg #>> '{}') COLLATE "C";
+            WHEN '$lte' THEN RETURN (v #>> '{}') COLLATE "C" <= (arg #>> '{}') COLLATE "C";
+            ELSE RETURN false;
+            END CASE;
+        END IF;
+        RETURN false;
+    END CASE;
+END
 $$;
 -- +goose StatementEnd
 
@@ -58,10 +70,25 @@ $$;
 -- of each holds. A NULL filter passes everything.
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION gh_webhook_filter_match(filter jsonb, body jsonb) RETURNS boolean
-LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    SELECT filter IS NULL OR NOT EXISTS (
-        SELECT 1 FROM jsonb_each(filter) AS c (path, cond), jsonb_each(c.cond) AS o (op, arg)
-        WHERE NOT gh_webhook_filter_test(o.op, body #> string_to_array(c.path, '.'), o.arg))
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+DECLARE
+    c record;
+    o record;
+    v jsonb;
+BEGIN
+    IF filter IS NULL THEN
+        RETURN true;
+    END IF;
+    FOR c IN SELECT key, value FROM jsonb_each(filter) LOOP
+        v := body #> string_to_array(c.key, '.');
+        FOR o IN SELECT key, value FROM jsonb_each(c.value) LOOP
+            IF NOT gh_webhook_filter_test(o.key, v, o.value) THEN
+                RETURN false;
+            END IF;
+        END LOOP;
+    END LOOP;
+    RETURN true;
+END
 $$;
 -- +goose StatementEnd
 

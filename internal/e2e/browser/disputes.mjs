@@ -19,7 +19,7 @@ const out = { steps: {}, pageErrors: [], consoleErrors: [], refused: {}, saved: 
 const { step, check, done } = steps(out);
 
 const browser = await launch();
-const { page, shot, expectError } = await dashboardPage(browser, out, cfg.shots);
+const { page, shot, expectError, failed } = await dashboardPage(browser, out, cfg.shots);
 // The submit button asks first: the journey says yes.
 page.on('dialog', (d) => d.accept());
 
@@ -105,10 +105,7 @@ try {
   await shot(page, 'disputes');
   step('done');
 } catch (e) {
-  out.error = String(e && e.stack || e);
-  out.failedAt = page.url();
-  out.failedAlert = await page.locator('[role=alert]').allTextContents().catch(() => []);
-  await shot(page, 'disputes-failure').catch(() => {});
+  await failed(e, 'disputes');
 } finally {
   await browser.close();
 }

@@ -36,7 +36,7 @@ export function steps(out) {
 // missing favicon and for the one error the journey is about to cause on
 // purpose: expectError(re) lets the next console error that matches re
 // pass, once. shot(page, name) saves a full-page screenshot as
-// <shots>/<name>.png.
+// <shots>/<name>.png. failed(e, name) records a journey's error.
 export async function dashboardPage(browser, out, shots) {
   const context = await browser.newContext({ viewport: { width: 1360, height: 860 } });
   const page = await context.newPage();
@@ -47,9 +47,18 @@ export async function dashboardPage(browser, out, shots) {
     if (expected && expected.test(m.text())) { expected = null; return; }
     if (!/favicon\.ico$/.test(m.location().url || '')) { out.consoleErrors.push(m.text()); }
   });
+  const shot = (p, name) => p.screenshot({ path: `${shots}/${name}.png`, fullPage: true });
   return {
     page,
-    shot: (p, name) => p.screenshot({ path: `${shots}/${name}.png`, fullPage: true }),
+    shot,
     expectError: (re) => { expected = re; },
+    // failed records where the journey stopped: the error, the page, its
+    // alerts, and a screenshot <name>-failure.
+    failed: async (e, name) => {
+      out.error = String(e && e.stack || e);
+      out.failedAt = page.url();
+      out.failedAlert = await page.locator('[role=alert]').allTextContents().catch(() => []);
+      await shot(page, `${name}-failure`).catch(() => {});
+    },
   };
 }

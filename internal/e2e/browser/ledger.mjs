@@ -19,7 +19,7 @@ const out = { steps: {}, pageErrors: [], consoleErrors: [], available: {}, pendi
 const { step, check, done } = steps(out);
 
 const browser = await launch();
-const { page, shot, expectError } = await dashboardPage(browser, out, cfg.shots);
+const { page, shot, expectError, failed } = await dashboardPage(browser, out, cfg.shots);
 
 // reloadUntil reloads the page until ok() holds or the time is up.
 async function reloadUntil(ok, what, ms) {
@@ -128,10 +128,7 @@ try {
   await shot(page, 'payout');
   step('done');
 } catch (e) {
-  out.error = String(e && e.stack || e);
-  out.failedAt = page.url();
-  out.failedAlert = await page.locator('[role=alert]').allTextContents().catch(() => []);
-  await shot(page, 'ledger-failure').catch(() => {});
+  await failed(e, 'ledger');
 } finally {
   await browser.close();
 }

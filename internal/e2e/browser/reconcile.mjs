@@ -22,7 +22,7 @@ const out = { steps: {}, pageErrors: [], consoleErrors: [], days: [], refused: {
 const { step, check, done } = steps(out);
 
 const browser = await launch();
-const { page, shot, expectError } = await dashboardPage(browser, out, cfg.shots);
+const { page, shot, expectError, failed } = await dashboardPage(browser, out, cfg.shots);
 // The adjust button asks before it books: say yes, and keep the question.
 page.on('dialog', async (d) => { out.adjusted.asked = d.message(); await d.accept(); });
 
@@ -119,10 +119,7 @@ try {
   await shot(page, 'reconciliations');
   step('done');
 } catch (e) {
-  out.error = String(e && e.stack || e);
-  out.failedAt = page.url();
-  out.failedAlert = await page.locator('[role=alert]').allTextContents().catch(() => []);
-  await shot(page, 'reconcile-failure').catch(() => {});
+  await failed(e, 'reconcile');
 } finally {
   await browser.close();
 }

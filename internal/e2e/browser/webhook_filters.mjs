@@ -22,7 +22,7 @@ const out = { steps: {}, pageErrors: [], consoleErrors: [], refused: {}, saved: 
 const { step, check, done } = steps(out);
 
 const browser = await launch();
-const { page, shot, expectError } = await dashboardPage(browser, out, cfg.shots);
+const { page, shot, expectError, failed } = await dashboardPage(browser, out, cfg.shots);
 
 const endpoint = `${cfg.api}/dashboard/webhooks/${cfg.endpoint}`;
 const save = '#edit-endpoint button[type=submit]';
@@ -115,10 +115,7 @@ try {
   out.cleared = { notice: await text('#notice'), shown: await page.inputValue('#edit-filter') };
   step('done');
 } catch (e) {
-  out.error = String(e && e.stack || e);
-  out.failedAt = page.url();
-  out.failedAlert = await page.locator('[role=alert]').allTextContents().catch(() => []);
-  await shot(page, 'webhook-filters-failure').catch(() => {});
+  await failed(e, 'webhook-filters');
 } finally {
   await browser.close();
 }
