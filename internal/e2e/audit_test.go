@@ -13,8 +13,9 @@ import (
 )
 
 // TestAuditVerify is `api audit verify` (docs/audit.md) on the real
-// binaries: intact after charges and a key's revocation through both
-// replicas, then failing, naming the merchant, chain and seq, once an entry
+// binaries: intact after customers' creation and a key's revocation
+// through both replicas (charges made with a key are payment traffic and
+// not audit-logged: 20 of them add no entry), then failing, naming the merchant, chain and seq, once an entry
 // is changed behind the triggers' back (as a superuser can) and once a
 // middle entry is deleted.
 func TestAuditVerify(t *testing.T) {
@@ -26,6 +27,8 @@ func TestAuditVerify(t *testing.T) {
 	other := st.newKey(t, c, token, "other")
 	for i := range 20 {
 		mustExpect(t, st.do(t, c, http.MethodPost, st.replicas[i%2]+"/v1/charges", key.SecretKey, chargeBody), http.StatusCreated, "")
+		body := fmt.Sprintf(`{"name":"Customer %d"}`, i)
+		mustExpect(t, st.do(t, c, http.MethodPost, st.replicas[(i+1)%2]+"/v1/customers", key.SecretKey, body), http.StatusCreated, "")
 	}
 	mustExpect(t, st.do(t, c, http.MethodDelete, st.replicas[0]+"/v1/me/api_keys/"+other.ID, key.SecretKey, ""), http.StatusOK, "")
 	log := st.do(t, c, http.MethodGet, st.replicas[1]+"/v1/audit_log?action=api_key.revoke", token, "")
@@ -71,7 +74,7 @@ func TestAuditVerify(t *testing.T) {
 			t.Fatalf("%s: %v %v", q, tag, err)
 		}
 	}
-	// A middle entry: one of a chain with at least three (20 charges and
+	// A middle entry: one of a chain with at least three (20 customers and
 	// three key actions over eight chains make one).
 	var chain int
 	var seq int64
