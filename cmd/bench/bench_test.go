@@ -220,6 +220,25 @@ func TestWriteDocKeepsTheMethod(t *testing.T) {
 	}
 }
 
+// TestWriteDocFindsTheEndAfterTheBegin: an end marker quoted in the prose
+// before the section does not end it.
+func TestWriteDocFindsTheEndAfterTheBegin(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "B.md")
+	doc := "# Benchmarks\n\nThe section ends at " + docEnd + ".\n\n" + docBegin + "\n\nold\n" + docEnd + "\nAfter.\n"
+	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeDoc(path, "new\n"); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(path)
+	got := string(b)
+	if strings.Contains(got, "old") || !strings.Contains(got, "new") || !strings.Contains(got, "ends at "+docEnd+".") ||
+		strings.Count(got, docBegin) != 1 || !strings.HasSuffix(got, docEnd+"\nAfter.\n") {
+		t.Errorf("doc after the write:\n%s", got)
+	}
+}
+
 func TestPerfPackage(t *testing.T) {
 	for sym, want := range map[string]string{
 		"github.com/jackc/pgx/v5/pgconn.(*PgConn).ReceiveResults": "github.com/jackc/pgx/v5/pgconn",

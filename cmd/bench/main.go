@@ -3,9 +3,10 @@
 // with an open-model load (constant arrival rate, latency from the scheduled
 // send), next to a floor program that does only the unavoidable I/O of one
 // charge, alternating the two in one run and reading the CPU of every server
-// process from /proc. It prints a table and rewrites the results section of
-// docs/BENCHMARKS.md. `make bench` runs it; "bench floor" is the floor server,
-// started by the harness itself.
+// process from /proc. It prints a table, draws SVG plots of the steps into
+// docs/img and rewrites the results section of docs/BENCHMARKS.md. `make
+// bench` runs it; "bench floor" is the floor server, started by the harness
+// itself.
 //
 // Everything it starts listens on 127.0.0.1, and every load step stops by
 // itself in time and in count.
@@ -18,6 +19,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -38,6 +40,7 @@ type options struct {
 	redisServer string
 	dbURL       string
 	doc         string
+	plots       string // directory of the SVG plots; "" draws none
 	floorTables string
 	step        time.Duration
 	warmup      time.Duration
@@ -105,6 +108,7 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	fs.StringVar(&o.dbURL, "db", dbDefault, "a Postgres server URL; a fresh database is created on it and dropped at the end")
 	fs.StringVar(&o.floorTables, "floor-tables", "copy", "the floor's tables: copy (the project's columns, checks and indexes) or lean (columns and primary keys only)")
 	fs.StringVar(&o.doc, "doc", "docs/BENCHMARKS.md", `file whose results section is rewritten ("" to skip)`)
+	fs.StringVar(&o.plots, "plots", "", `directory the SVG plots are drawn into ("" for none; default: img beside -doc, none without -doc)`)
 	fs.DurationVar(&o.step, "step", 5*time.Second, "length of one open-model step")
 	fs.DurationVar(&o.warmup, "warmup", 2*time.Second, "unreported warm-up of each server at 1000/s")
 	fs.DurationVar(&o.settle, "settle", time.Second, "pause between steps")
@@ -155,6 +159,7 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
+	o.plots = plotsDir(fs, o.doc, o.plots)
 	for _, r := range strings.Split(*rates, ",") {
 		if r = strings.TrimSpace(r); r == "" {
 			continue
@@ -236,6 +241,17 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	return o, nil
 }
 
+// plotsDir is where the plots go: -plots when it was given, else the
+// directory img beside the doc, and nowhere without a doc.
+func plotsDir(fs *flag.FlagSet, doc, plots string) string {
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == "plots" })
+	if given || doc == "" {
+		return plots
+	}
+	return filepath.Join(filepath.Dir(doc), "img")
+}
+
 // run is the whole program; it returns the exit code.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "webhook-floor" {
@@ -274,6 +290,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return 1
 	}
 	fmt.Fprint(stdout, res.text())
+	code := 0
+	if o.plots != "" {
+		var err error
+		if res.Plots, err = writePlots(res, o.plots); err != nil {
+			fmt.Fprintln(stderr, "bench: plots:", err)
+			code = 1
+		}
+		for _, p := range res.Plots {
+			e.logf("drew %s", p.Path)
+		}
+	}
 	if o.doc != "" {
 		if err := writeDoc(o.doc, res.markdown()); err != nil {
 			fmt.Fprintln(stderr, "bench: write", o.doc+":", err)
@@ -281,5 +308,5 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 		e.logf("wrote the results to %s", o.doc)
 	}
-	return 0
+	return code
 }

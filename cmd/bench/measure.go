@@ -53,6 +53,7 @@ type results struct {
 	L4         *l4Result
 	Login      *loginResult
 	Notes      []string
+	Plots      []plotFile // the plots drawn from this run, for the results section
 }
 
 type hostInfo struct {

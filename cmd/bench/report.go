@@ -296,6 +296,7 @@ func (r *results) markdown() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Measured %s by `make bench` (took %s).\n\n", r.Start.Format("2006-01-02 15:04 MST"), r.End.Sub(r.Start).Round(time.Second))
 	fmt.Fprintf(&b, "%s. %s\n\n%s\n\n", r.header(), capitalize(r.method()), r.noiseLine())
+	b.WriteString(r.plotsMarkdown())
 	if len(r.Steps) > 0 {
 		b.WriteString("### Against the targets\n\n")
 		b.WriteString(r.summary().markdown())
@@ -346,8 +347,8 @@ const (
 	docEnd   = "<!-- bench:results:end -->"
 )
 
-// writeDoc replaces the results section of path, between the markers; a file
-// without them gets them appended.
+// writeDoc replaces the results section of path, from the begin marker to
+// the first end marker after it; a file without them gets them appended.
 func writeDoc(path, results string) error {
 	old, err := os.ReadFile(path)
 	if err != nil && !os.IsNotExist(err) {
@@ -355,9 +356,13 @@ func writeDoc(path, results string) error {
 	}
 	doc := string(old)
 	section := docBegin + "\n\n" + results + "\n" + docEnd
-	i, j := strings.Index(doc, docBegin), strings.Index(doc, docEnd)
-	if i >= 0 && j > i {
-		doc = doc[:i] + section + doc[j+len(docEnd):]
+	i := strings.Index(doc, docBegin)
+	j := -1
+	if i >= 0 {
+		j = strings.Index(doc[i:], docEnd) // the end marker after the begin marker
+	}
+	if j >= 0 {
+		doc = doc[:i] + section + doc[i+j+len(docEnd):]
 	} else {
 		if doc == "" {
 			doc = "# Benchmarks\n"
