@@ -101,6 +101,18 @@ func benchDeliveries(b *testing.B, generic bool, size int) {
 
 // backendCPU returns a reader of the CPU time of the pool's one server
 // process, or skips the benchmark where /proc cannot show it.
+// onePool is a pool of one connection to url, closed with the benchmark,
+// so that one server process runs its statements (see backendCPU).
+func onePool(b *testing.B, url string, opts ...store.OpenOption) *pgxpool.Pool {
+	b.Helper()
+	pool, err := store.Open(context.Background(), url, append([]store.OpenOption{store.MaxConns(1)}, opts...)...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(pool.Close)
+	return pool
+}
+
 func backendCPU(b *testing.B, pool *pgxpool.Pool) func() time.Duration {
 	var pid int
 	if err := pool.QueryRow(context.Background(), `SELECT pg_backend_pid()`).Scan(&pid); err != nil {

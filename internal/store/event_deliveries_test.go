@@ -84,3 +84,44 @@ func TestEventFirstsHandOffsAndRetries(t *testing.T) {
 		t.Fatalf("FinishEvent again: %v, %d rows", err, count(webhooks.Task(waiting).ID()))
 	}
 }
+
+// TestEventFirstsFromTheEventsDay: an event's deliveries are written with
+// or after it, so EventFirsts reads deliveries from a day before the
+// event's id on (the partitions of older ones are pruned). A delivery of
+// the event with an id from the day before that (which the fan-out never
+// writes) is not seen; one from a few minutes before (a database clock
+// behind the API's) is.
+func TestEventFirstsFromTheEventsDay(t *testing.T) {
+	db := testenv.NewDB(t)
+	s := store.New(db.Pool)
+	f := newOutboxFixture(t, db.Pool)
+	at := time.Now()
+	ev := v7At(t, at)
+	f.exec(t, `INSERT INTO events (id, merchant_id, environment, type, body, created_at)
+		VALUES ($1, $2, 'sandbox', 'charge.captured', '{}', now())`, ev, f.merchantID)
+	delivery := func(id string) string {
+		f.exec(t, `INSERT INTO webhook_deliveries (id, endpoint_id, merchant_id, event_id, event_type, status, attempts, next_attempt_at, created_at, updated_at)
+			VALUES ($1, $2, $3, $4, 'charge.captured', 'pending', 0, now(), now(), now())`, id, f.endpointID, f.merchantID, ev)
+		return id
+	}
+	now, skewed := delivery(v7At(t, at.Add(time.Millisecond))), delivery(v7At(t, at.Add(-5*time.Minute)))
+	delivery(v7At(t, at.Add(-25*time.Hour)))
+	got, err := s.EventFirsts(context.Background(), ev)
+	if want := slices.Sorted(slices.Values([]string{now, skewed})); err != nil || !slices.Equal(got, want) {
+		t.Fatalf("EventFirsts = %v, %v; want %v", got, err, want)
+	}
+}
+
+// v7At is a version 7 UUID of the millisecond of at.
+func v7At(t *testing.T, at time.Time) string {
+	t.Helper()
+	u, err := uuid.NewV7()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms := at.UnixMilli()
+	for i := range 6 {
+		u[i] = byte(ms >> (40 - 8*i))
+	}
+	return u.String()
+}

@@ -29,11 +29,7 @@ func BenchmarkChargeFanout(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			db := testenv.NewDB(b)
 			ctx := context.Background()
-			pool, err := store.Open(ctx, db.URL, store.MaxConns(1))
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer pool.Close()
+			pool := onePool(b, db.URL)
 			s := store.New(pool)
 			m := newMerchant(b, s, "fanout@example.com")
 			for i, f := range c.filters {

@@ -30,11 +30,7 @@ func BenchmarkCaptureBooking(b *testing.B) {
 func benchCapture(b *testing.B, booked bool) {
 	db := testenv.NewDB(b)
 	ctx := context.Background()
-	pool, err := store.Open(ctx, db.URL, store.MaxConns(1))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer pool.Close()
+	pool := onePool(b, db.URL)
 	s := store.New(pool)
 	m := newMerchant(b, s, "bench@example.com")
 	conn := ids.New("conn")

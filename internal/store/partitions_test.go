@@ -207,6 +207,9 @@ func TestMaintainPartitionsOneAtATime(t *testing.T) {
 	}
 }
 
+// droppedSince16 are the indexes migrations after 00016 drop.
+var droppedSince16 = map[string]bool{"events_created_at_idx": true}
+
 // TestPartitionMigration: a database of the previous release (migrated to
 // 00015) holding events, deliveries and attempts is moved to partitioned
 // tables with its rows in the old tables, attached whole with their
@@ -262,13 +265,13 @@ func TestPartitionMigration(t *testing.T) {
 		// Each old index is now the old partition's index, same file: attached, not rebuilt.
 		after := indexes(table + "_legacy")
 		for name, node := range before[table] {
-			if after[name+"_legacy"] != node {
+			if after[name+"_legacy"] != node && !droppedSince16[name] {
 				t.Errorf("%s: index %s was rebuilt or lost (%v)", table, name, after)
 			}
 		}
 		parent := indexes(table)
 		for name := range before[table] {
-			if _, ok := parent[name]; !ok {
+			if _, ok := parent[name]; !ok && !droppedSince16[name] {
 				t.Errorf("%s: the partitioned table has no index %s", table, name)
 			}
 		}

@@ -127,14 +127,22 @@ func TransactionPooling() OpenOption {
 
 // sessionParams are the settings Open and its options send in the startup
 // packet; under TransactionPooling none is.
-var sessionParams = []string{"lock_timeout", "statement_timeout", "plan_cache_mode"}
+var sessionParams = []string{"lock_timeout", "statement_timeout", "plan_cache_mode", "enable_seqscan"}
 
 // GenericPlans makes the pool's sessions plan each prepared statement once,
 // for any parameters (plan_cache_mode = force_generic_plan), rather than
 // plan it afresh each time. Only for statements whose best plan does not
-// depend on their parameters: lookups and updates by primary key.
+// depend on their parameters: lookups and updates by primary key. Such a
+// plan lasts as long as the connection (until an ANALYZE of its tables),
+// so one made while a table, or its newest partition, was still small
+// would scan the whole table on every call once it is not: the sessions
+// also turn sequential scans down (enable_seqscan = off), and the plan
+// takes the key's index whatever the table's size when it was made.
 func GenericPlans() OpenOption {
-	return func(c *openConfig) { c.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan" }
+	return func(c *openConfig) {
+		c.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
+		c.ConnConfig.RuntimeParams["enable_seqscan"] = "off"
+	}
 }
 
 // NoStatementTimeout lifts any statement_timeout the server sets for the

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/gatehouse-pay/gatehouse/internal/apperr"
@@ -567,43 +568,81 @@ func (s *Store) deliveriesForWork(ctx context.Context, ids []string) ([]work, er
 }
 
 // eventFirsts names the deliveries of an event still waiting for their first
-// attempt: pending, no attempt, not handed off to a task of their own.
+// attempt: pending, no attempt, not handed off to a task of their own. Its
+// deliveries were written with or after the event, so their ids (the
+// partition key, time-ordered) are at least $2, a day before the event's
+// own id: the partitions of older deliveries are not read.
 const eventFirsts = `SELECT coalesce(array_agg(d.id::text ORDER BY d.id), '{}') FROM webhook_deliveries d
-WHERE d.event_id = $1 AND d.status = 'pending' AND d.attempts = 0 AND d.test_body IS NULL
+WHERE d.event_id = $1 AND d.id >= $2::uuid AND d.status = 'pending' AND d.attempts = 0 AND d.test_body IS NULL
 	AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.task_id = '` + outbox.WebhookDeliver + `:' || d.id)`
 
 // EventFirsts implements webhooks.Store.
 func (s *Store) EventFirsts(ctx context.Context, eventID string) ([]string, error) {
 	var ids []string
-	err := s.pool.QueryRow(ctx, eventFirsts, eventID).Scan(&ids)
+	err := s.pool.QueryRow(ctx, eventFirsts, eventID, idFloor(eventID, 24*time.Hour)).Scan(&ids)
 	return ids, mapErr(err, "webhook_delivery")
 }
 
+// idFloor is the least time-ordered (version 7) UUID of the millisecond
+// back before id's own, for a bound on a partition key; the nil UUID, no
+// bound, for an id that is not a version 7 UUID. The day's margin covers
+// any clock difference between the process that made id and the database.
+func idFloor(id string, back time.Duration) string {
+	u, err := uuid.Parse(id)
+	if err != nil || u.Version() != 7 {
+		return uuid.Nil.String()
+	}
+	ms := int64(u[0])<<40 | int64(u[1])<<32 | int64(u[2])<<24 | int64(u[3])<<16 | int64(u[4])<<8 | int64(u[5])
+	ms = max(ms-back.Milliseconds(), 0)
+	var floor uuid.UUID
+	for i := range 6 {
+		floor[i] = byte(ms >> (40 - 8*i))
+	}
+	return floor.String()
+}
+
 // finishEvent hands deliveries off to tasks of their own (their outbox
-// rows) and deletes the event's task, in one statement.
+// rows) and deletes the event's task, in one statement. Like the attempt
+// records before it, it commits without waiting for the WAL to reach the
+// disk (synchronous_commit off, for this transaction only): WAL is one
+// sequence, so a crash that loses it loses every later write of these
+// deliveries too, and the event's task, still in the outbox, runs again
+// and attempts (again) those without an attempt or a task of their own;
+// at-least-once delivery allows it. The next durable commit of any
+// transaction makes it durable.
 const finishEvent = `
 WITH h AS (
 	` + insertDeliverTasks + ` (SELECT unnest($2::uuid[]) AS id) d
 	ON CONFLICT DO NOTHING
+), done AS (
+	DELETE FROM outbox WHERE task_id = '` + outbox.WebhookEvent + `:' || $1::text
 )
-DELETE FROM outbox WHERE task_id = '` + outbox.WebhookEvent + `:' || $1::text`
+SELECT set_config('synchronous_commit', 'off', true)`
 
 // FinishEvent implements webhooks.Store.
 func (s *Store) FinishEvent(ctx context.Context, eventID string, handOff []string) error {
-	_, err := s.pool.Exec(ctx, finishEvent, eventID, handOff)
+	var async string
+	err := s.pool.QueryRow(ctx, finishEvent, eventID, handOff).Scan(&async)
 	return mapErr(err, "webhook_delivery")
 }
 
 // recordAttempts applies a batch of attempts: each only if its delivery is
 // still pending with attempt-1 attempts, so an attempt is recorded once. A
 // first attempt its event's task made that calls for a retry also writes the
-// delivery's own task (new_task), which carries the retries. It
-// commits without waiting for the WAL to reach the disk (synchronous_commit
-// off, for this transaction only): a crash may lose the last fraction of a
-// second of attempts, and then those deliveries are sent again, which
+// delivery's own task (new_task), which carries the retries.
+//
+// The deliveries are found by their ids ($1, an index condition), not by
+// the join with r alone: the batch pool plans the statement once
+// (GenericPlans), and a plan made while the table or a new partition was
+// still small would otherwise scan the whole table, on every batch, for
+// the connection's life (or until an ANALYZE). It commits without waiting
+// for the WAL to reach the disk (synchronous_commit off, for this
+// transaction only): a crash may lose the last fraction of a second of
+// attempts, and then those deliveries are sent again, which
 // at-least-once delivery allows. Money and events are never written this way.
-// (The event's task is deleted later by FinishEvent, with a synchronous
-// commit, which makes every earlier commit durable too: WAL is one sequence.)
+// (The event's task is deleted later by FinishEvent, also without waiting;
+// a crash that loses an attempt loses that deletion too, since WAL is one
+// sequence, and the event's task runs again.)
 const recordAttempts = `
 WITH r AS (
 	SELECT * FROM unnest($1::uuid[], $2::int[], $3::text[], $4::int[], $5::timestamptz[], $6::timestamptz[],
@@ -612,7 +651,7 @@ WITH r AS (
 ), d AS (
 	UPDATE webhook_deliveries w SET status = r.status, attempts = r.attempt, chain_attempts = r.chain_attempts,
 		next_attempt_at = r.next_attempt_at, updated_at = now()
-	FROM r WHERE w.id = r.id AND w.status = 'pending' AND w.attempts = r.attempt - 1
+	FROM r WHERE w.id = ANY ($1::uuid[]) AND w.id = r.id AND w.status = 'pending' AND w.attempts = r.attempt - 1
 	RETURNING w.id
 ), a AS (
 	INSERT INTO webhook_attempts (delivery_id, attempt, started_at, duration_ms, status_code, error, response_body)

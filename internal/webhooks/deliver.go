@@ -501,8 +501,10 @@ var errHandOff = errors.New("webhook delivery handed off")
 // or is being probed, or that waits for an earlier ordered delivery (see
 // acquireNow). A first attempt that calls for a retry writes the
 // delivery's own task with the attempt. The event's task is deleted with
-// the hand-offs, in one statement; run again after a crash, it attempts
-// only the deliveries still without an attempt or a task of their own.
+// the hand-offs, in one statement, or, when the event has one delivery to
+// attempt and it was attempted, with that attempt's record; run again
+// after a crash, it attempts only the deliveries still without an attempt
+// or a task of their own.
 func (d *Deliverer) DeliverEvent(ctx context.Context, eventID string) error {
 	ids, err := d.store.EventFirsts(ctx, eventID)
 	if err != nil {
@@ -513,10 +515,21 @@ func (d *Deliverer) DeliverEvent(ctx context.Context, eventID string) error {
 		err          error
 	}
 	results := make([]outcome, len(ids))
+	// One delivery (an event to the merchant's one endpoint, the usual
+	// case): the record of its attempt also deletes the event's task, and
+	// FinishEvent has nothing left to do.
+	sole := &firstAttempt{}
+	if len(ids) == 1 {
+		sole.finish = EventTask(eventID).ID()
+	}
 	var wg sync.WaitGroup
 	for i, id := range ids {
 		wg.Go(func() {
-			endpoint, err := d.deliver(ctx, id, true)
+			first := sole
+			if len(ids) > 1 {
+				first = &firstAttempt{}
+			}
+			endpoint, err := d.deliver(ctx, id, first)
 			results[i] = outcome{id: id, endpoint: endpoint, err: err}
 		})
 	}
@@ -531,6 +544,9 @@ func (d *Deliverer) DeliverEvent(ctx context.Context, eventID string) error {
 		case r.err != nil:
 			return r.err // the attempts made are recorded; a run again skips them
 		}
+	}
+	if sole.finished && len(handOff) == 0 {
+		return nil
 	}
 	if err := d.store.FinishEvent(ctx, eventID, handOff); err != nil {
 		return err
@@ -548,21 +564,30 @@ func (d *Deliverer) DeliverEvent(ctx context.Context, eventID string) error {
 // the delivery is final (or was already), *RetryIn when the next attempt is
 // due later, and other errors when the database failed (the queue retries).
 func (d *Deliverer) Deliver(ctx context.Context, id string) error {
-	_, err := d.deliver(ctx, id, false)
+	_, err := d.deliver(ctx, id, nil)
 	return err
+}
+
+// firstAttempt is a first attempt made by its event's task (see
+// DeliverEvent). With finish, the event's task id, the event has no other
+// delivery to attempt: the attempt's record deletes the task too, and
+// finished says it was applied, so it did.
+type firstAttempt struct {
+	finish   string
+	finished bool
 }
 
 // deliver is Deliver, or, first, the first attempt of a delivery made by
 // its event's task (see DeliverEvent): then it returns errHandOff rather
 // than wait, and a retry is a task of the delivery's own, enqueued here. It
 // returns the delivery's endpoint.
-func (d *Deliverer) deliver(ctx context.Context, id string, first bool) (string, error) {
+func (d *Deliverer) deliver(ctx context.Context, id string, first *firstAttempt) (string, error) {
 	task := Task(id)
 	del, ep, body, err := d.store.DeliveryForWork(ctx, id)
 	if err != nil {
 		return "", err
 	}
-	if first && (del.Status != StatusPending || del.Attempts > 0) {
+	if first != nil && (del.Status != StatusPending || del.Attempts > 0) {
 		return ep.ID, nil // attempted meanwhile: its own task carries it
 	}
 	if del.Status != StatusPending {
@@ -572,9 +597,9 @@ func (d *Deliverer) deliver(ctx context.Context, id string, first bool) (string,
 }
 
 // attempt makes the next attempt of del (see deliver).
-func (d *Deliverer) attempt(ctx context.Context, del Delivery, ep Endpoint, body []byte, task outbox.Task, first bool) error {
+func (d *Deliverer) attempt(ctx context.Context, del Delivery, ep Endpoint, body []byte, task outbox.Task, first *firstAttempt) error {
 	now := d.now().UTC()
-	if first && del.NextAttemptAt != nil && del.NextAttemptAt.After(now) {
+	if first != nil && del.NextAttemptAt != nil && del.NextAttemptAt.After(now) {
 		d.handOff(HandOffScheduled)
 		return errHandOff
 	}
@@ -638,7 +663,7 @@ func (d *Deliverer) attempt(ctx context.Context, del Delivery, ep Endpoint, body
 			return err
 		}
 		if wait {
-			if first {
+			if first != nil {
 				d.handOff(HandOffOrdered)
 				return errHandOff
 			}
@@ -647,7 +672,7 @@ func (d *Deliverer) attempt(ctx context.Context, del Delivery, ep Endpoint, body
 	}
 
 	var release func(ok bool, took time.Duration)
-	if first {
+	if first != nil {
 		var why string
 		if release, why = d.acquireNow(ctx, ep.MerchantID, ep.ID); release == nil {
 			d.handOff(why)
@@ -713,7 +738,7 @@ func (d *Deliverer) attempt(ctx context.Context, del Delivery, ep Endpoint, body
 // record stores the attempt and decides what comes next. A retry after a
 // first attempt made by the event's task (first) is a task of the
 // delivery's own, written with the attempt and enqueued here.
-func (d *Deliverer) record(ctx context.Context, del Delivery, task outbox.Task, a Attempt, ok, stop, first bool) error {
+func (d *Deliverer) record(ctx context.Context, del Delivery, task outbox.Task, a Attempt, ok, stop bool, first *firstAttempt) error {
 	chain := del.ChainAttempts + 1
 	r := AttemptRecord{DeliveryID: del.ID, Attempt: a, ChainAttempts: chain}
 	var retry *RetryIn
@@ -727,15 +752,21 @@ func (d *Deliverer) record(ctx context.Context, del Delivery, task outbox.Task, 
 		next := a.StartedAt.Add(time.Duration(a.DurationMS)*time.Millisecond + delay)
 		r.Status, r.NextAttemptAt = StatusPending, &next
 		retry = &RetryIn{Delay: max(delay, time.Millisecond)}
-		r.NewTask = first
+		r.NewTask = first != nil
+	}
+	if first != nil && first.finish != "" {
+		r.DoneTask = first.finish // a first attempt has no task of its own to delete
 	}
 	applied, err := d.store.RecordAttempt(ctx, r)
+	if err == nil && applied && first != nil && first.finish != "" {
+		first.finished = true
+	}
 	switch {
 	case err != nil:
 		return err
 	case retry == nil:
 		return nil
-	case !first:
+	case first == nil:
 		return retry
 	case applied:
 		if err := d.enqueue(ctx, TaskTo(del.ID, del.EndpointID), retry.Delay); err != nil {

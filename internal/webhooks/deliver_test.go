@@ -68,6 +68,7 @@ type fakeStore struct {
 	tasks    map[string]bool
 	records  []webhooks.AttemptRecord
 	deleted  []string
+	finishes int // FinishEvent calls
 	workErr  error
 	// other is a second delivery, to another endpoint.
 	other         webhooks.Delivery
@@ -143,6 +144,7 @@ func (s *fakeStore) EventFirsts(_ context.Context, event string) ([]string, erro
 func (s *fakeStore) FinishEvent(_ context.Context, event string, handOff []string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.finishes++
 	for _, id := range handOff {
 		s.tasks[webhooks.Task(id).ID()] = true
 	}

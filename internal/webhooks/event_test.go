@@ -76,6 +76,11 @@ func TestEventTaskProbesThenHandsOffWhenNotFast(t *testing.T) {
 	if len(tasks) != 0 || len(reasons) != 0 {
 		t.Fatalf("outbox %v and hand-offs %v after the probe, want none", tasks, reasons)
 	}
+	// The event's one delivery: its attempt's record deleted the event's
+	// task, and no FinishEvent followed.
+	if _, _, records := r.store.state(); len(records) != 1 || records[0].DoneTask != webhooks.EventTask(eventID).ID() || r.store.finishes != 0 {
+		t.Fatalf("records %+v, %d FinishEvent calls; want the event's task done with the attempt, none", records, r.store.finishes)
+	}
 	// Run again after a crash: nothing is attempted twice.
 	r.store.mu.Lock()
 	r.store.tasks[webhooks.EventTask(eventID).ID()] = true
@@ -116,6 +121,9 @@ func TestEventTaskProbesThenHandsOffWhenNotFast(t *testing.T) {
 	_, tasks, _ = r.store.state()
 	if !tasks[own] || tasks[webhooks.EventTask(eventID).ID()] {
 		t.Fatalf("after the hand-off the outbox holds %v, want the delivery's own task and not the event's", tasks)
+	}
+	if r.store.finishes != 2 { // the run again (nothing to attempt) and the hand-off
+		t.Fatalf("%d FinishEvent calls, want 2", r.store.finishes)
 	}
 	got, in := q.all()
 	if len(got) != 1 || got[0].ID() != own || got[0].Key != endpointID || in[0] != 0 {
