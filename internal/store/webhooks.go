@@ -629,16 +629,12 @@ func (s *Store) FinishEvent(ctx context.Context, eventID string, handOff []strin
 // recordAttempts applies a batch of attempts: each only if its delivery is
 // still pending with attempt-1 attempts, so an attempt is recorded once. A
 // first attempt its event's task made that calls for a retry also writes the
-// delivery's own task (new_task), which carries the retries.
-//
-// The deliveries are found by their ids ($1, an index condition), not by
-// the join with r alone: the batch pool plans the statement once
-// (GenericPlans), and a plan made while the table or a new partition was
-// still small would otherwise scan the whole table, on every batch, for
-// the connection's life (or until an ANALYZE). It commits without waiting
-// for the WAL to reach the disk (synchronous_commit off, for this
-// transaction only): a crash may lose the last fraction of a second of
-// attempts, and then those deliveries are sent again, which
+// delivery's own task (new_task), which carries the retries. It runs on
+// the batch pool, whose sessions find the deliveries by their key's index
+// however small the table was when they planned it (GenericPlans). It
+// commits without waiting for the WAL to reach the disk (synchronous_commit
+// off, for this transaction only): a crash may lose the last fraction of a
+// second of attempts, and then those deliveries are sent again, which
 // at-least-once delivery allows. Money and events are never written this way.
 // (The event's task is deleted later by FinishEvent, also without waiting;
 // a crash that loses an attempt loses that deletion too, since WAL is one
@@ -651,7 +647,7 @@ WITH r AS (
 ), d AS (
 	UPDATE webhook_deliveries w SET status = r.status, attempts = r.attempt, chain_attempts = r.chain_attempts,
 		next_attempt_at = r.next_attempt_at, updated_at = now()
-	FROM r WHERE w.id = ANY ($1::uuid[]) AND w.id = r.id AND w.status = 'pending' AND w.attempts = r.attempt - 1
+	FROM r WHERE w.id = r.id AND w.status = 'pending' AND w.attempts = r.attempt - 1
 	RETURNING w.id
 ), a AS (
 	INSERT INTO webhook_attempts (delivery_id, attempt, started_at, duration_ms, status_code, error, response_body)

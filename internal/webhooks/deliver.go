@@ -518,18 +518,14 @@ func (d *Deliverer) DeliverEvent(ctx context.Context, eventID string) error {
 	// One delivery (an event to the merchant's one endpoint, the usual
 	// case): the record of its attempt also deletes the event's task, and
 	// FinishEvent has nothing left to do.
-	sole := &firstAttempt{}
+	firsts := make([]firstAttempt, len(ids))
 	if len(ids) == 1 {
-		sole.finish = EventTask(eventID).ID()
+		firsts[0].finish = EventTask(eventID).ID()
 	}
 	var wg sync.WaitGroup
 	for i, id := range ids {
 		wg.Go(func() {
-			first := sole
-			if len(ids) > 1 {
-				first = &firstAttempt{}
-			}
-			endpoint, err := d.deliver(ctx, id, first)
+			endpoint, err := d.deliver(ctx, id, &firsts[i])
 			results[i] = outcome{id: id, endpoint: endpoint, err: err}
 		})
 	}
@@ -545,7 +541,7 @@ func (d *Deliverer) DeliverEvent(ctx context.Context, eventID string) error {
 			return r.err // the attempts made are recorded; a run again skips them
 		}
 	}
-	if sole.finished && len(handOff) == 0 {
+	if len(ids) == 1 && firsts[0].finished && len(handOff) == 0 {
 		return nil
 	}
 	if err := d.store.FinishEvent(ctx, eventID, handOff); err != nil {
