@@ -143,7 +143,7 @@ bench: build ## Load-test POST /v1/charges next to a floor program (writes docs/
 CHAOS_RUN := ^(TestChaos|TestGracefulShutdown|TestRoutingCacheAcrossReplicas|TestEventStreamTenancy|TestPostgresBlackHole|TestProbePortAtConnectionLimit)
 .PHONY: chaos
 chaos: ## Fault tests at full scale: kill -9, Redis/PostgreSQL outages and failovers (Sentinel, Cluster, standby), provider faults, a rolling upgrade
-	@$(TESTENV) env GATEHOUSE_REQUIRE_SERVICES=1 GATEHOUSE_CHAOS=full $(GO) test -count=1 -run '$(CHAOS_RUN)' -timeout 45m -v ./internal/e2e
+	@$(TESTENV) env GATEHOUSE_REQUIRE_SERVICES=1 GATEHOUSE_CHAOS=full GATEHOUSE_E2E_RACE=1 $(GO) test -count=1 -run '$(CHAOS_RUN)' -timeout 45m -v ./internal/e2e
 
 # FUZZTIME bounds each fuzz target's run, e.g. make fuzz FUZZTIME=5m.
 FUZZTIME ?= 30s

@@ -40,6 +40,36 @@ func TestPasswordHashing(t *testing.T) {
 	}
 }
 
+// A test hasher writes cheap hashes, and each kind of hasher verifies the
+// other's: the parameters travel in the hash.
+func TestTestHasherInteroperates(t *testing.T) {
+	ctx := context.Background()
+	prod, cheap := NewHasher(1), NewTestHasher(1)
+	weak, err := cheap.Hash(ctx, "correct horse battery")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(weak, "$argon2id$v=19$m=64,t=1,p=1$") {
+		t.Fatalf("test hash %q", weak)
+	}
+	strong, err := prod.Hash(ctx, "correct horse battery")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		h    *Hasher
+		enc  string
+		name string
+	}{{prod, weak, "production hasher, test hash"}, {cheap, strong, "test hasher, production hash"}} {
+		if ok, err := c.h.Verify(ctx, c.enc, "correct horse battery"); err != nil || !ok {
+			t.Errorf("%s: the password did not verify (%v)", c.name, err)
+		}
+		if ok, err := c.h.Verify(ctx, c.enc, "correct horse batterY"); err != nil || ok {
+			t.Errorf("%s: a wrong password verified (%v)", c.name, err)
+		}
+	}
+}
+
 func TestHasherHonoursCancellation(t *testing.T) {
 	h := NewHasher(1)
 	h.sem <- struct{}{} // the only slot is taken

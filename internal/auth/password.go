@@ -37,6 +37,8 @@ type Hasher struct {
 	sem     chan struct{}
 	wait    time.Duration
 	dummy   string
+	memory  uint32 // KiB
+	passes  uint32
 	checked atomic.Int64
 }
 
@@ -50,7 +52,19 @@ var ErrBusy = &apperr.Error{Kind: apperr.KindUnavailable, Code: apperr.CodeUnava
 
 // NewHasher returns a Hasher that runs at most maxConcurrent hashes at once.
 func NewHasher(maxConcurrent int) *Hasher {
-	h := &Hasher{sem: make(chan struct{}, max(1, maxConcurrent)), wait: MaxHashWait}
+	return newHasher(maxConcurrent, argonMemory, argonTime)
+}
+
+// NewTestHasher returns a Hasher whose new hashes cost 64 KiB and one pass:
+// for tests that sign many people in, where the race detector makes each
+// 19 MiB hash cost seconds of CPU. It verifies hashes of any cost, as
+// NewHasher does; only the hashes it writes are weak.
+func NewTestHasher(maxConcurrent int) *Hasher {
+	return newHasher(maxConcurrent, 64, 1)
+}
+
+func newHasher(maxConcurrent int, memory, passes uint32) *Hasher {
+	h := &Hasher{sem: make(chan struct{}, max(1, maxConcurrent)), wait: MaxHashWait, memory: memory, passes: passes}
 	h.dummy = h.encode(make([]byte, argonSaltLen), []byte("gatehouse-dummy-password"))
 	return h
 }
@@ -76,9 +90,9 @@ func (h *Hasher) acquire(ctx context.Context) error {
 func (h *Hasher) release() { <-h.sem }
 
 func (h *Hasher) encode(salt, password []byte) string {
-	key := argon2.IDKey(password, salt, argonTime, argonMemory, argonThreads, argonKeyLen)
+	key := argon2.IDKey(password, salt, h.passes, h.memory, argonThreads, argonKeyLen)
 	return fmt.Sprintf("$argon2id$v=%d$m=%d,t=%d,p=%d$%s$%s",
-		argon2.Version, argonMemory, argonTime, argonThreads, b64.EncodeToString(salt), b64.EncodeToString(key))
+		argon2.Version, h.memory, h.passes, argonThreads, b64.EncodeToString(salt), b64.EncodeToString(key))
 }
 
 // Hash returns the PHC string of password with a fresh random salt.

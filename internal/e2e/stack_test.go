@@ -51,13 +51,24 @@ type binaries struct {
 	took             time.Duration // how long the build took
 }
 
-// buildBinaries builds ./cmd/api, ./cmd/worker and ./cmd/gatehouse with the
-// race detector into a temporary directory, once per test binary.
+// buildBinaries builds ./cmd/api, ./cmd/worker and ./cmd/gatehouse into a
+// temporary directory, once per test binary: as they ship, or with the race
+// detector when GATEHOUSE_E2E_RACE=1 (make chaos). make test runs the
+// in-process tests of the same code with -race; building the stacks'
+// binaries with it too made this package take twice the CPU, and half of
+// its wall time went to argon2 hashes under the detector.
 func buildBinaries(t *testing.T) binaries {
 	t.Helper()
-	b := testenv.Build(t, []string{"-race"}, "./cmd/api", "./cmd/worker", "./cmd/gatehouse")
+	var flags []string
+	if raceBinaries() {
+		flags = []string{"-race"}
+	}
+	b := testenv.Build(t, flags, "./cmd/api", "./cmd/worker", "./cmd/gatehouse")
 	return binaries{api: b.Path("api"), worker: b.Path("worker"), cli: b.Path("gatehouse"), took: b.Took}
 }
+
+// raceBinaries reports whether the stacks' binaries are built with -race.
+func raceBinaries() bool { return os.Getenv("GATEHOUSE_E2E_RACE") == "1" }
 
 // exchange is one HTTP request and its complete response.
 type exchange struct {

@@ -143,7 +143,7 @@ func newHarnessWith(t *testing.T, o harnessOptions) *harness {
 	reg := metrics.NewRegistry()
 	st := store.New(db.Pool)
 	rc := cache.New(rdb)
-	hasher := auth.NewHasher(2)
+	hasher := auth.NewTestHasher(2)
 	tokens := auth.NewTokens([]byte(cfg.JWTSecret.Reveal()), cfg.JWTIssuer, cfg.JWTAudience, time.Now)
 	ms := merchants.NewService(st, hasher, time.Now)
 	keys, err := keyring.New(cfg.EncryptionKey)
