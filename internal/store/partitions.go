@@ -214,7 +214,7 @@ func (f family) maintain(ctx context.Context, conn *pgxpool.Conn, now time.Time,
 	}
 	for lo := from; lo.Before(now.Add(f.ahead)); {
 		hi := lo.Truncate(f.width).Add(f.width)
-		ok, err := f.create(ctx, conn, lo, hi, rep)
+		ok, err := f.create(ctx, conn, lo, hi, now, rep)
 		if err != nil {
 			return err
 		}
@@ -251,13 +251,24 @@ func partitionName(parent string, lo time.Time) string {
 	return parent + "_p" + lo.UTC().Format("20060102t150405")
 }
 
+// writersAhead is how far past the worker's clock the ids that writers
+// stamp may reach (their clocks, and a statement begun a moment ago): a
+// partition whose range starts before now plus this may be written now.
+const writersAhead = time.Minute
+
 // create makes the partition [lo, hi) of the family's tables, in one
 // transaction. A partition is made apart and then attached, which locks
 // the table SHARE UPDATE EXCLUSIVE (reads and writes go on) and its
 // DEFAULT partition ACCESS EXCLUSIVE while it checks that the DEFAULT
 // holds no row of the range: rows it holds there are moved first. It
 // reports false when it had to give up on a lock.
-func (f family) create(ctx context.Context, conn *pgxpool.Conn, lo, hi time.Time, rep *PartitionReport) (bool, error) {
+//
+// A partition of the present (the worker caught up after a stop) also
+// holds writes of the tables back until it commits: an insert that chose
+// the DEFAULT partition before the attach, then waited for its lock, would
+// fail its partition check after it (SQLSTATE 23514). Partitions made
+// ahead, the usual case, take no row until later and let writes go on.
+func (f family) create(ctx context.Context, conn *pgxpool.Conn, lo, hi, now time.Time, rep *PartitionReport) (bool, error) {
 	from, to := uuidFloor(lo), uuidFloor(hi)
 	var moved int64
 	err := f.step(ctx, conn, rep, func(tx pgx.Tx) error {
@@ -265,6 +276,17 @@ func (f family) create(ctx context.Context, conn *pgxpool.Conn, lo, hi time.Time
 		tables := []table{{f.parent, f.key, partitionName(f.parent, lo)}}
 		if f.follower != "" {
 			tables = append(tables, table{f.follower, f.followerKey, partitionName(f.follower, lo)})
+		}
+		if lo.Before(now.Add(writersAhead)) {
+			// EXCLUSIVE lets reads go on; the tables in the order writers
+			// lock them (deliveries before their attempts).
+			parents := f.parent
+			if f.follower != "" {
+				parents += ", " + f.follower
+			}
+			if _, err := tx.Exec(ctx, `LOCK TABLE ONLY `+parents+` IN EXCLUSIVE MODE`); err != nil {
+				return err
+			}
 		}
 		// The DEFAULT partitions first, which ATTACH locks anyway: no row of
 		// the range can reach them between the move and the attach.

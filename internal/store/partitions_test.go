@@ -4,6 +4,8 @@ import (
 	"context"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -366,4 +368,91 @@ func TestMaintainPartitionsGivesWayToLocks(t *testing.T) {
 	if err != nil || rep.Created == 0 || rep.Postponed != 0 {
 		t.Fatalf("after: %+v, %v", rep, err)
 	}
+}
+
+// TestCatchUpPartitionsBesideWriters: after a stop longer than the
+// partitions ahead, the worker creates the partitions of the present while
+// events, deliveries and attempts are written into them. No write fails:
+// a row routed to the DEFAULT partition just as a partition for its range
+// was attached there would fail its partition check (SQLSTATE 23514, a
+// 500 for the merchant), so creating a partition of the present holds
+// writers back for that moment. Every row ends in a partition of its own
+// range, none in the DEFAULT.
+func TestCatchUpPartitionsBesideWriters(t *testing.T) {
+	ctx := context.Background()
+	db := testenv.NewDB(t)
+	s := store.New(db.Pool).WithRetention(store.Retention{Events: 30 * time.Minute, WebhookLog: 15 * time.Minute})
+	f := newOutboxFixture(t, db.Pool)
+
+	stop := make(chan struct{})
+	errs := make(chan error, 64)
+	var written atomic.Int64
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				now := time.Now()
+				ev, dl := idAt(now), idAt(now)
+				_, err := db.Pool.Exec(ctx, `WITH e AS (INSERT INTO events (id, merchant_id, environment, type, body, created_at)
+	VALUES ($1, $2, 'sandbox', 'charge.captured', '{}', $4) RETURNING id)
+INSERT INTO webhook_deliveries (id, endpoint_id, merchant_id, event_id, event_type, status, attempts, created_at, updated_at)
+	SELECT $3, $5, $2, e.id, 'charge.captured', 'succeeded', 1, $4, $4 FROM e`, ev, f.merchantID, dl, now, f.endpointID)
+				if err == nil {
+					_, err = db.Pool.Exec(ctx, `INSERT INTO webhook_attempts (delivery_id, attempt, started_at, duration_ms, status_code) VALUES ($1, 1, $2, 12, 200)`, dl, now)
+				}
+				if err != nil {
+					select {
+					case errs <- err:
+					default:
+					}
+					continue
+				}
+				written.Add(1)
+			}
+		}()
+	}
+	// The writers fill the DEFAULT partitions first, as while the worker
+	// was stopped.
+	deadline := time.Now().Add(time.Minute)
+	for written.Load() < 200 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	var rep store.PartitionReport
+	for time.Now().Before(deadline) {
+		r, err := s.MaintainPartitions(ctx, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep.Created += r.Created
+		rep.Moved += r.Moved
+		if r.Postponed == 0 {
+			break
+		}
+	}
+	time.Sleep(200 * time.Millisecond) // writes go on into the new partitions
+	close(stop)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("a write beside the partitions' creation failed: %v", err)
+	}
+	if rep.Created == 0 || rep.Moved == 0 {
+		t.Errorf("the run created %d partitions and moved %d rows, want some of each", rep.Created, rep.Moved)
+	}
+	for _, table := range []string{"events", "webhook_deliveries", "webhook_attempts"} {
+		if n := count(t, db.Pool, `SELECT count(*) FROM `+table+`_default`); n != 0 {
+			t.Errorf("%s_default holds %d rows after the run", table, n)
+		}
+	}
+	if n := count(t, db.Pool, `SELECT count(*) FROM webhook_attempts`); int64(n) != written.Load() {
+		t.Errorf("%d attempts stored, %d written", n, written.Load())
+	}
+	t.Logf("%d writes beside a run that created %d partitions and moved %d rows", written.Load(), rep.Created, rep.Moved)
 }
