@@ -179,7 +179,7 @@ func (s step) brief() string {
 		load, s.Achieved, ms(s.P50), ms(s.P99), s.Errors, s.Dropped, us(s.CPU.Total()), us(s.CPU.Server), verdict)
 }
 
-func ms(d time.Duration) string { return strconv.FormatFloat(d.Seconds()*1000, 'f', 2, 64) + "ms" }
+func ms(d time.Duration) string { return msf(d) + "ms" }
 func us(d time.Duration) string { return strconv.FormatFloat(d.Seconds()*1e6, 'f', 0, 64) + "µs" }
 
 // pair runs a step against both servers, in the given order.

@@ -58,7 +58,7 @@ func (t table) markdown() string {
 	return b.String()
 }
 
-func msf(d time.Duration) string { return strconv.FormatFloat(d.Seconds()*1000, 'f', 2, 64) }
+func msf(d time.Duration) string { return strconv.FormatFloat(msOf(d), 'f', 2, 64) }
 func usf(d time.Duration) string { return strconv.FormatFloat(d.Seconds()*1e6, 'f', 0, 64) }
 func rate(r float64) string      { return strconv.FormatFloat(r, 'f', 0, 64) }
 

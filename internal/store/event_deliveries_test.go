@@ -96,7 +96,7 @@ func TestEventFirstsFromTheEventsDay(t *testing.T) {
 	s := store.New(db.Pool)
 	f := newOutboxFixture(t, db.Pool)
 	at := time.Now()
-	ev := v7At(t, at)
+	ev := idAt(at)
 	f.exec(t, `INSERT INTO events (id, merchant_id, environment, type, body, created_at)
 		VALUES ($1, $2, 'sandbox', 'charge.captured', '{}', now())`, ev, f.merchantID)
 	delivery := func(id string) string {
@@ -104,24 +104,10 @@ func TestEventFirstsFromTheEventsDay(t *testing.T) {
 			VALUES ($1, $2, $3, $4, 'charge.captured', 'pending', 0, now(), now(), now())`, id, f.endpointID, f.merchantID, ev)
 		return id
 	}
-	now, skewed := delivery(v7At(t, at.Add(time.Millisecond))), delivery(v7At(t, at.Add(-5*time.Minute)))
-	delivery(v7At(t, at.Add(-25*time.Hour)))
+	now, skewed := delivery(idAt(at.Add(time.Millisecond))), delivery(idAt(at.Add(-5*time.Minute)))
+	delivery(idAt(at.Add(-25 * time.Hour)))
 	got, err := s.EventFirsts(context.Background(), ev)
 	if want := slices.Sorted(slices.Values([]string{now, skewed})); err != nil || !slices.Equal(got, want) {
 		t.Fatalf("EventFirsts = %v, %v; want %v", got, err, want)
 	}
-}
-
-// v7At is a version 7 UUID of the millisecond of at.
-func v7At(t *testing.T, at time.Time) string {
-	t.Helper()
-	u, err := uuid.NewV7()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ms := at.UnixMilli()
-	for i := range 6 {
-		u[i] = byte(ms >> (40 - 8*i))
-	}
-	return u.String()
 }

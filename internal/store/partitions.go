@@ -277,24 +277,23 @@ func (f family) create(ctx context.Context, conn *pgxpool.Conn, lo, hi, now time
 		if f.follower != "" {
 			tables = append(tables, table{f.follower, f.followerKey, partitionName(f.follower, lo)})
 		}
-		if lo.Before(now.Add(writersAhead)) {
-			// EXCLUSIVE lets reads go on; the tables in the order writers
-			// lock them (deliveries before their attempts).
-			parents := f.parent
-			if f.follower != "" {
-				parents += ", " + f.follower
+		// The tables' names with suffix, in the order writers lock them
+		// (deliveries before their attempts).
+		names := func(suffix string) string {
+			if f.follower == "" {
+				return f.parent + suffix
 			}
-			if _, err := tx.Exec(ctx, `LOCK TABLE ONLY `+parents+` IN EXCLUSIVE MODE`); err != nil {
+			return f.parent + suffix + ", " + f.follower + suffix
+		}
+		if lo.Before(now.Add(writersAhead)) {
+			// EXCLUSIVE lets reads go on.
+			if _, err := tx.Exec(ctx, `LOCK TABLE ONLY `+names("")+` IN EXCLUSIVE MODE`); err != nil {
 				return err
 			}
 		}
 		// The DEFAULT partitions first, which ATTACH locks anyway: no row of
 		// the range can reach them between the move and the attach.
-		defaults := f.parent + "_default"
-		if f.follower != "" {
-			defaults += ", " + f.follower + "_default"
-		}
-		if _, err := tx.Exec(ctx, `LOCK TABLE `+defaults+` IN ACCESS EXCLUSIVE MODE`); err != nil {
+		if _, err := tx.Exec(ctx, `LOCK TABLE `+names("_default")+` IN ACCESS EXCLUSIVE MODE`); err != nil {
 			return err
 		}
 		var exists bool

@@ -592,13 +592,11 @@ func idFloor(id string, back time.Duration) string {
 	if err != nil || u.Version() != 7 {
 		return uuid.Nil.String()
 	}
-	ms := int64(u[0])<<40 | int64(u[1])<<32 | int64(u[2])<<24 | int64(u[3])<<16 | int64(u[4])<<8 | int64(u[5])
-	ms = max(ms-back.Milliseconds(), 0)
-	var floor uuid.UUID
-	for i := range 6 {
-		floor[i] = byte(ms >> (40 - 8*i))
+	floor := time.Unix(u.Time().UnixTime()).Add(-back)
+	if floor.Before(time.UnixMilli(0)) {
+		return uuid.Nil.String()
 	}
-	return floor.String()
+	return uuidFloor(floor)
 }
 
 // finishEvent hands deliveries off to tasks of their own (their outbox
