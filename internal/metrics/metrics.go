@@ -246,8 +246,9 @@ type Webhooks struct {
 	// FirstAttempt is the time from a delivery's commit (with its event) to
 	// the start of its first attempt.
 	FirstAttempt prometheus.Histogram
-	// BatchSize is how many deliveries one database statement of the
-	// worker read ("read") or recorded ("record").
+	// BatchSize is how many events' first deliveries ("event"), or
+	// deliveries ("read", "record"), one database statement of the worker
+	// read or recorded.
 	BatchSize *prometheus.HistogramVec
 	// EndpointsDisabled counts endpoints the worker disabled, by reason
 	// (gone: the receiver answered 410; failing: WEBHOOK_DISABLE_AFTER of
@@ -311,7 +312,7 @@ func NewWebhooks(reg prometheus.Registerer) *Webhooks {
 		m.Attempts.WithLabelValues(o, "1")
 		m.Duration.WithLabelValues(o)
 	}
-	for _, s := range []string{"read", "record"} {
+	for _, s := range []string{"event", "read", "record"} {
 		m.BatchSize.WithLabelValues(s)
 	}
 	return m

@@ -35,7 +35,7 @@ func TestConstructorsRegister(t *testing.T) {
 			"gatehouse_webhook_attempts_total":              2, // succeeded and failed, attempt 1
 			"gatehouse_webhook_attempt_duration_seconds":    2,
 			"gatehouse_webhook_first_attempt_delay_seconds": 1,
-			"gatehouse_webhook_batch_size":                  2,
+			"gatehouse_webhook_batch_size":                  3,
 			"gatehouse_webhook_endpoints_disabled_total":    2,
 			"gatehouse_webhook_handoffs_total":              6,
 			"gatehouse_webhook_operational_events_total":    3,

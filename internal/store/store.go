@@ -42,6 +42,7 @@ type Store struct {
 type batches struct {
 	pool   *pgxpool.Pool // the pool they run on (see WithBatchPool)
 	work   *batcher[string, work]
+	events *batcher[string, []webhooks.Work]
 	record *batcher[webhooks.AttemptRecord, bool]
 }
 
@@ -61,6 +62,7 @@ func New(pool *pgxpool.Pool) *Store {
 	s.WithRetention(DefaultRetention)
 	s.batches.pool = pool
 	s.batches.work = newBatcher(batchMax, batchParallel, batchLinger, batchTimeout, s.deliveriesForWork)
+	s.batches.events = newBatcher(batchMax, batchParallel, batchLinger, batchTimeout, s.eventFirsts)
 	s.batches.record = newBatcher(batchMax, batchParallel, batchLinger, batchTimeout, s.recordAttempts)
 	return s
 }
@@ -87,9 +89,10 @@ func (s *Store) WithStandby(sb *Standby) *Store {
 	return s
 }
 
-// ObserveBatches calls f with the kind ("read" or "record") and the number
-// of calls of every delivery batch the store runs.
+// ObserveBatches calls f with the kind ("event", "read" or "record") and
+// the number of calls of every delivery batch the store runs.
 func (s *Store) ObserveBatches(f func(kind string, size int)) {
+	s.batches.events.setObserver(func(n int) { f("event", n) })
 	s.batches.work.setObserver(func(n int) { f("read", n) })
 	s.batches.record.setObserver(func(n int) { f("record", n) })
 }

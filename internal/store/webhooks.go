@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"time"
 
@@ -505,23 +506,54 @@ func (s *Store) RecoverDeliveries(ctx context.Context, merchantID, endpointID st
 	return int64(len(ids)), tasks, nil
 }
 
-// selectDeliveriesForWork reads deliveries, the body to send and their
-// endpoints (even if deleted) in one round trip.
-const selectDeliveriesForWork = `SELECT d.id, d.endpoint_id, d.merchant_id, d.event_id, d.event_type, d.test_body IS NOT NULL,
+// workColumns are a delivery's columns, the body to send and its endpoint's
+// (even if deleted), read by scanWork: selectDeliveriesForWork and
+// selectEventFirsts read deliveries for their attempts in one round trip.
+const workColumns = `SELECT d.id, d.endpoint_id, d.merchant_id, d.event_id, d.event_type, d.test_body IS NOT NULL,
 	d.status, d.attempts, d.chain_attempts, d.next_attempt_at, d.created_at, d.updated_at, coalesce(d.sequence, 0), d.ordered_object::text,
 	coalesce(d.test_body::text, (SELECT e.body::text FROM events e WHERE e.id = d.event_id)),
 	w.id, w.merchant_id, w.environment, w.url, w.events, w.active, w.description, w.secret_sealed,
 	w.previous_secret_sealed, w.previous_secret_until, w.created_at, w.updated_at, w.deleted_at,
 	w.disabled_reason, w.disabled_at, w.failing_since, w.ordered, w.filter, w.health_announced,
-	w.auth, w.auth_secret_sealed, w.header_names, w.headers_sealed
+	w.auth, w.auth_secret_sealed, w.header_names, w.headers_sealed`
+
+// selectDeliveriesForWork reads deliveries by id.
+const selectDeliveriesForWork = workColumns + `
 FROM webhook_deliveries d JOIN webhook_endpoints w ON w.id = d.endpoint_id WHERE d.id = ANY($1::uuid[])`
 
-// work is one delivery as the worker needs it.
+// selectEventFirsts reads, for a batch of events, the deliveries still
+// waiting for their first attempt: pending, no attempt, not handed off to a
+// task of their own. An event's deliveries were written with or after it,
+// so their ids (the partition key, time-ordered) are at least $2, a day
+// before the oldest event's own id: the partitions of older deliveries are
+// not read. It runs on the batch pool, with a generic plan made once per
+// session; the lateral subquery, kept apart by OFFSET 0, makes that plan
+// find each event's deliveries by the event's index, however small the
+// table was when it was made. (Flattened, with event_id = ANY($1), the
+// plan may scan the key's index from $2 on: every delivery of the day.)
+const selectEventFirsts = workColumns + `
+FROM unnest($1::uuid[]) AS ev(id) CROSS JOIN LATERAL (
+	SELECT * FROM webhook_deliveries d
+	WHERE d.event_id = ev.id AND d.id >= $2::uuid AND d.status = 'pending' AND d.attempts = 0 AND d.test_body IS NULL
+		AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.task_id = '` + outbox.WebhookDeliver + `:' || d.id)
+	OFFSET 0
+) d JOIN webhook_endpoints w ON w.id = d.endpoint_id`
+
+func scanWork(rows pgx.CollectableRow) (webhooks.Work, error) {
+	var w webhooks.Work
+	var body *string
+	var err error
+	w.Delivery, err = scanDelivery(rows, append([]any{&body}, endpointDest(&w.Endpoint)...)...)
+	if body != nil { // nil: the event was pruned and the delivery can only fail
+		w.Body = []byte(*body)
+	}
+	return w, err
+}
+
+// work is one delivery as the worker needs it, or why it is not there.
 type work struct {
-	d    webhooks.Delivery
-	e    webhooks.Endpoint
-	body []byte
-	err  error
+	webhooks.Work
+	err error
 }
 
 // DeliveryForWork returns a delivery, its endpoint (even if deleted) and the
@@ -532,7 +564,7 @@ func (s *Store) DeliveryForWork(ctx context.Context, id string) (webhooks.Delive
 	if err == nil {
 		err = w.err
 	}
-	return w.d, w.e, w.body, err
+	return w.Delivery, w.Endpoint, w.Body, err
 }
 
 func (s *Store) deliveriesForWork(ctx context.Context, ids []string) ([]work, error) {
@@ -540,47 +572,57 @@ func (s *Store) deliveriesForWork(ctx context.Context, ids []string) ([]work, er
 	if err != nil {
 		return nil, mapErr(err, "webhook_delivery")
 	}
-	found := make(map[string]work, len(ids))
-	for rows.Next() {
-		var w work
-		var body *string
-		if w.d, err = scanDelivery(rows, append([]any{&body}, endpointDest(&w.e)...)...); err != nil {
-			rows.Close()
-			return nil, mapErr(err, "webhook_delivery")
-		}
-		if body != nil { // nil: the event was pruned and the delivery can only fail
-			w.body = []byte(*body)
-		}
-		found[w.d.ID] = w
-	}
-	if err := rows.Err(); err != nil {
+	found, err := pgx.CollectRows(rows, scanWork)
+	if err != nil {
 		return nil, mapErr(err, "webhook_delivery")
+	}
+	byID := make(map[string]webhooks.Work, len(found))
+	for _, w := range found {
+		byID[w.Delivery.ID] = w
 	}
 	out := make([]work, len(ids))
 	for i, id := range ids {
-		w, ok := found[id]
+		w, ok := byID[strings.ToLower(id)]
+		out[i] = work{Work: w}
 		if !ok {
-			w.err = apperr.NotFound("webhook_delivery")
+			out[i].err = apperr.NotFound("webhook_delivery")
 		}
-		out[i] = w
 	}
 	return out, nil
 }
 
-// eventFirsts names the deliveries of an event still waiting for their first
-// attempt: pending, no attempt, not handed off to a task of their own. Its
-// deliveries were written with or after the event, so their ids (the
-// partition key, time-ordered) are at least $2, a day before the event's
-// own id: the partitions of older deliveries are not read.
-const eventFirsts = `SELECT coalesce(array_agg(d.id::text ORDER BY d.id), '{}') FROM webhook_deliveries d
-WHERE d.event_id = $1 AND d.id >= $2::uuid AND d.status = 'pending' AND d.attempts = 0 AND d.test_body IS NULL
-	AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.task_id = '` + outbox.WebhookDeliver + `:' || d.id)`
+// EventFirsts implements webhooks.Store. Calls made at the same time share
+// one query (see batcher).
+func (s *Store) EventFirsts(ctx context.Context, eventID string) ([]webhooks.Work, error) {
+	return s.batches.events.do(ctx, eventID)
+}
 
-// EventFirsts implements webhooks.Store.
-func (s *Store) EventFirsts(ctx context.Context, eventID string) ([]string, error) {
-	var ids []string
-	err := s.pool.QueryRow(ctx, eventFirsts, eventID, idFloor(eventID, 24*time.Hour)).Scan(&ids)
-	return ids, mapErr(err, "webhook_delivery")
+func (s *Store) eventFirsts(ctx context.Context, events []string) ([][]webhooks.Work, error) {
+	floor := ""
+	for _, id := range events {
+		// Canonical UUIDs order as text as they do as UUIDs.
+		if f := idFloor(id, 24*time.Hour); floor == "" || f < floor {
+			floor = f
+		}
+	}
+	rows, err := s.batches.pool.Query(ctx, selectEventFirsts, events, floor)
+	if err != nil {
+		return nil, mapErr(err, "webhook_delivery")
+	}
+	found, err := pgx.CollectRows(rows, scanWork)
+	if err != nil {
+		return nil, mapErr(err, "webhook_delivery")
+	}
+	byEvent := make(map[string][]webhooks.Work, len(events))
+	slices.SortFunc(found, func(a, b webhooks.Work) int { return strings.Compare(a.Delivery.ID, b.Delivery.ID) })
+	for _, w := range found { // oldest first
+		byEvent[w.Delivery.EventID] = append(byEvent[w.Delivery.EventID], w)
+	}
+	out := make([][]webhooks.Work, len(events))
+	for i, id := range events {
+		out[i] = byEvent[strings.ToLower(id)]
+	}
+	return out, nil
 }
 
 // idFloor is the least time-ordered (version 7) UUID of the millisecond

@@ -506,7 +506,7 @@ var errHandOff = errors.New("webhook delivery handed off")
 // after a crash, it attempts only the deliveries still without an attempt
 // or a task of their own.
 func (d *Deliverer) DeliverEvent(ctx context.Context, eventID string) error {
-	ids, err := d.store.EventFirsts(ctx, eventID)
+	works, err := d.store.EventFirsts(ctx, eventID)
 	if err != nil {
 		return err
 	}
@@ -514,19 +514,20 @@ func (d *Deliverer) DeliverEvent(ctx context.Context, eventID string) error {
 		id, endpoint string
 		err          error
 	}
-	results := make([]outcome, len(ids))
+	results := make([]outcome, len(works))
 	// One delivery (an event to the merchant's one endpoint, the usual
 	// case): the record of its attempt also deletes the event's task, and
 	// FinishEvent has nothing left to do.
-	firsts := make([]firstAttempt, len(ids))
-	if len(ids) == 1 {
+	firsts := make([]firstAttempt, len(works))
+	if len(works) == 1 {
 		firsts[0].finish = EventTask(eventID).ID()
 	}
 	var wg sync.WaitGroup
-	for i, id := range ids {
+	for i, w := range works {
 		wg.Go(func() {
-			endpoint, err := d.deliver(ctx, id, &firsts[i])
-			results[i] = outcome{id: id, endpoint: endpoint, err: err}
+			id := w.Delivery.ID
+			err := d.attempt(ctx, w.Delivery, w.Endpoint, w.Body, Task(id), &firsts[i])
+			results[i] = outcome{id: id, endpoint: w.Endpoint.ID, err: err}
 		})
 	}
 	wg.Wait()
@@ -541,7 +542,7 @@ func (d *Deliverer) DeliverEvent(ctx context.Context, eventID string) error {
 			return r.err // the attempts made are recorded; a run again skips them
 		}
 	}
-	if len(ids) == 1 && firsts[0].finished && len(handOff) == 0 {
+	if len(works) == 1 && firsts[0].finished && len(handOff) == 0 {
 		return nil
 	}
 	if err := d.store.FinishEvent(ctx, eventID, handOff); err != nil {

@@ -130,15 +130,19 @@ func (s *fakeStore) RecordAttempt(_ context.Context, r webhooks.AttemptRecord) (
 }
 
 // EventFirsts: the one delivery, if it waits for its first attempt and was
-// not handed off.
-func (s *fakeStore) EventFirsts(_ context.Context, event string) ([]string, error) {
+// not handed off, as DeliveryForWork returns it.
+func (s *fakeStore) EventFirsts(_ context.Context, event string) ([]webhooks.Work, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.workErr != nil {
+		return nil, s.workErr
+	}
 	d := s.delivery
 	if d.EventID != event || d.Status != webhooks.StatusPending || d.Attempts > 0 || s.tasks[webhooks.Task(d.ID).ID()] {
 		return nil, nil
 	}
-	return []string{d.ID}, nil
+	d.Log = append([]webhooks.Attempt(nil), s.delivery.Log...)
+	return []webhooks.Work{{Delivery: d, Endpoint: s.endpoint, Body: bytes.Clone(s.body)}}, nil
 }
 
 func (s *fakeStore) FinishEvent(_ context.Context, event string, handOff []string) error {

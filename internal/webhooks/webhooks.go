@@ -285,12 +285,22 @@ type Store interface {
 	// failures began at or before before and was not announced.
 	FailingUnannounced(ctx context.Context, before time.Time, limit int) ([]string, error)
 	DeleteTask(ctx context.Context, taskID string) error
-	// EventFirsts names the deliveries of an event still waiting for their
-	// first attempt: pending, never attempted, not handed off.
-	EventFirsts(ctx context.Context, eventID string) ([]string, error)
+	// EventFirsts returns the deliveries of an event still waiting for
+	// their first attempt (pending, never attempted, not handed off), each
+	// with its endpoint and body as DeliveryForWork returns them, oldest
+	// first.
+	EventFirsts(ctx context.Context, eventID string) ([]Work, error)
 	// FinishEvent writes the tasks of the deliveries handed off and
 	// deletes the event's task, at once.
 	FinishEvent(ctx context.Context, eventID string, handOff []string) error
+}
+
+// Work is a delivery as an attempt needs it: with its endpoint (even if
+// deleted) and the body to send, nil when the event was pruned.
+type Work struct {
+	Delivery Delivery
+	Endpoint Endpoint
+	Body     []byte
 }
 
 // Service manages endpoints on the API side.
