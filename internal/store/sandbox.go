@@ -45,6 +45,31 @@ func (l *SandboxLedger) Call(ctx context.Context, e sandbox.Entry) (sandbox.Reco
 	return r, mapErr(err, "sandbox ledger entry")
 }
 
+// ledgerCallBooked is ledgerCall that books $9 with the call when the row
+// has no reference and the call asks for what the first one did.
+const ledgerCallBooked = `
+INSERT INTO sandbox_ledger AS l (idempotency_key, operation, parent_reference, amount, currency, account, capture, dispute,
+	reference, booked_at)
+VALUES ($1, $2, $3, $4, $5, nullif($6, ''), $7, nullif($8, ''), $9, now())
+ON CONFLICT (idempotency_key) DO UPDATE SET calls = l.calls + 1, updated_at = now(),
+	reference = CASE WHEN l.reference IS NULL AND l.operation = EXCLUDED.operation AND l.parent_reference = EXCLUDED.parent_reference
+		AND l.amount = EXCLUDED.amount AND upper(l.currency) = upper(EXCLUDED.currency) THEN EXCLUDED.reference ELSE l.reference END,
+	booked_at = CASE WHEN l.reference IS NULL AND l.operation = EXCLUDED.operation AND l.parent_reference = EXCLUDED.parent_reference
+		AND l.amount = EXCLUDED.amount AND upper(l.currency) = upper(EXCLUDED.currency) THEN now() ELSE l.booked_at END
+RETURNING operation, parent_reference, amount, currency, coalesce(reference, ''), calls,
+	set_config('synchronous_commit', 'off', true)`
+
+// CallBooked implements sandbox.Ledger.
+func (l *SandboxLedger) CallBooked(ctx context.Context, e sandbox.Entry, reference string) (sandbox.Record, error) {
+	r := sandbox.Record{Entry: sandbox.Entry{IdempotencyKey: e.IdempotencyKey}}
+	var op, async string
+	err := l.s.pool.QueryRow(ctx, ledgerCallBooked, e.IdempotencyKey, string(e.Operation), e.Parent, e.Amount, e.Currency, e.Account,
+		e.Capture, e.Dispute, reference).
+		Scan(&op, &r.Parent, &r.Amount, &r.Currency, &r.Reference, &r.Calls, &async)
+	r.Operation = sandbox.Operation(op)
+	return r, mapErr(err, "sandbox ledger entry")
+}
+
 const ledgerBook = `UPDATE sandbox_ledger SET reference = coalesce(reference, $2), booked_at = coalesce(booked_at, now()),
 	updated_at = now()
 WHERE idempotency_key = $1 RETURNING reference, set_config('synchronous_commit', 'off', true)`

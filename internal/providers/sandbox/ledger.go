@@ -88,6 +88,14 @@ type Ledger interface {
 	//	RETURNING operation, parent_reference, amount, currency, coalesce(reference, ''), calls
 	Call(ctx context.Context, e Entry) (Record, error)
 
+	// CallBooked is Call for a call that succeeds at once, with Book of
+	// reference in the same statement: one round trip and one commit. The
+	// reference is booked only when the row has none and the call asks for
+	// what the first call with the key asked (operation, parent, amount and
+	// currency); otherwise the row is left as Call leaves it, and the
+	// returned Reference is the one stored, if any.
+	CallBooked(ctx context.Context, e Entry, reference string) (Record, error)
+
 	// Book stores reference as the outcome of the key's call unless one is
 	// stored already, and returns the stored one: the first booking wins, so
 	// concurrent successful calls with one key all answer with one reference.

@@ -92,6 +92,25 @@ func TestOnPostgresLedger(t *testing.T) {
 		}
 	})
 
+	t.Run("a key reused for another request books nothing", func(t *testing.T) {
+		before := charges(t)
+		r := authorize(card("4242424242424242"), "pg-reused")
+		r.Amount = 0
+		if _, err := p.Authorize(ctx, r); !isInvalid(err) {
+			t.Fatalf("amount 0: err = %v, want invalid_request", err)
+		}
+		r.Amount = 2000 // the same key, now a request that would succeed at once
+		if _, err := p.Authorize(ctx, r); !isInvalid(err) {
+			t.Fatalf("the key again with another amount: err = %v, want invalid_request", err)
+		}
+		if got := charges(t); got != before {
+			t.Errorf("provider-side charges = %d, want %d", got, before)
+		}
+		if n := calls(t, "pg-reused"); n != 2 {
+			t.Errorf("calls = %d, want 2", n)
+		}
+	})
+
 	t.Run("capture, refund and an unknown reference", func(t *testing.T) {
 		r := authorize(card("5555555555554444"), "pg-auth")
 		r.Capture = false
@@ -130,4 +149,10 @@ func TestOnPostgresLedger(t *testing.T) {
 			t.Errorf("err = %v, want ErrUnavailable", err)
 		}
 	})
+}
+
+// isInvalid reports whether err is the sandbox's invalid_request decline.
+func isInvalid(err error) bool {
+	d, ok := providers.AsDecline(err)
+	return ok && d.Code == "invalid_request"
 }

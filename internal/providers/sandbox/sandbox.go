@@ -256,8 +256,10 @@ func (p *Provider) wait(ctx context.Context) error {
 }
 
 // call waits out the latency and records the call, refusing a key reused
-// for a different request the way real providers do.
-func (p *Provider) call(ctx context.Context, e Entry) (Record, error) {
+// for a different request the way real providers do. With book, a call
+// that succeeds at once, it books that reference with the call (see
+// Ledger.CallBooked).
+func (p *Provider) call(ctx context.Context, e Entry, book string) (Record, error) {
 	if e.IdempotencyKey == "" {
 		return Record{}, invalid("An idempotency key is required.")
 	}
@@ -266,7 +268,13 @@ func (p *Provider) call(ctx context.Context, e Entry) (Record, error) {
 	}
 	e.Currency = strings.ToUpper(e.Currency)
 	e.Account = p.account
-	rec, err := p.ledger.Call(ctx, e)
+	var rec Record
+	var err error
+	if book != "" {
+		rec, err = p.ledger.CallBooked(ctx, e, book)
+	} else {
+		rec, err = p.ledger.Call(ctx, e)
+	}
 	if err != nil {
 		return Record{}, fmt.Errorf("%w: sandbox ledger: %w", providers.ErrUnavailable, err)
 	}
@@ -308,17 +316,22 @@ func (p *Provider) authorization(ctx context.Context, reference string) (Record,
 // cards also wrap providers.ErrNothingBooked: the sandbox read its books and
 // no call with the key was booked (neither card ever books a failed call).
 func (p *Provider) Authorize(ctx context.Context, r providers.AuthorizeRequest) (providers.Result, error) {
-	disputed, _ := judge(r.Card, p.opts.Now())
-	rec, err := p.call(ctx, Entry{IdempotencyKey: r.IdempotencyKey, Operation: OpAuthorize, Amount: r.Amount, Currency: r.Currency,
-		Capture: r.Capture, Dispute: disputed.dispute})
+	rl, d := judge(r.Card, p.opts.Now())
+	e := Entry{IdempotencyKey: r.IdempotencyKey, Operation: OpAuthorize, Amount: r.Amount, Currency: r.Currency,
+		Capture: r.Capture, Dispute: rl.dispute}
+	var book string // a call that succeeds at once books its reference with the call
+	if d == nil && rl.outcome == succeed && r.Amount > 0 && len(r.Currency) == 3 {
+		book = newReference(ChargePrefix)
+	}
+	rec, err := p.call(ctx, e, book)
 	if err != nil {
 		return providers.Result{}, err
 	}
 	if rec.Reference != "" {
-		if r.Capture && disputed.dispute != "" {
+		if r.Capture && rl.dispute != "" {
 			// The dispute opens once, whichever call gets to it.
 			err = p.openDispute(ctx, Record{Entry: Entry{Amount: rec.Amount, Currency: rec.Currency, Account: p.account,
-				Dispute: disputed.dispute}, Reference: rec.Reference})
+				Dispute: rl.dispute}, Reference: rec.Reference})
 		}
 		return providers.Result{Reference: rec.Reference}, err
 	}
@@ -328,7 +341,6 @@ func (p *Provider) Authorize(ctx context.Context, r providers.AuthorizeRequest) 
 	if len(r.Currency) != 3 {
 		return providers.Result{}, invalid("The currency must be a three-letter ISO code.")
 	}
-	rl, d := judge(r.Card, p.opts.Now())
 	if d != nil {
 		return providers.Result{}, d
 	}
@@ -374,7 +386,7 @@ var _ providers.Authenticator = (*Provider)(nil)
 // meanwhile declines with authentication_expired.
 func (p *Provider) Authenticate(ctx context.Context, r providers.AuthenticateRequest) (providers.Result, error) {
 	rec, err := p.call(ctx, Entry{IdempotencyKey: r.IdempotencyKey, Operation: OpAuthenticate, Parent: r.Reference, Amount: r.Amount,
-		Currency: r.Currency, Capture: r.Capture})
+		Currency: r.Currency, Capture: r.Capture}, "")
 	if err != nil {
 		return providers.Result{}, err
 	}
@@ -416,7 +428,7 @@ func (p *Provider) Authenticate(ctx context.Context, r providers.AuthenticateReq
 // issued and answers with the authorization's reference. It declines with
 // invalid_request an unknown reference or an amount above the authorized one.
 func (p *Provider) Capture(ctx context.Context, r providers.CaptureRequest) (providers.Result, error) {
-	rec, err := p.call(ctx, Entry{IdempotencyKey: r.IdempotencyKey, Operation: OpCapture, Parent: r.Reference, Amount: r.Amount})
+	rec, err := p.call(ctx, Entry{IdempotencyKey: r.IdempotencyKey, Operation: OpCapture, Parent: r.Reference, Amount: r.Amount}, "")
 	if err != nil {
 		return providers.Result{}, err
 	}
@@ -458,7 +470,7 @@ func (p *Provider) Capture(ctx context.Context, r providers.CaptureRequest) (pro
 // Void releases an authorization the sandbox issued and answers with its
 // reference. It declines with invalid_request an unknown reference.
 func (p *Provider) Void(ctx context.Context, r providers.VoidRequest) (providers.Result, error) {
-	rec, err := p.call(ctx, Entry{IdempotencyKey: r.IdempotencyKey, Operation: OpVoid, Parent: r.Reference})
+	rec, err := p.call(ctx, Entry{IdempotencyKey: r.IdempotencyKey, Operation: OpVoid, Parent: r.Reference}, "")
 	if err != nil {
 		return providers.Result{}, err
 	}
@@ -478,7 +490,7 @@ func (p *Provider) Void(ctx context.Context, r providers.VoidRequest) (providers
 // reference. Keeping the sum of refunds within the charge is the caller's
 // job (it holds the charge's row lock).
 func (p *Provider) Refund(ctx context.Context, r providers.RefundRequest) (providers.Result, error) {
-	rec, err := p.call(ctx, Entry{IdempotencyKey: r.IdempotencyKey, Operation: OpRefund, Parent: r.Reference, Amount: r.Amount, Currency: r.Currency})
+	rec, err := p.call(ctx, Entry{IdempotencyKey: r.IdempotencyKey, Operation: OpRefund, Parent: r.Reference, Amount: r.Amount, Currency: r.Currency}, "")
 	if err != nil {
 		return providers.Result{}, err
 	}

@@ -45,6 +45,18 @@ func (l *fakeLedger) Call(ctx context.Context, e sandbox.Entry) (sandbox.Record,
 	return *r, nil
 }
 
+func (l *fakeLedger) CallBooked(ctx context.Context, e sandbox.Entry, reference string) (sandbox.Record, error) {
+	r, err := l.Call(ctx, e)
+	if err != nil || r.Reference != "" || r.Operation != e.Operation || r.Parent != e.Parent || r.Amount != e.Amount ||
+		!strings.EqualFold(r.Currency, e.Currency) {
+		return r, err
+	}
+	if r.Reference, err = l.Book(ctx, e.IdempotencyKey, reference); err != nil {
+		return sandbox.Record{}, err
+	}
+	return r, nil
+}
+
 func (l *fakeLedger) Book(ctx context.Context, key, reference string) (string, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
