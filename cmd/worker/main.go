@@ -264,7 +264,7 @@ func work(ctx context.Context, getenv func(string) string, stderr io.Writer) err
 	defer lrdb.Close()
 	recovery := jobs.NewRecovery(lrdb, log, jobs.QueueNames(deliveryQueues))
 	recovery.Watch(qrdb)
-	reg.MustRegister(recovery.Collector())
+	reg.MustRegister(recovery.Collectors()...)
 	// The scheduler owns its connection (it closes it on shutdown).
 	srdb, err := cache.DialQueue(cfg.RedisURL.Reveal(), cfg.RedisMode)
 	if err != nil {

@@ -33,7 +33,7 @@ var metricNames = []string{
 	"gatehouse_db_pool_acquire_wait_seconds_total",
 	"gatehouse_redis_pool_hits_total", "gatehouse_redis_pool_misses_total", "gatehouse_redis_pool_timeouts_total",
 	"gatehouse_redis_pool_total_connections", "gatehouse_redis_pool_idle_connections",
-	"gatehouse_jobs_processed_total", "gatehouse_job_duration_seconds",
+	"gatehouse_jobs_processed_total", "gatehouse_job_duration_seconds", "gatehouse_jobs_recovery_active",
 	"gatehouse_provider_calls_total", "gatehouse_provider_call_duration_seconds", "gatehouse_provider_circuit_state",
 	"gatehouse_charges_total", "gatehouse_refunds_total",
 	"gatehouse_connector_attempts_total", "gatehouse_routing_failovers_total",

@@ -101,6 +101,14 @@ type Recovery struct {
 	queues   []string
 	watched  map[string]bool
 	counter  *prometheus.CounterVec
+	active   prometheus.GaugeFunc
+
+	// Whether the last renewal of the worker's entry and the last look for
+	// dead workers worked: Recovery is active while both do.
+	beatOK, pollOK atomic.Bool
+	// clientID is the CLIENT ID of the connection the entry is renewed on,
+	// "" before the first renewal.
+	clientID atomic.Value
 
 	runs atomic.Uint64 // numbers the claims
 
@@ -151,6 +159,15 @@ func NewRecovery(rdb redis.UniversalClient, log *slog.Logger, queues []string) *
 		absent: map[string]time.Time{},
 		stop:   make(chan struct{}),
 	}
+	r.active = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: "gatehouse", Name: "jobs_recovery_active",
+		Help: "1 while this worker's recovery of dead workers' tasks works (its entry renewed, the others' looked at); 0 when it does not, and a dead worker's tasks wait 60 to 90 s for asynq's lease.",
+	}, func() float64 {
+		if r.beatOK.Load() && r.pollOK.Load() {
+			return 1
+		}
+		return 0
+	})
 	for _, q := range queues {
 		r.watched[q] = true
 		for _, o := range []string{"requeued", "left"} {
@@ -171,8 +188,11 @@ func QueueNames(deliveryQueues []string) []string {
 	return out
 }
 
-// Collector is the gatehouse_jobs_recovered_total counter.
-func (r *Recovery) Collector() prometheus.Collector { return r.counter }
+// Collectors are the gatehouse_jobs_recovered_total counter and the
+// gatehouse_jobs_recovery_active gauge.
+func (r *Recovery) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{r.counter, r.active}
+}
 
 // Instance is the worker's id in the workers hash.
 func (r *Recovery) Instance() string { return r.instance }
@@ -180,17 +200,24 @@ func (r *Recovery) Instance() string { return r.instance }
 // Start writes the worker's entry, then renews it and polls for dead workers
 // until Stop. Start it before the servers take tasks.
 func (r *Recovery) Start() {
-	if err := r.beat(); err != nil {
+	err := r.beat()
+	r.beatOK.Store(err == nil)
+	if err != nil {
 		r.warn("recovery: could not write the worker's entry", err)
 	}
+	r.pollOK.Store(true) // until a look fails
 	r.done.Add(2)
 	go r.loop(recoveryBeat, func() {
-		if err := r.beat(); err != nil {
+		err := r.beat()
+		r.beatOK.Store(err == nil)
+		if err != nil {
 			r.warn("recovery: could not renew the worker's entry", err)
 		}
 	})
 	go r.loop(recoveryPoll, func() {
-		if err := r.poll(); err != nil {
+		err := r.poll()
+		r.pollOK.Store(err == nil)
+		if err != nil {
 			clear(r.absent) // what is seen must be seen without a gap
 			r.warn("recovery: could not look for dead workers", err)
 		}
@@ -671,6 +698,7 @@ func (r *Recovery) beat() error {
 	}
 	id, err := r.conn.ClientID(ctx).Result()
 	if err == nil {
+		r.clientID.Store(strconv.FormatInt(id, 10))
 		err = beatScript.Run(ctx, r.conn, []string{workersKey}, r.instance, id, recoveryExpiry.Milliseconds()).Err()
 	}
 	if err != nil {
@@ -819,16 +847,25 @@ func (r *Recovery) poll() error {
 			delete(r.absent, instance)
 		}
 	}
-	if len(candidates) == 0 {
-		return nil
-	}
-	ids := make([]string, len(candidates))
+	// The worker's own connection is looked for too: a Redis that does not
+	// list it (a proxy in between) could not show another's gone either.
+	own, _ := r.clientID.Load().(string)
+	ids := make([]string, len(candidates), len(candidates)+1)
 	for i, c := range candidates {
 		ids[i] = c.e.client
+	}
+	if own != "" {
+		ids = append(ids, own)
+	}
+	if len(ids) == 0 {
+		return nil
 	}
 	open, err := r.connected(ctx, ids)
 	if err != nil {
 		return err
+	}
+	if own != "" && !open[own] {
+		return fmt.Errorf("recovery: CLIENT LIST does not show this worker's own connection (id %s): a proxy between the worker and Redis?", own)
 	}
 	for _, c := range candidates {
 		if open[c.e.client] {

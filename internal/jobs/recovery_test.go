@@ -236,7 +236,7 @@ func TestRecoveryRequeuesAKilledWorkersTask(t *testing.T) {
 	if retried != 0 {
 		t.Errorf("retry count after recovery: %d, want 0 (put back, not failed)", retried)
 	}
-	if n := testutil.ToFloat64(rec.Collector().(*prometheus.CounterVec).WithLabelValues(recoveryQueue, "requeued")); n != 1 {
+	if n := testutil.ToFloat64(rec.Collectors()[0].(*prometheus.CounterVec).WithLabelValues(recoveryQueue, "requeued")); n != 1 {
 		t.Errorf("gatehouse_jobs_recovered_total{outcome=requeued}: %v, want 1", n)
 	}
 	waitNoClaims(t, rdb)
@@ -499,4 +499,54 @@ func TestRecoveryClaimsInAsynqsScripts(t *testing.T) {
 	if n := evals.Load(); n != 0 {
 		t.Errorf("%d claims released by a script of Recovery's own, want 0: asynq's done script is not the one Recovery's stands in for", n)
 	}
+}
+
+// TestRecoveryActive: gatehouse_jobs_recovery_active is 1 while Recovery
+// works and 0 for a worker whose Redis user may not run CLIENT (it can
+// neither renew its entry, which names its connection, nor see another
+// worker's connection gone): then a dead worker's tasks wait for asynq's
+// lease, and the gauge, not only a log line, says so.
+func TestRecoveryActive(t *testing.T) {
+	rdb := testenv.NewRedis(t, testenv.RedisDBJobs)
+	ctx := context.Background()
+	active := func(rec *jobs.Recovery) float64 { return testutil.ToFloat64(rec.Collectors()[1]) }
+	waitFor := func(rec *jobs.Recovery, want float64) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for active(rec) != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("gatehouse_jobs_recovery_active = %v after 10 s, want %v", active(rec), want)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	opts, err := redis.ParseURL(testenv.RedisURLFor(testenv.RedisDBJobs))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	full := redis.NewClient(opts)
+	defer full.Close()
+	rec := jobs.NewRecovery(full, slog.New(slog.DiscardHandler), []string{recoveryQueue})
+	rec.Start()
+	defer rec.Stop()
+	time.Sleep(1200 * time.Millisecond) // two looks for dead workers, its own connection among them
+	waitFor(rec, 1)
+
+	user := fmt.Sprintf("gh-no-client-%d", time.Now().UnixNano())
+	if err := rdb.Do(ctx, "ACL", "SETUSER", user, "on", ">secret", "~*", "&*", "+@all", "-client").Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rdb.Do(context.Background(), "ACL", "DELUSER", user) })
+	limited := *opts
+	limited.Username, limited.Password = user, "secret"
+	lrdb := redis.NewClient(&limited)
+	defer lrdb.Close()
+	denied := jobs.NewRecovery(lrdb, slog.New(slog.DiscardHandler), []string{recoveryQueue})
+	denied.Start()
+	defer denied.Stop()
+	waitFor(denied, 0)
+	time.Sleep(1200 * time.Millisecond)
+	waitFor(denied, 0) // and it stays so
+	waitFor(rec, 1)    // the other worker's is unaffected
 }

@@ -56,9 +56,13 @@ const (
 
 // isFailure: a delivery waiting for its next scheduled attempt is not a
 // failure, nor a provider task put back because its merchant's slots are
-// taken: asynq then moves the task, under its own id, to run again after
-// the delay without counting a retry.
-func isFailure(err error) bool { return !isRetryIn(err) && !isPutBack(err) }
+// taken, nor a task whose worker died and that asynq's lease recovery puts
+// back (asynq.ErrLeaseExpired: the task did not fail, its worker did, as
+// when Recovery puts it back): asynq then moves the task, under its own id,
+// to run again after the delay without counting a retry.
+func isFailure(err error) bool {
+	return !isRetryIn(err) && !isPutBack(err) && !errors.Is(err, asynq.ErrLeaseExpired)
+}
 
 // isPutBack reports a provider task put back (see providers.MerchantSlots).
 func isPutBack(err error) bool {
