@@ -70,9 +70,9 @@ const (
 	// is never put back by both.
 	recoveryMaxAge = 20 * time.Second
 	// recoveryMaxRescues: a task put back this many times (within
-	// rescuedTTL) is left to asynq's recovery, which counts a failed attempt,
-	// so a task that kills every worker that runs it is not handed round
-	// every few seconds for ever.
+	// rescuedTTL) is left to asynq's recovery, which puts it back only after
+	// its lease (60 to 90 s), so a task that kills every worker that runs
+	// it is not handed round every few seconds.
 	recoveryMaxRescues = 3
 	rescuedTTL         = 10 * time.Minute
 	// tombstoneTTL: how long a dead worker's entry stays, marked dead.
@@ -356,6 +356,17 @@ func (r *Recovery) dequeueOf(c *redis.Cmd) (string, bool) {
 	}
 	return q, true
 }
+
+// asynqVersion is the asynq whose scripts Recovery's stand in for or
+// copy: asynqDequeueSHA, asynqDoneSHA and asynqRequeueSHA are the SHA-1s
+// of its dequeueCmd, doneCmd and requeueCmd. TestRecoveryScriptsOfAsynq
+// checks them against the source of the asynq in go.mod, and fails when
+// go.mod moves to another asynq, until they are checked again.
+const asynqVersion = "v0.26.0"
+
+// asynqRequeueSHA is the SHA-1 of asynq v0.26.0's requeueCmd, whose steps
+// rescueScript repeats for each task it puts back.
+const asynqRequeueSHA = "f34cbfd11d1fc8019af55b50c447fc68eb8b29e5"
 
 // asynqDequeueSHA is the SHA-1 of asynq v0.26.0's dequeue script
 // (dequeueCmd in its rdb package), which dequeueClaim stands in for.
@@ -931,7 +942,8 @@ return 0`)
 // ARGV[7] is 1 and the worker's deadline ARGV[6] is at most ARGV[5] ms ago,
 // puts each claimed task that is still active back at the head of the
 // pending list, as asynq's own requeue on shutdown does (asynq v0.26.0's
-// requeueCmd: LREM active, ZREM lease, RPUSH pending, state pending). A task
+// requeueCmd, asynqRequeueSHA: LREM active, ZREM lease, RPUSH pending,
+// state pending). A task
 // put back ARGV[4] times already is left active, for asynq's recovery.
 //
 // KEYS: claims, asynq active, asynq lease, asynq pending.
