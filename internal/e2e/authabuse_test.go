@@ -15,12 +15,12 @@ import (
 	"github.com/gatehouse-pay/gatehouse/internal/testenv/harness"
 )
 
-// TestAuthFloodB7 is docs/reliability.md B7 against the real binaries: floods of
+// TestAuthFlood is docs/reliability.md B7 against the real binaries: floods of
 // unknown secret keys, bad session tokens and wrong passwords from one
 // address each are limited (429 with the contract's headers), Postgres sees
 // at most about the limit of lookups, Redis holds a flat number of keys, and
 // the figures (Redis memory, the API process's RSS and CPU time) are logged.
-func TestAuthFloodB7(t *testing.T) {
+func TestAuthFlood(t *testing.T) {
 	parallel(t)
 	const perIP = 200
 	st := newStack(t, stackOptions{apiEnv: []string{"RATE_LIMIT_DEFAULT=" + strconv.Itoa(perIP) + "/1m"}}, "B7 floods of failed authentication")

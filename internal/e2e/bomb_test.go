@@ -45,7 +45,7 @@ func procStatus(t *testing.T, pid int) (rss int64, cpu time.Duration) {
 	return rss, time.Duration(utime+stime) * 10 * time.Millisecond
 }
 
-// TestCompressedBodyBombs: bodies that expand to 1.6 GiB (gzip over one or
+// TestCompressedBodyBombs is B6: bodies that expand to 1.6 GiB (gzip over one or
 // two layers, and under every other coding name) sent to the login route,
 // the charge route with a valid key and a route that takes no body are all
 // answered 415 unsupported_media_type, and the API's resident memory grows

@@ -167,7 +167,7 @@ func f16Connector(t *testing.T, st *stack, m *f16Merchant) string {
 	return ""
 }
 
-// TestChaosF16ProviderFairness is F16: merchant A's connector answers in 5 s
+// TestChaosProviderFairness is F16: merchant A's connector answers in 5 s
 // and A floods charges from many keys, each under the per-key limit;
 // merchant B sends a steady stream of charges on its own connector. B's
 // authorization p99 beside A's backlog stays within 2x of its figure alone
@@ -181,7 +181,7 @@ func f16Connector(t *testing.T, st *stack, m *f16Merchant) string {
 //
 // It compares two phases run one after the other: at full scale it runs on
 // its own (see chaosParallel); at smoke scale it asserts only what happened.
-func TestChaosF16ProviderFairness(t *testing.T) {
+func TestChaosProviderFairness(t *testing.T) {
 	chaosParallel(t)
 	const window = 20 * time.Second
 	var (

@@ -142,7 +142,7 @@ func quantile(sorted []time.Duration, q float64) time.Duration {
 	return sorted[min(max(i, 0), len(sorted)-1)]
 }
 
-// TestChaosF12NoisyNeighbour is F12: merchant A has ten endpoints that accept
+// TestChaosNoisyNeighbour is F12: merchant A has ten endpoints that accept
 // a connection and never answer, and a steady stream of charges; merchant B
 // has one fast endpoint and a steady stream of charges. At full scale (make
 // chaos) B's commit-to-first-attempt p99, as B's receiver sees it, beside A
@@ -157,7 +157,7 @@ func quantile(sorted []time.Duration, q float64) time.Duration {
 // what happened (every event of B's delivered, and delivered once
 // successfully; A's attempts all ended by the timeout, to every one of its
 // endpoints; no delivery given up by the queue) and logs the figures.
-func TestChaosF12NoisyNeighbour(t *testing.T) {
+func TestChaosNoisyNeighbour(t *testing.T) {
 	chaosParallel(t)
 	st, b := chaosStack(t, "127.0.12.2", stackOptions{env: []string{"WEBHOOK_TIMEOUT=" + f12Timeout.String()}})
 	a := newWebhookMerchant(t, st, &secretBag{}, "127.0.12.1", "noisy")

@@ -82,7 +82,7 @@ func (f *f14Flood) count(status int) int {
 	return f.statuses[status]
 }
 
-// TestChaosF14AdyenNotifications is F14: Adyen's notifications against
+// TestChaosAdyenNotifications is F14: Adyen's notifications against
 // the real binaries, late, early, twice and out of order, while another
 // address floods the connector's notification URL with forged ones.
 //
@@ -104,7 +104,7 @@ func (f *f14Flood) count(status int) int {
 // forged notification is still answered 401. At full scale, good
 // notifications' answer time p99 beside the flood is at most twice that
 // of set A (plus 50 ms).
-func TestChaosF14AdyenNotifications(t *testing.T) {
+func TestChaosAdyenNotifications(t *testing.T) {
 	chaosParallel(t)
 	began := time.Now()
 	var (

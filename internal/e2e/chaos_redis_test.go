@@ -36,7 +36,7 @@ func clusterSuite() []namedTest {
 			namedTest{"CardTokenThroughEveryProvider", TestCardTokenThroughEveryProvider},
 			namedTest{"LookupsAfterTheIdempotencyWindow", TestLookupsAfterTheIdempotencyWindow},
 			namedTest{"CLIEndToEnd", TestCLIEndToEnd},
-			namedTest{"AuthFloodB7", TestAuthFloodB7},
+			namedTest{"AuthFlood", TestAuthFlood},
 			namedTest{"ChaosWorkerKilled", TestChaosWorkerKilled},
 			namedTest{"ChaosRedisDown", TestChaosRedisDown},
 		)

@@ -65,7 +65,7 @@ func (s retentionSample) String() string {
 		s.at, s.total()/1024, s.bytes[0]/1024, s.rows[0], s.bytes[1]/1024, s.rows[1], s.bytes[2]/1024, s.rows[2], len(s.partitions))
 }
 
-// TestChaosRetentionSoak: EVENT_RETENTION and WEBHOOK_LOG_RETENTION of a
+// TestChaosRetentionSoak is I16: EVENT_RETENTION and WEBHOOK_LOG_RETENTION of a
 // minute (smoke, a minute of load) or three (full, ten minutes), charges
 // at a steady rate, each one's two events delivered to a receiver that
 // answers 200. Sampled every few seconds (smoke) or 30 s (full): at least
