@@ -2,16 +2,12 @@ package jobs_test
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/gatehouse-pay/gatehouse/internal/config"
-	"github.com/gatehouse-pay/gatehouse/internal/jobs"
 	"github.com/gatehouse-pay/gatehouse/internal/outbox"
 	"github.com/gatehouse-pay/gatehouse/internal/testenv"
 )
@@ -44,11 +40,7 @@ func TestLeaseExpiredKeepsRetryCount(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	cfg, err := config.Load(func(string) string { return "" }, config.Needs{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sc := jobs.ServerConfigs(slog.New(slog.NewTextHandler(io.Discard, nil)), cfg, nil)[0]
+	sc, _ := defaultServerConfig(t)
 	sc.Queues = map[string]int{queue: 1}
 	sc.LogLevel = asynq.FatalLevel
 	srv := asynq.NewServerFromRedisClient(rdb, sc)

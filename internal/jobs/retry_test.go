@@ -26,11 +26,19 @@ import (
 // defaultRetryDelay is the worker's retry delay under the default settings.
 func defaultRetryDelay(t *testing.T) (asynq.RetryDelayFunc, config.Config) {
 	t.Helper()
+	sc, cfg := defaultServerConfig(t)
+	return sc.RetryDelayFunc, cfg
+}
+
+// defaultServerConfig is the configuration of the worker's first asynq
+// server under the default settings.
+func defaultServerConfig(t *testing.T) (asynq.Config, config.Config) {
+	t.Helper()
 	cfg, err := config.Load(func(string) string { return "" }, config.Needs{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return jobs.ServerConfigs(slog.New(slog.NewTextHandler(io.Discard, nil)), cfg, nil)[0].RetryDelayFunc, cfg
+	return jobs.ServerConfigs(slog.New(slog.NewTextHandler(io.Discard, nil)), cfg, nil)[0], cfg
 }
 
 func TestRetryDelay(t *testing.T) {

@@ -37,12 +37,7 @@ RETURNING operation, parent_reference, amount, currency, coalesce(reference, '')
 
 // Call implements sandbox.Ledger.
 func (l *SandboxLedger) Call(ctx context.Context, e sandbox.Entry) (sandbox.Record, error) {
-	r := sandbox.Record{Entry: sandbox.Entry{IdempotencyKey: e.IdempotencyKey}}
-	var op, async string
-	err := l.s.pool.QueryRow(ctx, ledgerCall, e.IdempotencyKey, string(e.Operation), e.Parent, e.Amount, e.Currency, e.Account, e.Capture, e.Dispute).
-		Scan(&op, &r.Parent, &r.Amount, &r.Currency, &r.Reference, &r.Calls, &async)
-	r.Operation = sandbox.Operation(op)
-	return r, mapErr(err, "sandbox ledger entry")
+	return l.call(ctx, ledgerCall, e)
 }
 
 // ledgerCallBooked is ledgerCall that books $9 with the call when the row
@@ -52,20 +47,26 @@ INSERT INTO sandbox_ledger AS l (idempotency_key, operation, parent_reference, a
 	reference, booked_at)
 VALUES ($1, $2, $3, $4, $5, nullif($6, ''), $7, nullif($8, ''), $9, now())
 ON CONFLICT (idempotency_key) DO UPDATE SET calls = l.calls + 1, updated_at = now(),
-	reference = CASE WHEN l.reference IS NULL AND l.operation = EXCLUDED.operation AND l.parent_reference = EXCLUDED.parent_reference
-		AND l.amount = EXCLUDED.amount AND upper(l.currency) = upper(EXCLUDED.currency) THEN EXCLUDED.reference ELSE l.reference END,
-	booked_at = CASE WHEN l.reference IS NULL AND l.operation = EXCLUDED.operation AND l.parent_reference = EXCLUDED.parent_reference
-		AND l.amount = EXCLUDED.amount AND upper(l.currency) = upper(EXCLUDED.currency) THEN now() ELSE l.booked_at END
+	reference = CASE WHEN ` + sameCall + ` THEN coalesce(l.reference, EXCLUDED.reference) ELSE l.reference END,
+	booked_at = CASE WHEN ` + sameCall + ` THEN coalesce(l.booked_at, now()) ELSE l.booked_at END
 RETURNING operation, parent_reference, amount, currency, coalesce(reference, ''), calls,
 	set_config('synchronous_commit', 'off', true)`
 
+// sameCall: the call asks for what the key's first call asked.
+const sameCall = `(l.operation, l.parent_reference, l.amount, upper(l.currency))
+		= (EXCLUDED.operation, EXCLUDED.parent_reference, EXCLUDED.amount, upper(EXCLUDED.currency))`
+
 // CallBooked implements sandbox.Ledger.
 func (l *SandboxLedger) CallBooked(ctx context.Context, e sandbox.Entry, reference string) (sandbox.Record, error) {
+	return l.call(ctx, ledgerCallBooked, e, reference)
+}
+
+// call runs ledgerCall or ledgerCallBooked (with the reference in more).
+func (l *SandboxLedger) call(ctx context.Context, query string, e sandbox.Entry, more ...any) (sandbox.Record, error) {
 	r := sandbox.Record{Entry: sandbox.Entry{IdempotencyKey: e.IdempotencyKey}}
 	var op, async string
-	err := l.s.pool.QueryRow(ctx, ledgerCallBooked, e.IdempotencyKey, string(e.Operation), e.Parent, e.Amount, e.Currency, e.Account,
-		e.Capture, e.Dispute, reference).
-		Scan(&op, &r.Parent, &r.Amount, &r.Currency, &r.Reference, &r.Calls, &async)
+	args := append([]any{e.IdempotencyKey, string(e.Operation), e.Parent, e.Amount, e.Currency, e.Account, e.Capture, e.Dispute}, more...)
+	err := l.s.pool.QueryRow(ctx, query, args...).Scan(&op, &r.Parent, &r.Amount, &r.Currency, &r.Reference, &r.Calls, &async)
 	r.Operation = sandbox.Operation(op)
 	return r, mapErr(err, "sandbox ledger entry")
 }

@@ -561,39 +561,29 @@ func (d *Deliverer) DeliverEvent(ctx context.Context, eventID string) error {
 // the delivery is final (or was already), *RetryIn when the next attempt is
 // due later, and other errors when the database failed (the queue retries).
 func (d *Deliverer) Deliver(ctx context.Context, id string) error {
-	_, err := d.deliver(ctx, id, nil)
-	return err
+	task := Task(id)
+	del, ep, body, err := d.store.DeliveryForWork(ctx, id)
+	if err != nil {
+		return err
+	}
+	if del.Status != StatusPending {
+		return d.store.DeleteTask(ctx, task.ID())
+	}
+	return d.attempt(ctx, del, ep, body, task, nil)
 }
 
 // firstAttempt is a first attempt made by its event's task (see
-// DeliverEvent). With finish, the event's task id, the event has no other
-// delivery to attempt: the attempt's record deletes the task too, and
-// finished says it was applied, so it did.
+// DeliverEvent): attempt then returns errHandOff rather than wait, and a
+// retry is a task of the delivery's own, enqueued there. With finish, the
+// event's task id, the event has no other delivery to attempt: the
+// attempt's record deletes the task too, and finished says it was applied,
+// so it did.
 type firstAttempt struct {
 	finish   string
 	finished bool
 }
 
-// deliver is Deliver, or, first, the first attempt of a delivery made by
-// its event's task (see DeliverEvent): then it returns errHandOff rather
-// than wait, and a retry is a task of the delivery's own, enqueued here. It
-// returns the delivery's endpoint.
-func (d *Deliverer) deliver(ctx context.Context, id string, first *firstAttempt) (string, error) {
-	task := Task(id)
-	del, ep, body, err := d.store.DeliveryForWork(ctx, id)
-	if err != nil {
-		return "", err
-	}
-	if first != nil && (del.Status != StatusPending || del.Attempts > 0) {
-		return ep.ID, nil // attempted meanwhile: its own task carries it
-	}
-	if del.Status != StatusPending {
-		return ep.ID, d.store.DeleteTask(ctx, task.ID())
-	}
-	return ep.ID, d.attempt(ctx, del, ep, body, task, first)
-}
-
-// attempt makes the next attempt of del (see deliver).
+// attempt makes the next attempt of del (see Deliver and firstAttempt).
 func (d *Deliverer) attempt(ctx context.Context, del Delivery, ep Endpoint, body []byte, task outbox.Task, first *firstAttempt) error {
 	now := d.now().UTC()
 	if first != nil && del.NextAttemptAt != nil && del.NextAttemptAt.After(now) {
